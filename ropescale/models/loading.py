@@ -1,0 +1,165 @@
+"""Resolving ``--model`` and loading patched models.
+
+``name_or_path`` may be a local checkpoint directory, a ``.gguf`` file, a Hugging Face Hub id
+(only where the Hub is reachable; nothing in the default path or the tests needs it), or the name
+of an embedded model (``smollm2-135m``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RopescaleError
+from ..patching.config import (
+    KEEP,
+    NON_NATIVE_PREFIX,
+    apply_plan,
+    check_supported,
+    plan_from_provenance,
+    plan_patch,
+    quiet_transformers,
+)
+from ..patching.model import install_rotary
+from ..patching.remote import unmark_config_dict
+from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# from_pretrained keyword arguments that also apply to AutoConfig / AutoTokenizer.
+_SHARED_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where to load from: ``path`` (directory or Hub id) plus extra from_pretrained kwargs."""
+
+    path: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    display: str = ""
+
+
+def resolve_model(name_or_path: str | os.PathLike) -> ResolvedModel:
+    """Turn a ``--model`` value into something transformers can load; clear errors otherwise."""
+    text = str(name_or_path)
+    if text in EMBEDDED_MODELS:
+        return ResolvedModel(str(embedded_model_dir(text)), {}, text)
+    path = Path(text).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return ResolvedModel(str(path.parent), {"gguf_file": path.name}, text)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise RopescaleError(f"model directory '{text}' has no config.json")
+        return ResolvedModel(str(path), {}, text)
+    if path.exists():
+        raise RopescaleError(f"model path '{text}' is neither a checkpoint directory nor a .gguf file")
+    if text.endswith(".gguf") or text.startswith((".", "/", "~")) or not _HUB_ID.fullmatch(text):
+        known = ", ".join(sorted(EMBEDDED_MODELS))
+        raise RopescaleError(f"model '{text}' not found: not a local path, a Hub id (org/name) or an embedded model ({known})")
+    return ResolvedModel(text, {}, text)
+
+
+def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*gguf.*", category=UserWarning)
+            return loader.from_pretrained(resolved.path, **resolved.kwargs, **kwargs)
+    except OSError as exc:  # missing files, Hub unreachable, gated repo...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RopescaleError(f"could not load '{resolved.display}': {first}") from exc
+
+
+def _read_config(resolved: ResolvedModel, **kwargs: Any) -> Any:
+    from transformers import AutoConfig
+
+    local = Path(resolved.path) / "config.json"
+    if "gguf_file" not in resolved.kwargs and local.is_file():
+        data = json.loads(local.read_text())
+        if str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX):  # saved by ropescale, non-native
+            data = unmark_config_dict(data)
+            with quiet_transformers():  # it warns that it cannot validate rope_type "ropescale_*"
+                return AutoConfig.for_model(**data)
+    with quiet_transformers():
+        return _load(AutoConfig, resolved, **kwargs)
+
+
+def load_config(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """The transformers config of a model (resolved like :func:`from_pretrained`)."""
+    return _read_config(resolve_model(name_or_path), **kwargs)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
+    """The tokenizer of a model (resolved like :func:`from_pretrained`)."""
+    from transformers import AutoTokenizer
+
+    return _load(AutoTokenizer, resolve_model(name_or_path), **kwargs)
+
+
+def buildable_config(config: Any) -> Any:
+    """A copy of ``config`` that plain transformers can build: a non-native ropescale scaling is
+    unwound to the original rope parameters (it is re-applied by swapping the rotary module)."""
+    build = copy.deepcopy(config)
+    rope = getattr(build, "rope_parameters", None) or {}
+    if str(rope.get("rope_type", "")).startswith(NON_NATIVE_PREFIX):
+        block = build.ropescale
+        build.rope_parameters = copy.deepcopy(block["original_rope_parameters"])
+        build.max_position_embeddings = int(block["original_max_position_embeddings_field"])
+    return build
+
+
+def from_pretrained(
+    name_or_path: str | os.PathLike,
+    method: str | None = None,
+    factor: float | None = None,
+    original_max_position_embeddings: int | None = None,
+    replace: bool = False,
+    sliding_window: Any = KEEP,
+    method_params: dict[str, Any] | None = None,
+    **hf_kwargs: Any,
+) -> Any:
+    """Load a causal LM and apply a RoPE scaling, ready to use.
+
+    Args:
+        name_or_path: local directory, ``.gguf`` file, Hub id, or ``smollm2-135m``.
+        method: scaling method name (``ropescale methods``); None keeps the checkpoint's own scaling
+            (a checkpoint saved by ropescale reloads with the same behaviour).
+        factor: scaling factor s; extended context = s × original.
+        original_max_position_embeddings: trained context L, if the config does not say it.
+        replace: allow replacing an existing scaling (starts from the original parameters).
+        sliding_window: ``"keep"``, ``None`` or a width, for Mistral-style models.
+        method_params: the method's own parameters (``{"beta_fast": 32}``...).
+        **hf_kwargs: passed to ``AutoModelForCausalLM.from_pretrained`` (``dtype``, ``device_map``,
+            ``attn_implementation``...).
+
+    Returns:
+        The loaded ``PreTrainedModel`` in eval mode, its config carrying the provenance block.
+    """
+    from transformers import AutoModelForCausalLM
+
+    resolved = resolve_model(name_or_path)
+    shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
+    config = _read_config(resolved, **shared)
+    check_supported(config)
+    if method is not None:
+        plan = plan_patch(config, method, factor, original_max_position_embeddings, replace, **(method_params or {}))
+    elif factor is not None or method_params:
+        raise ValueError("factor/method parameters given without a method")
+    else:
+        plan = plan_from_provenance(config) if not getattr(config, "ropescale", {}).get("native", True) else None
+    build = buildable_config(config)
+    if plan is not None and plan.native:
+        apply_plan(build, plan, sliding_window)  # transformers builds the scaled rotary module itself
+    hf_kwargs = {k: v for k, v in hf_kwargs.items() if k != "trust_remote_code"}
+    with quiet_transformers():
+        model = _load(AutoModelForCausalLM, resolved, config=build, **hf_kwargs)
+    if "gguf_file" in resolved.kwargs:
+        drop_gguf_quantizer(model)
+    if plan is not None and not plan.native:
+        apply_plan(model.config, plan, sliding_window)
+        install_rotary(model, plan)
+    return model.eval()

@@ -1,0 +1,1 @@
+"""Applying a scaling method to a transformers config and model."""

@@ -1,0 +1,279 @@
+"""Patching a transformers config: the least-monkeypatching path.
+
+Where transformers can express a method in ``config.rope_parameters``, patching writes a complete
+dict (always ``rope_theta``; for yarn/llama3/longrope always ``original_max_position_embeddings``)
+and transformers builds the rotary embedding itself, so the saved checkpoint reloads anywhere.
+Where it cannot (``dynamic_yarn``), the config records ``rope_type: "ropescale_<method>"`` and
+:mod:`ropescale.patching.model` swaps the model's one rotary module; a checkpoint saved by
+:func:`ropescale.save_pretrained` then declares ``model_type: "ropescale_<type>"`` with an
+``auto_map``, so plain transformers stops at the config and asks for remote code (which hands
+the load to ropescale) instead of crashing inside the model.
+
+Every patched config carries a provenance block ``config.ropescale`` (method, parameters,
+original context, original rope parameters, ropescale version) so the model explains itself and
+can be re-patched from its original geometry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__
+from ..errors import AlreadyScaledError, RopescaleError, UnsupportedModelError
+from ..methods import RotarySpec, ScalingMethod, get_method
+
+#: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
+#: exactly like Llama's (checked by the tests for each entry).
+SUPPORTED_MODEL_TYPES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+PROVENANCE_KEY = "ropescale"
+NON_NATIVE_PREFIX = "ropescale_"
+#: Loader that plain transformers finds through ``auto_map`` for checkpoints it cannot build.
+REMOTE_CODE_MODULE = "modeling_ropescale"
+
+KEEP = "keep"  # sentinel: leave Mistral's sliding_window as it is
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    """What patching does to one config: the method, the original geometry, and the result."""
+
+    method: ScalingMethod
+    spec: RotarySpec  # the ORIGINAL geometry (base and context before any scaling)
+    original_rope_parameters: dict[str, Any]
+    original_max_position_embeddings_field: int
+
+    @property
+    def native(self) -> bool:
+        return self.method.rope_parameters(self.spec) is not None
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' logger warnings (it cannot validate ``rope_type: ropescale_*``)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def check_supported(config: Any) -> None:
+    """Raise :class:`UnsupportedModelError` unless the config is a supported RoPE architecture."""
+    model_type = getattr(config, "model_type", "?")
+    has_rope = bool(getattr(config, "rope_parameters", None)) or getattr(config, "rope_theta", None) is not None
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        if not has_rope:
+            raise UnsupportedModelError(
+                f"model type '{model_type}' has no rotary position embedding (RoPE); ropescale scales RoPE models only"
+            )
+        raise UnsupportedModelError(
+            f"model type '{model_type}' is not supported; supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}"
+        )
+    if not has_rope:
+        raise UnsupportedModelError(f"model type '{model_type}' config has no rope parameters")
+
+
+def provenance(config: Any) -> dict[str, Any] | None:
+    """The ``ropescale`` provenance block of a patched config, or None."""
+    block = getattr(config, PROVENANCE_KEY, None)
+    return block if isinstance(block, dict) else None
+
+
+def is_scaled(config: Any) -> bool:
+    """True if the config already carries a RoPE scaling (ropescale's or a native one)."""
+    if provenance(config) is not None:
+        return provenance(config)["method"] != "default"
+    rope = getattr(config, "rope_parameters", None) or {}
+    return rope.get("rope_type", "default") != "default"
+
+
+def _head_dim(config: Any) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def original_geometry(config: Any, original_max_position_embeddings: int | None = None) -> tuple[dict, int, int]:
+    """(original rope_parameters, original max_position_embeddings field, original context L).
+
+    From the provenance block when there is one; otherwise read off the config (a natively scaled
+    checkpoint keeps L in ``rope_parameters["original_max_position_embeddings"]``, a linear one
+    raised ``max_position_embeddings`` by its factor, a dynamic one kept it).
+    """
+    block = provenance(config)
+    if block is not None:
+        rope = copy.deepcopy(block["original_rope_parameters"])
+        field = int(block["original_max_position_embeddings_field"])
+        L = int(block["original_max_position_embeddings"])
+    else:
+        current = dict(getattr(config, "rope_parameters", None) or {})
+        field = int(config.max_position_embeddings)
+        rope_type = current.get("rope_type", "default")
+        if "original_max_position_embeddings" in current:
+            L = int(current["original_max_position_embeddings"])
+        elif rope_type == "linear":
+            L = int(round(field / float(current.get("factor", 1.0))))
+        else:
+            L = field
+        if rope_type != "default":
+            field = L
+        rope = {k: v for k, v in current.items() if k in ("rope_theta", "partial_rotary_factor")}
+        rope["rope_type"] = "default"
+        rope.setdefault("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
+    if original_max_position_embeddings is not None:
+        if not isinstance(original_max_position_embeddings, int) or original_max_position_embeddings <= 0:
+            raise ValueError(
+                f"original_max_position_embeddings must be a positive integer, got {original_max_position_embeddings!r}"
+            )
+        L = original_max_position_embeddings
+    return rope, field, L
+
+
+def plan_patch(
+    config: Any,
+    method: str | ScalingMethod,
+    factor: float | None = None,
+    original_max_position_embeddings: int | None = None,
+    replace: bool = False,
+    **params: Any,
+) -> PatchPlan:
+    """Validate everything and decide what patching will do, without changing ``config``."""
+    check_supported(config)
+    if is_scaled(config) and not replace:
+        block = provenance(config)
+        what = block["method"] if block else config.rope_parameters.get("rope_type")
+        raise AlreadyScaledError(
+            f"model is already scaled (rope_type/method '{what}'); pass replace=True (CLI: --replace) "
+            "to replace the scaling, starting from the original parameters"
+        )
+    if isinstance(method, ScalingMethod):
+        if factor is not None or params:
+            raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
+        scaling = method
+    else:
+        if factor is not None:
+            params["factor"] = factor
+        scaling = get_method(method, **params)
+    rope, field, L = original_geometry(config, original_max_position_embeddings)
+    spec = RotarySpec(
+        head_dim=_head_dim(config),
+        base=float(rope["rope_theta"]),
+        original_max_position_embeddings=int(L),
+        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
+    )
+    scaling.validate_for(spec)
+    return PatchPlan(scaling, spec, rope, field)
+
+
+def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP) -> None:
+    """Write ``plan`` into ``config`` in place (rope_parameters, max_position_embeddings, provenance)."""
+    method, spec = plan.method, plan.spec
+    native = method.rope_parameters(spec)
+    carried = {k: v for k, v in plan.original_rope_parameters.items() if k == "partial_rotary_factor"}
+    if native is not None:
+        config.rope_parameters = {**carried, **native}
+    else:
+        with quiet_transformers():
+            config.rope_parameters = {
+                **carried,
+                "rope_type": NON_NATIVE_PREFIX + method.name,
+                "rope_theta": spec.base,
+                "original_max_position_embeddings": spec.original_max_position_embeddings,
+                **{k: v for k, v in method.params().items() if v is not None},
+            }
+    config.max_position_embeddings = method.max_position_embeddings(spec)
+    extended = method.extended_context(spec)
+    _apply_sliding_window(config, extended, sliding_window)
+    setattr(
+        config,
+        PROVENANCE_KEY,
+        {
+            "method": method.name,
+            "params": method.params(),
+            "native": native is not None,
+            "original_max_position_embeddings": spec.original_max_position_embeddings,
+            "original_rope_theta": spec.base,
+            "original_rope_parameters": plan.original_rope_parameters,
+            "original_max_position_embeddings_field": plan.original_max_position_embeddings_field,
+            "extended_context": extended,
+            "version": __version__,
+        },
+    )
+
+
+def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> None:
+    """Mistral-style sliding window: keep it (warning if it is narrower than the new context),
+    remove it (``None``) or set a width."""
+    if sliding_window == KEEP:
+        window = getattr(config, "sliding_window", None)
+        if window is not None and window < extended:
+            warnings.warn(
+                f"sliding_window={window} is smaller than the extended context {extended}: attention stays local "
+                f"to {window} tokens. Pass sliding_window=None (CLI: --sliding-window none) to attend over the "
+                "whole context, or a number to widen it.",
+                stacklevel=3,
+            )
+        return
+    if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window <= 0):
+        raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
+    if not hasattr(config, "sliding_window"):
+        raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
+    config.sliding_window = sliding_window
+
+
+def patch_config(
+    config: Any,
+    method: str | ScalingMethod = "yarn",
+    factor: float | None = None,
+    original_max_position_embeddings: int | None = None,
+    replace: bool = False,
+    sliding_window: Any = KEEP,
+    **params: Any,
+) -> Any:
+    """Return a patched copy of a transformers config.
+
+    Args:
+        config: a ``PreTrainedConfig`` of a supported architecture (Llama, Mistral, Qwen2, Qwen3).
+        method: a registered method name (see ``ropescale methods``) or a ``ScalingMethod``.
+        factor: the scaling factor s (extended context = s × original).
+        original_max_position_embeddings: the trained context L, if the config does not say it.
+        replace: allow re-patching an already scaled config (starts from its original parameters).
+        sliding_window: ``"keep"`` (default, warns if narrower than the new context), ``None``
+            (full attention) or a width in tokens.
+        **params: the method's own parameters (``beta_fast=32``, ``long_factor=[...]``, ...).
+
+    Returns:
+        A new config; ``config`` itself is not modified.
+    """
+    plan = plan_patch(config, method, factor, original_max_position_embeddings, replace, **params)
+    new = copy.deepcopy(config)
+    apply_plan(new, plan, sliding_window)
+    return new
+
+
+def plan_from_provenance(config: Any) -> PatchPlan | None:
+    """Rebuild the patch plan recorded in a saved config (used when reloading a checkpoint)."""
+    block = provenance(config)
+    if block is None:
+        return None
+    params = {k: v for k, v in block["params"].items() if v is not None}
+    method = get_method(block["method"], **params)
+    rope = copy.deepcopy(block["original_rope_parameters"])
+    spec = RotarySpec(
+        head_dim=_head_dim(config),
+        base=float(block["original_rope_theta"]),
+        original_max_position_embeddings=int(block["original_max_position_embeddings"]),
+        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
+    )
+    return PatchPlan(method, spec, rope, int(block["original_max_position_embeddings_field"]))

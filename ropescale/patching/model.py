@@ -1,0 +1,113 @@
+"""Patching a loaded model in place, and saving a patched checkpoint.
+
+Native methods: the config is patched and the model's one rotary module is rebuilt by
+transformers' own class from that config. Non-native methods: the rotary module is replaced
+by :class:`ScaledRotaryEmbedding`. No modeling file is forked and nothing global is monkeypatched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._io import atomic_directory
+from ..errors import RopescaleError
+from ..methods import ScalingMethod
+from .config import KEEP, PatchPlan, apply_plan, plan_patch
+from .remote import mark_non_native
+from .rotary_module import ScaledRotaryEmbedding
+
+
+def rotary_owner(model: Any) -> Any:
+    """The decoder module that owns ``rotary_emb`` (``model.model`` for *ForCausalLM)."""
+    for candidate in (getattr(model, "model", None), getattr(model, "base_model", None), model):
+        if candidate is not None and hasattr(candidate, "rotary_emb"):
+            return candidate
+    raise RopescaleError(f"cannot find the rotary embedding module of {type(model).__name__}")
+
+
+def _native_rotary_class(owner: Any) -> type:
+    """transformers' rotary class of the owner's architecture (e.g. ``LlamaRotaryEmbedding``)."""
+    module = sys.modules[type(owner).__module__]
+    for name, value in vars(module).items():
+        if name.endswith("RotaryEmbedding") and isinstance(value, type) and issubclass(value, torch.nn.Module):
+            return value
+    raise RopescaleError(f"no rotary embedding class in {module.__name__}")
+
+
+def install_rotary(model: Any, plan: PatchPlan) -> None:
+    """Replace the model's rotary module with one built for ``plan`` (config already patched)."""
+    owner = rotary_owner(model)
+    old = owner.rotary_emb
+    device = old.inv_freq.device if hasattr(old, "inv_freq") else None
+    if plan.native:
+        # transformers builds the module from the patched config; inv_freq stays fp32 even if
+        # the model was cast, as with from_pretrained(dtype=...).
+        new = _native_rotary_class(owner)(model.config).to(device)
+    else:
+        new = ScaledRotaryEmbedding(plan.method, plan.spec, device=device)
+    owner.rotary_emb = new
+
+
+def patch(
+    model: Any,
+    method: str | ScalingMethod = "yarn",
+    factor: float | None = None,
+    original_max_position_embeddings: int | None = None,
+    replace: bool = False,
+    sliding_window: Any = KEEP,
+    **params: Any,
+) -> Any:
+    """Patch a loaded transformers model in place and return it.
+
+    Args are those of :func:`ropescale.patch_config`. The model's config is updated in place (its
+    submodules share it) and its rotary module rebuilt; weights are untouched.
+    """
+    plan = plan_patch(model.config, method, factor, original_max_position_embeddings, replace, **params)
+    apply_plan(model.config, plan, sliding_window)
+    install_rotary(model, plan)
+    return model
+
+
+def save_pretrained(model: Any, directory: str | Path, tokenizer: Any = None, config_only: bool = False,
+                    overwrite: bool = False) -> Path:
+    """Save a (patched) model, its tokenizer and config atomically.
+
+    Args:
+        model: the patched model.
+        directory: target; nothing appears there until everything is written.
+        tokenizer: saved beside the weights if given.
+        config_only: write only config.json (and the loader file for non-native methods).
+        overwrite: replace an existing non-empty directory.
+
+    Returns:
+        ``directory``. For non-native methods the config is marked and ``modeling_ropescale.py``
+        added (see :mod:`ropescale.patching.remote`), so plain transformers explains what to do
+        instead of failing inside the model.
+    """
+    directory = Path(directory)
+    config = model.config
+    with atomic_directory(directory, overwrite=overwrite) as tmp:
+        if config_only:
+            config.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+        block = getattr(config, "ropescale", None)
+        if isinstance(block, dict) and not block.get("native", True):
+            mark_non_native(tmp, config)
+    return directory
+
+
+def describe(model_or_config: Any) -> dict[str, Any]:
+    """The provenance block of a patched model or config (empty dict if unpatched)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return json.loads(json.dumps(getattr(config, "ropescale", None) or {}))
+
+
+__all__ = ["patch", "save_pretrained", "describe", "install_rotary"]
