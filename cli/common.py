@@ -1,0 +1,111 @@
+"""Arguments shared by every command that loads and scales a model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RopescaleError
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", default="smollm2-135m",
+        help="checkpoint directory, .gguf file, Hub id (org/name), or embedded model name (default: smollm2-135m)",
+    )
+
+
+def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
+    p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
+    p.add_argument("--factor", required=factor_required, help="scaling factor s: extended context = s × original")
+    p.add_argument(
+        "--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
+        help="the context the model was trained at, if its config does not say it",
+    )
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="a method parameter, repeatable (e.g. --param beta_fast=32 --param attention_factor=1.0)",
+    )
+    p.add_argument("--replace", action="store_true", help="replace an existing scaling (starts from the original)")
+    p.add_argument(
+        "--sliding-window", default="keep", metavar="keep|none|N",
+        help="Mistral-style sliding window: keep it (default), none (full attention) or a width",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """``["beta_fast=32", "long_factor=[1,2]"]`` → ``{"beta_fast": 32, "long_factor": [1, 2]}``."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--param expects KEY=VALUE, got {item!r}")
+        try:
+            params[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            params[key.strip()] = value
+    return params
+
+
+def parse_sliding_window(text: str) -> Any:
+    if text == "keep":
+        return "keep"
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--sliding-window must be keep, none or a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"--sliding-window must be keep, none or a positive integer, got {text!r}")
+    return value
+
+
+def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Keyword arguments for ``plan_patch`` / ``from_pretrained`` from the parsed flags."""
+    params = parse_params(args.param)
+    for reserved in ("factor", "method"):
+        if reserved in params:
+            raise ValueError(f"give {reserved} with --{reserved}, not --param")
+    return {
+        "method": args.method,
+        "factor": args.factor,  # a string; validated and converted by the method class
+        "original_max_position_embeddings": args.original_max_position_embeddings,
+        "replace": args.replace,
+        "sliding_window": parse_sliding_window(args.sliding_window),
+        "params": params,
+    }
+
+
+def check_output_dir(path: str, overwrite: bool) -> Path:
+    """Fail early (before loading any weights) if ``path`` cannot be written."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise RopescaleError(f"output '{path}' exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise RopescaleError(f"output directory '{path}' is not empty (use --overwrite to replace it)")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise RopescaleError(f"output '{path}' is not writable")
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+    except OSError as exc:
+        raise RopescaleError(f"output '{path}' is not writable: {exc.strerror}") from None
+    return out

@@ -1,0 +1,79 @@
+"""``ropescale`` command line: one sub-command module per group, errors as one line.
+
+Every error a user can cause is printed as ``ropescale: error: <one line>`` on stderr with exit
+status 2 (1 for unexpected failures); set ``ROPESCALE_DEBUG=1`` to see the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from . import methods as methods_cmd
+from . import patch as patch_cmd
+
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line instead of usage + message."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+class UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="ropescale",
+        description="Extend the context window of pretrained RoPE LLMs (Llama, Mistral, Qwen2/3).",
+    )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    for module in (methods_cmd, patch_cmd):
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (also used in-process by the tests)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"ropescale: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("ropescale: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's promise is one line, never a traceback
+        if os.environ.get("ROPESCALE_DEBUG"):
+            raise
+        return report(exc)
+
+
+def report(exc: Exception) -> int:
+    from ..errors import RopescaleError
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    expected = isinstance(exc, (RopescaleError, ValueError, FileExistsError, PermissionError, FileNotFoundError))
+    prefix = "" if expected else f"{type(exc).__name__}: "
+    print(f"ropescale: error: {prefix}{message}", file=sys.stderr)
+    return EXIT_USAGE if expected else EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

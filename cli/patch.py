@@ -1,0 +1,106 @@
+"""``ropescale patch``: show or write a model with a RoPE scaling applied."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import add_model_args, add_scaling_args, check_output_dir, scaling_kwargs
+
+EXAMPLES = """examples:
+  ropescale patch --factor 4                                   # summary for the embedded SmolLM2-135M
+  ropescale patch --model ./llama --method linear --factor 8 --output ./llama-pi8
+  ropescale patch --model org/name --factor 4 --param beta_fast=16 --output out --config-only
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "patch",
+        help="apply a scaling method to a model: print a summary or write the patched checkpoint",
+        description="Apply a RoPE scaling method. Without --output, print what it changes; with --output, "
+        "write the patched checkpoint (weights, tokenizer, config) or only its config.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    add_scaling_args(p)
+    p.add_argument("--output", default=None, metavar="DIR", help="write the patched checkpoint here")
+    p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..models.loading import from_pretrained, load_config, load_tokenizer
+    from ..patching.config import apply_plan, plan_patch
+    from ..patching.model import save_pretrained
+
+    kw = scaling_kwargs(args)
+    if args.config_only and not args.output:
+        raise ValueError("--config-only needs --output")
+    out = check_output_dir(args.output, args.overwrite) if args.output else None
+    config = load_config(args.model)
+    plan = plan_patch(
+        config, kw["method"], kw["factor"], kw["original_max_position_embeddings"], kw["replace"], **kw["params"]
+    )
+    if out is None:
+        print(summary(args.model, plan))
+        return 0
+    if args.config_only:
+        apply_plan(config, plan, kw["sliding_window"])
+        save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
+    else:
+        model = from_pretrained(
+            args.model, method=kw["method"], factor=kw["factor"], original_max_position_embeddings=kw["original_max_position_embeddings"],
+            replace=kw["replace"], sliding_window=kw["sliding_window"], method_params=kw["params"],
+        )
+        save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
+    print(f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}")
+    return 0
+
+
+class _ConfigHolder:
+    """Lets save_pretrained write a config alone."""
+
+    def __init__(self, config):
+        self.config = config
+
+
+def _maybe_tokenizer(loader, model: str):
+    try:
+        return loader(model)
+    except Exception:  # noqa: BLE001 - a checkpoint without a tokenizer is still a checkpoint
+        return None
+
+
+def summary(model: str, plan) -> str:
+    """The human-readable account of a patch plan."""
+    from ..methods.describe import pair_changes, sample_rows
+
+    method, spec = plan.method, plan.spec
+    extended = method.extended_context(spec)
+    _, attention = method.compute(spec, extended)
+    params = ", ".join(f"{k}={v}" for k, v in method.params().items() if v is not None and k != "factor")
+    native = "native rope_parameters" if plan.native else "ropescale rotary module (not expressible in transformers)"
+    lines = [
+        f"model:              {model}",
+        f"method:             {method.name} (factor {method.factor:g}{', ' + params if params else ''})",
+        f"rotary geometry:    head_dim {spec.head_dim}, rotary dim {spec.dim}, base {spec.base:g}",
+        f"context:            {spec.original_max_position_embeddings} -> {extended} tokens"
+        + (" (dynamic: frequencies follow the current length)" if method.dynamic else ""),
+        f"attention scaling:  {attention:.4f} on cos/sin (logits x{attention**2:.4f})"
+        + (f" at {extended} tokens" if method.dynamic else ""),
+        f"implemented by:     {native}",
+        "",
+        f"per-pair wavelengths (tokens; L = {spec.original_max_position_embeddings}):",
+        f"{'pair':>5} {'before':>12} {'after':>12} {'ratio':>7} {'turns in L':>11}  status",
+    ]
+    rows = pair_changes(method, spec, extended)
+    for r in sample_rows(rows):
+        lines.append(
+            f"{r.index:>5} {r.wavelength_before:>12.1f} {r.wavelength_after:>12.1f} "
+            f"{r.wavelength_after / r.wavelength_before:>7.3f} {r.rotations_over_context:>11.2f}  {r.status}"
+        )
+    counts = {s: sum(r.status == s for r in rows) for s in ("kept", "blended", "interpolated", "extrapolated")}
+    lines.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(rows)} pairs")
+    return "\n".join(lines)
