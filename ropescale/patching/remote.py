@@ -73,6 +73,14 @@ def remote_classes(model_type: str) -> tuple[type, type]:
     class RopescaleConfig(base_config):  # type: ignore[misc, valid-type]
         model_type = NON_NATIVE_PREFIX + base_config.model_type
 
+    def _validate(self, rope_parameters, ignore_keys=None):  # validated by ropescale's method class
+        return None
+
+    from ..methods import METHODS
+
+    for name in METHODS:  # transformers looks up _validate_<rope_type>_rope_parameters
+        setattr(RopescaleConfig, f"_validate_{NON_NATIVE_PREFIX}{name}_rope_parameters", _validate)
+
     class RopescaleForCausalLM(base_model):  # type: ignore[misc, valid-type]
         config_class = RopescaleConfig
 
@@ -80,6 +88,9 @@ def remote_classes(model_type: str) -> tuple[type, type]:
         def from_pretrained(cls, pretrained_model_name_or_path: Any, *args: Any, config: Any = None, **kwargs: Any):
             from ..models.loading import from_pretrained
 
+            impl = getattr(config, "_attn_implementation", None)
+            if impl and "attn_implementation" not in kwargs:
+                kwargs["attn_implementation"] = impl
             for key in ("trust_remote_code", "code_revision", "adapter_kwargs", "_from_auto", "_commit_hash"):
                 kwargs.pop(key, None)
             return from_pretrained(pretrained_model_name_or_path, *args, **kwargs)

@@ -1,0 +1,69 @@
+"""Shared fixtures: tiny random Llama / Mistral / Qwen2 models built from configs (no download)."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+import transformers
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that tries the Hub fails fast instead of hanging
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ORIGINAL_CONTEXT = 64  # L of the tiny models: inputs of 200 tokens are > 3L
+
+ARCHS = {
+    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+}
+
+
+def tiny_config(arch: str = "llama", **overrides):
+    config_cls, _ = ARCHS[arch]
+    kwargs = dict(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=ORIGINAL_CONTEXT,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attn_implementation="eager",
+    )
+    if arch == "mistral":
+        kwargs["sliding_window"] = None
+    kwargs.update(overrides)
+    return config_cls(**kwargs)
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, state_dict=None, **overrides):
+    """A tiny random model in eval mode; pass ``state_dict`` to share weights with another."""
+    _, model_cls = ARCHS[arch]
+    torch.manual_seed(seed)
+    model = model_cls(tiny_config(arch, **overrides)).eval()
+    if state_dict is not None:
+        model.load_state_dict(copy.deepcopy(state_dict))
+    return model
+
+
+@pytest.fixture
+def long_input():
+    torch.manual_seed(1)
+    return torch.randint(0, 128, (2, 200))  # [b, s] with s > 3L
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("ropescale-cache")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(session_cache, monkeypatch):
+    """Tests never read or write the user's ~/.cache/ropescale (the embedded model converts once
+    per test session into a temporary cache)."""
+    monkeypatch.setenv("ROPESCALE_CACHE", str(session_cache))
