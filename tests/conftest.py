@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import os
 
-import pytest
-import torch
-import transformers
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that tries the Hub fails fast instead of hanging
+# Before transformers/huggingface_hub read them: a test that tries the Hub fails fast, never hangs.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 ORIGINAL_CONTEXT = 64  # L of the tiny models: inputs of 200 tokens are > 3L
 
