@@ -174,6 +174,25 @@ def test_yarn_options_match_transformers(extra, head_dim, base, L):
         assert_same(get_method("yarn", factor=factor, **extra).compute(spec), theirs, f"factor={factor}")
 
 
+@pytest.mark.parametrize(
+    "base, L, extra",
+    [
+        # L/2π > b: the slow end of the ramp lies past pair d/2 − 1 and is clamped at d − 1, not d/2 − 1
+        pytest.param(500.0, 8192, {}, id="high-beyond-half"),
+        pytest.param(500.0, 8192, {"truncate": False}, id="high-beyond-half-no-truncate"),
+        # both correction dims ≤ 0: low == high == 0, the ramp is widened by 0.001 instead of dividing by 0
+        pytest.param(1e4, 4096, {"beta_fast": 1000.0, "beta_slow": 700.0}, id="zero-width-ramp"),
+        pytest.param(1e4, 4096, {"beta_fast": 1000.0, "beta_slow": 700.0, "truncate": False}, id="negative-range"),
+    ],
+)
+def test_yarn_edge_geometries_match_transformers(base, L, extra):
+    spec = RotarySpec(64, base, L)
+    params = {"rope_type": "yarn", "rope_theta": base, "factor": 4.0, "original_max_position_embeddings": L}
+    inv_freq, attention = get_method("yarn", factor=4, **extra).compute(spec)
+    assert torch.isfinite(inv_freq).all()
+    assert_same((inv_freq, attention), hf_rope({**params, **extra}, 64, 4 * L))
+
+
 @pytest.mark.parametrize("head_dim, base", GEOMETRY)
 def test_dynamic_yarn_is_yarn_at_length_over_L(head_dim, base):
     # factor is only the target the user reports; it must not cap or change s
@@ -384,6 +403,23 @@ def test_rope_parameters_round_trip_through_transformers(name, params):
     assert max_pos == (4096 if name == "dynamic_ntk" else int(method.factor * 4096))
     for seq_len in (None, 2048, 4096, 3 * 4096):
         assert_same(method.compute(spec, seq_len=seq_len), hf_rope(rope_parameters, 64, max_pos, seq_len=seq_len))
+
+
+@pytest.mark.parametrize("name, params", [c for c in _round_trip_cases() if c[0] not in ("default", "ntk")])
+def test_rope_parameters_round_trip_with_partial_rotary(name, params):
+    """Patching carries ``partial_rotary_factor`` over into the new dict; list lengths follow d/2.
+
+    (default and ntk are written as rope_type "default", whose Llama implementation ignores
+    partial_rotary_factor, so they cannot be checked through Llama.)
+    """
+    spec = RotarySpec(128, 1e4, 4096, partial_rotary_factor=0.5)  # d = 64, like the lists above
+    method = get_method(name, **params)
+    rope_parameters = {**method.rope_parameters(spec), "partial_rotary_factor": 0.5}
+    max_pos = method.max_position_embeddings(spec)
+    for seq_len in (None, 2048, 4096, 3 * 4096):
+        theirs = hf_rope(rope_parameters, 128, max_pos, seq_len=seq_len)
+        assert theirs[0].shape == (32,)
+        assert_same(method.compute(spec, seq_len=seq_len), theirs, f"seq_len={seq_len}")
 
 
 def test_dynamic_yarn_has_no_transformers_spelling():
