@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -33,12 +34,13 @@ class RotarySpec:
     partial_rotary_factor: float = 1.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.head_dim, int) or self.head_dim <= 0:
+        if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, numbers.Integral) or self.head_dim <= 0:
             raise ValueError(f"head_dim must be a positive integer, got {self.head_dim!r}")
         _check_finite("base", self.base)
         if self.base <= 1:
             raise ValueError(f"base (rope_theta) must be > 1, got {self.base!r}")
-        if not isinstance(self.original_max_position_embeddings, int) or self.original_max_position_embeddings <= 0:
+        L = self.original_max_position_embeddings
+        if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L <= 0:
             raise ValueError(
                 "original_max_position_embeddings must be a positive integer, "
                 f"got {self.original_max_position_embeddings!r}"
@@ -61,7 +63,7 @@ class RotarySpec:
 
 
 def _check_finite(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy scalars are Real too
         raise ValueError(f"{name} must be a number, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
