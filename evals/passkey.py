@@ -1,0 +1,476 @@
+"""Passkey retrieval (Mohtashami & Jaggi, arXiv 2305.16300), as used by PI, YaRN and LongLoRA.
+
+The prompt is a task description, a repeated filler text with one "needle" sentence carrying a
+random 5-digit key, and a question; the model decodes greedily and is right when the first integer
+it writes equals the key. See REFERENCE.md, "Evaluation conventions".
+
+Prompt layout, in tokens (each part tokenized once, then concatenated as token ids)::
+
+    [BOS] task | filler[:k] | needle | filler[k:n] | question
+
+* The prompt has **exactly** ``length`` tokens, BOS included when one is added. The filler is one
+  long tokenization of the repeated filler text, cut at token granularity: ``n`` filler tokens make
+  up whatever the fixed parts (BOS, task, needle, question) leave, so the length is exact whatever
+  the tokenizer merges. A cut may fall inside a word; the needle and question are never cut.
+* **Depth** is the fraction of the ``n`` filler tokens placed before the needle:
+  ``k = floor(depth · n + 0.5)``. Depth 0 puts the needle right after the task description, depth 1
+  right before the question. The text after the needle continues the filler stream where it was cut.
+* The needle, question and filler are tokenized as they appear after a sentence (``". " + part``,
+  keeping the tokens after the ``"."``), so byte-level BPE tokenizers get their leading-space tokens
+  (" The") and SentencePiece ones their "▁" word starts.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import random
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ropescale.errors import MissingDependencyError
+
+TASK = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+    "I will quiz you about the important information there."
+)
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
+QUESTION = "What is the pass key? The pass key is"
+PASS_THRESHOLD = 0.8  # YaRN: "passkey context" = largest length with >= 80% accuracy
+_FIRST_INTEGER = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True)
+class PasskeyPrompt:
+    """A tokenized passkey prompt and where its parts lie.
+
+    Attributes:
+        input_ids: the prompt's token ids (BOS included when added); ``len(input_ids)`` is the
+            requested length.
+        key: the pass key hidden in the needle.
+        depth: the requested depth in [0, 1].
+        filler_start: offset of the first filler token (after BOS and task).
+        needle_start: offset of the needle's first token.
+        needle_end: one past the needle's last token.
+        question_start: offset of the question's first token (end of the filler region).
+        n_filler: number of filler tokens, needle excluded.
+    """
+
+    input_ids: list[int]
+    key: int
+    depth: float
+    filler_start: int
+    needle_start: int
+    needle_end: int
+    question_start: int
+    n_filler: int
+
+    @property
+    def length(self) -> int:
+        """Number of tokens in the prompt."""
+        return len(self.input_ids)
+
+    @property
+    def actual_depth(self) -> float:
+        """Fraction of filler tokens before the needle, after rounding to whole tokens."""
+        return (self.needle_start - self.filler_start) / self.n_filler if self.n_filler else self.depth
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _encode_after_sentence(tokenizer: Any, text: str) -> list[int]:
+    """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included."""
+    head = _encode(tokenizer, ".")
+    both = _encode(tokenizer, ". " + text)
+    if both[: len(head)] == head and len(both) > len(head):
+        return both[len(head) :]
+    return _encode(tokenizer, text)  # the tokenizer merged across the boundary: fall back
+
+
+def tokenizer_adds_bos(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` prepends its BOS when encoding with special tokens.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+
+    Returns:
+        True if it has a BOS id and ``tokenizer("a")`` starts with it.
+    """
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tokenizer.encode("a", add_special_tokens=True)
+    return len(ids) > 0 and ids[0] == bos
+
+
+def _check_depth(depth: Any) -> float:
+    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be a number in [0, 1], got {depth!r}")
+    return float(depth)
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+class _PromptBuilder:
+    """Tokenizes the fixed parts once and the filler lazily, then assembles prompts."""
+
+    def __init__(self, tokenizer: Any, add_bos: bool | None) -> None:
+        self.tokenizer = tokenizer
+        if add_bos is None:
+            add_bos = tokenizer_adds_bos(tokenizer)
+        if add_bos and getattr(tokenizer, "bos_token_id", None) is None:
+            raise ValueError("add_bos=True but the tokenizer has no BOS token")
+        self.prefix = [tokenizer.bos_token_id] if add_bos else []
+        self.task = _encode(tokenizer, TASK)
+        self.question = _encode_after_sentence(tokenizer, QUESTION)
+        self._filler: list[int] = []
+        self._filler_reps = 0
+
+    def filler(self, n: int) -> list[int]:
+        """The first ``n`` tokens of the tokenized repeated filler text."""
+        if len(self._filler) < n:
+            reps = max(64, self._filler_reps)
+            while True:
+                ids = _encode_after_sentence(self.tokenizer, " ".join([FILLER] * reps))
+                if len(ids) >= n:
+                    break
+                reps *= 2
+            self._filler, self._filler_reps = ids, reps
+        return self._filler[:n]
+
+    def build(self, length: int, depth: float, key: int) -> PasskeyPrompt:
+        _check_positive_int("length", length)
+        depth = _check_depth(depth)
+        if isinstance(key, bool) or not isinstance(key, int) or key < 0:
+            raise ValueError(f"key must be a non-negative integer, got {key!r}")
+        needle = _encode_after_sentence(self.tokenizer, NEEDLE.format(key=key))
+        fixed = len(self.prefix) + len(self.task) + len(needle) + len(self.question)
+        if length < fixed:
+            raise ValueError(
+                f"length {length} is too short for the passkey prompt: BOS, task, needle and question take {fixed} tokens"
+            )
+        n_filler = length - fixed
+        n_before = math.floor(depth * n_filler + 0.5)
+        filler = self.filler(n_filler)
+        ids = self.prefix + self.task + filler[:n_before] + needle + filler[n_before:] + self.question
+        filler_start = len(self.prefix) + len(self.task)
+        needle_start = filler_start + n_before
+        return PasskeyPrompt(
+            input_ids=ids,
+            key=key,
+            depth=depth,
+            filler_start=filler_start,
+            needle_start=needle_start,
+            needle_end=needle_start + len(needle),
+            question_start=length - len(self.question),
+            n_filler=n_filler,
+        )
+
+
+def build_passkey_prompt(
+    tokenizer: Any, length: int, depth: float, key: int, add_bos: bool | None = None
+) -> PasskeyPrompt:
+    """Build the standard passkey prompt of exactly ``length`` tokens.
+
+    Args:
+        tokenizer: a transformers tokenizer (fast or slow) with ``encode``.
+        length: total prompt length in tokens, BOS included when added.
+        depth: fraction in [0, 1] of the filler tokens placed before the needle (see module doc).
+        key: the pass key (a non-negative integer; :func:`run_passkey` uses 5 digits).
+        add_bos: prepend the tokenizer's BOS; None follows the tokenizer (BOS iff it adds one
+            itself, see :func:`tokenizer_adds_bos`).
+
+    Returns:
+        A :class:`PasskeyPrompt` with the ids and the needle's token offsets.
+
+    Raises:
+        ValueError: length too short for the fixed parts, depth outside [0, 1], negative key, or
+            ``add_bos=True`` with a tokenizer without BOS.
+    """
+    return _PromptBuilder(tokenizer, add_bos).build(length, depth, key)
+
+
+def score_passkey(generated_text: str, key: int) -> bool:
+    """Whether the first integer in ``generated_text`` equals ``key``.
+
+    Args:
+        generated_text: the model's continuation (anything: spaces, punctuation, garbage).
+        key: the expected pass key.
+
+    Returns:
+        True iff the text contains an ASCII digit run and the first such run, read as an integer,
+        equals ``key`` (so " 12345." and "12345 is the key" pass, "1234 5" and "no idea" fail).
+    """
+    match = _FIRST_INTEGER.search(generated_text)
+    return match is not None and int(match.group()) == key
+
+
+@dataclass(frozen=True)
+class PasskeyTrial:
+    """One generation: where the needle was, what the key was, what the model wrote."""
+
+    length: int
+    depth: float
+    trial: int
+    key: int
+    output: str
+    correct: bool
+    needle_start: int
+
+
+@dataclass
+class PasskeyResult:
+    """Outcome of :func:`run_passkey`.
+
+    Attributes:
+        lengths, depths: the grid, in the order given.
+        trials: trials per (length, depth) cell.
+        seed: seed of the keys.
+        max_new_tokens: tokens generated per trial.
+        records: every trial, in run order.
+        elapsed_s: wall-clock seconds spent generating.
+        threshold: accuracy a length needs to count towards :attr:`passkey_context`.
+    """
+
+    lengths: list[int]
+    depths: list[float]
+    trials: int
+    seed: int
+    max_new_tokens: int
+    records: list[PasskeyTrial] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    threshold: float = PASS_THRESHOLD
+
+    def accuracy(self, length: int, depth: float | None = None) -> float:
+        """Fraction of correct trials at ``length`` (and ``depth``, or over all depths if None)."""
+        hits = [r.correct for r in self.records if r.length == length and (depth is None or r.depth == depth)]
+        if not hits:
+            raise ValueError(f"no trials at length {length}" + ("" if depth is None else f", depth {depth}"))
+        return sum(hits) / len(hits)
+
+    @property
+    def accuracy_grid(self) -> list[list[float]]:
+        """Accuracy per cell, ``grid[i][j]`` for ``lengths[i]`` and ``depths[j]``."""
+        return [[self.accuracy(n, d) for d in self.depths] for n in self.lengths]
+
+    @property
+    def length_accuracy(self) -> dict[int, float]:
+        """Accuracy per length, over all depths and trials."""
+        return {n: self.accuracy(n) for n in self.lengths}
+
+    @property
+    def passkey_context(self) -> int | None:
+        """Largest length whose accuracy over all depths is >= ``threshold`` (None if none is)."""
+        passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
+        return max(passing) if passing else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict: settings, ``accuracy`` grid (rows = lengths), per-length
+        accuracy (keys are strings), ``passkey_context`` and the per-trial ``records``."""
+        return {
+            "lengths": list(self.lengths),
+            "depths": list(self.depths),
+            "trials": self.trials,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "threshold": self.threshold,
+            "accuracy": self.accuracy_grid,
+            "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
+            "passkey_context": self.passkey_context,
+            "elapsed_s": self.elapsed_s,
+            "records": [asdict(r) for r in self.records],
+        }
+
+
+def passkey_key(seed: int, length: int, depth: float, trial: int) -> int:
+    """The 5-digit key of one trial.
+
+    Each trial has its own ``random.Random`` seeded from ``(seed, length, depth, trial)``, so a
+    cell's keys do not depend on which other lengths or depths are in the run.
+
+    Args:
+        seed: run seed.
+        length: prompt length.
+        depth: needle depth.
+        trial: trial index.
+
+    Returns:
+        An integer in [10000, 99999].
+    """
+    return random.Random(f"passkey:{seed}:{length}:{float(depth)!r}:{trial}").randint(10000, 99999)
+
+
+def _model_device(model: Any) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
+
+
+@torch.inference_mode()
+def run_passkey(
+    model: Any,
+    tokenizer: Any,
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    trials: int,
+    seed: int = 0,
+    max_new_tokens: int = 10,
+    progress: bool = True,
+    add_bos: bool | None = None,
+    batch_size: int = 1,
+) -> PasskeyResult:
+    """Run passkey retrieval over a grid of prompt lengths and needle depths.
+
+    Each (length, depth) cell runs ``trials`` prompts with keys from :func:`passkey_key`; the model
+    decodes greedily with its KV cache (``model.generate(do_sample=False)``), and a trial is correct
+    when :func:`score_passkey` accepts the decoded new tokens.
+
+    Args:
+        model: a ``*ForCausalLM`` in eval mode.
+        tokenizer: its tokenizer.
+        lengths: prompt lengths in tokens (BOS included), distinct.
+        depths: needle depths in [0, 1], distinct (see :func:`build_passkey_prompt`).
+        trials: prompts per cell.
+        seed: seed of the keys.
+        max_new_tokens: tokens to generate per prompt.
+        progress: show a tqdm bar over prompts.
+        add_bos: as in :func:`build_passkey_prompt`.
+        batch_size: prompts of one length generated together (they all have the same length, so
+            no padding is needed); 1 reproduces single-prompt numerics exactly.
+
+    Returns:
+        A :class:`PasskeyResult` (per-cell accuracy, per-trial records, passkey context).
+
+    Raises:
+        ValueError: empty or duplicate lengths/depths, bad depth, non-positive trials,
+            max_new_tokens or batch_size, or a length too short for the prompt.
+    """
+    lengths = [_check_positive_int("length", n) for n in lengths]
+    depths = [_check_depth(d) for d in depths]
+    for name, values in (("lengths", lengths), ("depths", depths)):
+        if not values:
+            raise ValueError(f"{name} must not be empty")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} must be distinct, got {values}")
+    _check_positive_int("trials", trials)
+    _check_positive_int("max_new_tokens", max_new_tokens)
+    _check_positive_int("batch_size", batch_size)
+
+    builder = _PromptBuilder(tokenizer, add_bos)
+    jobs = [(n, d, t) for n in lengths for d in depths for t in range(trials)]
+    prompts = [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]  # validates lengths early
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = getattr(tokenizer, "eos_token_id", None)
+    device = _model_device(model)
+
+    result = PasskeyResult(lengths, depths, trials, seed, max_new_tokens)
+    start = time.perf_counter()
+    bar = tqdm(total=len(jobs), desc="passkey", disable=not progress, unit="prompt")
+    i = 0
+    while i < len(jobs):
+        j = i + 1  # a batch holds consecutive prompts of the same length
+        while j < len(jobs) and j - i < batch_size and jobs[j][0] == jobs[i][0]:
+            j += 1
+        input_ids = torch.tensor([p.input_ids for p in prompts[i:j]], dtype=torch.long, device=device)  # [b, L]
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_id,
+        )  # [b, L + new]
+        for (n, d, t), p, new in zip(jobs[i:j], prompts[i:j], out[:, input_ids.shape[1] :]):
+            text = tokenizer.decode(new.tolist(), skip_special_tokens=True)
+            result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
+        bar.update(j - i)
+        i = j
+    bar.close()
+    result.elapsed_s = time.perf_counter() - start
+    return result
+
+
+def _length_label(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def plot_passkey_heatmap(result: PasskeyResult, path: str | os.PathLike, title: str | None = None) -> Path:
+    """Draw accuracy per (length, depth) as a heatmap and write it atomically.
+
+    Lengths run along x and depths down y, both sorted; the colour encodes accuracy on a fixed 0..1 scale and each
+    cell shows its value. The figure is rendered with matplotlib's Agg canvas (no pyplot, no global
+    backend switch) into a temporary file beside ``path``, then renamed over it.
+
+    Args:
+        result: a :class:`PasskeyResult`.
+        path: output file; the format follows its suffix (png if none).
+        title: first title line (default "Passkey retrieval"); a second line gives trials per cell
+            and the passkey context.
+
+    Returns:
+        The written path.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise MissingDependencyError("plotting needs matplotlib: pip install 'ropescale[eval]'") from e
+
+    path = Path(path)
+    lengths, depths = sorted(result.lengths), sorted(result.depths)
+    grid = [[result.accuracy(n, d) for n in lengths] for d in depths]  # [depth][length]
+    n_len, n_dep = len(lengths), len(depths)
+    fig = Figure(figsize=(1.2 + 0.9 * n_len, 1.2 + 0.5 * n_dep), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
+    for r, row in enumerate(grid):
+        for c, acc in enumerate(row):
+            # The colour map is dark at both ends: white text there, black in the light middle.
+            colour = "white" if acc < 0.2 or acc > 0.8 else "black"
+            ax.text(c, r, f"{acc:.2f}", ha="center", va="center", fontsize=9, color=colour)
+    ax.set_xticks(range(n_len), [_length_label(n) for n in lengths])
+    ax.set_yticks(range(n_dep), [f"{d:g}" for d in depths])
+    ax.set_xlabel("prompt length (tokens)")
+    ax.set_ylabel("needle depth")
+    context = result.passkey_context
+    ax.set_title(
+        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, passkey context: "
+        f"{_length_label(context) if context else 'none'}",
+        fontsize=10,
+    )
+    fig.colorbar(image, ax=ax, label="accuracy")
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", dpi=120)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
