@@ -1,0 +1,171 @@
+"""``ropescale eval``: perplexity, passkey, needle, suites and lm-eval, all resumable.
+
+Each task command builds a one-task suite from its flags and runs it through the same runner as
+``ropescale eval suite``: cells are written atomically under ``--output`` as they finish, a re-run
+skips finished cells, and the run ends with a table, ``report.md``, ``results.json`` and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from .common import add_model_args, parse_params
+
+EXAMPLES = {
+    "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
+                  "--lengths 2048,8192,16384 --output runs/ppl",
+    "passkey": "example: ropescale eval passkey --method yarn --factor 4 --lengths 4096,8192,16384 "
+               "--depths 0,0.25,0.5,0.75,1 --trials 5",
+    "needle": "example: ropescale eval needle --task niah_multikey --method yarn --factor 4 --lengths 4096,8192",
+    "suite": "example: ropescale eval suite evals/suites/smollm2-x4.yaml --output runs/smollm2-x4",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    group = sub.add_parser("eval", help="evaluate at extended lengths (perplexity, passkey, needle, suites, lm-eval)",
+                           description="Evaluate a model, scaled by one or several methods, at extended lengths.")
+    tasks = group.add_subparsers(dest="eval_command", metavar="TASK", parser_class=type(group))
+    tasks.required = True
+
+    p = _task_parser(tasks, "perplexity", "sliding-window perplexity at several lengths")
+    p.add_argument("--lengths", required=True, help="comma-separated window lengths, e.g. 2048,8192,16384")
+    p.add_argument("--mode", default="yarn", choices=["yarn", "longlora", "nonoverlap"],
+                   help="window protocol: yarn (PI/YaRN, stride 256, each token once), longlora (every token of "
+                        "windows every STRIDE), nonoverlap (lm-eval rolling)")
+    p.add_argument("--stride", type=int, default=None, help="window stride in tokens (default 256; window for nonoverlap)")
+    p.add_argument("--max-tokens", type=int, default=None, help="tokens scored per cell (default: 4 windows)")
+
+    p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
+    p.add_argument("--lengths", required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
+    p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
+    p.add_argument("--trials", type=int, default=5)
+
+    p = _task_parser(tasks, "needle", "RULER-style multi-key / multi-value needles in a real-text haystack")
+    p.add_argument("--task", dest="needle_task", default="niah_single", help="niah_single, niah_multikey, niah_multivalue, ...")
+    p.add_argument("--lengths", required=True)
+    p.add_argument("--depths", default="0.25,0.5,0.75")
+    p.add_argument("--trials", type=int, default=3)
+
+    p = tasks.add_parser("suite", help="run a YAML suite of methods × tasks × lengths",
+                         description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
+                         epilog=EXAMPLES["suite"])
+    p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
+    p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_suite_cmd)
+
+    try:
+        from ..evals import harness
+    except ImportError:  # lm-eval integration not installed/available
+        harness = None
+    if harness is not None and hasattr(harness, "register"):
+        harness.register(tasks)
+
+
+def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
+    p = tasks.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+                         epilog=EXAMPLES[name])
+    add_model_args(p)
+    p.add_argument("--method", default=None, help="one scaling method (with --param for its parameters)")
+    p.add_argument("--methods", default=None, help="comma-separated methods to compare, e.g. none,linear,ntk,dynamic_ntk,yarn")
+    p.add_argument("--factor", default=None, help="scaling factor for every method except none")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable")
+    p.add_argument("--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="results folder (default: runs/<task>-<model>)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_task_cmd, task=name)
+    return p
+
+
+def _ints(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"{flag} must be positive integers, got {text!r}")
+    return values
+
+
+def _floats(flag: str, text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not 0 <= v <= 1 for v in values):
+        raise ValueError(f"{flag} must be numbers in [0, 1], got {text!r}")
+    return values
+
+
+def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.method and args.methods:
+        raise ValueError("give --method or --methods, not both")
+    names = [m.strip() for m in (args.methods or args.method or "none").split(",") if m.strip()]
+    params = parse_params(args.param)
+    if params and len(names) > 1:
+        raise ValueError("--param applies to a single --method")
+    entries = []
+    for name in names:
+        entry: dict[str, Any] = {"method": name, "params": params}
+        if name.lower() not in ("none", "default"):
+            if args.factor is None:
+                raise ValueError(f"--factor is required for method '{name}'")
+            entry["factor"] = _factor(args.factor)
+        entries.append(entry)
+    return entries
+
+
+def _factor(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"factor must be a number, got {text!r}") from None
+
+
+def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    task = args.task
+    settings: dict[str, Any] = {"lengths": _ints("--lengths", args.lengths)}
+    if task == "perplexity":
+        settings.update(mode=args.mode, stride=args.stride, max_tokens=args.max_tokens)
+    else:
+        settings.update(depths=_floats("--depths", args.depths), trials=args.trials)
+        if args.trials <= 0:
+            raise ValueError(f"--trials must be positive, got {args.trials}")
+        if task == "needle":
+            settings["task"] = args.needle_task
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-")
+    return {"name": f"{task}-{slug}", "model": args.model, "dtype": args.dtype, "data": args.data, "seed": args.seed,
+            "methods": methods_from_args(args), task: settings}
+
+
+def run_task_cmd(args: argparse.Namespace) -> int:
+    from ..evals.suite import suite_from_dict
+
+    suite = suite_from_dict(suite_from_args(args))
+    return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
+
+
+def run_suite_cmd(args: argparse.Namespace) -> int:
+    from ..evals.suite import load_suite
+
+    suite = load_suite(args.suite)
+    return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
+
+
+def _run(suite, output: str, no_progress: bool) -> int:
+    import time
+
+    from ..evals.suite import run_suite
+
+    start = time.time()
+    summary = run_suite(suite, output, progress=not no_progress)
+    print(summary["markdown"])
+    print(f"\nreport: {summary['report']}")
+    for path in summary["plots"]:
+        print(f"plot:   {path}")
+    print(f"finished {summary['cells_finished']}/{summary['cells_total']} cells in {time.time() - start:.0f} s")
+    return 0

@@ -1,0 +1,81 @@
+"""Evaluation text: where ``--data`` comes from, and its tokenization.
+
+``--data`` accepts: the name of an embedded corpus (``austen`` — the default — or ``kjv``, see
+:mod:`ropescale.data.corpus`), a text file, a folder of ``.txt`` files, a JSONL/JSON/Parquet file
+with a text field (read with the ``datasets`` library from local files), or ``hub:org/name``
+for a Hub dataset where the Hub is reachable.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import RopescaleError
+
+TABLE_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def load_documents(data: str | os.PathLike | None = None, text_field: str = "text", split: str = "train") -> list[tuple[str, str]]:
+    """``[(title, text), ...]`` from any ``--data`` value (see the module docstring)."""
+    from ..data.corpus import CORPORA, DEFAULT_CORPUS, load_corpus
+
+    source = str(data) if data is not None else DEFAULT_CORPUS
+    if source in CORPORA:
+        return [(doc.title, doc.text) for doc in load_corpus(source)]
+    if source.startswith("hub:"):
+        return _from_datasets(source[4:], None, text_field, split)
+    path = Path(source).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
+        if not files:
+            raise RopescaleError(f"data folder '{source}' has no .txt files")
+        return [(p.stem, p.read_text(encoding="utf-8", errors="replace")) for p in files]
+    if path.is_file():
+        if path.suffix in TABLE_SUFFIXES:
+            return _from_datasets(TABLE_SUFFIXES[path.suffix], str(path), text_field, split)
+        return [(path.stem, path.read_text(encoding="utf-8", errors="replace"))]
+    names = ", ".join(sorted(CORPORA))
+    raise RopescaleError(f"data '{source}' not found: not a file, a folder, hub:org/name or a corpus ({names})")
+
+
+def _from_datasets(name: str, data_files: str | None, text_field: str, split: str) -> list[tuple[str, str]]:
+    try:
+        import datasets
+    except ImportError:
+        raise RopescaleError("reading JSONL/Parquet/Hub data needs the datasets package: pip install 'ropescale[eval]'") from None
+    try:
+        ds = datasets.load_dataset(name, data_files=data_files, split=split)
+    except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing/offline data
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RopescaleError(f"could not load data '{data_files or name}': {first}") from None
+    if text_field not in ds.column_names:
+        raise RopescaleError(f"data '{data_files or name}' has no field '{text_field}' (fields: {', '.join(ds.column_names)})")
+    return [(f"{Path(data_files or name).stem}[{i}]", row[text_field]) for i, row in enumerate(ds) if row[text_field]]
+
+
+def tokenize_documents(tokenizer: Any, documents: list[tuple[str, str]], max_tokens: int | None = None,
+                       min_tokens: int = 0) -> list[list[int]]:
+    """Token ids of each document without special tokens, longest documents first.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        documents: ``[(title, text), ...]``.
+        max_tokens: stop once this many tokens are collected (the last document is cut).
+        min_tokens: drop documents shorter than this (e.g. the evaluation window).
+    """
+    out: list[list[int]] = []
+    total = 0
+    for _, text in documents:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) < min_tokens:
+            continue
+        if max_tokens is not None:
+            ids = ids[: max(0, max_tokens - total)]
+        if ids:
+            out.append(ids)
+            total += len(ids)
+        if max_tokens is not None and total >= max_tokens:
+            break
+    return out

@@ -1,0 +1,160 @@
+"""Aggregating a suite's cells into ``results.json``, a Markdown report and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_write_json, atomic_write_text
+
+PPL_CONVENTIONS = {
+    "yarn": "sliding window, stride {stride}: each token scored once with up to a window of context "
+            "(PI/YaRN convention); PPL is token-weighted, the papers' mean over windows is also given",
+    "longlora": "windows every {stride} tokens, every token of every window scored (LongLoRA convention)",
+    "nonoverlap": "non-overlapping windows (lm-eval rolling convention)",
+}
+
+
+def _load_cells(output: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((output / "cells").glob("*.json"))]
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
+
+
+def write_report(suite, output: str | Path) -> dict[str, Any]:
+    """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary."""
+    output = Path(output)
+    cells = _load_cells(output)
+    labels = [m.label for m in suite.methods]
+    summary: dict[str, Any] = {"suite": suite.name, "model": suite.model, "dtype": suite.dtype, "tasks": {}}
+    lines = [f"# {suite.name}: {suite.model}", "",
+             f"dtype {suite.dtype}; data `{suite.data or 'austen'}`; methods: "
+             + ", ".join(f"{m.label} ({m.method}{' ×%g' % m.factor if m.factor else ''}"
+                         + (f", {m.params}" if m.params else "") + ")" for m in suite.methods), ""]
+    plots: list[str] = []
+    for task in suite.tasks():
+        settings = getattr(suite, task)
+        lengths = settings["lengths"]
+        table: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in labels}
+        for cell in cells:
+            if cell["task"] == task and cell["method"] in table:
+                table[cell["method"]][cell["length"]] = cell["result"]
+        summary["tasks"][task] = {label: {str(n): r for n, r in rows.items()} for label, rows in table.items()}
+        header = "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |"
+        rule = "|---|" + "---|" * len(lengths)
+        if task == "perplexity":
+            r0 = next((r for rows in table.values() for r in rows.values()), {})
+            mode = r0.get("mode", settings.get("mode", "yarn"))
+            lines += ["## Perplexity", "",
+                      "Convention: " + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
+                      + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
+                      "", "Token-weighted perplexity (lower is better):", "", header, rule]
+            for label in labels:
+                lines.append(f"| {label} | " + " | ".join(_fmt(table[label].get(n, {}).get("ppl")) for n in lengths) + " |")
+            if mode != "nonoverlap":
+                lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
+                for label in labels:
+                    lines.append(f"| {label} | " + " | ".join(_fmt(table[label].get(n, {}).get("mean_window_ppl")) for n in lengths) + " |")
+            scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+            lines += ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
+            plots.append(_plot_ppl(output, table, labels, lengths))
+        else:
+            name = "Passkey retrieval" if task == "passkey" else f"Needle suite ({settings.get('task', 'niah_single')})"
+            lines += [f"## {name}", "",
+                      f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
+                      "per length; greedy decoding with the KV cache"
+                      + ("; first integer must equal the key." if task == "passkey" else "; RULER string match."),
+                      "", header + " context |", rule + "---|"]
+            for label in labels:
+                accs = {n: _mean_accuracy(table[label][n]) for n in lengths if n in table[label]}
+                ok = [n for n, a in accs.items() if a >= 0.8]
+                lines.append(f"| {label} | " + " | ".join(_fmt(accs.get(n)) for n in lengths)
+                             + f" | {max(ok) if ok else '—'} |")
+            lines.append("")
+            plots += _plot_grids(output, task, table, labels, lengths)
+    plots = [p for p in plots if p]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).relative_to(output)})" for p in plots] + [""]
+    done, total = len(cells), len(suite.cells())
+    lines.append(f"_{done}/{total} cells finished._")
+    summary["plots"] = plots
+    summary["cells_finished"], summary["cells_total"] = done, total
+    atomic_write_json(output / "results.json", summary)
+    atomic_write_text(output / "report.md", "\n".join(lines) + "\n")
+    summary["report"] = str(output / "report.md")
+    summary["markdown"] = "\n".join(lines)
+    return summary
+
+
+def _mean_accuracy(result: dict[str, Any]) -> float:
+    grid = result.get("accuracy") or [[0.0]]
+    values = [v for row in grid for v in row]
+    return sum(values) / len(values)
+
+
+def _figure():
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(7, 4.5), dpi=120)
+
+
+def _save(fig, path: Path) -> str:
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, bbox_inches="tight")
+    tmp.replace(path)
+    return str(path)
+
+
+def _plot_ppl(output: Path, table, labels, lengths) -> str | None:
+    fig = _figure()
+    ax = fig.add_subplot()
+    drawn = False
+    for label in labels:
+        xs = [n for n in lengths if n in table[label]]
+        if xs:
+            ax.plot(xs, [table[label][n]["ppl"] for n in xs], marker="o", label=label)
+            drawn = True
+    if not drawn:
+        return None
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(lengths, [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
+    ax.set_xlabel("evaluation length (tokens)")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("Perplexity vs evaluation length")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return _save(fig, output / "perplexity_vs_length.png")
+
+
+def _plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
+    """One heatmap per method: lengths × depths, accuracy in each cell."""
+    import numpy as np
+
+    paths = []
+    for label in labels:
+        rows = [n for n in lengths if n in table[label]]
+        if not rows:
+            continue
+        depths = table[label][rows[0]]["depths"]
+        grid = np.array([table[label][n]["accuracy"][0] for n in rows]).T  # [depths, lengths]
+        fig = _figure()
+        ax = fig.add_subplot()
+        im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="lower")
+        ax.set_xticks(range(len(rows)), [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in rows])
+        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=9)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("needle depth")
+        ax.set_title(f"{task}: {label}")
+        fig.colorbar(im, ax=ax, label="accuracy")
+        paths.append(_save(fig, output / f"{task}_{label}.png"))
+    return paths

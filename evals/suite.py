@@ -1,0 +1,291 @@
+"""Evaluation suites: methods × tasks × lengths on one model, resumable, ending in a report.
+
+A suite is a YAML file (``evals/suites/*.yaml``)::
+
+    name: smollm2-x4
+    model: smollm2-135m
+    dtype: float32            # float32 | bfloat16 | float16
+    data: austen              # any --data value (see ropescale.evals.data)
+    seed: 0
+    methods:                  # label defaults to the method name
+      - {method: none}
+      - {method: yarn, factor: 4}
+      - {method: yarn, factor: 4, params: {attention_factor: 1.0}, label: yarn-af1}
+    perplexity: {lengths: [2048, 8192], mode: nonoverlap, stride: null, max_tokens: 16384}
+    passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
+    needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
+
+Every (method, task, length) cell is written atomically to ``cells/`` as soon as it finishes and
+is never recomputed, so an interrupted run loses at most the cell in flight. The model is
+loaded once and re-patched per method (patching touches the rotary module, not the weights).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .._io import atomic_write_json, atomic_write_text
+from ..errors import RopescaleError
+
+TASKS = ("perplexity", "passkey", "needle")
+DTYPES = ("float32", "bfloat16", "float16")
+SUITES_DIR = Path(__file__).parent / "suites"
+
+
+class SuiteError(RopescaleError):
+    """A suite file or its combination of settings is invalid."""
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    label: str
+    method: str
+    factor: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Suite:
+    name: str
+    model: str
+    methods: list[MethodEntry]
+    dtype: str = "float32"
+    data: str | None = None
+    seed: int = 0
+    perplexity: dict[str, Any] | None = None
+    passkey: dict[str, Any] | None = None
+    needle: dict[str, Any] | None = None
+
+    def tasks(self) -> list[str]:
+        return [t for t in TASKS if getattr(self, t)]
+
+    def cells(self) -> list[tuple[MethodEntry, str, int]]:
+        return [(m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"]]
+
+
+def _positive_ints(name: str, values: Any) -> list[int]:
+    if not isinstance(values, list) or not values:
+        raise SuiteError(f"{name} must be a non-empty list of token counts")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SuiteError(f"{name} must be positive integers, got {v!r}")
+    return values
+
+
+def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
+    """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite`."""
+    from ..methods import get_method
+
+    if not isinstance(raw, dict):
+        raise SuiteError("a suite must be a mapping with model, methods and at least one task")
+    unknown = sorted(set(raw) - {"name", "model", "dtype", "data", "seed", "methods", *TASKS})
+    if unknown:
+        raise SuiteError(f"unknown suite key '{unknown[0]}'; known: name, model, dtype, data, seed, methods, {', '.join(TASKS)}")
+    methods = []
+    for i, entry in enumerate(raw.get("methods") or []):
+        if isinstance(entry, str):
+            entry = {"method": entry}
+        if not isinstance(entry, dict) or "method" not in entry:
+            raise SuiteError(f"methods[{i}] must be a mapping with a 'method' key")
+        params = dict(entry.get("params") or {})
+        factor = entry.get("factor")
+        get_method(entry["method"], **params, **({"factor": factor} if factor is not None else {}))  # validates
+        label = str(entry.get("label") or entry["method"])
+        methods.append(MethodEntry(label, entry["method"], factor, params))
+    if not methods:
+        raise SuiteError("a suite needs at least one method")
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise SuiteError(f"method labels must be unique, got {labels}")
+    suite = Suite(
+        name=str(raw.get("name") or default_name),
+        model=str(raw.get("model") or "smollm2-135m"),
+        methods=methods,
+        dtype=str(raw.get("dtype") or "float32"),
+        data=raw.get("data"),
+        seed=int(raw.get("seed") or 0),
+        **{t: raw.get(t) for t in TASKS},
+    )
+    if suite.dtype not in DTYPES:
+        raise SuiteError(f"dtype must be one of {', '.join(DTYPES)}, got {suite.dtype!r}")
+    if not suite.tasks():
+        raise SuiteError(f"a suite needs at least one task ({', '.join(TASKS)})")
+    for task in suite.tasks():
+        settings = getattr(suite, task)
+        if not isinstance(settings, dict):
+            raise SuiteError(f"{task} must be a mapping with at least 'lengths'")
+        _positive_ints(f"{task}.lengths", settings.get("lengths"))
+    return suite
+
+
+def load_suite(path_or_name: str | Path) -> Suite:
+    """A suite from a YAML path, or by name from ``evals/suites/``."""
+    path = Path(path_or_name)
+    if not path.is_file() and (SUITES_DIR / f"{path_or_name}.yaml").is_file():
+        path = SUITES_DIR / f"{path_or_name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
+        raise SuiteError(f"suite '{path_or_name}' not found (a YAML path, or one of: {known})")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SuiteError(f"suite '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
+    return suite_from_dict(raw, default_name=path.stem)
+
+
+def cell_id(entry: MethodEntry, task: str, length: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
+
+
+def check_lengths(suite: Suite, original_context: int) -> None:
+    """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate)."""
+    for entry, task, length in suite.cells():
+        factor = float(entry.factor or 1.0)
+        if factor > 1 and length > factor * original_context:
+            need = math.ceil(length / original_context)
+            raise SuiteError(
+                f"factor {factor:g} of '{entry.label}' is too small for {task} at {length} tokens "
+                f"(extended context {int(factor * original_context)}); use factor >= {need}"
+            )
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+class SuiteRunner:
+    """Runs a suite into ``output``; call :meth:`run`."""
+
+    def __init__(self, suite: Suite, output: str | Path, progress: bool = True):
+        self.suite, self.output, self.progress = suite, Path(output), progress
+        self.cells_dir = self.output / "cells"
+
+    def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
+        return self.cells_dir / f"{cell_id(entry, task, length)}.json"
+
+    def is_done(self, entry: MethodEntry, task: str, length: int) -> bool:
+        """A cell counts as done only if its file records the same method settings."""
+        path = self.cell_path(entry, task, length)
+        if not path.is_file():
+            return False
+        try:
+            record = json.loads(path.read_text())
+        except ValueError:
+            return False
+        return (record.get("method_name"), record.get("factor"), record.get("params")) == (
+            entry.method, entry.factor, entry.params)
+
+    def pending(self) -> list[tuple[MethodEntry, str, int]]:
+        return [c for c in self.suite.cells() if not self.is_done(*c)]
+
+    def run(self) -> dict[str, Any]:
+        from tqdm.auto import tqdm
+
+        from ..models.loading import from_pretrained, load_config, load_tokenizer
+        from ..patching.config import original_geometry
+        from ..patching.model import patch
+
+        self.output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
+        todo = self.pending()
+        if todo:
+            # everything that can fail on bad input is checked before the weights are loaded
+            config = load_config(self.suite.model)
+            check_lengths(self.suite, original_geometry(config)[2])
+            tokenizer = load_tokenizer(self.suite.model)
+            self._prepare_data(tokenizer)
+            model = from_pretrained(self.suite.model, dtype=_dtype(self.suite.dtype), attn_implementation="sdpa")
+            bar = tqdm(total=len(self.suite.cells()), initial=len(self.suite.cells()) - len(todo),
+                       desc="suite cells", disable=not self.progress, unit="cell")
+            current = None
+            for entry, task, length in todo:
+                if entry != current:
+                    patch(model, entry.method, factor=entry.factor, replace=True, **entry.params)
+                    current = entry
+                bar.set_postfix_str(f"{entry.label} {task} {length}")
+                result = self._run_cell(model, tokenizer, entry, task, length)
+                record = {"method": entry.label, "method_name": entry.method, "factor": entry.factor,
+                          "params": entry.params, "task": task, "length": length, "result": result}
+                atomic_write_json(self.cell_path(entry, task, length), record)
+                bar.update(1)
+            bar.close()
+        from .report import write_report
+
+        return write_report(self.suite, self.output)
+
+    # -- data ------------------------------------------------------------------------------------
+    def _prepare_data(self, tokenizer) -> None:
+        self.documents = None
+        self.haystack = None
+        if self.suite.perplexity:
+            from .data import load_documents, tokenize_documents
+
+            ppl = self.suite.perplexity
+            longest = max(ppl["lengths"])
+            budget = int(ppl.get("max_tokens") or 4 * longest)
+            texts = load_documents(self.suite.data)
+            self.documents = tokenize_documents(tokenizer, texts, max_tokens=max(budget, longest) * 2)
+            have = max((len(d) for d in self.documents), default=0)
+            if have < longest:
+                raise SuiteError(
+                    f"perplexity length {longest} is larger than the longest document of the data ({have} tokens)"
+                )
+        if self.suite.needle and self.suite.data is not None:
+            from .data import load_documents
+
+            self.haystack = [text for _, text in load_documents(self.suite.data)]
+
+    # -- cells -----------------------------------------------------------------------------------
+    def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> dict[str, Any]:
+        if task == "perplexity":
+            from .perplexity import evaluate_perplexity
+
+            ppl = self.suite.perplexity
+            docs = [d for d in self.documents if len(d) >= length]
+            result = evaluate_perplexity(
+                model, docs, window=length, stride=ppl.get("stride"), mode=ppl.get("mode", "yarn"),
+                bos_token_id=tokenizer.bos_token_id, max_tokens=int(ppl.get("max_tokens") or 4 * length),
+                progress=self.progress,
+            )
+            out = result.to_dict()
+            out.pop("window_document", None)
+            return out
+        if task == "passkey":
+            from .passkey import run_passkey
+
+            pk = self.suite.passkey
+            result = run_passkey(model, tokenizer, [length], pk.get("depths", [0.5]), int(pk.get("trials", 1)),
+                                 seed=self.suite.seed, progress=self.progress)
+            return result.to_dict()
+        from .needle import run_needle
+
+        nd = self.suite.needle
+        result = run_needle(model, tokenizer, nd.get("task", "niah_single"), [length], nd.get("depths", [0.5]),
+                            int(nd.get("trials", 1)), seed=self.suite.seed, haystack=self.haystack,
+                            progress=self.progress)
+        return result.to_dict()
+
+
+def _suite_dict(suite: Suite) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "data": suite.data,
+                           "seed": suite.seed}
+    out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params} for m in suite.methods]
+    for task in suite.tasks():
+        out[task] = getattr(suite, task)
+    return out
+
+
+def run_suite(suite: Suite | str | Path, output: str | Path, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) a suite; returns the aggregated results also written to ``output``."""
+    if not isinstance(suite, Suite):
+        suite = load_suite(suite)
+    return SuiteRunner(suite, output, progress).run()

@@ -1,0 +1,146 @@
+"""Suites: resumable cells, same results after an interruption, report and plots, clean CLI errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ropescale.cli.main import main
+from ropescale.evals import suite as suite_mod
+from ropescale.evals.suite import SuiteError, load_suite, run_suite, suite_from_dict
+
+TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+        "must be in want of a wife. The quick brown fox jumps over the lazy dog 12345 times. ") * 60
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_llama, bytelevel_tokenizer):
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_llama.save_pretrained(path)
+    bytelevel_tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def suite_dict(model_dir, tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    return {
+        "name": "tiny",
+        "model": str(model_dir),
+        "data": str(data),
+        "methods": [{"method": "none"}, {"method": "yarn", "factor": 4}, {"method": "linear", "factor": 4}],
+        "perplexity": {"lengths": [64, 200], "mode": "nonoverlap", "max_tokens": 400},
+        "passkey": {"lengths": [128, 300], "depths": [0.0, 1.0], "trials": 1},
+    }
+
+
+def _cells(out):
+    return {p.name: json.loads(p.read_text())["result"] for p in sorted((out / "cells").glob("*.json"))}
+
+
+def _strip_times(cells):
+    for result in cells.values():
+        result.pop("elapsed_s", None)
+        result.pop("tokens_per_second", None)
+    return cells
+
+
+def test_interrupted_suite_resumes_to_the_same_results(suite_dict, tmp_path, monkeypatch):
+    full = run_suite(suite_from_dict(suite_dict), tmp_path / "full", progress=False)
+    assert full["cells_finished"] == full["cells_total"] == 12
+    expected = _strip_times(_cells(tmp_path / "full"))
+
+    real = suite_mod.SuiteRunner._run_cell
+    calls = {"n": 0}
+
+    def crash_on_fifth(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(suite_mod.SuiteRunner, "_run_cell", crash_on_fifth)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite_from_dict(suite_dict), tmp_path / "resumed", progress=False)
+    assert len(_cells(tmp_path / "resumed")) == 4  # only the cell in flight was lost
+
+    ran = []
+    monkeypatch.setattr(suite_mod.SuiteRunner, "_run_cell", lambda self, *a: ran.append(a[2:]) or real(self, *a))
+    summary = run_suite(suite_from_dict(suite_dict), tmp_path / "resumed", progress=False)
+    assert len(ran) == 8 and summary["cells_finished"] == 12  # finished cells were not recomputed
+    assert _strip_times(_cells(tmp_path / "resumed")) == expected
+
+    report = (tmp_path / "resumed" / "report.md").read_text()
+    assert "## Perplexity" in report and "## Passkey retrieval" in report and "| yarn |" in report
+    assert "non-overlapping windows" in report
+    for plot in summary["plots"]:
+        assert (tmp_path / "resumed" / plot.split("/resumed/")[-1]).stat().st_size > 1000
+    assert len(summary["plots"]) == 1 + 3  # ppl vs length + one passkey heatmap per method
+
+
+def test_changed_method_settings_invalidate_cells(suite_dict, tmp_path):
+    one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], passkey=None)
+    run_suite(suite_from_dict(one), tmp_path / "out", progress=False)
+    two = dict(one, methods=[{"method": "yarn", "factor": 4, "params": {"attention_factor": 1.0}}])
+    runner = suite_mod.SuiteRunner(suite_from_dict(two), tmp_path / "out", progress=False)
+    assert len(runner.pending()) == 2
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"methods": []}, "at least one method"),
+        ({"methods": [{"method": "yarm", "factor": 4}]}, "did you mean 'yarn'"),
+        ({"methods": [{"method": "yarn", "factor": 0}]}, "factor must be >= 1"),
+        ({"perplexity": {"lengths": [0]}}, "perplexity.lengths must be positive"),
+        ({"perplexity": None, "passkey": None}, "at least one task"),
+        ({"dtype": "int8"}, "dtype must be one of"),
+        ({"bogus": 1}, "unknown suite key 'bogus'"),
+    ],
+)
+def test_bad_suites(suite_dict, change, message):
+    with pytest.raises((SuiteError, ValueError), match=message):
+        suite_from_dict(dict(suite_dict, **change))
+
+
+def test_factor_too_small_and_length_larger_than_text(suite_dict, tmp_path):
+    small = dict(suite_dict, methods=[{"method": "yarn", "factor": 2}], passkey=None)  # L=256, 2x → 512
+    small["perplexity"] = {"lengths": [600]}
+    with pytest.raises(SuiteError, match="too small for perplexity at 600 tokens"):
+        run_suite(suite_from_dict(small), tmp_path / "a", progress=False)
+    long = dict(suite_dict, methods=[{"method": "none"}], passkey=None)
+    long["perplexity"] = {"lengths": [50_000]}
+    with pytest.raises(SuiteError, match="larger than the longest document"):
+        run_suite(suite_from_dict(long), tmp_path / "b", progress=False)
+
+
+def test_shipped_suites_parse():
+    from ropescale.evals.suite import SUITES_DIR
+
+    names = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+    assert names
+    for name in names:
+        assert load_suite(name).cells()
+
+
+def test_cli_eval_commands(model_dir, tmp_path, capsys):
+    data = tmp_path / "t.txt"
+    data.write_text(TEXT)
+    code = main(["eval", "perplexity", "--model", str(model_dir), "--methods", "none,yarn", "--factor", "2",
+                 "--lengths", "64", "--max-tokens", "128", "--data", str(data), "--output", str(tmp_path / "p"),
+                 "--no-progress"])
+    out = capsys.readouterr().out
+    assert code == 0 and "| yarn |" in out and "report:" in out
+    for argv, fragment in [
+        (["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--data", str(tmp_path / "nope.txt")],
+         "not found"),
+        (["eval", "perplexity", "--model", str(model_dir), "--methods", "yarn", "--lengths", "64"], "--factor is required"),
+        (["eval", "passkey", "--model", str(model_dir), "--lengths", "abc"], "--lengths must be"),
+        (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--depths", "2"], "in [0, 1]"),
+        (["eval", "suite", str(tmp_path / "missing.yaml")], "not found"),
+    ]:
+        code = main(argv + ["--output", str(tmp_path / "x")] if argv[1] != "suite" else argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and fragment in err[0], err
