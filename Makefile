@@ -29,8 +29,11 @@ $(STAMP): pyproject.toml Makefile
 test: $(STAMP)
 	$(PY) -m pytest -q tests
 
+# The main job: none / linear / ntk / dynamic_ntk / yarn x4 on the embedded SmolLM2-135M,
+# perplexity at 2k-16k and passkey to 16k (resumable: re-run to continue an interrupted run).
 demo: setup
 	$(VENV)/bin/ropescale patch --model smollm2-135m --factor 4
+	$(VENV)/bin/ropescale eval suite smollm2-x4 --output runs/smollm2-x4
 
 bench: setup
 	$(PY) benchmarks/bench_forward.py
