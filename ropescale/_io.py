@@ -11,6 +11,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def cache_root() -> Path:
+    """Where ropescale keeps converted models and corpora: ``$ROPESCALE_CACHE`` or ``~/.cache/ropescale``."""
+    return Path(os.environ.get("ROPESCALE_CACHE") or Path.home() / ".cache" / "ropescale").expanduser()
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and rename it."""
     path = Path(path)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from .._io import atomic_directory
+from .._io import atomic_directory, cache_root
 from ..errors import MissingDependencyError, RopescaleError
 
 MANIFEST = "manifest.json"
@@ -80,11 +80,6 @@ class Document(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------ locations
-
-
-def cache_root() -> Path:
-    """``$ROPESCALE_CACHE`` or ``~/.cache/ropescale``."""
-    return Path(os.environ.get("ROPESCALE_CACHE") or Path.home() / ".cache" / "ropescale").expanduser()
 
 
 def corpus_dir(name: str = DEFAULT_CORPUS, cache_dir: str | os.PathLike | None = None) -> Path:

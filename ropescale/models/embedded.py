@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._io import atomic_directory
+from .._io import atomic_directory, cache_root
 from ..errors import MissingDependencyError
 
 
@@ -38,11 +38,6 @@ EMBEDDED_MODELS = {
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
-
-
-def cache_root() -> Path:
-    """``$ROPESCALE_CACHE`` or ``~/.cache/ropescale``."""
-    return Path(os.environ.get("ROPESCALE_CACHE") or Path.home() / ".cache" / "ropescale").expanduser()
 
 
 def gguf_path(name: str = DEFAULT_MODEL) -> Path:
