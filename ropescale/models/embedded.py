@@ -10,7 +10,6 @@ conversion never leaves a broken cache. Cache root: ``$ROPESCALE_CACHE`` (defaul
 from __future__ import annotations
 
 import importlib.util
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
