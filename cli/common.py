@@ -22,7 +22,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
     p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
-    p.add_argument("--factor", required=factor_required, help="scaling factor s: extended context = s × original")
+    add_factor_args(p)
+    p.set_defaults(factor_required=factor_required)
     p.add_argument(
         "--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
         help="the context the model was trained at, if its config does not say it",
@@ -35,6 +36,18 @@ def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -
     p.add_argument(
         "--sliding-window", default="keep", metavar="keep|none|N",
         help="Mistral-style sliding window: keep it (default), none (full attention) or a width",
+    )
+
+
+def add_factor_args(p: argparse.ArgumentParser) -> None:
+    """``--factor S`` or ``--target-length N`` (factor = N / original context, see
+    :mod:`ropescale.methods.factor`); giving both is a usage error."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--factor", default=None, help="scaling factor s: extended context = s × original")
+    group.add_argument(
+        "--target-length", type=_positive_int, default=None, metavar="N",
+        help="the context to reach instead of --factor: factor = N / original context "
+             "(rounded up to an integer for llama3)",
     )
 
 
@@ -79,12 +92,17 @@ def parse_sliding_window(text: str) -> Any:
 def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """Keyword arguments for ``plan_patch`` / ``from_pretrained`` from the parsed flags."""
     params = parse_params(args.param)
-    for reserved in ("factor", "method"):
+    for reserved in ("factor", "method", "target_length"):
         if reserved in params:
-            raise ValueError(f"give {reserved} with --{reserved}, not --param")
+            raise ValueError(f"give {reserved} with --{reserved.replace('_', '-')}, not --param")
+    target_length = getattr(args, "target_length", None)
+    if getattr(args, "factor_required", False) and args.factor is None and target_length is None:
+        raise ValueError("the following arguments are required: --factor (or --target-length)")
     return {
         "method": args.method,
         "factor": args.factor,  # a string; validated and converted by the method class
+        # resolved to a factor by plan_patch once the model's original context is known
+        "target_length": target_length,
         "original_max_position_embeddings": args.original_max_position_embeddings,
         "replace": args.replace,
         "sliding_window": parse_sliding_window(args.sliding_window),

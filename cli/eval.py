@@ -11,7 +11,7 @@ import argparse
 import re
 from typing import Any
 
-from .common import add_model_args, parse_params
+from .common import add_factor_args, add_model_args, parse_params
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
@@ -70,7 +70,7 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     add_model_args(p)
     p.add_argument("--method", default=None, help="one scaling method (with --param for its parameters)")
     p.add_argument("--methods", default=None, help="comma-separated methods to compare, e.g. none,linear,ntk,dynamic_ntk,yarn")
-    p.add_argument("--factor", default=None, help="scaling factor for every method except none")
+    add_factor_args(p)  # --factor or --target-length, for every method except none
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable")
     p.add_argument("--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -108,15 +108,30 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
     params = parse_params(args.param)
     if params and len(names) > 1:
         raise ValueError("--param applies to a single --method")
+    target_length = getattr(args, "target_length", None)
+    original_context = _original_context(args.model) if target_length is not None else None
     entries = []
     for name in names:
         entry: dict[str, Any] = {"method": name, "params": params}
         if name.lower() not in ("none", "default"):
-            if args.factor is None:
-                raise ValueError(f"--factor is required for method '{name}'")
-            entry["factor"] = _factor(args.factor)
+            if args.factor is None and target_length is None:
+                raise ValueError(f"--factor is required for method '{name}' (or --target-length)")
+            if target_length is not None:
+                from ..methods.factor import factor_for_target
+
+                entry["factor"] = factor_for_target(name, target_length, original_context)
+            else:
+                entry["factor"] = _factor(args.factor)
         entries.append(entry)
     return entries
+
+
+def _original_context(model: str) -> int:
+    """The trained context L of ``model`` (its config only; no weights are loaded)."""
+    from ..models.loading import load_config
+    from ..patching.config import original_geometry
+
+    return original_geometry(load_config(model))[2]
 
 
 def _factor(text: str) -> float:

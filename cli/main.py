@@ -14,6 +14,8 @@ from typing import Sequence
 from . import eval as eval_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
+from . import plot as plot_cmd
+from . import recommend as recommend_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd):
+    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd):
         module.register(sub)
     return parser
 

@@ -9,6 +9,7 @@ from .common import add_model_args, add_scaling_args, check_output_dir, scaling_
 EXAMPLES = """examples:
   ropescale patch --factor 4                                   # summary for the embedded SmolLM2-135M
   ropescale patch --model ./llama --method linear --factor 8 --output ./llama-pi8
+  ropescale patch --target-length 32768                        # factor = 32768 / 8192 = 4
   ropescale patch --model org/name --factor 4 --param beta_fast=16 --output out --config-only
 """
 
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_output_dir(args.output, args.overwrite) if args.output else None
     config = load_config(args.model)
     plan = plan_patch(
-        config, kw["method"], kw["factor"], kw["original_max_position_embeddings"], kw["replace"], **kw["params"]
+        config, kw["method"], kw["factor"], kw["original_max_position_embeddings"], kw["replace"],
+        target_length=kw["target_length"], **kw["params"]
     )
     if out is None:
         print(summary(args.model, plan))
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         model = from_pretrained(
             args.model, method=kw["method"], factor=kw["factor"], original_max_position_embeddings=kw["original_max_position_embeddings"],
             replace=kw["replace"], sliding_window=kw["sliding_window"], method_params=kw["params"],
+            target_length=kw["target_length"],
         )
         save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
     print(f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}")

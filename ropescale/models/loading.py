@@ -120,6 +120,8 @@ def from_pretrained(
     replace: bool = False,
     sliding_window: Any = KEEP,
     method_params: dict[str, Any] | None = None,
+    *,
+    target_length: int | None = None,
     **hf_kwargs: Any,
 ) -> Any:
     """Load a causal LM and apply a RoPE scaling, ready to use.
@@ -129,6 +131,8 @@ def from_pretrained(
         method: scaling method name (``ropescale methods``); None keeps the checkpoint's own scaling
             (a checkpoint saved by ropescale reloads with the same behaviour).
         factor: scaling factor s; extended context = s × original.
+        target_length: instead of ``factor``, the context to reach in tokens (factor = N / L,
+            rounded up to an integer for llama3).
         original_max_position_embeddings: trained context L, if the config does not say it.
         replace: allow replacing an existing scaling (starts from the original parameters).
         sliding_window: ``"keep"``, ``None`` or a width, for Mistral-style models.
@@ -146,9 +150,10 @@ def from_pretrained(
     config = _read_config(resolved, **shared)
     check_supported(config)
     if method is not None:
-        plan = plan_patch(config, method, factor, original_max_position_embeddings, replace, **(method_params or {}))
-    elif factor is not None or method_params:
-        raise ValueError("factor/method parameters given without a method")
+        plan = plan_patch(config, method, factor, original_max_position_embeddings, replace,
+                          target_length=target_length, **(method_params or {}))
+    elif factor is not None or method_params or target_length is not None:
+        raise ValueError("factor/target_length/method parameters given without a method")
     else:
         plan = plan_from_provenance(config) if not getattr(config, "ropescale", {}).get("native", True) else None
     build = buildable_config(config)

@@ -25,6 +25,7 @@ from typing import Any
 from .. import __version__
 from ..errors import AlreadyScaledError, RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method
+from ..methods.factor import resolve_factor
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
 #: exactly like Llama's (checked by the tests for each entry).
@@ -146,9 +147,15 @@ def plan_patch(
     factor: float | None = None,
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
+    *,
+    target_length: int | None = None,
     **params: Any,
 ) -> PatchPlan:
-    """Validate everything and decide what patching will do, without changing ``config``."""
+    """Validate everything and decide what patching will do, without changing ``config``.
+
+    ``target_length`` (instead of ``factor``) asks for the factor that reaches that context from
+    the model's original one (see :func:`ropescale.methods.factor.factor_for_target`).
+    """
     check_supported(config)
     if is_scaled(config) and not replace:
         block = provenance(config)
@@ -158,10 +165,13 @@ def plan_patch(
             "to replace the scaling, starting from the original parameters"
         )
     if isinstance(method, ScalingMethod):
-        if factor is not None or params:
+        if factor is not None or params or target_length is not None:
             raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
         scaling = method
     else:
+        if target_length is not None:
+            L = original_geometry(config, original_max_position_embeddings)[2]
+            factor = resolve_factor(method, factor, target_length, L)
         if factor is not None:
             params["factor"] = factor
         scaling = get_method(method, **params)
@@ -239,6 +249,8 @@ def patch_config(
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
     sliding_window: Any = KEEP,
+    *,
+    target_length: int | None = None,
     **params: Any,
 ) -> Any:
     """Return a patched copy of a transformers config.
@@ -251,12 +263,15 @@ def patch_config(
         replace: allow re-patching an already scaled config (starts from its original parameters).
         sliding_window: ``"keep"`` (default, warns if narrower than the new context), ``None``
             (full attention) or a width in tokens.
+        target_length: instead of ``factor``, the context to reach in tokens: factor = N / L
+            (rounded up to an integer for llama3); N must exceed the original context L.
         **params: the method's own parameters (``beta_fast=32``, ``long_factor=[...]``, ...).
 
     Returns:
         A new config; ``config`` itself is not modified.
     """
-    plan = plan_patch(config, method, factor, original_max_position_embeddings, replace, **params)
+    plan = plan_patch(config, method, factor, original_max_position_embeddings, replace,
+                      target_length=target_length, **params)
     new = copy.deepcopy(config)
     apply_plan(new, plan, sliding_window)
     return new

@@ -60,14 +60,18 @@ def patch(
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
     sliding_window: Any = KEEP,
+    *,
+    target_length: int | None = None,
     **params: Any,
 ) -> Any:
     """Patch a loaded transformers model in place and return it.
 
-    Args are those of :func:`ropescale.patch_config`. The model's config is updated in place (its
-    submodules share it) and its rotary module rebuilt; weights are untouched.
+    Args are those of :func:`ropescale.patch_config` (``target_length=N`` instead of ``factor``
+    included). The model's config is updated in place (its submodules share it) and its rotary
+    module rebuilt; weights are untouched.
     """
-    plan = plan_patch(model.config, method, factor, original_max_position_embeddings, replace, **params)
+    plan = plan_patch(model.config, method, factor, original_max_position_embeddings, replace,
+                      target_length=target_length, **params)
     apply_plan(model.config, plan, sliding_window)
     install_rotary(model, plan)
     return model

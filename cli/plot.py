@@ -1,0 +1,86 @@
+"""``ropescale plot``: a PNG of per-pair RoPE wavelengths before and after each method."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from .common import _positive_int, add_factor_args, add_model_args, parse_params
+
+EXAMPLES = """examples:
+  ropescale plot --methods linear,ntk,yarn,llama3 --factor 4 --output freq.png
+  ropescale plot --model ./llama-2-7b --methods yarn,dynamic_ntk --target-length 32768
+  ropescale plot --methods yarn --factor 8 --param beta_fast=16 --metric rotations
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="plot per-pair RoPE wavelengths before/after scaling methods (PNG)",
+        description="Write a PNG of each rotary pair's wavelength (or turns over the original context) for "
+        "plain RoPE and for each method, with the original and extended contexts and YaRN's kept / "
+        "blended / interpolated bands. Only the model's config is read.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    p.add_argument("--methods", default="linear,ntk,yarn,llama3",
+                   help="comma-separated methods (default: linear,ntk,yarn,llama3); dynamic ones are drawn at "
+                        "the extended context")
+    add_factor_args(p)
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method parameter, given to every listed method that has it (e.g. beta_fast=16)")
+    p.add_argument("--metric", default="wavelength", choices=["wavelength", "rotations"],
+                   help="y axis: wavelength in tokens (default) or full turns over the original context")
+    p.add_argument("--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
+                   help="the context the model was trained at, if its config does not say it")
+    p.add_argument("--output", default=None, metavar="PNG",
+                   help="where to write the PNG (default: <model>-rope-<metric>.png in the current folder)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..methods import method_class
+    from ..methods.plot import plot_frequencies
+    from ..models.loading import load_config
+    from ..patching.config import plan_patch
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--methods needs at least one method, e.g. linear,ntk,yarn")
+    classes = [method_class(n) for n in names]  # unknown names fail here, before any loading
+    seen = set()
+    for cls in classes:
+        if cls.name in seen:
+            raise ValueError(f"method '{cls.name}' is listed twice in --methods")
+        seen.add(cls.name)
+    scaling = [cls for cls in classes if cls.name != "default"]  # plain RoPE is always drawn
+    if scaling and args.factor is None and args.target_length is None:
+        raise ValueError("the following arguments are required: --factor (or --target-length)")
+    params = parse_params(args.param)
+    for key in ("factor", "method", "target_length"):
+        if key in params:
+            raise ValueError(f"give {key} with --{key.replace('_', '-')}, not --param")
+    unused = sorted(k for k in params if not any(k in cls.parameter_defaults() for cls in scaling))
+    if unused:
+        raise ValueError(f"no listed method has a parameter {unused[0]!r}")
+
+    config = load_config(args.model)
+    plans = [
+        plan_patch(config, cls.name, args.factor, args.original_max_position_embeddings, replace=True,
+                   target_length=args.target_length,
+                   **{k: v for k, v in params.items() if k in cls.parameter_defaults()})
+        for cls in scaling
+    ]
+    if plans:
+        spec = plans[0].spec
+    else:  # only "none": the original curve alone
+        spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-.") or "model"
+    output = args.output or f"{slug}-rope-{args.metric}.png"
+    title = (f"{args.model}: RoPE {args.metric} per pair (head_dim {spec.head_dim}, base {spec.base:g}, "
+             f"L = {spec.original_max_position_embeddings:,})")
+    plot_frequencies(spec, [p.method for p in plans], output, metric=args.metric, title=title)
+    print(output)
+    return 0

@@ -1,0 +1,71 @@
+"""``ropescale recommend``: which method and factor for a target length, why, and what to run."""
+
+from __future__ import annotations
+
+import argparse
+
+from .common import _positive_int, add_model_args
+
+EXAMPLES = """examples:
+  ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
+  ropescale recommend --model ./llama-2-7b --target-length 65536 --budget fine-tune
+  ropescale recommend --target-length 16384 --results runs/smollm2-x4
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "recommend",
+        help="recommend a scaling method and factor for a target context length",
+        description="Recommend a method and parameters to reach a target context: training-free or with a "
+        "fine-tune, the reasons, the trade-offs measured in evaluation results (runs/*/results.json for the same "
+        "model, then the SmolLM2-135M numbers documented in REFERENCE.md), and the commands to run. Only the "
+        "model's config is read.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    p.add_argument("--target-length", type=_positive_int, required=True, metavar="N",
+                   help="the context to reach, in tokens")
+    p.add_argument("--budget", default="auto", choices=["auto", "training-free", "fine-tune"],
+                   help="auto (default): training-free up to 8x the trained context, fine-tune beyond")
+    p.add_argument("--results", action="append", default=None, metavar="PATH",
+                   help="results.json (or its folder) to draw the trade-offs from, repeatable "
+                        "(default: runs/*/results.json and benchmarks/results/*.json here)")
+    p.add_argument("--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
+                   help="the context the model was trained at, if its config does not say it")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from ..evals.recommend import find_evidence, format_recommendation, recommend
+    from ..models.loading import load_config
+    from ..patching.config import is_scaled, plan_patch
+
+    config = load_config(args.model)
+    # the original geometry, also for an already scaled checkpoint
+    spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
+    rec = recommend(
+        args.model, spec.original_max_position_embeddings, args.target_length, args.budget,
+        evidence=find_evidence(args.model, args.results),
+        train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
+        patch_flags=" --replace" if is_scaled(config) else "",
+    )
+    print(format_recommendation(rec, spec))
+    return 0
+
+
+def _pose_recipe(model: str) -> str:
+    """A shipped PoSE recipe to start from, the model's own if there is one (``configs/train/``)."""
+    from pathlib import Path
+
+    try:
+        from ..training.config import CONFIGS_DIR
+    except ImportError:
+        return "<recipe.yaml>"
+    recipes = sorted(CONFIGS_DIR.rglob("*pose*.yaml"))
+    own = [r for r in recipes if r.parent.name == Path(model).name]
+    pick = (own or recipes or [None])[0]
+    return str(pick.relative_to(CONFIGS_DIR).with_suffix("")) if pick else "<recipe.yaml>"

@@ -1,0 +1,425 @@
+"""Which method and factor for a target length, and what to expect: ``ropescale recommend``.
+
+The rule is by the factor s = N / L (N the target, L the trained context) and the budget:
+
+============  ==========================  =====================================================
+s             training-free               fine-tune
+============  ==========================  =====================================================
+≤ 1           nothing to do               nothing to do
+(1, 2]        dynamic_ntk ×s              yarn ×s + PoSE (rarely worth it this close to L)
+(2, 8]        yarn ×s                     yarn ×s + PoSE
+> 8           yarn ×s, with a warning     yarn ×s + PoSE (the default budget above 8)
+============  ==========================  =====================================================
+
+Why: dynamic NTK is the unscaled model up to L, and close to L it extrapolates well; further out
+YaRN is the training-free method whose perplexity stays flat to s·L; far beyond that no
+training-free method holds up (REFERENCE.md: 8× training-free YaRN gave PPL > 25 in llama.cpp
+tests), and YaRN fine-tunes in few steps, PoSE on windows of L tokens (YaRN arXiv 2309.00071,
+PoSE arXiv 2309.10400).
+
+The expected trade-offs are computed from evaluation results: every ``results.json`` written by
+``ropescale eval`` for the same model (its ``suite.yaml`` beside it names each row's method,
+factor and parameters), then the numbers measured for SmolLM2-135M that REFERENCE.md documents
+(built in below, labelled as such), which fill in what the runs lack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BUDGETS = ("auto", "training-free", "fine-tune")
+#: above this factor the default budget is a fine-tune
+TRAINING_FREE_LIMIT = 8.0
+#: up to this factor dynamic NTK is the training-free choice
+DYNAMIC_LIMIT = 2.0
+RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One evaluated configuration: its method and what it scored per length."""
+
+    label: str
+    method: str  # registry name; "default" for the unscaled model
+    factor: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    ppl: dict[int, float] = field(default_factory=dict)
+    passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    model: str
+    note: str
+    rows: tuple[Measured, ...]
+    #: the trained context of the measured model; None: the model asked about (same-model results)
+    original_context: int | None = None
+
+    def find(self, method: str, **params: Any) -> Measured | None:
+        """The row of ``method`` with exactly ``params`` (none: its defaults)."""
+        return next((r for r in self.rows if r.method == method and r.params == params), None)
+
+
+#: REFERENCE.md, "Measured on this kind of machine": SmolLM2-135M (L = 8192), Emma, fp32,
+#: non-overlapping windows with BOS; passkey 5 trials per length at depths 0.1-0.9.
+DOCUMENTED = Evidence(
+    source="REFERENCE.md (documented measurements)",
+    model="smollm2-135m",
+    note="SmolLM2-135M, L = 8,192, ×4 methods; PPL on Jane Austen's Emma, passkey 5 trials per length",
+    rows=(
+        Measured("none", "default", None, {}, {2048: 27.70, 8192: 26.14, 16384: 52.09, 32768: 343.9},
+                 {4096: 1.0, 8192: 0.8, 16384: 0.0}),
+        Measured("linear", "linear", 4.0, {}, {2048: 131.3, 8192: 139.0, 16384: 144.4, 32768: 150.7}),
+        Measured("dynamic_ntk", "dynamic_ntk", 4.0, {}, {2048: 27.70, 8192: 26.14, 16384: 29.16, 32768: 41.38},
+                 {4096: 1.0, 8192: 0.8, 16384: 1.0}),
+        Measured("yarn", "yarn", 4.0, {}, {2048: 30.60, 8192: 29.42, 16384: 29.50, 32768: 29.86},
+                 {4096: 0.0, 8192: 0.0, 16384: 0.6}),
+        Measured("yarn attention_factor=1", "yarn", 4.0, {"attention_factor": 1.0}, {2048: 29.0, 16384: 31.1, 32768: 32.5},
+                 {4096: 0.8, 8192: 1.0, 16384: 1.0}),
+    ),
+    original_context=8192,
+)
+
+
+def _method_name(name: str) -> str:
+    from ..methods import method_class
+
+    try:
+        return method_class(name).name
+    except ValueError:
+        return str(name)
+
+
+def load_results(path: str | Path) -> Evidence | None:
+    """Evidence from one ``results.json`` written by the suite runner (None if unreadable)."""
+    path = Path(path)
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
+        return None
+    entries: dict[str, dict[str, Any]] = {}
+    suite_file = path.with_name("suite.yaml")
+    if suite_file.is_file():
+        try:
+            suite = yaml.safe_load(suite_file.read_text()) or {}
+            entries = {str(m.get("label") or m["method"]): m for m in suite.get("methods") or [] if isinstance(m, dict)}
+        except (OSError, yaml.YAMLError, KeyError):
+            entries = {}
+    tasks = summary["tasks"]
+    labels = list(dict.fromkeys(lb for task in tasks.values() if isinstance(task, dict) for lb in task))
+    rows = []
+    for label in labels:
+        entry = entries.get(label, {"method": label})
+        ppl = {int(n): float(r["ppl"]) for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
+               if isinstance(r, dict) and r.get("ppl") is not None}
+        passkey = {}
+        for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
+            grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
+            if grid:
+                passkey[int(n)] = sum(grid) / len(grid)
+        factor = entry.get("factor")
+        rows.append(Measured(label, _method_name(entry.get("method", label)),
+                             float(factor) if factor is not None else None, dict(entry.get("params") or {}), ppl, passkey))
+    done, total = summary.get("cells_finished"), summary.get("cells_total")
+    partial = f", {done}/{total} cells" if done is not None and done != total else ""
+    return Evidence(str(path), str(summary.get("model", "?")), f"{summary.get('suite', path.parent.name)} suite, "
+                    f"dtype {summary.get('dtype', '?')}{partial}", tuple(r for r in rows if r.ppl or r.passkey))
+
+
+def find_evidence(model: str, paths: list[str | Path] | None = None, root: str | Path = ".") -> list[Evidence]:
+    """Results for ``model`` (newest first), then the documented SmolLM2 numbers.
+
+    Args:
+        model: the ``--model`` value the results were recorded under.
+        paths: results files or folders holding ``results.json``; default: ``RESULT_GLOBS`` under ``root``.
+        root: where to look by default.
+    """
+    if paths:
+        files = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in paths]
+    else:
+        files = [p for pattern in RESULT_GLOBS for p in Path(root).glob(pattern)]
+    found = []
+    for f in sorted(files, key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True):
+        ev = load_results(f)
+        if ev is not None and ev.rows and _same_model(ev.model, model):
+            found.append(ev)
+    return found + [DOCUMENTED]
+
+
+def _same_model(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
+@dataclass
+class Recommendation:
+    model: str
+    original_context: int
+    target_length: int
+    budget: str  # "training-free" | "fine-tune" | "none"
+    method: str | None
+    factor: float | None
+    reasons: list[str] = field(default_factory=list)
+    tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
+    commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
+    evidence: list[Evidence] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        return self.target_length / self.original_context
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
+
+
+def _pct(new: float, old: float) -> str:
+    return f"{100 * (new / old - 1):+.0f}%"
+
+
+def recommend(model: str, original_context: int, target_length: int, budget: str = "auto",
+              evidence: list[Evidence] | None = None, train_recipe: str | None = None,
+              patch_flags: str = "") -> Recommendation:
+    """Apply the rule of this module; trade-offs are read off ``evidence`` (first source that has them).
+
+    Args:
+        model: the ``--model`` value, used in the printed commands.
+        original_context: the trained context L.
+        target_length: the context N to reach.
+        budget: ``auto``, ``training-free`` or ``fine-tune``.
+        evidence: measurements, most relevant first (default: the documented SmolLM2 numbers).
+        train_recipe: a PoSE recipe for ``ropescale train`` (None: the command is not available, the
+            fine-tune step is described by its recipe keys).
+        patch_flags: extra flags for the printed ``ropescale patch`` commands (e.g. `` --replace``).
+    """
+    from ..methods.factor import factor_for_target
+
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    evidence = list(evidence if evidence is not None else [DOCUMENTED])
+    s = target_length / original_context
+    rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
+    if s <= 1:
+        rec.budget = "none"
+        rec.reasons.append(f"the model was trained at {original_context:,} tokens, which covers {target_length:,}: "
+                           "no scaling needed (every method only changes positions beyond what the model has seen)")
+        return rec
+    if budget == "auto":
+        budget = "training-free" if s <= TRAINING_FREE_LIMIT else "fine-tune"
+    rec.budget = budget
+    method = "dynamic_ntk" if budget == "training-free" and s <= DYNAMIC_LIMIT else "yarn"
+    rec.method, rec.factor = method, factor_for_target(method, target_length, original_context)
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name.removesuffix(".gguf")) or "model"
+
+    def patch_command(name: str, extra: str = "", suffix: str = "") -> tuple[str, str]:
+        out = f"{slug}-{name}-x{factor_for_target(name, target_length, original_context):g}{suffix}"
+        return out, (f"ropescale patch --model {model} --method {name} --target-length {target_length}"
+                     f"{extra}{patch_flags} --output {out}")
+
+    out, patch = patch_command(method)
+
+    if method == "dynamic_ntk":
+        rec.reasons += [
+            f"s = {s:.3g} ≤ {DYNAMIC_LIMIT:g}: dynamic NTK is exactly the original model up to {_k(original_context)} "
+            "(no cost at short lengths) and raises the base only as the input grows past it",
+            "caveat: during generation past L the KV cache keeps keys rotated with the earlier base "
+            "(transformers #25104); for long generation prefer yarn (alternative below)",
+        ]
+        rec.commands.append(("training-free", patch))
+        rec.commands.append(("alternative", patch_command("yarn")[1]))
+    elif budget == "training-free":
+        rec.reasons.append(
+            f"s = {s:.3g}: YaRN keeps the fast rotary pairs as trained and interpolates only the slow ones, "
+            "so without training its perplexity stays nearly flat up to s·L, where dynamic NTK drifts "
+            "and linear interpolation pays at every length")
+        measured = max((r.factor or 1.0 for ev in evidence for r in ev.rows if r.method == "yarn"), default=1.0)
+        if s > measured:
+            rec.reasons.append(f"beyond ×{measured:g} no YaRN result is at hand; training-free quality drops with the "
+                               "factor (8× training-free YaRN gave PPL > 25 in llama.cpp tests): consider "
+                               "--budget fine-tune")
+        if s > TRAINING_FREE_LIMIT:
+            rec.reasons.append(f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: a fine-tune is strongly recommended; "
+                               "expect the training-free model to lose retrieval and fluency far beyond L")
+        rec.commands.append(("training-free", patch))
+        rec.commands.append(("retrieval-heavy", patch_command("yarn", " --param attention_factor=1.0", "-af1")[1]))
+    else:
+        if s > TRAINING_FREE_LIMIT:
+            rec.reasons.append(f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: training-free scaling this far degrades badly "
+                               "(8× training-free YaRN gave PPL > 25 in llama.cpp tests); fine-tune")
+        else:
+            rec.reasons.append(f"s = {s:.3g}: a fine-tune of the YaRN-scaled model removes most of the "
+                               "training-free trade-offs below")
+        rec.reasons += [
+            "YaRN fine-tunes in few steps (Llama-2 s = 16: 400 steps, PPL 2.42 at 64k); PoSE trains on windows of "
+            f"{_k(original_context)} tokens whose positions are spread over {_k(target_length)}, so memory stays that "
+            "of a short window (PoSE: within ~1-3% of full-length fine-tuning)",
+        ]
+        if s <= DYNAMIC_LIMIT:
+            rec.reasons.append(f"at s ≤ {DYNAMIC_LIMIT:g} training-free dynamic NTK is usually enough "
+                               "(--budget training-free)")
+        # the training recipe applies the scaling to the base model itself
+        keys = (f"model.name={model} scaling.method=yarn scaling.factor={rec.factor:g} pose.enabled=true "
+                f"pose.target_length={target_length}")
+        rec.commands.append(("fine-tune (PoSE)", f"ropescale train --config {train_recipe} {keys}" if train_recipe else
+                             f"a PoSE training recipe with {keys} (`ropescale train` is not in this version yet)"))
+        rec.commands.append(("training-free meanwhile", patch))
+    rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)
+    return rec
+
+
+def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
+              target_length: int | None = None) -> list[tuple[str, Evidence]]:
+    """Sentences comparing ``method`` with the unscaled model and the alternatives, each with the
+    evidence it was read from (the first source that has the rows it needs).
+
+    Lengths are read relative to each source's own trained context L': short inputs at the
+    shortest length ≤ L', long ones at the longest length ≤ s·L' (s = target / original context;
+    the longest measured if none is that short), passkey at the lengths ≤ s·L'.
+    """
+    scale = (target_length or math.inf) / original_context
+
+    def upto(ev: Evidence, lengths) -> list[int]:
+        inside = sorted(n for n in lengths if n <= scale * (ev.original_context or original_context))
+        return inside or sorted(lengths)
+
+    out: list[tuple[str, Evidence]] = []
+
+    def first(pred) -> tuple[Evidence, Any] | tuple[None, None]:
+        for ev in evidence:
+            value = pred(ev)
+            if value:
+                return ev, value
+        return None, None
+
+    def cite(ev: Evidence) -> str:
+        return "REFERENCE.md" if ev is DOCUMENTED else ev.source
+
+    # 1. short lengths: the cost against the unscaled model at the shortest common length <= L
+    def short(ev):
+        row, base = ev.find(method), ev.find("default")
+        if not (row and base):
+            return None
+        common = sorted(n for n in row.ppl if n in base.ppl and n <= (ev.original_context or original_context))
+        return (row, base, common[0]) if common else None
+
+    ev, hit = first(short)
+    if hit:
+        row, base, n = hit
+        cost = "no cost" if abs(row.ppl[n] / base.ppl[n] - 1) < 0.005 else _pct(row.ppl[n], base.ppl[n])
+        out.append((f"short inputs: PPL {row.ppl[n]:.2f} at {_k(n)} vs {base.ppl[n]:.2f} unscaled ({cost}; "
+                    f"{_row_label(row)}, {cite(ev)})", ev))
+
+    # 2. long lengths: every method at the longest length measured for this one
+    def long(ev):
+        row = ev.find(method)
+        if not row or not row.ppl:
+            return None
+        n = max(upto(ev, row.ppl))
+        others = [r for r in ev.rows if n in r.ppl and r is not row and not r.params]
+        return (row, n, others) if others else None
+
+    ev, hit = first(long)
+    if hit:
+        row, n, others = hit
+        listed = ", ".join(f"{r.label} {_num(r.ppl[n])}" for r in sorted(others, key=lambda r: r.ppl[n]))
+        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({_row_label(row)}) vs {listed} "
+                    f"({cite(ev)})", ev))
+
+    # 3. passkey retrieval at each measured length
+    def passkey(ev):
+        row, base = ev.find(method), ev.find("default")
+        return (row, base) if row and row.passkey else None
+
+    ev, hit = first(passkey)
+    if hit:
+        row, base = hit
+        lengths = upto(ev, row.passkey)
+        acc = ", ".join(f"{row.passkey[n]:.0%} at {_k(n)}" + (f" (unscaled {base.passkey[n]:.0%})"
+                        if base and n in base.passkey else "") for n in lengths)
+        out.append((f"passkey: {acc} ({_row_label(row)}, {cite(ev)})", ev))
+
+    # 4. YaRN's temperature: attention_factor=1.0 against the default
+    if method == "yarn":
+        def variant(ev):
+            row, alt = ev.find("yarn"), ev.find("yarn", attention_factor=1.0)
+            return (row, alt) if row and alt else None
+
+        ev, hit = first(variant)
+        if hit:
+            row, alt = hit
+            pk = ", ".join(f"{alt.passkey[n]:.0%}" for n in sorted(alt.passkey))
+            pk_default = ", ".join(f"{row.passkey[n]:.0%}" if n in row.passkey else "—" for n in sorted(alt.passkey))
+            lengths = sorted(n for n in alt.ppl if n in row.ppl)
+            ppl = ", ".join(f"{alt.ppl[n]:.1f} vs {row.ppl[n]:.1f} at {_k(n)}" for n in lengths)
+            out.append((
+                f"YaRN's attention temperature ({1 + 0.1 * math.log(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
+                f"retrieval for long-context PPL: attention_factor=1.0 gives passkey {pk} "
+                f"at {'/'.join(_k(n) for n in sorted(alt.passkey))} (default {pk_default}) but PPL {ppl} "
+                f"({cite(ev)}): use it for retrieval, the default for long-document language modelling", ev))
+    return out
+
+
+def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
+    """The readable block ``ropescale recommend`` prints."""
+    geometry = f" (head_dim {spec.head_dim}, base {spec.base:g}, trained context {rec.original_context:,})" if spec else ""
+    lines = [f"model:           {rec.model}{geometry}",
+             f"target:          {rec.target_length:,} tokens = {rec.ratio:.3g}× the trained context"]
+    if rec.method is None:
+        lines.append("recommendation:  none")
+    else:
+        exact = "" if abs(rec.factor - rec.ratio) < 1e-9 else f" (rounded up from {rec.ratio:.3g})"
+        how = "training-free" if rec.budget == "training-free" else "then fine-tune (PoSE)"
+        lines.append(f"recommendation:  {rec.method} ×{rec.factor:g}{exact}, {how}")
+    lines += ["", "why:"] + [f"  - {r}" for r in rec.reasons]
+    if rec.method is not None:
+        heading = ("expected trade-off (measured" if rec.budget == "training-free"
+                   else "expected trade-off without the fine-tune (measured training-free")
+        others = sorted({ev.model for _, ev in rec.tradeoffs if not _same_model(ev.model, rec.model)})
+        if others:
+            heading += f"; on {', '.join(others)}: expect the shape, not the numbers"
+        lines += ["", heading + "):"]
+        lines += [f"  - {t}" for t, _ in rec.tradeoffs] or [
+            f"  - no measurements of {rec.method} found; run `ropescale eval suite` to measure it"]
+    if rec.commands:
+        width = max(len(what) for what, _ in rec.commands) + 1
+        lines += ["", "run:"] + [f"  {what + ':':<{width}} {cmd}" for what, cmd in rec.commands]
+    used = list(dict.fromkeys(id(ev) for _, ev in rec.tradeoffs))
+    for ev in (e for e in rec.evidence if id(e) in used):
+        lines += ["", f"evidence: {ev.source} — {ev.note}", evidence_table(ev)]
+    return "\n".join(lines)
+
+
+def evidence_table(ev: Evidence) -> str:
+    ppl_lengths = sorted({n for r in ev.rows for n in r.ppl})
+    pk_lengths = sorted({n for r in ev.rows for n in r.passkey})
+    width = max(len(_row_label(r)) for r in ev.rows)
+    head = f"  {'':<{width}}  " + "".join(f"{'PPL ' + _k(n):>10}" for n in ppl_lengths)
+    if pk_lengths:
+        head += "  " + "".join(f"{'passkey ' + _k(n):>12}" for n in pk_lengths)
+    lines = [head]
+    for r in ev.rows:
+        line = f"  {_row_label(r):<{width}}  " + "".join(
+            f"{_num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths)
+        if pk_lengths:
+            line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}" if x < 1000 else f"{x:.4g}"
+
+
+def _row_label(r: Measured) -> str:
+    return r.label + (f" ×{r.factor:g}" if r.factor else "")
