@@ -1,1 +1,11 @@
-"""ropescale.training"""
+"""LoRA fine-tuning for context extension (``ropescale train`` / ``ropescale export``).
+
+* :mod:`.config`  — recipes: YAML sections validated into dataclasses, ``key=value`` overrides
+* :mod:`.data`    — documents packed with BOS/EOS into one stream, cut into (PoSE) windows
+* :mod:`.pose`    — positional skip-wise training layouts (PoSE)
+* :mod:`.s2attn`  — LongLoRA's shifted sparse attention, registered with transformers
+* :mod:`.trainer` — the accelerate-driven loop, atomic checkpoints, exact resume
+* :mod:`.export`  — merge LoRA and save a checkpoint that carries its RoPE scaling
+
+Needs the ``train`` extra (peft, accelerate); nothing here is imported by ``import ropescale``.
+"""

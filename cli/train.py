@@ -1,0 +1,123 @@
+"""``ropescale train`` (LoRA fine-tuning recipes) and ``ropescale export`` (merge a run)."""
+
+from __future__ import annotations
+
+import argparse
+
+TRAIN_EXAMPLES = """examples:
+  ropescale train --config smollm2-135m/pose_yarn_x4_cpu                 # CPU smoke recipe (minutes)
+  ropescale train --config configs/train/llama2-7b/yarn_x16.yaml model.name=./Llama-2-7b-hf
+  ropescale train --config smollm2-135m/pose_yarn_x4_cpu lora.r=16 optim.lr=1e-4 train.max_steps=60
+  ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume        # continue after an interruption
+  ropescale train --config llama2-7b/pi_x4_longlora --dry-run           # validate and print the recipe
+  accelerate launch --config_file configs/accelerate/ddp.yaml -m ropescale.cli.main train --config ...
+
+recipes: a YAML path, or a name under configs/train/ (see README, "Fine-tuning")
+"""
+
+EXPORT_EXAMPLES = """examples:
+  ropescale export runs/pose_yarn_x4_cpu --output smollm2-yarn4-pose
+  ropescale export runs/yarn_x16 --checkpoint step-00000200 --output llama2-yarn16 --dtype bfloat16
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="fine-tune a scaled model with LoRA from a recipe (YaRN/PI, PoSE, S2-Attn)",
+        description="Fine-tune a RoPE-scaled model with LoRA from a YAML recipe. Checkpoints are written "
+        "atomically to train.output_dir; --resume continues from the newest one.",
+        epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", required=True, metavar="RECIPE", help="recipe YAML path or name under configs/train/")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. lora.r=16 optim.lr=1e-4")
+    p.add_argument("--output-dir", default=None, metavar="DIR", help="shortcut for train.output_dir=DIR")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the output folder")
+    p.add_argument("--overwrite", action="store_true", help="discard checkpoints of an earlier run in the output folder")
+    p.add_argument("--merge", action="store_true", help="after training, write the merged model to OUTPUT_DIR/merged")
+    p.add_argument("--dry-run", action="store_true", help="validate the recipe, print it and exit (loads nothing)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (metrics.jsonl still records every step)")
+    p.set_defaults(func=run_train)
+
+    e = sub.add_parser(
+        "export",
+        help="merge a training run's LoRA weights into a checkpoint that carries the scaling",
+        description="Merge the LoRA (and trainable embedding/norm) weights of a training run into the base "
+        "model and save it with its RoPE scaling; native methods load in plain transformers.",
+        epilog=EXPORT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    e.add_argument("run", metavar="RUN_DIR", help="the training output folder (train.output_dir)")
+    e.add_argument("--output", required=True, metavar="DIR", help="where to write the merged checkpoint")
+    e.add_argument("--checkpoint", default=None, help="step-N or N (default: the newest checkpoint)")
+    e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="dtype of the base weights the LoRA update is merged into (default float32)")
+    e.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
+    e.set_defaults(func=run_export)
+
+
+def _summary(config) -> str:
+    c = config
+    target = c.pose.target_length or "factor x original context"
+    lines = [
+        f"recipe:        {c.name}",
+        f"model:         {c.model.name} ({c.model.dtype}, attention {c.model.attn_implementation})",
+        f"scaling:       {c.scaling.method} x{c.scaling.factor:g}" + (f" {c.scaling.params}" if c.scaling.params else ""),
+        f"lora:          r={c.lora.r} alpha={c.lora.alpha:g} dropout={c.lora.dropout:g} on {','.join(c.lora.target_modules)}"
+        + (f" + trainable {','.join(c.lora.trainable)}" if c.lora.trainable else ""),
+        f"windows:       {c.data.seq_len} tokens from {c.data.source}"
+        + (f" (PoSE: {c.pose.chunks} chunks, positions up to {target}, content {c.pose.content})" if c.pose.enabled else ""),
+        f"attention:     " + (f"S2-Attn, groups of {c.s2attn.group_ratio:g} x window" if c.s2attn.enabled else "full"),
+        f"optimizer:     AdamW lr {c.optim.lr:g} betas {tuple(c.optim.betas)} wd {c.optim.weight_decay:g}, "
+        f"{c.optim.warmup_steps} warm-up steps, {c.optim.schedule}",
+        f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
+        f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len} tokens per device per step), "
+        f"precision {c.train.mixed_precision}",
+        f"output:        {c.output_dir}",
+    ]
+    return "\n".join(lines)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..training.config import dump_config, load_config
+
+    overrides = list(args.overrides)
+    if args.output_dir:
+        overrides.append(f"train.output_dir={args.output_dir}")
+    config = load_config(args.config, overrides)
+    if args.dry_run:
+        print(_summary(config))
+        print("---")
+        print(dump_config(config), end="")
+        return 0
+    from ..training.trainer import Trainer
+
+    trainer = Trainer(config, progress=not args.no_progress)
+    result = trainer.train(resume=args.resume, overwrite=args.overwrite)
+    if trainer.accelerator.is_main_process:
+        losses = result.losses
+        loss_text = f", loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else ""
+        print(f"trained {config.name} to step {result.step}{loss_text} in {result.seconds:.0f} s; "
+              f"checkpoints and adapter in {result.output_dir}")
+        for record in result.evals:
+            if record:
+                print(f"perplexity at {record['eval_length']} tokens: {record['eval_ppl']:.3f}")
+    if args.merge:
+        trainer.accelerator.wait_for_everyone()
+        if trainer.accelerator.is_main_process:
+            from ..training.export import export
+
+            out = export(config.output_dir, config.output_dir / "merged", overwrite=True)
+            print(f"wrote merged model to {out}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from .common import check_output_dir
+    from ..training.export import export
+
+    out = check_output_dir(args.output, args.overwrite)
+    path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
+    print(f"wrote merged model to {path}")
+    return 0
