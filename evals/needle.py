@@ -63,16 +63,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from ropescale.data.corpus import load_corpus
-from ropescale.evals.passkey import (
-    _check_depth,
-    _check_positive_int,
-    _model_device,
-    plot_passkey_heatmap,
-    tokenizer_adds_bos,
-)
+from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate
+from ropescale.evals.passkey import plot_passkey_heatmap, tokenizer_adds_bos
 
 NEEDLE = "One of the special magic numbers for {key} is: {value}."
 INTRO = {
@@ -413,8 +407,8 @@ class _PromptBuilder:
 
     def build(self, task: str | NeedleTask, length: int, depth: float, seed: int = 0, trial: int = 0) -> NeedlePrompt:
         spec = task if isinstance(task, NeedleTask) else get_task(task)
-        _check_positive_int("length", length)
-        depth = _check_depth(depth)
+        check_positive_int("length", length)
+        depth = check_depth(depth)
         if isinstance(seed, bool) or not isinstance(seed, int) or isinstance(trial, bool) or not isinstance(trial, int):
             raise ValueError(f"seed and trial must be integers, got {seed!r} and {trial!r}")
         rng = random.Random(f"needle:{seed}:{length}:{trial}")
@@ -647,7 +641,8 @@ def run_needle(
 
     Every (length, depth) cell runs ``trials`` prompts (:func:`build_needle_prompt` with trial
     indices 0..trials-1); the model decodes greedily with its KV cache
-    (``model.generate(do_sample=False)``) and each output is scored with the task's metric.
+    (:func:`~ropescale.evals.generation.greedy_generate`) and each output is scored with the task's
+    metric.
 
     Args:
         model: a ``*ForCausalLM`` in eval mode.
@@ -673,72 +668,41 @@ def run_needle(
             texts too short for a length. All prompts are built before the first generation.
     """
     spec = get_task(task)
-    lengths = [_check_positive_int("length", n) for n in lengths]
-    depths = [_check_depth(d) for d in depths]
-    for name, values in (("lengths", lengths), ("depths", depths)):
-        if not values:
-            raise ValueError(f"{name} must not be empty")
-        if len(set(values)) != len(values):
-            raise ValueError(f"{name} must be distinct, got {values}")
-    _check_positive_int("trials", trials)
+    lengths, depths = check_grid(lengths, depths)
+    check_positive_int("trials", trials)
     if max_new_tokens is None:
         max_new_tokens = spec.max_new_tokens
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    _check_positive_int("batch_size", batch_size)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_positive_int("batch_size", batch_size)
     score = METRICS[spec.metric]
 
     builder = _PromptBuilder(tokenizer, haystack, add_bos)
     jobs = [(n, d, t) for n in lengths for d in depths for t in range(trials)]
     prompts = [builder.build(spec, n, d, seed, t) for n, d, t in jobs]
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = getattr(tokenizer, "eos_token_id", None)
-    device = _model_device(model)
 
     result = NeedleResult(spec.name, lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()
-    bar = tqdm(total=len(jobs), desc=spec.name, disable=not progress, unit="prompt")
-    i = 0
-    while i < len(jobs):
-        j = i + 1  # a batch holds consecutive prompts of the same length
-        while j < len(jobs) and j - i < batch_size and jobs[j][0] == jobs[i][0]:
-            j += 1
-        input_ids = torch.tensor([p.input_ids for p in prompts[i:j]], dtype=torch.long, device=device)  # [b, L]
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad_id,
-        )  # [b, L + new]
-        for (n, d, t), p, new in zip(jobs[i:j], prompts[i:j], out[:, input_ids.shape[1] :]):
-            text = tokenizer.decode(new.tolist(), skip_special_tokens=True)
-            s = score(text, p.expected)
-            distractors = sorted({x.key for x in p.needles if not x.queried})
-            result.records.append(
-                NeedleTrial(
-                    n, d, t, list(p.query_keys), list(p.expected), distractors, text, s, s == 1.0,
-                    p.needle_start, p.actual_depth, p.document, p.start_char,
-                )
+    # Prompts of one length have exactly that many tokens, so batches never need padding.
+    texts = greedy_generate(
+        model, tokenizer, [p.input_ids for p in prompts], max_new_tokens, batch_size, progress, desc=spec.name
+    )
+    for (n, d, t), p, text in zip(jobs, prompts, texts):
+        s = score(text, p.expected)
+        distractors = sorted({x.key for x in p.needles if not x.queried})
+        result.records.append(
+            NeedleTrial(
+                n, d, t, list(p.query_keys), list(p.expected), distractors, text, s, s == 1.0,
+                p.needle_start, p.actual_depth, p.document, p.start_char,
             )
-        bar.update(j - i)
-        i = j
-    bar.close()
+        )
     result.elapsed_s = time.perf_counter() - start
     return result
 
 
-class _HeatmapView:
-    """What :func:`plot_passkey_heatmap` reads, taken from a :class:`NeedleResult`."""
-
-    def __init__(self, result: NeedleResult) -> None:
-        self.lengths, self.depths, self.trials = result.lengths, result.depths, result.trials
-        self.accuracy = result.accuracy
-        self.passkey_context = result.effective_context
-
-
 def plot_needle_heatmap(result: NeedleResult, path: str | Path, title: str | None = None) -> Path:
     """Draw mean score per (length, depth) as a heatmap (the passkey plot) and write it atomically.
+
+    The title's second line gives the :attr:`~NeedleResult.effective_context` and its threshold.
 
     Args:
         result: a :class:`NeedleResult`.
@@ -748,4 +712,5 @@ def plot_needle_heatmap(result: NeedleResult, path: str | Path, title: str | Non
     Returns:
         The written path.
     """
-    return plot_passkey_heatmap(_HeatmapView(result), path, title=title or f"RULER {result.task}")
+    label = f"effective context (≥ {result.threshold:g})"
+    return plot_passkey_heatmap(result, path, title=title or f"RULER {result.task}", context_label=label)

@@ -27,16 +27,19 @@ import math
 import os
 import random
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
+from ropescale._io import atomic_write_bytes
 from ropescale.errors import MissingDependencyError
+from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate
+
+if TYPE_CHECKING:
+    from ropescale.evals.needle import NeedleResult
 
 TASK = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -114,18 +117,6 @@ def tokenizer_adds_bos(tokenizer: Any) -> bool:
     return len(ids) > 0 and ids[0] == bos
 
 
-def _check_depth(depth: Any) -> float:
-    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0.0 <= depth <= 1.0:
-        raise ValueError(f"depth must be a number in [0, 1], got {depth!r}")
-    return float(depth)
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 class _PromptBuilder:
     """Tokenizes the fixed parts once and the filler lazily, then assembles prompts."""
 
@@ -154,8 +145,8 @@ class _PromptBuilder:
         return self._filler[:n]
 
     def build(self, length: int, depth: float, key: int) -> PasskeyPrompt:
-        _check_positive_int("length", length)
-        depth = _check_depth(depth)
+        check_positive_int("length", length)
+        depth = check_depth(depth)
         if isinstance(key, bool) or not isinstance(key, int) or key < 0:
             raise ValueError(f"key must be a non-negative integer, got {key!r}")
         needle = _encode_after_sentence(self.tokenizer, NEEDLE.format(key=key))
@@ -245,6 +236,10 @@ class PasskeyResult:
         records: every trial, in run order.
         elapsed_s: wall-clock seconds spent generating.
         threshold: accuracy a length needs to count towards :attr:`passkey_context`.
+
+    :attr:`effective_context` is :attr:`passkey_context` under the name
+    :class:`~ropescale.evals.needle.NeedleResult` uses, so code (the heatmap, reports) can read
+    either result the same way.
     """
 
     lengths: list[int]
@@ -279,9 +274,15 @@ class PasskeyResult:
         passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
         return max(passing) if passing else None
 
+    @property
+    def effective_context(self) -> int | None:
+        """The same as :attr:`passkey_context`."""
+        return self.passkey_context
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict: settings, ``accuracy`` grid (rows = lengths), per-length
-        accuracy (keys are strings), ``passkey_context`` and the per-trial ``records``."""
+        accuracy (keys are strings), ``passkey_context`` (also as ``effective_context``) and the
+        per-trial ``records``."""
         return {
             "lengths": list(self.lengths),
             "depths": list(self.depths),
@@ -292,6 +293,7 @@ class PasskeyResult:
             "accuracy": self.accuracy_grid,
             "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
             "passkey_context": self.passkey_context,
+            "effective_context": self.effective_context,
             "elapsed_s": self.elapsed_s,
             "records": [asdict(r) for r in self.records],
         }
@@ -315,13 +317,6 @@ def passkey_key(seed: int, length: int, depth: float, trial: int) -> int:
     return random.Random(f"passkey:{seed}:{length}:{float(depth)!r}:{trial}").randint(10000, 99999)
 
 
-def _model_device(model: Any) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
-
-
 @torch.inference_mode()
 def run_passkey(
     model: Any,
@@ -338,8 +333,8 @@ def run_passkey(
     """Run passkey retrieval over a grid of prompt lengths and needle depths.
 
     Each (length, depth) cell runs ``trials`` prompts with keys from :func:`passkey_key`; the model
-    decodes greedily with its KV cache (``model.generate(do_sample=False)``), and a trial is correct
-    when :func:`score_passkey` accepts the decoded new tokens.
+    decodes greedily with its KV cache (:func:`~ropescale.evals.generation.greedy_generate`), and a
+    trial is correct when :func:`score_passkey` accepts the decoded new tokens.
 
     Args:
         model: a ``*ForCausalLM`` in eval mode.
@@ -361,47 +356,23 @@ def run_passkey(
         ValueError: empty or duplicate lengths/depths, bad depth, non-positive trials,
             max_new_tokens or batch_size, or a length too short for the prompt.
     """
-    lengths = [_check_positive_int("length", n) for n in lengths]
-    depths = [_check_depth(d) for d in depths]
-    for name, values in (("lengths", lengths), ("depths", depths)):
-        if not values:
-            raise ValueError(f"{name} must not be empty")
-        if len(set(values)) != len(values):
-            raise ValueError(f"{name} must be distinct, got {values}")
-    _check_positive_int("trials", trials)
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    _check_positive_int("batch_size", batch_size)
+    lengths, depths = check_grid(lengths, depths)
+    check_positive_int("trials", trials)
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_positive_int("batch_size", batch_size)
 
     builder = _PromptBuilder(tokenizer, add_bos)
     jobs = [(n, d, t) for n in lengths for d in depths for t in range(trials)]
     prompts = [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]  # validates lengths early
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = getattr(tokenizer, "eos_token_id", None)
-    device = _model_device(model)
 
     result = PasskeyResult(lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()
-    bar = tqdm(total=len(jobs), desc="passkey", disable=not progress, unit="prompt")
-    i = 0
-    while i < len(jobs):
-        j = i + 1  # a batch holds consecutive prompts of the same length
-        while j < len(jobs) and j - i < batch_size and jobs[j][0] == jobs[i][0]:
-            j += 1
-        input_ids = torch.tensor([p.input_ids for p in prompts[i:j]], dtype=torch.long, device=device)  # [b, L]
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad_id,
-        )  # [b, L + new]
-        for (n, d, t), p, new in zip(jobs[i:j], prompts[i:j], out[:, input_ids.shape[1] :]):
-            text = tokenizer.decode(new.tolist(), skip_special_tokens=True)
-            result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
-        bar.update(j - i)
-        i = j
-    bar.close()
+    # Prompts of one length have exactly that many tokens, so batches never need padding.
+    texts = greedy_generate(
+        model, tokenizer, [p.input_ids for p in prompts], max_new_tokens, batch_size, progress, desc="passkey"
+    )
+    for (n, d, t), p, text in zip(jobs, prompts, texts):
+        result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
     result.elapsed_s = time.perf_counter() - start
     return result
 
@@ -410,18 +381,26 @@ def _length_label(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
-def plot_passkey_heatmap(result: PasskeyResult, path: str | os.PathLike, title: str | None = None) -> Path:
+def plot_passkey_heatmap(
+    result: PasskeyResult | NeedleResult,
+    path: str | os.PathLike,
+    title: str | None = None, context_label: str = "passkey context"
+) -> Path:
     """Draw accuracy per (length, depth) as a heatmap and write it atomically.
 
     Lengths run along x and depths down y, both sorted; the colour encodes accuracy on a fixed 0..1 scale and each
     cell shows its value. The figure is rendered with matplotlib's Agg canvas (no pyplot, no global
-    backend switch) into a temporary file beside ``path``, then renamed over it.
+    backend switch) and written through a temporary file beside ``path`` that is renamed over it
+    (with the usual umask permissions).
 
     Args:
-        result: a :class:`PasskeyResult`.
+        result: a :class:`PasskeyResult`, or anything with ``lengths``, ``depths``, ``trials``,
+            ``accuracy(length, depth)`` and ``effective_context`` (a
+            :class:`~ropescale.evals.needle.NeedleResult`).
         path: output file; the format follows its suffix (png if none).
         title: first title line (default "Passkey retrieval"); a second line gives trials per cell
-            and the passkey context.
+            and the result's ``effective_context``.
+        context_label: what the second line calls that context.
 
     Returns:
         The written path.
@@ -449,9 +428,9 @@ def plot_passkey_heatmap(result: PasskeyResult, path: str | os.PathLike, title: 
     ax.set_yticks(range(n_dep), [f"{d:g}" for d in depths])
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("needle depth")
-    context = result.passkey_context
+    context = result.effective_context
     ax.set_title(
-        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, passkey context: "
+        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, {context_label}: "
         f"{_length_label(context) if context else 'none'}",
         fontsize=10,
     )
@@ -459,18 +438,5 @@ def plot_passkey_heatmap(result: PasskeyResult, path: str | os.PathLike, title: 
 
     buf = io.BytesIO()
     fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", dpi=120)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_bytes(path, buf.getvalue())
     return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,14 +17,29 @@ def cache_root() -> Path:
     return Path(os.environ.get("ROPESCALE_CACHE") or Path.home() / ".cache" / "ropescale").expanduser()
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and rename it."""
+def _create_sibling(path: Path) -> tuple[int, Path]:
+    """Create a new empty temporary file beside ``path``; return its descriptor and name.
+
+    ``mkstemp`` would create it with mode 0600, which the rename would then give to ``path``; opening
+    a fresh name with 0666 lets the umask decide, as for any ordinary file.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file beside {path}")
+
+
+def _atomic_write(path: str | os.PathLike, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_sibling(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with (os.fdopen(fd, "wb") if isinstance(data, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -31,6 +47,29 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same directory and rename it.
+
+    The file gets the usual permissions (0666 less the umask), whether or not ``path`` existed.
+    """
+    _atomic_write(path, text)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and rename it.
+
+    Args:
+        path: the file to write; missing parent directories are created.
+        data: its complete contents.
+
+    A reader sees the old file or the new one, never a part; the file gets the usual permissions
+    (0666 less the umask), and the temporary file is removed if anything fails.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    _atomic_write(path, bytes(data))
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

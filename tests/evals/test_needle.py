@@ -490,3 +490,25 @@ def test_run_needle_rejects_bad_input(bytelevel_tokenizer, kwargs, message):
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
         run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, **args)
+
+
+def test_run_needle_leaves_the_thread_count_alone(bytelevel_tokenizer):
+    """A library call must not change torch's global settings (tests set threads in fixtures)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, "niah_single", [400], [0.5], trials=1,
+                   haystack=HAYSTACK, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_needle_heatmap_names_the_effective_context(bytelevel_tokenizer, tmp_path, monkeypatch):
+    res = run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, "niah_single", [400], [0.5], trials=1,
+                     haystack=HAYSTACK, progress=False)
+    seen = {}
+    monkeypatch.setattr(needle_mod, "plot_passkey_heatmap", lambda result, path, **kw: seen.update(kw, result=result))
+    plot_needle_heatmap(res, tmp_path / "n.png")
+    assert seen["result"] is res and res.effective_context == 400  # read directly, no adapter
+    assert seen["context_label"] == "effective context (≥ 0.856)" and seen["title"] == "RULER niah_single"

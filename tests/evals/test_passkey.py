@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 
 import pytest
@@ -197,6 +198,14 @@ def test_oracle_model_scores_perfectly(bytelevel_tokenizer):
     assert res.passkey_context == 200
 
 
+def test_effective_context_is_the_passkey_context(bytelevel_tokenizer):
+    oracle = OracleModel(bytelevel_tokenizer, answer_below=150)
+    res = run_passkey(oracle, bytelevel_tokenizer, [100, 200], [0.5], trials=1, progress=False)
+    assert res.effective_context == res.passkey_context == 100
+    d = res.to_dict()
+    assert d["effective_context"] == d["passkey_context"] == 100 and d["threshold"] == 0.8
+
+
 def test_passkey_context_is_largest_length_at_threshold(bytelevel_tokenizer):
     oracle = OracleModel(bytelevel_tokenizer, answer_below=150)
     res = run_passkey(oracle, bytelevel_tokenizer, [100, 200], [0.5], trials=2, progress=False)
@@ -233,3 +242,16 @@ def test_heatmap_for_the_eye(bytelevel_tokenizer, tmp_path):
     res = run_passkey(oracle, bytelevel_tokenizer, [1024, 2048], [0.0, 0.5, 1.0], trials=1, progress=False)
     out = plot_passkey_heatmap(res, tmp_path / "heat.png", title="oracle")
     assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_heatmap_gets_the_usual_permissions(bytelevel_tokenizer, tmp_path, umask, mode):
+    res = run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, [100], [0.5], trials=1, progress=False)
+    old = os.umask(umask)
+    try:
+        out = plot_passkey_heatmap(res, tmp_path / "heat.png")
+        plot_passkey_heatmap(res, out)  # replacing an existing file too
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == mode
+    assert [p.name for p in tmp_path.iterdir()] == ["heat.png"]

@@ -144,3 +144,24 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys):
         code = main(argv + ["--output", str(tmp_path / "x")] if argv[1] != "suite" else argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and fragment in err[0], err
+
+
+def test_report_context_uses_each_results_threshold(tmp_path):
+    """A length counts towards the context column when it reaches its own result's threshold: 0.85
+    passes passkey's 0.8 but not RULER's 0.856."""
+    from ropescale.evals.report import write_report
+    from ropescale.evals.suite import MethodEntry, cell_id
+
+    suite = suite_from_dict({"name": "t", "model": "unused", "methods": ["none"],
+                             "passkey": {"lengths": [100, 200]}, "needle": {"lengths": [100, 200]}})
+    for task, threshold in (("passkey", 0.8), ("needle", 0.856)):
+        for length, acc in ((100, 1.0), (200, 0.85)):
+            record = {"method": "none", "task": task, "length": length,
+                      "result": {"depths": [0.5], "accuracy": [[acc]], "threshold": threshold}}
+            path = tmp_path / "cells" / f"{cell_id(MethodEntry('none', 'none'), task, length)}.json"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(json.dumps(record))
+    report = write_report(suite, tmp_path)["markdown"]
+    passkey, needle = report.split("## Passkey retrieval")[1].split("## Needle suite")
+    assert "| none | 1.00 | 0.85 | 200 |" in passkey and "accuracy ≥ 0.8." in passkey
+    assert "| none | 1.00 | 0.85 | 100 |" in needle and "accuracy ≥ 0.856." in needle

@@ -1,0 +1,127 @@
+"""Greedy generation over token-id prompts, and the argument checks the retrieval evals share.
+
+:mod:`ropescale.evals.passkey` and :mod:`ropescale.evals.needle` build exact-length prompts and
+score what the model writes; the decoding between the two lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+
+def check_depth(depth: Any) -> float:
+    """Return ``depth`` as a float, checking that it is a number in [0, 1].
+
+    Raises:
+        ValueError: a bool, a non-number, or a number outside [0, 1].
+    """
+    if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0.0 <= depth <= 1.0:
+        raise ValueError(f"depth must be a number in [0, 1], got {depth!r}")
+    return float(depth)
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value``, checking that it is a positive ``int`` (bools are refused).
+
+    Raises:
+        ValueError: naming ``name``, if it is not.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_grid(lengths: Sequence[int], depths: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Check a (length, depth) grid: non-empty, distinct, positive lengths and depths in [0, 1].
+
+    Returns:
+        The lengths and the depths (as floats) as lists, in the order given.
+
+    Raises:
+        ValueError: an empty or repeating axis, a bad length or a bad depth.
+    """
+    lengths = [check_positive_int("length", n) for n in lengths]
+    depths = [check_depth(d) for d in depths]
+    for name, values in (("lengths", lengths), ("depths", depths)):
+        if not values:
+            raise ValueError(f"{name} must not be empty")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} must be distinct, got {values}")
+    return lengths, depths
+
+
+def model_device(model: Any) -> torch.device:
+    """The device of ``model``'s first parameter (CPU for a model without parameters)."""
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return torch.device("cpu")
+
+
+@torch.inference_mode()
+def greedy_generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    batch_size: int = 1,
+    progress: bool = False,
+    desc: str = "generate",
+) -> list[str]:
+    """Decode each prompt greedily with the model's KV cache and return the new text.
+
+    Consecutive prompts of the same length are generated together, up to ``batch_size`` at a time,
+    so no padding is ever needed (the retrieval evals order their prompts by length); with
+    ``batch_size=1`` every prompt is decoded alone, reproducing single-prompt numerics exactly.
+
+    Args:
+        model: a ``*ForCausalLM`` in eval mode (anything with ``generate`` and ``parameters``).
+        tokenizer: its tokenizer; its pad id (or EOS id) fills rows that stop early.
+        prompts: token ids of each prompt, BOS included where wanted.
+        max_new_tokens: tokens to generate per prompt.
+        batch_size: most prompts per ``generate`` call.
+        progress: show a tqdm bar over prompts.
+        desc: the bar's label.
+
+    Returns:
+        One string per prompt, in order: the generated tokens decoded with special tokens skipped.
+
+    Raises:
+        ValueError: non-positive ``max_new_tokens`` or ``batch_size``, or an empty prompt.
+    """
+    check_positive_int("max_new_tokens", max_new_tokens)
+    check_positive_int("batch_size", batch_size)
+    prompts = [list(p) for p in prompts]
+    if any(not p for p in prompts):
+        raise ValueError("prompts must not be empty")
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = getattr(tokenizer, "eos_token_id", None)
+    device = model_device(model)
+
+    texts: list[str] = []
+    bar = tqdm(total=len(prompts), desc=desc, disable=not progress, unit="prompt")
+    i = 0
+    while i < len(prompts):
+        j = i + 1  # a batch holds consecutive prompts of the same length
+        while j < len(prompts) and j - i < batch_size and len(prompts[j]) == len(prompts[i]):
+            j += 1
+        input_ids = torch.tensor(prompts[i:j], dtype=torch.long, device=device)  # [b, L]
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_id,
+        )  # [b, L + new]
+        texts += [tokenizer.decode(new.tolist(), skip_special_tokens=True) for new in out[:, input_ids.shape[1] :]]
+        bar.update(j - i)
+        i = j
+    bar.close()
+    return texts
+
+
+__all__ = ["check_depth", "check_grid", "check_positive_int", "greedy_generate", "model_device"]

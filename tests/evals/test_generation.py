@@ -1,0 +1,83 @@
+"""The shared greedy generation loop and argument checks of the retrieval evals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate, model_device
+
+
+class EchoModel:
+    """Writes each prompt's last token ``max_new_tokens`` times and records the batch shapes."""
+
+    def __init__(self):
+        self.shapes: list[tuple[int, int]] = []
+        self.pad_ids: list[int | None] = []
+
+    def parameters(self):
+        return iter([torch.zeros(1)])
+
+    def generate(self, input_ids, attention_mask, do_sample, max_new_tokens, pad_token_id):
+        assert do_sample is False and bool(attention_mask.all()) and attention_mask.shape == input_ids.shape
+        self.shapes.append(tuple(input_ids.shape))
+        self.pad_ids.append(pad_token_id)
+        new = input_ids[:, -1:].repeat(1, max_new_tokens)  # [b, new]
+        return torch.cat([input_ids, new], dim=1)  # [b, L + new]
+
+
+class DigitTokenizer:
+    pad_token_id = None
+    eos_token_id = 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(str(i) for i in ids if not (skip_special_tokens and i == 0))
+
+
+def test_batches_hold_consecutive_prompts_of_one_length():
+    model = EchoModel()
+    prompts = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3, 4], [5, 6, 7, 8], [9, 9]]
+    texts = greedy_generate(model, DigitTokenizer(), prompts, max_new_tokens=2, batch_size=2)
+    assert texts == ["33", "66", "99", "44", "88", "99"]
+    assert model.shapes == [(2, 3), (1, 3), (2, 4), (1, 2)]
+    assert model.pad_ids == [0] * 4  # no pad token: the EOS id pads
+
+
+def test_batch_size_one_generates_each_prompt_alone(bytelevel_tokenizer):
+    model = EchoModel()
+    ids = bytelevel_tokenizer.encode("The grass is green.", add_special_tokens=False)
+    texts = greedy_generate(model, bytelevel_tokenizer, [ids, ids[:-1], ids], max_new_tokens=1)
+    assert model.shapes == [(1, len(ids)), (1, len(ids) - 1), (1, len(ids))]
+    assert texts[0] == texts[2] == bytelevel_tokenizer.decode(ids[-1:])
+    assert model.pad_ids[0] == bytelevel_tokenizer.pad_token_id
+    assert greedy_generate(model, bytelevel_tokenizer, [], max_new_tokens=1) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(max_new_tokens=0), "max_new_tokens must be a positive integer"),
+        (dict(batch_size=True), "batch_size must be a positive integer"),
+        (dict(prompts=[[1], []]), "prompts must not be empty"),
+    ],
+)
+def test_greedy_generate_rejects_bad_input(kwargs, message):
+    args = dict(prompts=[[1, 2]], max_new_tokens=1, batch_size=1)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        greedy_generate(EchoModel(), DigitTokenizer(), **args)
+
+
+def test_checks():
+    assert check_depth(1) == 1.0 and isinstance(check_depth(0), float)
+    for bad in (True, -0.1, 1.5, "0.5", None):
+        with pytest.raises(ValueError, match=r"depth must be a number in \[0, 1\]"):
+            check_depth(bad)
+    assert check_positive_int("n", 3) == 3
+    for bad in (0, -1, 2.0, False):
+        with pytest.raises(ValueError, match="n must be a positive integer"):
+            check_positive_int("n", bad)
+    assert check_grid((100, 200), (0, 0.5)) == ([100, 200], [0.0, 0.5])
+    with pytest.raises(ValueError, match="depths must be distinct"):
+        check_grid([100], [0.5, 0.5])
+    assert model_device(EchoModel()) == torch.device("cpu") and model_device(object()) == torch.device("cpu")
