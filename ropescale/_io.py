@@ -89,6 +89,9 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     if path.exists() and not overwrite and any(path.iterdir()):
         raise FileExistsError(f"{path} exists and is not empty")
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the result should look like a normal mkdir
     try:
         yield tmp
         if path.exists():

