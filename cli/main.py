@@ -15,6 +15,7 @@ from . import eval as eval_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
 from . import train as train_cmd
+from . import search as search_cmd
 from . import plot as plot_cmd
 from . import recommend as recommend_cmd
 
@@ -43,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, train_cmd):
+    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd):
         module.register(sub)
     return parser
 

@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   ropescale patch --model ./llama --method linear --factor 8 --output ./llama-pi8
   ropescale patch --target-length 32768                        # factor = 32768 / 8192 = 4
   ropescale patch --model org/name --factor 4 --param beta_fast=16 --output out --config-only
+  ropescale patch --from-search runs/search-32k --output ./smollm2-32k        # the result of `ropescale search`
 """
 
 
@@ -24,11 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    add_scaling_args(p)
+    add_scaling_args(p, factor_required=False)  # not with --from-search; checked in _from_search
+    p.add_argument("--from-search", default=None, metavar="DIR",
+                   help="use the best configuration found by `ropescale search --output DIR` (method, factor, parameters)")
     p.add_argument("--output", default=None, metavar="DIR", help="write the patched checkpoint here")
     p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, model=None, method=None)  # defaults resolved in _from_search
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..patching.config import apply_plan, plan_patch
     from ..patching.model import save_pretrained
 
+    _from_search(args)
     kw = scaling_kwargs(args)
     if args.config_only and not args.output:
         raise ValueError("--config-only needs --output")
@@ -60,6 +64,29 @@ def run(args: argparse.Namespace) -> int:
         save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
     print(f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}")
     return 0
+
+
+def _from_search(args: argparse.Namespace) -> None:
+    """Fill method, factor, parameters (and the model, unless given) from ``--from-search DIR``."""
+    import json
+
+    if not args.from_search:
+        args.model = args.model or "smollm2-135m"
+        args.method = args.method or "yarn"
+        if args.factor is None and getattr(args, "target_length", None) is None:
+            alternatives = "--target-length N, " if hasattr(args, "target_length") else ""
+            raise ValueError(f"the following arguments are required: --factor (or {alternatives}--from-search DIR)")
+        return
+    given = [flag for flag, value in (("--method", args.method), ("--factor", args.factor), ("--param", args.param),
+                                      ("--target-length", getattr(args, "target_length", None))) if value]
+    if given:
+        raise ValueError(f"--from-search sets the method, factor and parameters; drop {', '.join(given)}")
+    from ..search import load_search
+
+    result = load_search(args.from_search)
+    args.model = args.model or result.model
+    args.method, args.factor = result.method, result.params["factor"]
+    args.param = [f"{k}={json.dumps(v)}" for k, v in result.params.items() if k != "factor"]
 
 
 class _ConfigHolder:

@@ -1,0 +1,386 @@
+"""A whole search: calibration text → candidates → best config → held-out report.
+
+:func:`search_model` works on a loaded model and token lists (what the tests and the benchmark
+call); :func:`run_search_job` resolves ``--model`` and ``--data`` first (what the CLI calls).
+
+Calibration and held-out texts are kept apart: by default the held-out text is the longest
+document of the data (Emma for the embedded Austen corpus, the text of REFERENCE.md's table) and
+the calibration text the next one; a single document is cut into two disjoint halves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .._io import atomic_write_json, atomic_write_text
+from ..errors import RopescaleError
+from ..methods import RotarySpec, get_method
+from .artifacts import BEST, CONFIG, HELDOUT, HISTORY, PLOT, SCALING, markdown_report, plot_factors, write_best
+from .engine import best_of, run_search
+from .objective import LAYOUTS, PerplexityObjective, make_windows, score_windows
+from .space import make_space, pair_factors
+
+DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
+OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
+
+
+@dataclass(frozen=True)
+class Text:
+    """A tokenized text and where it came from (for the report)."""
+
+    title: str
+    source: str
+    tokens: list[int]
+    note: str = ""
+
+    def fingerprint(self, n: int) -> str:
+        return hashlib.sha256(",".join(map(str, self.tokens[:n])).encode()).hexdigest()[:16]
+
+
+@dataclass
+class SearchOptions:
+    """Everything that defines a search (see ``ropescale search --help``).
+
+    Attributes:
+        target_length: the context to extend to; factor s = target_length / L.
+        method: ``longrope`` (per-pair factors) or ``yarn`` (beta_fast, beta_slow, attention factor).
+        budget: evaluations in all, seeds included.
+        eval_length: real tokens per calibration window (default: the target length).
+        windows: calibration windows, consecutive from the start of the calibration text.
+        layout: ``contiguous`` or ``spread`` (the window's chunks placed over positions up to the target).
+        chunks: pieces of a ``spread`` window.
+        max_ratio: λ_i ≤ max_ratio·s (LongRoPE).
+        floor: λ_i ≥ s on pairs with wavelength > L; None = on unless the calibration windows
+            reach the target length themselves.
+        attention: longrope's attention factor: ``search``, each ``seed``'s own, ``yarn`` (0.1 ln s + 1
+            for every candidate) or a number for every candidate.
+        baselines: methods reported beside the searched one (at factor s; ``none`` unscaled).
+        report_lengths: extra held-out contiguous windows (one window of each length).
+        heldout: also score everything with the calibration protocol on the held-out text.
+    """
+
+    target_length: int
+    model: str = "smollm2-135m"
+    method: str = "longrope"
+    budget: int = 20
+    eval_length: int | None = None
+    windows: int = 1
+    layout: str = "contiguous"
+    chunks: int = 4
+    seed: int = 0
+    dtype: str = "float32"
+    max_ratio: float = 1.25
+    floor: bool | None = None
+    attention: str | float = "search"
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    report_lengths: tuple[int, ...] = ()
+    heldout: bool = True
+    data: str | None = None
+    data_doc: str | None = None
+    heldout_data: str | None = None
+    heldout_doc: str | None = None
+
+
+def rotary_spec(config: Any) -> RotarySpec:
+    """The model's original rotary geometry (before any scaling it carries)."""
+    from ..patching.config import _head_dim, check_supported, original_geometry
+
+    check_supported(config)
+    rope, _, L = original_geometry(config)
+    return RotarySpec(head_dim=_head_dim(config), base=float(rope["rope_theta"]), original_max_position_embeddings=int(L),
+                      partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)))
+
+
+def _check_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def validate(options: SearchOptions, spec: RotarySpec) -> tuple[float, int, bool]:
+    """Check the options against the model; return (factor, eval_length, floor)."""
+    L = spec.original_max_position_embeddings
+    target = _check_int("target length", options.target_length)
+    if target <= L:
+        raise ValueError(f"target length {target} must exceed the model's original context {L}")
+    eval_length = _check_int("eval length", options.eval_length if options.eval_length is not None else target, 2)
+    _check_int("budget", options.budget)
+    _check_int("windows", options.windows)
+    if options.layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {options.layout!r}")
+    if options.layout == "contiguous" and eval_length <= L:
+        raise ValueError(f"eval length {eval_length} must exceed the original context {L}: longrope uses its long "
+                         "factors only beyond it (or use layout 'spread', which places the tokens up to the target)")
+    if options.layout == "spread":
+        _check_int("chunks", options.chunks)
+        if eval_length + 1 > target:
+            raise ValueError(f"a spread window ({eval_length} tokens + BOS) must be shorter than the target length {target}")
+    if eval_length > target:
+        raise ValueError(f"eval length {eval_length} is larger than the target length {target}")
+    for n in options.report_lengths:
+        _check_int("report length", n, 2)
+        if n > target:
+            raise ValueError(f"report length {n} is larger than the target length {target}")
+    floor = options.floor if options.floor is not None else not (options.layout == "contiguous" and eval_length >= target)
+    return target / L, eval_length, floor
+
+
+def _baseline(name: str, factor: float) -> tuple[str, dict[str, Any]]:
+    key = name.strip().lower()
+    if key in ("none", "default"):
+        return "default", {}
+    get_method(key, factor=factor)  # validates the name
+    return key, {"factor": factor}
+
+
+def search_model(
+    model: Any,
+    calibration: Text,
+    heldout: Text,
+    options: SearchOptions,
+    output: str | Path,
+    bos_token_id: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Search ``options.method``'s parameters for ``model`` at ``options.target_length``.
+
+    Args:
+        model: a loaded Llama/Mistral-family ``*ForCausalLM``; re-patched for every candidate and left
+            patched with the best one.
+        calibration: the text the search minimises perplexity on.
+        heldout: a different text for the report.
+        options: the search settings.
+        output: folder for the history, best config, held-out cells, report and plot; a search
+            already there with the same settings is resumed.
+        bos_token_id: BOS prepended to every window.
+        overwrite: discard an earlier search in ``output``.
+        progress: progress bars.
+
+    Returns:
+        The report (also written to ``output/report.json`` and ``report.md``).
+    """
+    from ..patching.model import patch
+
+    start = time.perf_counter()
+    config = model.config
+    spec = rotary_spec(config)
+    factor, eval_length, floor = validate(options, spec)
+    target = options.target_length
+    space_options: dict[str, Any] = {}
+    if options.method.strip().lower() == "longrope":
+        space_options = {"max_ratio": options.max_ratio, "floor": floor, "attention": options.attention}
+    space = make_space(options.method, spec, factor, **space_options)
+    windows = make_windows(calibration.tokens, eval_length, options.windows, options.layout, target, options.chunks, bos_token_id)
+    n_cal = eval_length * options.windows
+    settings = {
+        "model": options.model, "method": space.method, "target_length": target, "factor": factor,
+        "original_max_position_embeddings": spec.original_max_position_embeddings,
+        "eval_length": eval_length, "windows": options.windows, "layout": options.layout,
+        "chunks": options.chunks if options.layout == "spread" else None, "seed": options.seed, "dtype": options.dtype,
+        "bos_token_id": bos_token_id, "space": {k: getattr(space, k) for k in space_options},
+        "calibration": {"title": calibration.title, "source": calibration.source, "tokens": n_cal,
+                        "sha256": calibration.fingerprint(n_cal)},
+    }
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for name in OUR_FILES:
+            (output / name).unlink(missing_ok=True)
+    # the config written with the best candidate starts from the model's unscaled config
+    base_config = _unscaled(config)
+
+    written = {"index": None}
+
+    def on_record(history: list[dict[str, Any]]) -> None:
+        best = best_of(history)
+        if best is not None and best["index"] != written["index"]:
+            write_best(output, space, best, settings, base_config)
+            written["index"] = best["index"]
+
+    objective = PerplexityObjective(model, windows, space.method)
+    history = run_search(space, objective, options.budget, output / HISTORY, settings, options.seed, progress, on_record)
+    best = best_of(history)
+    if best is None:
+        raise RopescaleError("every candidate gave a non-finite perplexity; nothing to write")
+    write_best(output, space, best, settings, base_config)
+
+    heldout_cells = _heldout(model, space, best, heldout, options, settings, factor, eval_length, bos_token_id, output, progress)
+    patch(model, space.method, replace=True, **space.method_params(best["params"]))
+
+    report = _report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
+    report["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
+    atomic_write_json(output / "report.json", report)
+    atomic_write_text(output / "report.md", markdown_report(report))
+    seeds = {name: pair_factors(name, spec, factor, target)[0] for name in ("linear", "ntk", "yarn")}
+    title = (f"{options.model}: {space.method} search, {spec.original_max_position_embeddings} → {target} "
+             f"(s={factor:g}); calibration PPL {best['score']['ppl']:.2f}")
+    plot_factors(output / PLOT, space, {"lam": space.factors(best["params"]), "label": f"searched (#{best['index']})"}, seeds, title)
+    return report
+
+
+def _unscaled(config: Any) -> Any:
+    """A copy of ``config`` with its original (unscaled) rope parameters."""
+    import copy
+
+    from ..patching.config import original_geometry, provenance
+
+    out = copy.deepcopy(config)
+    rope, field_value, _ = original_geometry(config)
+    out.rope_parameters = rope
+    out.max_position_embeddings = field_value
+    if provenance(out) is not None:
+        delattr(out, "ropescale")
+    return out
+
+
+def _heldout(model, space, best, heldout: Text, options: SearchOptions, settings, factor, eval_length, bos, output, progress):
+    """Held-out cells, each recorded atomically in ``heldout.json`` and reused while its method,
+    parameters and protocol are unchanged."""
+    import json
+
+    from ..evals.perplexity import evaluate_perplexity
+    from ..patching.model import patch
+
+    path = output / HELDOUT
+    # the whole text's fingerprint: adding report lengths later keeps the cells already computed
+    identity = {"search": settings, "heldout": {"title": heldout.title, "source": heldout.source,
+                                                 "sha256": heldout.fingerprint(len(heldout.tokens))}}
+    cells: dict[str, Any] = {}
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("identity") == identity:
+            cells = data.get("cells", {})
+    methods = [("searched", space.method, space.method_params(best["params"]))]
+    methods += [(name, *_baseline(name, factor)) for name in options.baselines]
+    protocols: list[tuple[str, int | None]] = []
+    if options.heldout:
+        protocols.append(("calibration-protocol", None))
+    protocols += [(f"contiguous-{n}", n) for n in options.report_lengths]
+    todo = [(p, m) for p in protocols for m in methods]
+    from tqdm.auto import tqdm
+
+    for (protocol, length), (label, method, params) in tqdm(todo, desc="held-out", unit="cell", disable=not progress):
+        key = f"{label}@{protocol}"
+        if key in cells and cells[key]["method"] == method and cells[key]["params"] == params:
+            continue
+        patch(model, method, replace=True, **params)
+        if length is None:
+            windows = make_windows(heldout.tokens, eval_length, options.windows, options.layout, options.target_length,
+                                   options.chunks, bos)
+            score = score_windows(model, windows)
+            result = {"ppl": score.ppl, "tokens": score.tokens, "seconds": round(score.seconds, 3)}
+        else:
+            if len(heldout.tokens) < length:
+                raise RopescaleError(f"held-out text '{heldout.title}' has {len(heldout.tokens)} tokens, fewer than {length}")
+            r = evaluate_perplexity(model, [heldout.tokens], window=length, mode="nonoverlap", bos_token_id=bos,
+                                    max_tokens=length, progress=False)
+            result = {"ppl": r.ppl, "tokens": r.tokens_scored, "seconds": round(r.elapsed_s, 3)}
+        cells[key] = {"label": label, "method": method, "params": params, "protocol": protocol, **result}
+        atomic_write_json(path, {"identity": identity, "cells": cells})
+    return cells
+
+
+def _report(space, history, best, cells, calibration: Text, heldout: Text, options, settings, n_cal) -> dict[str, Any]:
+    columns = [{"key": "calibration", "title": f"calibration ({settings['layout']} {settings['eval_length']})",
+                "tokens": best["score"]["tokens"]}]
+    protocols = (["calibration-protocol"] if options.heldout else []) + [f"contiguous-{n}" for n in options.report_lengths]
+    for p in protocols:
+        some = next((c for c in cells.values() if c["protocol"] == p), None)
+        title = (f"held-out ({settings['layout']} {settings['eval_length']})" if p == "calibration-protocol"
+                 else f"held-out {p.split('-')[1]}")
+        columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
+    seed_scores = {c["origin"].split(":", 1)[1]: c["score"]["ppl"] for c in history if c["origin"].startswith("seed:")}
+    labels = ["searched", *options.baselines]
+    rows = []
+    for label in labels:
+        values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
+        for p in protocols:
+            cell = cells.get(f"{label}@{p}")
+            values[p] = cell["ppl"] if cell else None
+        rows.append({"label": label, "values": values})
+    return {
+        "settings": settings,
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+        "calibration_text": {"title": calibration.title, "source": calibration.source, "note": calibration.note},
+        "heldout_text": {"title": heldout.title, "source": heldout.source, "note": heldout.note},
+        "calibration_tokens": n_cal,
+        "evaluated": len(history),
+        "search_seconds": round(math.fsum(c["score"]["seconds"] for c in history), 1),
+        "best": {"index": best["index"], "origin": best["origin"], "ppl": best["score"]["ppl"], "params": best["params"]},
+        "columns": columns,
+        "rows": rows,
+        "heldout_cells": cells,
+    }
+
+
+# -- from names to texts and a model --------------------------------------------------------------------
+
+def _pick(documents: list[tuple[str, str]], title: str | None, source: str) -> tuple[str, str]:
+    if title is None:
+        return documents[0]
+    for doc in documents:
+        if doc[0].lower() == title.lower():
+            return doc
+    names = ", ".join(t for t, _ in documents[:12])
+    raise RopescaleError(f"no document titled '{title}' in data '{source}' (documents: {names})")
+
+
+def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, need_heldout: int) -> tuple[Text, Text]:
+    """The calibration and held-out texts (see the module docstring), tokenized without specials."""
+    from ..evals.data import load_documents
+
+    cal_source = options.data or "austen"
+    held_source = options.heldout_data or cal_source
+    cal_docs = sorted(load_documents(cal_source), key=lambda d: -len(d[1]))
+    held_docs = cal_docs if held_source == cal_source else sorted(load_documents(held_source), key=lambda d: -len(d[1]))
+    if held_source == cal_source and options.data_doc is None and options.heldout_doc is None and len(cal_docs) >= 2:
+        held, cal = cal_docs[0], cal_docs[1]
+    else:
+        held = _pick(held_docs, options.heldout_doc, held_source)
+        rest = [d for d in cal_docs if not (held_source == cal_source and d[0] == held[0])] or cal_docs
+        cal = _pick(rest if options.data_doc is None else cal_docs, options.data_doc, cal_source)
+
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    if held_source == cal_source and held[0] == cal[0]:
+        tokens = ids(cal[1])
+        half = len(tokens) // 2
+        note = "same document as the calibration text: its second half, disjoint from the calibration tokens"
+        calibration = Text(cal[0], cal_source, tokens[:half], "first half")
+        held_text = Text(held[0], held_source, tokens[half:], note)
+    else:
+        calibration, held_text = Text(cal[0], cal_source, ids(cal[1])), Text(held[0], held_source, ids(held[1]))
+    for text, need, what in ((calibration, need_calibration, "calibration"), (held_text, need_heldout, "held-out")):
+        if len(text.tokens) < need:
+            raise RopescaleError(f"{what} text '{text.title}' has {len(text.tokens)} tokens; this search needs {need}")
+    return calibration, held_text
+
+
+def run_search_job(options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Load ``options.model`` and its texts, then :func:`search_model` (what ``ropescale search`` runs)."""
+    import torch
+
+    from ..models.loading import from_pretrained, load_config, load_tokenizer
+
+    config = load_config(options.model)
+    spec = rotary_spec(config)
+    _, eval_length, _ = validate(options, spec)  # fail on bad options before loading anything large
+    tokenizer = load_tokenizer(options.model)
+    need_cal = eval_length * options.windows
+    need_held = max([need_cal if options.heldout else 0, *options.report_lengths])
+    calibration, heldout = select_texts(tokenizer, options, need_cal, need_held)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if options.dtype not in dtypes:
+        raise ValueError(f"dtype must be one of {', '.join(dtypes)}, got {options.dtype!r}")
+    model = from_pretrained(options.model, dtype=dtypes[options.dtype], attn_implementation="sdpa")
+    return search_model(model, calibration, heldout, options, output, tokenizer.bos_token_id, overwrite, progress)
+
+
+__all__ = ["SearchOptions", "Text", "search_model", "run_search_job", "select_texts", "rotary_spec"]
