@@ -27,6 +27,7 @@ import os
 import random
 import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -118,7 +119,9 @@ def wrap_lora(model: Any, config: TrainConfig) -> Any:
         raise RopescaleError(f"lora.target_modules: the model has no module named '{missing[0]}'")
     peft_config = LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
                              bias="none", task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, peft_config)
+    with warnings.catch_warnings():  # peft reads the deprecated `is_gradient_checkpointing`
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = get_peft_model(model, peft_config)
     extra = set(extra_trainable_names(peft_model, lc.trainable))
     for name, param in peft_model.named_parameters():
         if name in extra:
