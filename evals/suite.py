@@ -253,7 +253,7 @@ class SuiteRunner:
             docs = [d for d in self.documents if len(d) >= length]
             result = evaluate_perplexity(
                 model, docs, window=length, stride=ppl.get("stride"), mode=ppl.get("mode", "yarn"),
-                bos_token_id=tokenizer.bos_token_id, max_tokens=int(ppl.get("max_tokens") or 4 * length),
+                bos_token_id=tokenizer.bos_token_id, max_tokens=max(length, int(ppl.get("max_tokens") or 4 * length)),
                 progress=self.progress,
             )
             out = result.to_dict()
