@@ -289,14 +289,23 @@ def _heldout(model, space, best, heldout: Text, options: SearchOptions, settings
 def _report(space, history, best, cells, calibration: Text, heldout: Text, options, settings, n_cal) -> dict[str, Any]:
     columns = [{"key": "calibration", "title": f"calibration ({settings['layout']} {settings['eval_length']})",
                 "tokens": best["score"]["tokens"]}]
-    protocols = (["calibration-protocol"] if options.heldout else []) + [f"contiguous-{n}" for n in options.report_lengths]
+    # every cell measured in this folder is reported (earlier runs may have asked for other lengths or
+    # baselines), except a "searched" cell of a candidate that is no longer the best
+    best_params = space.method_params(best["params"])
+    cells = {k: c for k, c in cells.items() if c["label"] != "searched" or c["params"] == best_params}
+    lengths = sorted({*options.report_lengths, *(int(c["protocol"].split("-")[1]) for c in cells.values()
+                                                 if c["protocol"].startswith("contiguous-"))})
+    any_proxy = options.heldout or any(c["protocol"] == "calibration-protocol" for c in cells.values())
+    protocols = (["calibration-protocol"] if any_proxy else []) + [f"contiguous-{n}" for n in lengths]
     for p in protocols:
         some = next((c for c in cells.values() if c["protocol"] == p), None)
         title = (f"held-out ({settings['layout']} {settings['eval_length']})" if p == "calibration-protocol"
                  else f"held-out {p.split('-')[1]}")
         columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
     seed_scores = {c["origin"].split(":", 1)[1]: c["score"]["ppl"] for c in history if c["origin"].startswith("seed:")}
-    labels = ["searched", *options.baselines]
+    order = ["none", *DEFAULT_BASELINES]
+    extra = sorted({c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x))
+    labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
     rows = []
     for label in labels:
         values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}

@@ -114,6 +114,12 @@ def test_resume_recomputes_nothing(searched, monkeypatch):
     # fewer report lengths, or more budget-free changes to the report, reuse the same cells too
     fewer = search_model(model, CAL, HELD, dataclasses.replace(options, report_lengths=()), out, bos_token_id=1, progress=False)
     assert [r["values"]["calibration-protocol"] for r in fewer["rows"]] == [r["values"]["calibration-protocol"] for r in report["rows"]]
+    # ... and the report still shows every cell measured in the folder
+    assert fewer["rows"] == report["rows"] and fewer["columns"] == report["columns"]
+    only_yarn = search_model(model, CAL, HELD, dataclasses.replace(options, baselines=("yarn",), report_lengths=()), out,
+                             bos_token_id=1, progress=False)
+    assert [r["label"] for r in only_yarn["rows"]] == ["searched", "yarn", "linear", "ntk", "dynamic_ntk"]
+    assert only_yarn["rows"][2:] == [r for r in report["rows"] if r["label"] not in ("searched", "yarn")]
 
 
 def test_load_search_plugs_into_patch(searched):
