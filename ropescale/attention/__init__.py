@@ -1,1 +1,81 @@
-"""ropescale.attention"""
+"""Attention-level modes, installed through transformers' attention interface.
+
+* ``kv_consistent`` (:mod:`.consistent`): dynamic methods rotate every cached key with the current
+  frequencies, so cached generation equals recomputation. On by default for dynamic methods;
+  ``patch(..., kv_consistent=False)`` (CLI ``--param kv_consistent=false``) gives transformers'
+  behaviour.
+* ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
+
+Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
+module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
+``config._attn_implementation`` to the mode's registered name; removing it restores the model's
+own implementation. Only the default ``DynamicCache`` (and its sliding-window layers) is
+supported: a static cache does not keep keys in position order.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+MODES = ("kv_consistent", "self_extend")
+
+
+def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) -> Any:
+    """Install ``mode`` for ``plan`` on ``model`` (whose decoder is ``owner``); returns the rotary module.
+
+    The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
+    """
+    from . import consistent, self_extend
+    from .rotary import LAYER_ATTR, AttentionRotary
+
+    if mode not in MODES:
+        raise ValueError(f"unknown attention mode {mode!r}; known: {', '.join(MODES)}")
+    inner = model.config._attn_implementation or "sdpa"
+    if mode == "kv_consistent" and inner not in consistent.NAMES:
+        warnings.warn(f"kv_consistent runs on sdpa or eager attention; using sdpa instead of {inner!r}", stacklevel=3)
+        inner = "sdpa"
+    native = model.config if plan.native and plan.method.dynamic else None
+    rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
+    if mode == "self_extend":
+        rotary.group_size = plan.method.resolved_group_size(plan.spec)
+        rotary.window = plan.method.resolved_window(plan.spec)
+        self_extend.register()
+        name = self_extend.NAME
+    else:
+        consistent.register()
+        name = consistent.NAMES[inner]
+    for layer in _attention_layers(owner):
+        layer.__dict__[LAYER_ATTR] = rotary  # a plain reference, not a submodule
+    _set_implementation(model, name)
+    rotary._config, rotary.attention_name = model.config, name  # switched away later: layers rotate again
+    return rotary
+
+
+def uninstall(model: Any, owner: Any) -> None:
+    """Remove an installed mode (if any): restore the model's own attention implementation."""
+    from .rotary import LAYER_ATTR, AttentionRotary
+
+    rotary = getattr(owner, "rotary_emb", None)
+    if not isinstance(rotary, AttentionRotary):
+        return
+    for layer in _attention_layers(owner):
+        layer.__dict__.pop(LAYER_ATTR, None)
+    _set_implementation(model, rotary.inner)
+
+
+def _attention_layers(owner: Any) -> list[Any]:
+    layers = [getattr(layer, "self_attn", None) for layer in getattr(owner, "layers", [])]
+    if not layers or any(layer is None for layer in layers):
+        raise RuntimeError(f"cannot find the attention layers of {type(owner).__name__}")
+    return layers
+
+
+def _set_implementation(model: Any, name: str) -> None:
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:
+        model.config._attn_implementation = name
+
+
+__all__ = ["MODES", "install", "uninstall"]

@@ -15,6 +15,7 @@ from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, DynamicNTK, Linear
 from .llama3 import Llama3
 from .longrope import LongRope
+from .self_extend import SelfExtend
 from .yarn import DynamicYarn, Yarn
 
 METHODS: dict[str, type[ScalingMethod]] = {}
@@ -36,7 +37,7 @@ def register_method(cls: type[ScalingMethod]) -> type[ScalingMethod]:
     return cls
 
 
-for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope):
+for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend):
     register_method(_cls)
 
 

@@ -155,7 +155,9 @@ def from_pretrained(
     elif factor is not None or method_params or target_length is not None:
         raise ValueError("factor/target_length/method parameters given without a method")
     else:
-        plan = plan_from_provenance(config) if not getattr(config, "ropescale", {}).get("native", True) else None
+        plan = plan_from_provenance(config)
+        if plan is not None and not plan.custom_rotary:
+            plan = None  # natively scaled: transformers builds it from the saved config alone
     build = buildable_config(config)
     if plan is not None and plan.native:
         apply_plan(build, plan, sliding_window)  # transformers builds the scaled rotary module itself
@@ -164,7 +166,7 @@ def from_pretrained(
         model = _load(AutoModelForCausalLM, resolved, config=build, **hf_kwargs)
     if "gguf_file" in resolved.kwargs:
         drop_gguf_quantizer(model)
-    if plan is not None and not plan.native:
+    if plan is not None and plan.custom_rotary:  # non-native method or attention-level mode
         apply_plan(model.config, plan, sliding_window)
         install_rotary(model, plan)
     return model.eval()

@@ -25,6 +25,7 @@ from typing import Any
 from .. import __version__
 from ..errors import AlreadyScaledError, RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method
+from ..methods.base import coerce
 from ..methods.factor import resolve_factor
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
@@ -52,10 +53,22 @@ class PatchPlan:
     spec: RotarySpec  # the ORIGINAL geometry (base and context before any scaling)
     original_rope_parameters: dict[str, Any]
     original_max_position_embeddings_field: int
+    #: dynamic methods: rotate cached keys with the current frequencies (``ropescale.attention``)
+    kv_consistent: bool = False
 
     @property
     def native(self) -> bool:
         return self.method.rope_parameters(self.spec) is not None
+
+    @property
+    def attention_mode(self) -> str | None:
+        """The attention-level mode patching installs (``ropescale.attention``), or None."""
+        return getattr(self.method, "attention", None) or ("kv_consistent" if self.kv_consistent else None)
+
+    @property
+    def custom_rotary(self) -> bool:
+        """Whether ropescale installs its own rotary module (otherwise transformers builds it)."""
+        return not self.native or self.attention_mode is not None
 
 
 @contextlib.contextmanager
@@ -164,6 +177,7 @@ def plan_patch(
             f"model is already scaled (rope_type/method '{what}'); pass replace=True (CLI: --replace) "
             "to replace the scaling, starting from the original parameters"
         )
+    kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
     if isinstance(method, ScalingMethod):
         if factor is not None or params or target_length is not None:
             raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
@@ -183,7 +197,20 @@ def plan_patch(
         partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
     )
     scaling.validate_for(spec)
-    return PatchPlan(scaling, spec, rope, field)
+    return PatchPlan(scaling, spec, rope, field, _kv_consistent(scaling, kv_consistent))
+
+
+def _kv_consistent(method: ScalingMethod, value: Any) -> bool:
+    """``kv_consistent``: default on for dynamic methods; only they have anything to make consistent."""
+    if value is None:
+        return method.dynamic
+    value = coerce("kv_consistent", value, bool)
+    if value and not method.dynamic:
+        raise ValueError(
+            f"kv_consistent applies to dynamic methods (dynamic_ntk, dynamic_yarn); '{method.name}' has fixed "
+            "frequencies, so its cached keys are already consistent"
+        )
+    return value
 
 
 def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP) -> None:
@@ -217,6 +244,7 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP) -> None
             "original_rope_parameters": plan.original_rope_parameters,
             "original_max_position_embeddings_field": plan.original_max_position_embeddings_field,
             "extended_context": extended,
+            "kv_consistent": plan.kv_consistent,
             "version": __version__,
         },
     )
@@ -291,4 +319,5 @@ def plan_from_provenance(config: Any) -> PatchPlan | None:
         original_max_position_embeddings=int(block["original_max_position_embeddings"]),
         partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
     )
-    return PatchPlan(method, spec, rope, int(block["original_max_position_embeddings_field"]))
+    return PatchPlan(method, spec, rope, int(block["original_max_position_embeddings_field"]),
+                     bool(block.get("kv_consistent", False)))

@@ -41,10 +41,16 @@ def _native_rotary_class(owner: Any) -> type:
 
 def install_rotary(model: Any, plan: PatchPlan) -> None:
     """Replace the model's rotary module with one built for ``plan`` (config already patched)."""
+    from .. import attention
+
     owner = rotary_owner(model)
     old = owner.rotary_emb
     device = old.inv_freq.device if hasattr(old, "inv_freq") else None
-    if plan.native:
+    attention.uninstall(model, owner)  # a previous attention-level mode gives the model its attention back
+    if plan.attention_mode is not None:
+        # keys are cached unrotated and rotated inside a registered attention function
+        new = attention.install(model, owner, plan, plan.attention_mode, device=device)
+    elif plan.native:
         # transformers builds the module from the patched config; inv_freq stays fp32 even if
         # the model was cast, as with from_pretrained(dtype=...).
         new = _native_rotary_class(owner)(model.config).to(device)

@@ -20,7 +20,7 @@ SPEC = RotarySpec(head_dim=64, base=1e4, original_max_position_embeddings=4096)
 # The smallest valid parameters for each method besides factor.
 REQUIRED = {"longrope": {"long_factor": [1.0] * 32}}
 
-EXPECTED_NAMES = {"default", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "longrope"}
+EXPECTED_NAMES = {"default", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "longrope", "self_extend"}
 
 
 def test_registry_holds_the_documented_methods():
