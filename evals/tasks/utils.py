@@ -39,13 +39,8 @@ import random
 import re
 from typing import Any, Callable
 
-TASK = (
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-    "I will quiz you about the important information there."
-)
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
-QUESTION = "What is the pass key? The pass key is"
+# The standard prompt (Mohtashami & Jaggi), shared with ropescale's own passkey engine.
+from ropescale.evals.passkey import FILLER, NEEDLE, QUESTION, TASK  # noqa: E402
 
 FILLER_SENTENCES = [s if s.endswith(".") else s + "." for s in FILLER.split(". ")]
 DEFAULT_SAMPLES = 10
