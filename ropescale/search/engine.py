@@ -73,8 +73,10 @@ def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[
     if k < len(seeds):
         label, raw = seeds[k]
         params = space.project(raw, round_values=False)
-        note = None if not space.violations(raw) else "projected onto the constraints"
-        return params, f"seed:{label}", note
+        notes = ["projected onto the constraints"] if space.violations(raw) else []
+        if getattr(space, "fixed_attention", None) is not None:
+            notes.append(f"attention factor fixed at {space.fixed_attention:.6g} for every candidate")
+        return params, f"seed:{label}", "; ".join(notes) or None
     rng = np.random.default_rng([seed, k])
     seen = {space.key(c["params"]) for c in history}
     ranked = sorted((c for c in history if math.isfinite(c["score"]["ppl"])), key=lambda c: (c["score"]["ppl"], c["index"]))

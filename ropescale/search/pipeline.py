@@ -302,7 +302,11 @@ def _report(space, history, best, cells, calibration: Text, heldout: Text, optio
         title = (f"held-out ({settings['layout']} {settings['eval_length']})" if p == "calibration-protocol"
                  else f"held-out {p.split('-')[1]}")
         columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
-    seed_scores = {c["origin"].split(":", 1)[1]: c["score"]["ppl"] for c in history if c["origin"].startswith("seed:")}
+    # a seed's calibration score stands for its method only when the seed is that method exactly
+    # (not projected onto the floor, attention factor its own)
+    exact = (settings.get("space") or {}).get("attention", "search") in ("search", "seed")
+    seed_scores = {c["origin"].split(":", 1)[1]: c["score"]["ppl"] for c in history
+                   if c["origin"].startswith("seed:") and exact and "note" not in c}
     order = ["none", *DEFAULT_BASELINES]
     extra = sorted({c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x))
     labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))

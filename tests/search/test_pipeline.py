@@ -94,7 +94,10 @@ def test_report_keeps_texts_apart_and_counts_tokens(searched):
     assert columns["calibration-protocol"]["tokens"] == 192 and columns[f"contiguous-{TARGET}"]["tokens"] == TARGET
     rows = {r["label"]: r["values"] for r in report["rows"]}
     assert set(rows) == {"searched", "linear", "ntk", "dynamic_ntk", "yarn"}
-    assert all(v is not None for label, r in rows.items() for k, v in r.items() if not (label == "dynamic_ntk" and k == "calibration"))
+    # every cell is filled, except the calibration value of methods that are no seed as such:
+    # dynamic NTK is not a seed, and the NTK seed was projected onto the floor (λ_i >= s past pair 3)
+    missing = {(label, k) for label, r in rows.items() for k, v in r.items() if v is None}
+    assert missing == {("dynamic_ntk", "calibration"), ("ntk", "calibration")}
     md = (out / "report.md").read_text()
     assert "192 tokens scored per candidate" in md and "| searched |" in md
     assert (out / "factors.png").stat().st_size > 1000
@@ -155,6 +158,18 @@ def test_spread_layout_and_yarn_search(tmp_path):
     rope = json.loads((tmp_path / "config.json").read_text())["rope_parameters"]
     assert rope["rope_type"] == "yarn" and rope["factor"] == 4.0
     assert report["settings"]["layout"] == "spread" and report["calibration_tokens"] == 64
+    assert {r["label"]: r["values"]["calibration"] for r in report["rows"]}["yarn"] == history[0]["score"]["ppl"]
+
+
+def test_seeds_with_a_fixed_attention_factor_are_not_reported_as_the_methods(tmp_path):
+    options = SearchOptions(target_length=TARGET, model="tiny", budget=3, eval_length=96, attention="yarn",
+                            baselines=("linear", "yarn"), heldout=False)
+    report = search_model(tiny_model(), CAL, HELD, options, tmp_path, bos_token_id=1, progress=False)
+    history = json.loads((tmp_path / "history.json").read_text())["candidates"]
+    assert all("attention factor fixed at 1.13863" in c["note"] for c in history)
+    # PI with YaRN's temperature is not PI: no calibration value in the linear row
+    assert {r["label"]: r["values"]["calibration"] for r in report["rows"]} == {
+        "searched": best_of(history)["score"]["ppl"], "linear": None, "yarn": None}
 
 
 @pytest.mark.parametrize(
