@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from .generation import model_device
+
 MODES = ("yarn", "longlora", "nonoverlap")
 DEFAULT_STRIDE = 256
 IGNORE_INDEX = -100  # label value skipped by the loss, as in transformers
@@ -257,13 +259,6 @@ def _as_documents(token_ids: Any) -> list[list[int]]:
     return [d.tolist() if isinstance(d, torch.Tensor) else [int(t) for t in d] for d in token_ids]
 
 
-def _model_device(model: Any) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
-
-
 @torch.inference_mode()
 def evaluate_perplexity(
     model: Any,
@@ -317,7 +312,7 @@ def evaluate_perplexity(
             raise ValueError(f"window {window} is larger than {where}, which has {len(doc)} tokens")
         plan += [(i, w) for w in sliding_windows(len(doc), window, stride, mode, bos=bos_token_id is not None)]
 
-    device = _model_device(model)
+    device = model_device(model)
     tensors = [torch.tensor(d, dtype=torch.long) for d in docs]
     prefix = [] if bos_token_id is None else [bos_token_id]
     window_nll: list[float] = []
