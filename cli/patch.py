@@ -110,7 +110,7 @@ def summary(model: str, plan) -> str:
     method, spec = plan.method, plan.spec
     extended = method.extended_context(spec)
     _, attention = method.compute(spec, extended)
-    params = ", ".join(f"{k}={v}" for k, v in method.params().items() if v is not None and k != "factor")
+    params = ", ".join(f"{k}={v}" for k, v in method.resolved_params(spec).items() if v is not None and k != "factor")
     native = "native rope_parameters" if plan.native else "ropescale rotary module (not expressible in transformers)"
     lines = [
         f"model:              {model}",

@@ -82,6 +82,7 @@ def _positive_ints(name: str, values: Any) -> list[int]:
 def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite`."""
     from ..methods import get_method
+    from ..patching.config import kv_consistent_option
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
@@ -96,7 +97,9 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
             raise SuiteError(f"methods[{i}] must be a mapping with a 'method' key")
         params = dict(entry.get("params") or {})
         factor = entry.get("factor")
-        get_method(entry["method"], **params, **({"factor": factor} if factor is not None else {}))  # validates
+        method_params = {k: v for k, v in params.items() if k != "kv_consistent"}  # a patch option
+        scaling = get_method(entry["method"], **method_params, **({"factor": factor} if factor is not None else {}))
+        kv_consistent_option(scaling, params.get("kv_consistent"))  # validates
         label = str(entry.get("label") or entry["method"])
         methods.append(MethodEntry(label, entry["method"], factor, params))
     if not methods:

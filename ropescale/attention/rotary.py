@@ -133,11 +133,21 @@ def at(table: torch.Tensor, positions: torch.Tensor | None, length: int) -> torc
 def key_positions(position_ids: torch.Tensor, kv_length: int) -> torch.Tensor | None:
     """Positions of the keys an attention call reads. # [b, kv] or None for 0..kv−1
 
-    The newest key belongs to the last query (DynamicCache and its sliding variants append and
-    keep keys in order), so key j sits at ``position_ids[:, -1] − (kv − 1 − j)``. Left padding
-    gives negative values to padded keys, which the mask hides; they are clamped to 0.
+    The last ``q`` keys are this call's own tokens, at ``position_ids`` as given — contiguous or
+    not (PoSE's skipped chunks, a search's spread layout). Keys already in the cache were appended
+    in order by earlier calls (DynamicCache and its sliding variants keep them so) and are taken to
+    run contiguously up to the first query: ``position_ids[:, 0] − (kv − q − j)`` for key j, which is
+    what generation produces. Left padding gives negative values to padded keys, which the mask
+    hides; they are clamped to 0.
     """
-    offset = position_ids[:, -1:] - (kv_length - 1)  # [b, 1]
-    if not bool(offset.any()):
+    q_length = position_ids.shape[1]
+    past = kv_length - q_length
+    if past == 0:
+        contiguous = torch.arange(q_length, device=position_ids.device)
+        return None if bool((position_ids == contiguous).all()) else position_ids
+    offset = position_ids[:, :1] - past  # [b, 1]: position of the first cached key
+    cached = (torch.arange(past, device=position_ids.device) + offset).clamp_(min=0)  # [b, past]
+    positions = torch.cat((cached, position_ids), dim=1)
+    if bool((positions == torch.arange(kv_length, device=position_ids.device)).all()):
         return None
-    return (torch.arange(kv_length, device=position_ids.device) + offset).clamp_(min=0)
+    return positions

@@ -166,6 +166,10 @@ class ScalingMethod:
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
+    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+        """:meth:`params` with defaults that depend on the model filled in (for summaries)."""
+        return self.params()
+
     @classmethod
     def parameter_defaults(cls) -> dict[str, Any]:
         """Parameter names and defaults (``dataclasses.MISSING`` for required ones)."""

@@ -88,6 +88,9 @@ class SelfExtend(ScalingMethod):
             G += 1
         return G
 
+    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+        return dict(self.params(), group_size=self.resolved_group_size(spec), window=self.resolved_window(spec))
+
     def validate_for(self, spec: RotarySpec) -> None:
         L, W = spec.original_max_position_embeddings, self.resolved_window(spec)
         if W >= L:

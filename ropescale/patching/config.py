@@ -197,10 +197,10 @@ def plan_patch(
         partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
     )
     scaling.validate_for(spec)
-    return PatchPlan(scaling, spec, rope, field, _kv_consistent(scaling, kv_consistent))
+    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
 
 
-def _kv_consistent(method: ScalingMethod, value: Any) -> bool:
+def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
     """``kv_consistent``: default on for dynamic methods; only they have anything to make consistent."""
     if value is None:
         return method.dynamic

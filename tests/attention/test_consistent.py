@@ -61,6 +61,36 @@ def test_deeper_layers_keep_what_no_cache_can_fix(ids):
     assert TOL < error < error_old / 2
 
 
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("method", ["dynamic_ntk", "dynamic_yarn"])
+def test_non_contiguous_positions_match_rotating_in_the_layers(method, impl):
+    """PoSE windows and the search's spread layout skip positions: a full pass over such
+    position_ids must rotate every key at its own position, exactly as rotating in the layers
+    does (a key taken at its index instead moved the loss of a real model from 46 to 1052)."""
+    torch.manual_seed(5)
+    ids = torch.randint(0, 128, (2, 40))
+    positions = torch.cat((torch.arange(20), torch.arange(150, 170)))[None].expand(2, -1)  # ℓ = 170 > L
+    consistent = ropescale.patch(tiny_model(attn_implementation=impl), method, factor=4)
+    layers = ropescale.patch(tiny_model(attn_implementation=impl), method, factor=4, kv_consistent=False)
+    with torch.no_grad():
+        got = consistent(ids, position_ids=positions).logits
+        want = layers(ids, position_ids=positions).logits
+        shifted = layers(ids, position_ids=positions - 130 * (positions >= 150)).logits  # indices, ℓ = 40
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL)
+    assert float((got - shifted).abs().max()) > 100 * TOL
+
+
+def test_key_positions_follow_the_queries_and_assume_a_contiguous_cache():
+    from ropescale.attention.rotary import key_positions
+
+    assert key_positions(torch.arange(6)[None], 6) is None
+    assert key_positions(torch.tensor([[4, 5]]), 6) is None  # decoding on a cache of 4
+    skipped = torch.tensor([[0, 1, 7, 8]])
+    assert torch.equal(key_positions(skipped, 4), skipped)
+    assert torch.equal(key_positions(torch.tensor([[9, 12]]), 5), torch.tensor([[6, 7, 8, 9, 12]]))
+    assert torch.equal(key_positions(torch.tensor([[1], [3]]), 5), torch.tensor([[0, 0, 0, 0, 1], [0, 0, 1, 2, 3]]))
+
+
 def test_generate_uses_the_mode(ids):
     """``model.generate`` (its own cache and position handling) gives the teacher-forced result."""
     model = ropescale.patch(tiny_model(num_hidden_layers=1), "dynamic_ntk", factor=4)

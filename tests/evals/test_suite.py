@@ -98,11 +98,18 @@ def test_changed_method_settings_invalidate_cells(suite_dict, tmp_path):
         ({"perplexity": None, "passkey": None}, "at least one task"),
         ({"dtype": "int8"}, "dtype must be one of"),
         ({"bogus": 1}, "unknown suite key 'bogus'"),
+        ({"methods": [{"method": "yarn", "factor": 4, "params": {"kv_consistent": True}}]}, "applies to dynamic"),
     ],
 )
 def test_bad_suites(suite_dict, change, message):
     with pytest.raises((SuiteError, ValueError), match=message):
         suite_from_dict(dict(suite_dict, **change))
+
+
+def test_kv_consistent_is_a_patch_option_a_suite_can_set(suite_dict):
+    entry = {"method": "dynamic_ntk", "factor": 4, "params": {"kv_consistent": False}, "label": "dyn-plain"}
+    suite = suite_from_dict(dict(suite_dict, methods=[entry]))
+    assert suite.methods[0].params == {"kv_consistent": False}
 
 
 def test_factor_too_small_and_length_larger_than_text(suite_dict, tmp_path):
