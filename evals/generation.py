@@ -6,6 +6,7 @@ score what the model writes; the decoding between the two lives here.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Sequence
 
 import torch
@@ -125,3 +126,54 @@ def greedy_generate(
 
 
 __all__ = ["check_depth", "check_grid", "check_positive_int", "greedy_generate", "model_device"]
+
+
+class GridResult:
+    """Accuracy bookkeeping shared by the passkey and needle results (both dataclasses with
+    ``lengths``, ``depths``, ``records`` and ``threshold``; each record has ``length``, ``depth``
+    and a score from :meth:`score_of`)."""
+
+    @staticmethod
+    def score_of(record: Any) -> float:
+        return float(record.score)
+
+    def accuracy(self, length: int, depth: float | None = None) -> float:
+        """Mean score at ``length`` (and ``depth``, or over all depths if None)."""
+        scores = [self.score_of(r) for r in self.records if r.length == length and (depth is None or r.depth == depth)]
+        if not scores:
+            raise ValueError(f"no trials at length {length}" + ("" if depth is None else f", depth {depth}"))
+        return sum(scores) / len(scores)
+
+    @property
+    def accuracy_grid(self) -> list[list[float]]:
+        """Mean score per cell, ``grid[i][j]`` for ``lengths[i]`` and ``depths[j]``."""
+        return [[self.accuracy(n, d) for d in self.depths] for n in self.lengths]
+
+    @property
+    def length_accuracy(self) -> dict[int, float]:
+        """Mean score per length, over all depths and trials."""
+        return {n: self.accuracy(n) for n in self.lengths}
+
+    @property
+    def effective_context(self) -> int | None:
+        """Largest length whose mean score is >= ``threshold`` (None if none is); shorter lengths
+        need not pass, as in RULER."""
+        passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
+        return max(passing) if passing else None
+
+    def grid_dict(self) -> dict[str, Any]:
+        """The JSON fields both results share: settings, ``accuracy`` grid (rows = lengths),
+        per-length accuracy (keys are strings), ``effective_context``, timing and the records."""
+        return {
+            "lengths": list(self.lengths),
+            "depths": list(self.depths),
+            "trials": self.trials,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "threshold": self.threshold,
+            "accuracy": self.accuracy_grid,
+            "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
+            "effective_context": self.effective_context,
+            "elapsed_s": self.elapsed_s,
+            "records": [asdict(r) for r in self.records],
+        }

@@ -58,14 +58,14 @@ import difflib
 import random
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from ropescale.data.corpus import load_corpus
-from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate
+from ropescale.evals.generation import GridResult, check_depth, check_grid, check_positive_int, greedy_generate
 from ropescale.evals.passkey import plot_passkey_heatmap, tokenizer_adds_bos
 
 NEEDLE = "One of the special magic numbers for {key} is: {value}."
@@ -554,7 +554,7 @@ class NeedleTrial:
 
 
 @dataclass
-class NeedleResult:
+class NeedleResult(GridResult):
     """Outcome of :func:`run_needle`; the same shape as :class:`~ropescale.evals.passkey.PasskeyResult`.
 
     Attributes:
@@ -578,48 +578,10 @@ class NeedleResult:
     elapsed_s: float = 0.0
     threshold: float = RULER_THRESHOLD
 
-    def accuracy(self, length: int, depth: float | None = None) -> float:
-        """Mean score at ``length`` (and ``depth``, or over all depths if None)."""
-        scores = [r.score for r in self.records if r.length == length and (depth is None or r.depth == depth)]
-        if not scores:
-            raise ValueError(f"no trials at length {length}" + ("" if depth is None else f", depth {depth}"))
-        return sum(scores) / len(scores)
-
-    @property
-    def accuracy_grid(self) -> list[list[float]]:
-        """Mean score per cell, ``grid[i][j]`` for ``lengths[i]`` and ``depths[j]``."""
-        return [[self.accuracy(n, d) for d in self.depths] for n in self.lengths]
-
-    @property
-    def length_accuracy(self) -> dict[int, float]:
-        """Mean score per length, over all depths and trials."""
-        return {n: self.accuracy(n) for n in self.lengths}
-
-    @property
-    def effective_context(self) -> int | None:
-        """Largest length whose mean score is >= ``threshold`` (None if none is); shorter lengths
-        need not pass, as in RULER."""
-        passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
-        return max(passing) if passing else None
-
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict: settings, ``accuracy`` grid (rows = lengths), per-length
-        accuracy (keys are strings), ``effective_context`` and the per-trial ``records``."""
-        return {
-            "task": self.task,
-            "metric": TASKS[self.task].metric if self.task in TASKS else None,
-            "lengths": list(self.lengths),
-            "depths": list(self.depths),
-            "trials": self.trials,
-            "seed": self.seed,
-            "max_new_tokens": self.max_new_tokens,
-            "threshold": self.threshold,
-            "accuracy": self.accuracy_grid,
-            "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
-            "effective_context": self.effective_context,
-            "elapsed_s": self.elapsed_s,
-            "records": [asdict(r) for r in self.records],
-        }
+        """Return a JSON-serialisable dict (:meth:`GridResult.grid_dict`, plus ``task`` and ``metric``)."""
+        return {"task": self.task, "metric": TASKS[self.task].metric if self.task in TASKS else None,
+                **self.grid_dict()}
 
 
 @torch.inference_mode()

@@ -28,7 +28,7 @@ import os
 import random
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -36,7 +36,7 @@ import torch
 
 from ropescale._io import atomic_write_bytes
 from ropescale.errors import MissingDependencyError
-from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate
+from ropescale.evals.generation import GridResult, check_depth, check_grid, check_positive_int, greedy_generate
 
 if TYPE_CHECKING:
     from ropescale.evals.needle import NeedleResult
@@ -225,7 +225,7 @@ class PasskeyTrial:
 
 
 @dataclass
-class PasskeyResult:
+class PasskeyResult(GridResult):
     """Outcome of :func:`run_passkey`.
 
     Attributes:
@@ -237,9 +237,9 @@ class PasskeyResult:
         elapsed_s: wall-clock seconds spent generating.
         threshold: accuracy a length needs to count towards :attr:`passkey_context`.
 
-    :attr:`effective_context` is :attr:`passkey_context` under the name
-    :class:`~ropescale.evals.needle.NeedleResult` uses, so code (the heatmap, reports) can read
-    either result the same way.
+    :attr:`passkey_context` is :attr:`effective_context` under the name the passkey papers use;
+    the accuracy bookkeeping is :class:`~ropescale.evals.generation.GridResult`'s, shared with
+    :class:`~ropescale.evals.needle.NeedleResult`.
     """
 
     lengths: list[int]
@@ -251,52 +251,18 @@ class PasskeyResult:
     elapsed_s: float = 0.0
     threshold: float = PASS_THRESHOLD
 
-    def accuracy(self, length: int, depth: float | None = None) -> float:
-        """Fraction of correct trials at ``length`` (and ``depth``, or over all depths if None)."""
-        hits = [r.correct for r in self.records if r.length == length and (depth is None or r.depth == depth)]
-        if not hits:
-            raise ValueError(f"no trials at length {length}" + ("" if depth is None else f", depth {depth}"))
-        return sum(hits) / len(hits)
-
-    @property
-    def accuracy_grid(self) -> list[list[float]]:
-        """Accuracy per cell, ``grid[i][j]`` for ``lengths[i]`` and ``depths[j]``."""
-        return [[self.accuracy(n, d) for d in self.depths] for n in self.lengths]
-
-    @property
-    def length_accuracy(self) -> dict[int, float]:
-        """Accuracy per length, over all depths and trials."""
-        return {n: self.accuracy(n) for n in self.lengths}
+    @staticmethod
+    def score_of(record: PasskeyTrial) -> float:
+        return float(record.correct)
 
     @property
     def passkey_context(self) -> int | None:
         """Largest length whose accuracy over all depths is >= ``threshold`` (None if none is)."""
-        passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
-        return max(passing) if passing else None
-
-    @property
-    def effective_context(self) -> int | None:
-        """The same as :attr:`passkey_context`."""
-        return self.passkey_context
+        return self.effective_context
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict: settings, ``accuracy`` grid (rows = lengths), per-length
-        accuracy (keys are strings), ``passkey_context`` (also as ``effective_context``) and the
-        per-trial ``records``."""
-        return {
-            "lengths": list(self.lengths),
-            "depths": list(self.depths),
-            "trials": self.trials,
-            "seed": self.seed,
-            "max_new_tokens": self.max_new_tokens,
-            "threshold": self.threshold,
-            "accuracy": self.accuracy_grid,
-            "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
-            "passkey_context": self.passkey_context,
-            "effective_context": self.effective_context,
-            "elapsed_s": self.elapsed_s,
-            "records": [asdict(r) for r in self.records],
-        }
+        """Return a JSON-serialisable dict (:meth:`GridResult.grid_dict`, plus ``passkey_context``)."""
+        return {**self.grid_dict(), "passkey_context": self.passkey_context}
 
 
 def passkey_key(seed: int, length: int, depth: float, trial: int) -> int:
