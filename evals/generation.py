@@ -125,7 +125,7 @@ def greedy_generate(
     return texts
 
 
-__all__ = ["check_depth", "check_grid", "check_positive_int", "greedy_generate", "model_device"]
+__all__ = ["GridResult", "check_depth", "check_grid", "check_positive_int", "greedy_generate", "model_device"]
 
 
 class GridResult:

@@ -32,9 +32,12 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
     output = Path(output)
     cells = _load_cells(output)
     labels = [m.label for m in suite.methods]
-    summary: dict[str, Any] = {"suite": suite.name, "model": suite.model, "dtype": suite.dtype, "tasks": {}}
+    runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
+    runtime = ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes) or f"dtype {suite.dtype}"
+    summary: dict[str, Any] = {"suite": suite.name, "model": suite.model, "dtype": suite.dtype,
+                               "runtimes": [json.loads(r) for r in runtimes], "tasks": {}}
     lines = [f"# {suite.name}: {suite.model}", "",
-             f"dtype {suite.dtype}; data `{suite.data or 'austen'}`; methods: "
+             f"{runtime}; data `{suite.data or 'austen'}`; methods: "
              + ", ".join(f"{m.label} ({m.method}{' ×%g' % m.factor if m.factor else ''}"
                          + (f", {m.params}" if m.params else "") + ")" for m in suite.methods), ""]
     plots: list[str] = []

@@ -35,7 +35,8 @@ from .._io import atomic_write_json, atomic_write_text
 from ..errors import RopescaleError
 
 TASKS = ("perplexity", "passkey", "needle")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTIONS = ("auto", "sdpa", "eager", "flash_attention_2")
 SUITES_DIR = Path(__file__).parent / "suites"
 
 
@@ -56,7 +57,9 @@ class Suite:
     name: str
     model: str
     methods: list[MethodEntry]
-    dtype: str = "float32"
+    dtype: str = "auto"
+    device: str = "auto"
+    attention: str = "auto"
     data: str | None = None
     seed: int = 0
     perplexity: dict[str, Any] | None = None
@@ -86,9 +89,10 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
-    unknown = sorted(set(raw) - {"name", "model", "dtype", "data", "seed", "methods", *TASKS})
+    known = ("name", "model", "dtype", "device", "attention", "data", "seed", "methods", *TASKS)
+    unknown = sorted(set(raw) - set(known))
     if unknown:
-        raise SuiteError(f"unknown suite key '{unknown[0]}'; known: name, model, dtype, data, seed, methods, {', '.join(TASKS)}")
+        raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
     methods = []
     for i, entry in enumerate(raw.get("methods") or []):
         if isinstance(entry, str):
@@ -111,13 +115,17 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         name=str(raw.get("name") or default_name),
         model=str(raw.get("model") or "smollm2-135m"),
         methods=methods,
-        dtype=str(raw.get("dtype") or "float32"),
+        dtype=str(raw.get("dtype") or "auto"),
+        device=str(raw.get("device") or "auto"),
+        attention=str(raw.get("attention") or "auto"),
         data=raw.get("data"),
         seed=int(raw.get("seed") or 0),
         **{t: raw.get(t) for t in TASKS},
     )
     if suite.dtype not in DTYPES:
         raise SuiteError(f"dtype must be one of {', '.join(DTYPES)}, got {suite.dtype!r}")
+    if suite.attention not in ATTENTIONS:
+        raise SuiteError(f"attention must be one of {', '.join(ATTENTIONS)}, got {suite.attention!r}")
     if not suite.tasks():
         raise SuiteError(f"a suite needs at least one task ({', '.join(TASKS)})")
     for task in suite.tasks():
@@ -159,18 +167,22 @@ def check_lengths(suite: Suite, original_context: int) -> None:
             )
 
 
-def _dtype(name: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
 class SuiteRunner:
     """Runs a suite into ``output``; call :meth:`run`."""
 
     def __init__(self, suite: Suite, output: str | Path, progress: bool = True):
         self.suite, self.output, self.progress = suite, Path(output), progress
         self.cells_dir = self.output / "cells"
+        self._runtime = None
+
+    @property
+    def runtime(self):
+        """The suite's device/dtype/attention with ``auto`` resolved for this machine."""
+        if self._runtime is None:
+            from ..models.runtime import resolve_runtime
+
+            self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attention)
+        return self._runtime
 
     def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_id(entry, task, length)}.json"
@@ -184,8 +196,11 @@ class SuiteRunner:
             record = json.loads(path.read_text())
         except ValueError:
             return False
-        return (record.get("method_name"), record.get("factor"), record.get("params")) == (
-            entry.method, entry.factor, entry.params)
+        # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU) is redone;
+        # cells written before runtimes were recorded count as matching
+        runtime = record.get("runtime", self.runtime.to_dict())
+        return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
+            entry.method, entry.factor, entry.params, self.runtime.to_dict())
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]
@@ -197,6 +212,7 @@ class SuiteRunner:
         from ..patching.config import original_geometry
         from ..patching.model import patch
 
+        self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         self.output.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
         todo = self.pending()
@@ -206,7 +222,7 @@ class SuiteRunner:
             check_lengths(self.suite, original_geometry(config)[2])
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
-            model = from_pretrained(self.suite.model, dtype=_dtype(self.suite.dtype), attn_implementation="sdpa")
+            model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))
             bar = tqdm(total=len(self.suite.cells()), initial=len(self.suite.cells()) - len(todo),
                        desc="suite cells", disable=not self.progress, unit="cell")
             current = None
@@ -217,7 +233,8 @@ class SuiteRunner:
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 result = self._run_cell(model, tokenizer, entry, task, length)
                 record = {"method": entry.label, "method_name": entry.method, "factor": entry.factor,
-                          "params": entry.params, "task": task, "length": length, "result": result}
+                          "params": entry.params, "task": task, "length": length,
+                          "runtime": self.runtime.to_dict(), "result": result}
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 bar.update(1)
             bar.close()
@@ -279,8 +296,8 @@ class SuiteRunner:
 
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "data": suite.data,
-                           "seed": suite.seed}
+    out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "device": suite.device,
+                           "attention": suite.attention, "data": suite.data, "seed": suite.seed}
     out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params} for m in suite.methods]
     for task in suite.tasks():
         out[task] = getattr(suite, task)

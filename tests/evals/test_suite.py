@@ -88,6 +88,17 @@ def test_changed_method_settings_invalidate_cells(suite_dict, tmp_path):
     assert len(runner.pending()) == 2
 
 
+def test_cells_record_their_runtime_and_another_runtime_redoes_them(suite_dict, tmp_path):
+    """A GPU run (bf16) resumed on the CPU (fp32) must not mix the two in one table."""
+    one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], passkey=None, dtype="float32")
+    run_suite(suite_from_dict(one), tmp_path / "out", progress=False)
+    record = json.loads(next((tmp_path / "out" / "cells").glob("*.json")).read_text())
+    assert record["runtime"] == {"device": "cpu", "dtype": "float32", "attention": "sdpa"}
+    assert "cpu / float32 / sdpa" in (tmp_path / "out" / "report.md").read_text()
+    assert suite_mod.SuiteRunner(suite_from_dict(dict(one, dtype="auto")), tmp_path / "out").pending() == []
+    assert len(suite_mod.SuiteRunner(suite_from_dict(dict(one, dtype="bfloat16")), tmp_path / "out").pending()) == 2
+
+
 @pytest.mark.parametrize(
     "change,message",
     [
@@ -97,6 +108,7 @@ def test_changed_method_settings_invalidate_cells(suite_dict, tmp_path):
         ({"perplexity": {"lengths": [0]}}, "perplexity.lengths must be positive"),
         ({"perplexity": None, "passkey": None}, "at least one task"),
         ({"dtype": "int8"}, "dtype must be one of"),
+        ({"attention": "flash"}, "attention must be one of"),
         ({"bogus": 1}, "unknown suite key 'bogus'"),
         ({"methods": [{"method": "yarn", "factor": 4, "params": {"kv_consistent": True}}]}, "applies to dynamic"),
     ],
@@ -147,6 +159,9 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys):
         (["eval", "passkey", "--model", str(model_dir), "--lengths", "abc"], "--lengths must be"),
         (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--depths", "2"], "in [0, 1]"),
         (["eval", "suite", str(tmp_path / "missing.yaml")], "not found"),
+        (["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--device", "cuda"], "no CUDA device"),
+        (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--attention", "flash_attention_2"],
+         "CUDA device only"),
     ]:
         code = main(argv + ["--output", str(tmp_path / "x")] if argv[1] != "suite" else argv)
         err = capsys.readouterr().err.strip().splitlines()
