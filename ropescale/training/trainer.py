@@ -59,11 +59,15 @@ def _require_training_deps() -> None:
 # ----------------------------------------------------------------------------------- the model
 
 
-def resolve_attn_implementation(requested: str) -> str:
-    """``auto`` → flash_attention_2 when flash-attn is installed and a GPU is present, else sdpa."""
+def resolve_attn_implementation(requested: str, dtype: str = "bfloat16") -> str:
+    """``auto`` → flash_attention_2 when flash-attn is installed, a GPU is present and the weights
+    are 16-bit (flash-attn has no fp32 kernel), else sdpa — as for evaluation
+    (:func:`ropescale.models.runtime.resolve_runtime`)."""
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
+    from ..models.runtime import flash_attn_installed
+
+    if torch.cuda.is_available() and dtype != "float32" and flash_attn_installed():
         return "flash_attention_2"
     return "sdpa"
 
@@ -77,7 +81,7 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
         config.model.name, method=s.method, factor=s.factor, method_params=dict(s.params), replace=True,
         original_max_position_embeddings=s.original_max_position_embeddings, sliding_window=config.model.sliding_window,
         dtype=getattr(torch, dtype or config.model.dtype),
-        attn_implementation=resolve_attn_implementation(config.model.attn_implementation),
+        attn_implementation=resolve_attn_implementation(config.model.attn_implementation, dtype or config.model.dtype),
     )
 
 

@@ -68,3 +68,11 @@ def test_load_kwargs_and_placement():
     model = torch.nn.Linear(2, 2)
     assert r.place(model) is model
     assert r.to_dict() == {"device": "cpu", "dtype": "bfloat16", "attention": "eager"}
+
+
+def test_training_picks_flash_attention_the_same_way(gpu):
+    from ropescale.training.trainer import resolve_attn_implementation
+
+    assert resolve_attn_implementation("auto", "bfloat16") == "flash_attention_2"
+    assert resolve_attn_implementation("auto", "float32") == "sdpa"
+    assert resolve_attn_implementation("eager", "bfloat16") == "eager"
