@@ -20,6 +20,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """--device / --dtype / --attn-implementation, resolved by :func:`ropescale.models.runtime.resolve_runtime`."""
+    p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N, mps")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="auto: bfloat16 on a CUDA device, float32 otherwise")
+    p.add_argument("--attn-implementation", default="auto", choices=["auto", "sdpa", "eager", "flash_attention_2"],
+                   help="auto: flash_attention_2 on a CUDA device when flash-attn is installed, else sdpa")
+
+
 def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
     p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
     add_factor_args(p)

@@ -11,7 +11,7 @@ import argparse
 import re
 from typing import Any
 
-from .common import add_factor_args, add_model_args, parse_params
+from .common import add_factor_args, add_model_args, add_runtime_args, parse_params
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
@@ -73,11 +73,7 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     add_factor_args(p)  # --factor or --target-length, for every method except none
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable")
     p.add_argument("--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="auto: bfloat16 on a CUDA device, float32 otherwise")
-    p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N, mps")
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "eager", "flash_attention_2"],
-                   help="auto: flash_attention_2 on a CUDA device when flash-attn is installed, else sdpa")
+    add_runtime_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="results folder (default: runs/<task>-<model>)")
     p.add_argument("--no-progress", action="store_true")
@@ -158,7 +154,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
             settings["task"] = args.needle_task
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-")
     return {"name": f"{task}-{slug}", "model": args.model, "dtype": args.dtype, "device": args.device,
-            "attention": args.attention, "data": args.data, "seed": args.seed,
+            "attn_implementation": args.attn_implementation, "data": args.data, "seed": args.seed,
             "methods": methods_from_args(args), task: settings}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args
+from .common import add_model_args, add_runtime_args
 
 EXAMPLES = """examples:
   ropescale search --target-length 32768 --output runs/search-32k                      # LongRoPE, eval at 32k
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "under-rate the attention temperature a long window needs)")
     p.add_argument("--baselines", default="linear,ntk,dynamic_ntk,yarn", help="methods reported beside the result")
     p.add_argument("--report-lengths", default="", help="held-out contiguous windows, e.g. 16384,32768 (one window each)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_runtime_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", required=True, metavar="DIR", help="results folder (resumed when it holds the same search)")
     p.add_argument("--overwrite", action="store_true", help="discard an earlier search in DIR")
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     options = SearchOptions(
         target_length=args.target_length, model=args.model, method=args.method, budget=args.budget,
         eval_length=args.eval_length, windows=args.windows, layout=args.layout, chunks=args.chunks, seed=args.seed,
-        dtype=args.dtype, max_ratio=args.max_ratio, floor={"auto": None, "on": True, "off": False}[args.floor],
+        dtype=args.dtype, device=args.device, attn_implementation=args.attn_implementation, max_ratio=args.max_ratio, floor={"auto": None, "on": True, "off": False}[args.floor],
         attention=args.attention_factor,
         baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
         report_lengths=_lengths(args.report_lengths), data=args.data, data_doc=args.data_doc,

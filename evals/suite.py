@@ -4,7 +4,9 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
 
     name: smollm2-x4
     model: smollm2-135m
-    dtype: float32            # float32 | bfloat16 | float16
+    dtype: auto               # auto (bfloat16 on CUDA, float32 otherwise) | float32 | bfloat16 | float16
+    device: auto              # auto (cuda when available) | cpu | cuda | cuda:N | mps
+    attn_implementation: auto # auto (flash_attention_2 on CUDA when installed, else sdpa) | sdpa | eager
     data: austen              # any --data value (see ropescale.evals.data)
     seed: 0
     methods:                  # label defaults to the method name
@@ -16,7 +18,8 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
 
 Every (method, task, length) cell is written atomically to ``cells/`` as soon as it finishes and
-is never recomputed, so an interrupted run loses at most the cell in flight. The model is
+is never recomputed (unless its method settings or resolved runtime — device, dtype, attention
+kernel — differ from this run's), so an interrupted run loses at most the cell in flight. The model is
 loaded once and re-patched per method (patching touches the rotary module, not the weights).
 """
 
@@ -59,7 +62,7 @@ class Suite:
     methods: list[MethodEntry]
     dtype: str = "auto"
     device: str = "auto"
-    attention: str = "auto"
+    attn_implementation: str = "auto"
     data: str | None = None
     seed: int = 0
     perplexity: dict[str, Any] | None = None
@@ -89,7 +92,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
-    known = ("name", "model", "dtype", "device", "attention", "data", "seed", "methods", *TASKS)
+    known = ("name", "model", "dtype", "device", "attn_implementation", "data", "seed", "methods", *TASKS)
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
@@ -117,15 +120,15 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         methods=methods,
         dtype=str(raw.get("dtype") or "auto"),
         device=str(raw.get("device") or "auto"),
-        attention=str(raw.get("attention") or "auto"),
+        attn_implementation=str(raw.get("attn_implementation") or "auto"),
         data=raw.get("data"),
         seed=int(raw.get("seed") or 0),
         **{t: raw.get(t) for t in TASKS},
     )
     if suite.dtype not in DTYPES:
         raise SuiteError(f"dtype must be one of {', '.join(DTYPES)}, got {suite.dtype!r}")
-    if suite.attention not in ATTENTIONS:
-        raise SuiteError(f"attention must be one of {', '.join(ATTENTIONS)}, got {suite.attention!r}")
+    if suite.attn_implementation not in ATTENTIONS:
+        raise SuiteError(f"attn_implementation must be one of {', '.join(ATTENTIONS)}, got {suite.attn_implementation!r}")
     if not suite.tasks():
         raise SuiteError(f"a suite needs at least one task ({', '.join(TASKS)})")
     for task in suite.tasks():
@@ -181,7 +184,7 @@ class SuiteRunner:
         if self._runtime is None:
             from ..models.runtime import resolve_runtime
 
-            self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attention)
+            self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attn_implementation)
         return self._runtime
 
     def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
@@ -297,7 +300,7 @@ class SuiteRunner:
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
     out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "device": suite.device,
-                           "attention": suite.attention, "data": suite.data, "seed": suite.seed}
+                           "attn_implementation": suite.attn_implementation, "data": suite.data, "seed": suite.seed}
     out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params} for m in suite.methods]
     for task in suite.tasks():
         out[task] = getattr(suite, task)

@@ -73,7 +73,9 @@ class SearchOptions:
     layout: str = "contiguous"
     chunks: int = 4
     seed: int = 0
-    dtype: str = "float32"
+    dtype: str = "auto"
+    device: str = "auto"
+    attn_implementation: str = "auto"
     max_ratio: float = 1.25
     floor: bool | None = None
     attention: str | float = "search"
@@ -182,7 +184,8 @@ def search_model(
         "model": options.model, "method": space.method, "target_length": target, "factor": factor,
         "original_max_position_embeddings": spec.original_max_position_embeddings,
         "eval_length": eval_length, "windows": options.windows, "layout": options.layout,
-        "chunks": options.chunks if options.layout == "spread" else None, "seed": options.seed, "dtype": options.dtype,
+        "chunks": options.chunks if options.layout == "spread" else None, "seed": options.seed,
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "bos_token_id": bos_token_id, "space": {k: getattr(space, k) for k in space_options},
         "calibration": {"title": calibration.title, "source": calibration.source, "tokens": n_cal,
                         "sha256": calibration.fingerprint(n_cal)},
@@ -378,10 +381,10 @@ def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, 
 
 def run_search_job(options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
     """Load ``options.model`` and its texts, then :func:`search_model` (what ``ropescale search`` runs)."""
-    import torch
-
     from ..models.loading import from_pretrained, load_config, load_tokenizer
+    from ..models.runtime import resolve_runtime
 
+    runtime = resolve_runtime(options.device, options.dtype, options.attn_implementation)
     config = load_config(options.model)
     spec = rotary_spec(config)
     _, eval_length, _ = validate(options, spec)  # fail on bad options before loading anything large
@@ -389,10 +392,7 @@ def run_search_job(options: SearchOptions, output: str | Path, overwrite: bool =
     need_cal = eval_length * options.windows
     need_held = max([need_cal if options.heldout else 0, *options.report_lengths])
     calibration, heldout = select_texts(tokenizer, options, need_cal, need_held)
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if options.dtype not in dtypes:
-        raise ValueError(f"dtype must be one of {', '.join(dtypes)}, got {options.dtype!r}")
-    model = from_pretrained(options.model, dtype=dtypes[options.dtype], attn_implementation="sdpa")
+    model = runtime.place(from_pretrained(options.model, **runtime.load_kwargs()))
     return search_model(model, calibration, heldout, options, output, tokenizer.bos_token_id, overwrite, progress)
 
 

@@ -108,7 +108,7 @@ def test_cells_record_their_runtime_and_another_runtime_redoes_them(suite_dict, 
         ({"perplexity": {"lengths": [0]}}, "perplexity.lengths must be positive"),
         ({"perplexity": None, "passkey": None}, "at least one task"),
         ({"dtype": "int8"}, "dtype must be one of"),
-        ({"attention": "flash"}, "attention must be one of"),
+        ({"attn_implementation": "flash"}, "attn_implementation must be one of"),
         ({"bogus": 1}, "unknown suite key 'bogus'"),
         ({"methods": [{"method": "yarn", "factor": 4, "params": {"kv_consistent": True}}]}, "applies to dynamic"),
     ],
@@ -160,7 +160,7 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys):
         (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--depths", "2"], "in [0, 1]"),
         (["eval", "suite", str(tmp_path / "missing.yaml")], "not found"),
         (["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--device", "cuda"], "no CUDA device"),
-        (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--attention", "flash_attention_2"],
+        (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--attn-implementation", "flash_attention_2"],
          "CUDA device only"),
     ]:
         code = main(argv + ["--output", str(tmp_path / "x")] if argv[1] != "suite" else argv)

@@ -102,6 +102,8 @@ def test_search_yarn_method(capsys, setup, tmp_path):
         (["--target-length", "256", "--attention-factor", "often"], ["attention must be"]),
         (["--target-length", "256", "--data-doc", "missing"], ["no document titled 'missing'"]),
         (["--target-length", "9999"], ["has", "tokens; this search needs 9999"]),
+        (["--target-length", "256", "--device", "cuda"], ["torch sees no CUDA device"]),
+        (["--target-length", "256", "--attn-implementation", "flash_attention_2"], ["CUDA device only"]),
     ],
 )
 def test_bad_search_input(capsys, setup, tmp_path, argv, fragments):
