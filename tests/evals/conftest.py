@@ -94,3 +94,12 @@ def tiny_llama(bytelevel_tokenizer) -> LlamaForCausalLM:
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
     return model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_llama, bytelevel_tokenizer):
+    """:func:`tiny_llama` and its tokenizer saved as a checkpoint directory (for ``--model``)."""
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_llama.save_pretrained(path)
+    bytelevel_tokenizer.save_pretrained(path)
+    return path

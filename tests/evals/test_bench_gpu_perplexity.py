@@ -22,14 +22,6 @@ def bench():
     return module
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_llama, bytelevel_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_llama.save_pretrained(path)
-    bytelevel_tokenizer.save_pretrained(path)
-    return path
-
-
 def test_both_variants_score_the_same_tokens(bench, model_dir, tmp_path, capsys):
     data = tmp_path / "t.txt"
     data.write_text(TEXT)

@@ -14,14 +14,6 @@ TEXT = ("It is a truth universally acknowledged, that a single man in possession
         "must be in want of a wife. The quick brown fox jumps over the lazy dog 12345 times. ") * 60
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_llama, bytelevel_tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_llama.save_pretrained(path)
-    bytelevel_tokenizer.save_pretrained(path)
-    return path
-
-
 @pytest.fixture
 def suite_dict(model_dir, tmp_path):
     data = tmp_path / "text.txt"
