@@ -8,6 +8,18 @@ after the model is loaded; the reported memory is the peak RSS growth during the
   plain:     model(input_ids, labels=input_ids)                            # full [L, vocab] fp32 logits
 
     python benchmarks/bench_perplexity.py [--lengths 8192,16384] [--model smollm2-135m]
+
+Measured (SmolLM2-135M, YaRN at s = length / 8192, fp32, SDPA, 2 quiet CPU cores, one run each):
+
+     length  variant     tok/s  peak MB (RSS growth)     PPL
+       8192  ropescale   181.2       1058             29.966
+       8192  plain       139.7       4468             29.966
+      16384  ropescale   108.4        978             30.456
+      16384  plain       125.8       7925             30.456
+
+memory ropescale/plain 0.237 at 8k, 0.123 at 16k (the plain forward materialises [T, 49152] fp32
+logits and the loss's copies; ours stays flat); tokens/s ratio 1.30 / 0.86 (single runs: +-15% is
+noise here); identical perplexities, so both score the same tokens.
 """
 
 from __future__ import annotations
