@@ -21,6 +21,9 @@ def _load_cells(output: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted((output / "cells").glob("*.json"))]
 
 
+NOT_RUN = "n/r"
+
+
 def _fmt(x: float | None, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -32,6 +35,7 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
     output = Path(output)
     cells = _load_cells(output)
     labels = [m.label for m in suite.methods]
+    entries = {m.label: m for m in suite.methods}
     runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
     runtime = ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes) or f"dtype {suite.dtype}"
     summary: dict[str, Any] = {"suite": suite.name, "model": suite.model, "dtype": suite.dtype,
@@ -40,6 +44,8 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
              f"{runtime}; data `{suite.data or 'austen'}`; methods: "
              + ", ".join(f"{m.label} ({m.method}{' ×%g' % m.factor if m.factor else ''}"
                          + (f", {m.params}" if m.params else "") + ")" for m in suite.methods), ""]
+    if suite.note:
+        lines += [suite.note, ""]
     plots: list[str] = []
     for task in suite.tasks():
         settings = getattr(suite, task)
@@ -59,11 +65,15 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
                       + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
                       "", "Token-weighted perplexity (lower is better):", "", header, rule]
             for label in labels:
-                lines.append(f"| {label} | " + " | ".join(_fmt(table[label].get(n, {}).get("ppl")) for n in lengths) + " |")
+                lines.append(f"| {label} | " + " | ".join(
+                    _fmt(table[label].get(n, {}).get("ppl")) if entries[label].runs(task, n) else NOT_RUN
+                    for n in lengths) + " |")
             if mode != "nonoverlap":
                 lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
                 for label in labels:
-                    lines.append(f"| {label} | " + " | ".join(_fmt(table[label].get(n, {}).get("mean_window_ppl")) for n in lengths) + " |")
+                    lines.append(f"| {label} | " + " | ".join(
+                        _fmt(table[label].get(n, {}).get("mean_window_ppl")) if entries[label].runs(task, n) else NOT_RUN
+                        for n in lengths) + " |")
             scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
             lines += ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
             plots.append(_plot_ppl(output, table, labels, lengths))
@@ -81,14 +91,19 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
             for label in labels:
                 accs = {n: _mean_accuracy(table[label][n]) for n in lengths if n in table[label]}
                 ok = [n for n, a in accs.items() if a >= _threshold(task, table[label][n])]
-                lines.append(f"| {label} | " + " | ".join(_fmt(accs.get(n)) for n in lengths)
+                lines.append(f"| {label} | " + " | ".join(
+                    _fmt(accs.get(n)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
                              + f" | {max(ok) if ok else '—'} |")
             lines.append("")
             plots += _plot_grids(output, task, table, labels, lengths)
     plots = [p for p in plots if p]
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).relative_to(output)})" for p in plots] + [""]
-    done, total = len(cells), len(suite.cells())
+    done = sum(1 for c in cells if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
+    total = len(suite.cells())
+    if total < sum(len(getattr(suite, t)["lengths"]) for t in suite.tasks()) * len(labels):
+        lines.append(f"{NOT_RUN}: not run for that method (the suite's `only`).")
+        lines.append("")
     lines.append(f"_{done}/{total} cells finished._")
     summary["plots"] = plots
     summary["cells_finished"], summary["cells_total"] = done, total

@@ -9,10 +9,12 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     attn_implementation: auto # auto (flash_attention_2 on CUDA when installed, else sdpa) | sdpa | eager
     data: austen              # any --data value (see ropescale.evals.data)
     seed: 0
+    note: why the matrix is what it is   # printed in the report
     methods:                  # label defaults to the method name
       - {method: none}
       - {method: yarn, factor: 4}
       - {method: yarn, factor: 4, params: {attention_factor: 1.0}, label: yarn-af1}
+      - {method: linear, factor: 4, only: {passkey: [4096]}}   # this method: passkey at 4096 only
     perplexity: {lengths: [2048, 8192], mode: nonoverlap, stride: null, max_tokens: 16384}
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
@@ -53,6 +55,11 @@ class MethodEntry:
     method: str
     factor: float | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    #: task → the lengths this method runs at (a subset of the task's); tasks not named run in full
+    only: dict[str, list[int]] = field(default_factory=dict)
+
+    def runs(self, task: str, length: int) -> bool:
+        return task not in self.only or length in self.only[task]
 
 
 @dataclass
@@ -65,6 +72,7 @@ class Suite:
     attn_implementation: str = "auto"
     data: str | None = None
     seed: int = 0
+    note: str | None = None
     perplexity: dict[str, Any] | None = None
     passkey: dict[str, Any] | None = None
     needle: dict[str, Any] | None = None
@@ -73,7 +81,7 @@ class Suite:
         return [t for t in TASKS if getattr(self, t)]
 
     def cells(self) -> list[tuple[MethodEntry, str, int]]:
-        return [(m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"]]
+        return [(m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"] if m.runs(t, n)]
 
 
 def _positive_ints(name: str, values: Any) -> list[int]:
@@ -92,7 +100,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
-    known = ("name", "model", "dtype", "device", "attn_implementation", "data", "seed", "methods", *TASKS)
+    known = ("name", "model", "dtype", "device", "attn_implementation", "data", "seed", "note", "methods", *TASKS)
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
@@ -108,7 +116,12 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         scaling = get_method(entry["method"], **method_params, **({"factor": factor} if factor is not None else {}))
         kv_consistent_option(scaling, params.get("kv_consistent"))  # validates
         label = str(entry.get("label") or entry["method"])
-        methods.append(MethodEntry(label, entry["method"], factor, params))
+        only = entry.get("only") or {}
+        if not isinstance(only, dict):
+            raise SuiteError(f"methods[{i}].only must map tasks to lengths, e.g. {{passkey: [4096]}}")
+        only = {str(task): lengths if lengths == [] else _positive_ints(f"methods[{i}].only.{task}", lengths)
+                for task, lengths in only.items()}  # [] skips the task for this method
+        methods.append(MethodEntry(label, entry["method"], factor, params, only))
     if not methods:
         raise SuiteError("a suite needs at least one method")
     labels = [m.label for m in methods]
@@ -123,6 +136,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         attn_implementation=str(raw.get("attn_implementation") or "auto"),
         data=raw.get("data"),
         seed=int(raw.get("seed") or 0),
+        note=str(raw["note"]).strip() if raw.get("note") else None,
         **{t: raw.get(t) for t in TASKS},
     )
     if suite.dtype not in DTYPES:
@@ -136,6 +150,13 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         if not isinstance(settings, dict):
             raise SuiteError(f"{task} must be a mapping with at least 'lengths'")
         _positive_ints(f"{task}.lengths", settings.get("lengths"))
+    for m in suite.methods:
+        for task, lengths in m.only.items():
+            if task not in suite.tasks():
+                raise SuiteError(f"'only' of method '{m.label}' names task '{task}', which this suite does not run")
+            extra = sorted(set(lengths) - set(getattr(suite, task)["lengths"]))
+            if extra:
+                raise SuiteError(f"'only' of method '{m.label}' asks {task} at {extra[0]}, not among {task}.lengths")
     return suite
 
 
@@ -300,8 +321,10 @@ class SuiteRunner:
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
     out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "device": suite.device,
-                           "attn_implementation": suite.attn_implementation, "data": suite.data, "seed": suite.seed}
-    out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params} for m in suite.methods]
+                           "attn_implementation": suite.attn_implementation, "data": suite.data, "seed": suite.seed,
+                           **({"note": suite.note} if suite.note else {})}
+    out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params,
+                       **({"only": m.only} if m.only else {})} for m in suite.methods]
     for task in suite.tasks():
         out[task] = getattr(suite, task)
     return out

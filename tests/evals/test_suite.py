@@ -110,6 +110,34 @@ def test_bad_suites(suite_dict, change, message):
         suite_from_dict(dict(suite_dict, **change))
 
 
+def test_only_runs_a_method_at_some_lengths(suite_dict, tmp_path):
+    """A hopeless cell can be left out (the demo skips linear's 16k cells): the rest of the matrix
+    runs, the report marks the gap as not run rather than missing, and the run counts as complete."""
+    methods = [{"method": "none", "only": {"passkey": [128]}},
+               {"method": "yarn", "factor": 4, "only": {"perplexity": []}}]
+    suite = suite_from_dict(dict(suite_dict, methods=methods, note="yarn's perplexity is known."))
+    cells = [(m.label, t, n) for m, t, n in suite.cells()]
+    assert cells == [("none", "perplexity", 64), ("none", "perplexity", 200), ("none", "passkey", 128),
+                     ("yarn", "passkey", 128), ("yarn", "passkey", 300)]
+    summary = run_suite(suite, tmp_path / "out", progress=False)
+    assert (summary["cells_finished"], summary["cells_total"]) == (5, 5)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| yarn | n/r | n/r |" in report and "n/r: not run for that method" in report
+    assert "yarn's perplexity is known." in report
+    assert load_suite(tmp_path / "out" / "suite.yaml").methods[0].only == {"passkey": [128]}
+
+
+@pytest.mark.parametrize("only,message", [
+    ({"needle": [64]}, "names task 'needle', which this suite does not run"),
+    ({"perplexity": [65]}, "asks perplexity at 65, not among perplexity.lengths"),
+    ({"perplexity": 64}, "must be a non-empty list"),
+    ([64], "must map tasks to lengths"),
+])
+def test_bad_only(suite_dict, only, message):
+    with pytest.raises(SuiteError, match=message):
+        suite_from_dict(dict(suite_dict, methods=[{"method": "none", "only": only}]))
+
+
 def test_kv_consistent_is_a_patch_option_a_suite_can_set(suite_dict):
     entry = {"method": "dynamic_ntk", "factor": 4, "params": {"kv_consistent": False}, "label": "dyn-plain"}
     suite = suite_from_dict(dict(suite_dict, methods=[entry]))
