@@ -16,8 +16,9 @@ pull the temperature down). Everything is resumable: re-run the same command to 
     python benchmarks/bench_search.py --output runs/bench-search --budget 12 --baselines none,linear,ntk,dynamic_ntk,yarn
     python benchmarks/bench_search.py --output runs/bench-search --budget 12 --baselines none,yarn --report-lengths 8192
 
-Measured (2 shared cores, fp32, 12 candidates, 888 s of search): held-out Emma, one window each —
-searched 31.82 / 31.99 / 32.81 at 8k / 16k / 32k, YaRN 32.22 / 32.68 / 33.11, unscaled 29.97 at 8k.
+Measured (2 cores, fp32, 12 candidates, 888 s of search): held-out Emma, one window each —
+searched 31.82 / 31.99 / 32.81 at 8k / 16k / 32k, YaRN 32.22 / 32.68 / 33.11, unscaled 29.97 at 8k;
+at 32k NTK 33.51, dynamic NTK 44.94, linear 157.90 (each 32k cell ~7-8 min).
 On the spread proxy itself the unscaled model and NTK (attention factor 1) score better than both:
 the proxy screens frequency schedules under a fixed temperature; it cannot rank methods.
 """
