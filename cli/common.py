@@ -23,9 +23,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     """--device / --dtype / --attn-implementation, resolved by :func:`ropescale.models.runtime.resolve_runtime`."""
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N, mps")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    from ..models.runtime import ATTENTIONS, DTYPES
+
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="auto: bfloat16 on a CUDA device, float32 otherwise")
-    p.add_argument("--attn-implementation", default="auto", choices=["auto", "sdpa", "eager", "flash_attention_2"],
+    p.add_argument("--attn-implementation", default="auto", choices=["auto", *ATTENTIONS],
                    help="auto: flash_attention_2 on a CUDA device when flash-attn is installed, else sdpa")
 
 

@@ -38,10 +38,11 @@ import yaml
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import RopescaleError
+from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS, DTYPES as RUNTIME_DTYPES
 
 TASKS = ("perplexity", "passkey", "needle")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
-ATTENTIONS = ("auto", "sdpa", "eager", "flash_attention_2")
+DTYPES = ("auto", *RUNTIME_DTYPES)
+ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
 SUITES_DIR = Path(__file__).parent / "suites"
 
 

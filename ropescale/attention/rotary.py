@@ -140,14 +140,10 @@ def key_positions(position_ids: torch.Tensor, kv_length: int) -> torch.Tensor | 
     what generation produces. Left padding gives negative values to padded keys, which the mask
     hides; they are clamped to 0.
     """
-    q_length = position_ids.shape[1]
-    past = kv_length - q_length
-    if past == 0:
-        contiguous = torch.arange(q_length, device=position_ids.device)
-        return None if bool((position_ids == contiguous).all()) else position_ids
-    offset = position_ids[:, :1] - past  # [b, 1]: position of the first cached key
-    cached = (torch.arange(past, device=position_ids.device) + offset).clamp_(min=0)  # [b, past]
-    positions = torch.cat((cached, position_ids), dim=1)
-    if bool((positions == torch.arange(kv_length, device=position_ids.device)).all()):
-        return None
-    return positions
+    past = kv_length - position_ids.shape[1]
+    positions = position_ids
+    if past:
+        offset = position_ids[:, :1] - past  # [b, 1]: position of the first cached key
+        cached = (torch.arange(past, device=position_ids.device) + offset).clamp_(min=0)  # [b, past]
+        positions = torch.cat((cached, position_ids), dim=1)  # [b, kv]
+    return None if bool((positions == torch.arange(kv_length, device=positions.device)).all()) else positions

@@ -60,6 +60,12 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+def auto_attention(cuda: bool, dtype: str) -> str:
+    """``auto``'s kernel: flash_attention_2 on a CUDA device with 16-bit weights when flash-attn is
+    installed (it has no fp32 kernel), else sdpa. Evaluation and training both decide with this."""
+    return "flash_attention_2" if cuda and dtype != "float32" and flash_attn_installed() else "sdpa"
+
+
 def resolve_runtime(device: str | None = "auto", dtype: str | None = "auto", attention: str | None = "auto") -> Runtime:
     """Resolve ``auto`` (or None) in each setting and check explicit ones (see the module doc).
 
@@ -90,7 +96,7 @@ def resolve_runtime(device: str | None = "auto", dtype: str | None = "auto", att
 
     attention = _auto(attention)
     if attention is None:
-        attention = "flash_attention_2" if cuda and dtype != "float32" and flash_attn_installed() else "sdpa"
+        attention = auto_attention(cuda, dtype)
     elif attention not in ATTENTIONS:
         raise RopescaleError(f"attention must be auto or one of {', '.join(ATTENTIONS)}, got {attention!r}")
     elif attention == "flash_attention_2":

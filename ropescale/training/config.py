@@ -30,12 +30,12 @@ from typing import Any
 import yaml
 
 from ..errors import RopescaleError
+from ..models.runtime import ATTENTIONS, DTYPES
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs" / "train"
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("no", "bf16", "fp16")
-DTYPES = ("float32", "bfloat16", "float16")
-ATTN = ("auto", "sdpa", "eager", "flash_attention_2")
+ATTN = ("auto", *ATTENTIONS)
 POSE_CONTENT = ("skip", "contiguous")
 EXTRA_TRAINABLE = ("embed", "norm")
 EVAL_MODES = ("nonoverlap", "yarn", "longlora")

@@ -65,11 +65,9 @@ def resolve_attn_implementation(requested: str, dtype: str = "bfloat16") -> str:
     (:func:`ropescale.models.runtime.resolve_runtime`)."""
     if requested != "auto":
         return requested
-    from ..models.runtime import flash_attn_installed
+    from ..models.runtime import auto_attention
 
-    if torch.cuda.is_available() and dtype != "float32" and flash_attn_installed():
-        return "flash_attention_2"
-    return "sdpa"
+    return auto_attention(torch.cuda.is_available(), dtype)
 
 
 def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
