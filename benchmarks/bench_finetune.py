@@ -56,12 +56,19 @@ def train(config, progress: bool = True) -> dict:
     start = time.perf_counter()
     trainer = Trainer(config, progress=progress)
     result = trainer.train(resume=True)
-    record["sessions"].append({"steps": len(result.losses), "wall_s": time.perf_counter() - start,
-                               "train_loop_s": result.seconds})
+    record["sessions"].append(
+        {"steps": len(result.losses), "wall_s": time.perf_counter() - start, "train_loop_s": result.seconds}
+    )
     metrics = [json.loads(ln) for ln in (config.output_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     losses = [m["loss"] for m in metrics if "loss" in m]
-    record.update(steps=trainer.step, tokens=trainer.tokens_seen, first_loss=losses[0], last_loss=losses[-1],
-                  mean_loss_first5=sum(losses[:5]) / len(losses[:5]), mean_loss_last5=sum(losses[-5:]) / len(losses[-5:]))
+    record.update(
+        steps=trainer.step,
+        tokens=trainer.tokens_seen,
+        first_loss=losses[0],
+        last_loss=losses[-1],
+        mean_loss_first5=sum(losses[:5]) / len(losses[:5]),
+        mean_loss_last5=sum(losses[-5:]) / len(losses[-5:]),
+    )
     write_json(record_path, record)
     return record
 
@@ -70,7 +77,7 @@ def evaluate(label: str, load, docs, lengths, tokens, bos, cells: Path) -> list[
     """Perplexity of one model at every length (finished cells are read back, not recomputed)."""
     import torch
 
-    from ropescale.evals.perplexity import evaluate_perplexity
+    from ropescale.scoring.perplexity import evaluate_perplexity
 
     rows, model = [], None
     for length, n_tokens in zip(lengths, tokens):
@@ -84,11 +91,18 @@ def evaluate(label: str, load, docs, lengths, tokens, bos, cells: Path) -> list[
         if len(doc) < length:
             raise SystemExit(f"held-out text has {len(doc)} tokens, fewer than the {length}-token window")
         with torch.inference_mode():
-            result = evaluate_perplexity(model, [doc], window=length, mode="nonoverlap", bos_token_id=bos,
-                                         progress=True)
-        row = {"model": label, "length": length, "ppl": result.ppl, "tokens_scored": result.tokens_scored,
-               "windows": len(result.window_nll), "seconds": result.elapsed_s,
-               "tokens_per_s": result.tokens_per_second}
+            result = evaluate_perplexity(
+                model, [doc], window=length, mode="nonoverlap", bos_token_id=bos, progress=True
+            )
+        row = {
+            "model": label,
+            "length": length,
+            "ppl": result.ppl,
+            "tokens_scored": result.tokens_scored,
+            "windows": len(result.window_nll),
+            "seconds": result.elapsed_s,
+            "tokens_per_s": result.tokens_per_second,
+        }
         write_json(path, row)
         print(f"{label:<28} {length:>6}  ppl {row['ppl']:8.3f}  ({row['seconds']:.0f} s)", flush=True)
         rows.append(row)
@@ -103,7 +117,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     import ropescale
-    from ropescale.evals.data import load_documents, tokenize_documents
+    from ropescale.data.documents import load_documents, tokenize_documents
     from ropescale.training.config import load_config
     from ropescale.training.data import split_holdout
     from ropescale.training.export import merged_model
@@ -125,12 +139,30 @@ def main(argv=None) -> int:
     s = config.scaling
     cells = out / "cells"
     t1 = time.perf_counter()
-    before = evaluate(f"{s.method}-x{s.factor:g}-training-free",
-                      lambda: ropescale.from_pretrained(config.model.name, method=s.method, factor=s.factor,
-                                                        method_params=dict(s.params), attn_implementation="sdpa"),
-                      docs, lengths, tokens, bos, cells)
-    after = evaluate(f"{s.method}-x{s.factor:g}-finetuned", lambda: merged_model(config.output_dir), docs, lengths,
-                     tokens, bos, cells)
+    before = evaluate(
+        f"{s.method}-x{s.factor:g}-training-free",
+        lambda: ropescale.from_pretrained(
+            config.model.name,
+            method=s.method,
+            factor=s.factor,
+            method_params=dict(s.params),
+            attn_implementation="sdpa",
+        ),
+        docs,
+        lengths,
+        tokens,
+        bos,
+        cells,
+    )
+    after = evaluate(
+        f"{s.method}-x{s.factor:g}-finetuned",
+        lambda: merged_model(config.output_dir),
+        docs,
+        lengths,
+        tokens,
+        bos,
+        cells,
+    )
     eval_wall = time.perf_counter() - t1
 
     steps = config.train.max_steps
@@ -139,7 +171,11 @@ def main(argv=None) -> int:
         "",
         f"{config.model.name}, {s.method} x{s.factor:g}, LoRA r={config.lora.r} on {','.join(config.lora.target_modules)}"
         + (f" + {','.join(config.lora.trainable)}" if config.lora.trainable else "")
-        + (f", PoSE {config.data.seq_len}-token windows over {config.pose.target_length}" if config.pose.enabled else "")
+        + (
+            f", PoSE {config.data.seq_len}-token windows over {config.pose.target_length}"
+            if config.pose.enabled
+            else ""
+        )
         + f", {steps} steps x {config.global_batch()} windows, lr {config.optim.lr:g}.",
         f"Held-out: {', '.join(t for t, _ in held_out)}; non-overlapping windows, BOS per window, fp32.",
         "",
@@ -147,19 +183,32 @@ def main(argv=None) -> int:
         "|---:|---:|---:|---:|---:|",
     ]
     for b, a in zip(before, after):
-        lines.append(f"| {b['length']} | {b['tokens_scored']} | {b['ppl']:.3f} | {a['ppl']:.3f} | "
-                     f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}% |")
+        lines.append(
+            f"| {b['length']} | {b['tokens_scored']} | {b['ppl']:.3f} | {a['ppl']:.3f} | "
+            f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}% |"
+        )
     sessions = train_record.get("sessions", [])
-    lines += ["", f"Training: {sum(x['wall_s'] for x in sessions):.0f} s wall over {len(sessions)} session(s), "
-              f"loss {train_record.get('mean_loss_first5', float('nan')):.3f} (first 5 steps) -> "
-              f"{train_record.get('mean_loss_last5', float('nan')):.3f} (last 5). "
-              f"Evaluation: {eval_wall:.0f} s this session. torch threads {torch.get_num_threads()}, "
-              f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs."]
+    lines += [
+        "",
+        f"Training: {sum(x['wall_s'] for x in sessions):.0f} s wall over {len(sessions)} session(s), "
+        f"loss {train_record.get('mean_loss_first5', float('nan')):.3f} (first 5 steps) -> "
+        f"{train_record.get('mean_loss_last5', float('nan')):.3f} (last 5). "
+        f"Evaluation: {eval_wall:.0f} s this session. torch threads {torch.get_num_threads()}, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs.",
+    ]
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
-    write_json(out / "results.json", {"before": before, "after": after, "train": train_record,
-                                      "train_wall_this_session_s": train_wall, "eval_wall_this_session_s": eval_wall,
-                                      "recipe": config.to_dict()})
+    write_json(
+        out / "results.json",
+        {
+            "before": before,
+            "after": after,
+            "train": train_record,
+            "train_wall_this_session_s": train_wall,
+            "eval_wall_this_session_s": eval_wall,
+            "recipe": config.to_dict(),
+        },
+    )
     print(report)
     return 0
 

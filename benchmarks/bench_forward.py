@@ -29,7 +29,9 @@ def native_rope(method: str, factor: float, base: float, L: int, length: int) ->
     if method == "dynamic_ntk":
         return {"rope_type": "dynamic", "rope_theta": base, "factor": factor}, L
     if method == "yarn":
-        return {"rope_type": "yarn", "rope_theta": base, "factor": factor, "original_max_position_embeddings": L}, int(factor * L)
+        return {"rope_type": "yarn", "rope_theta": base, "factor": factor, "original_max_position_embeddings": L}, int(
+            factor * L
+        )
     if method == "dynamic_yarn":
         s = max(1.0, length / L)
         return {"rope_type": "yarn", "rope_theta": base, "factor": s, "original_max_position_embeddings": L}, length
@@ -57,19 +59,25 @@ def main() -> None:
     L, base = config.max_position_embeddings, config.rope_parameters["rope_theta"]
     length = args.length
     ids = torch.randint(0, config.vocab_size, (1, length))
-    print(f"model {args.model}, {length} tokens, factor {args.factor:g}, {args.repeats} repeats, "
-          f"{torch.get_num_threads()} threads, fp32, SDPA")
+    print(
+        f"model {args.model}, {length} tokens, factor {args.factor:g}, {args.repeats} repeats, "
+        f"{torch.get_num_threads()} threads, fp32, SDPA"
+    )
     print(f"{'method':<14} {'ropescale s':>12} {'native s':>10} {'ratio':>7}  max |logit diff|")
     for method in args.methods.split(","):
         patched = ropescale.patch(copy.deepcopy(base_model), method, factor=args.factor)
         native_config = copy.deepcopy(config)
         native_config.rope_parameters, native_config.max_position_embeddings = native_rope(
-            method, args.factor, base, L, length)
+            method, args.factor, base, L, length
+        )
         native = type(base_model)(native_config).eval()
         native.load_state_dict(base_model.state_dict())
         with torch.inference_mode():
-            diff = (patched(ids[:, :512]).logits - native(ids[:, :512]).logits).abs().max().item() if method != "dynamic_yarn" else \
-                (patched(ids).logits[:, -8:] - native(ids).logits[:, -8:]).abs().max().item()
+            diff = (
+                (patched(ids[:, :512]).logits - native(ids[:, :512]).logits).abs().max().item()
+                if method != "dynamic_yarn"
+                else (patched(ids).logits[:, -8:] - native(ids).logits[:, -8:]).abs().max().item()
+            )
         timed(patched, ids), timed(native, ids)  # warm-up
         ours, theirs = [], []
         for _ in range(args.repeats):  # alternate so drift hits both equally

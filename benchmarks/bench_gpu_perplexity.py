@@ -20,7 +20,6 @@ runs the same code on the CPU, for a smoke test with a small model and short len
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -32,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--lengths", default="32768,65536")
-    ap.add_argument("--method", default="yarn", help="a method transformers builds natively (yarn, linear, dynamic_ntk...)")
+    ap.add_argument(
+        "--method", default="yarn", help="a method transformers builds natively (yarn, linear, dynamic_ntk...)"
+    )
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attention", default="auto")
@@ -64,16 +65,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['length']:>7} {r['variant']:<10} {r['tokens_per_s']:>10.0f} {r['peak_gib']:>9.2f} {r['ppl']:>9.3f}")
     ratios = []
     for length in lengths:
-        ours, native = (next(r for r in rows if r["length"] == length and r["variant"] == v) for v in ("ropescale", "native"))
-        ratio = {"length": length, "speed_ratio": ours["tokens_per_s"] / native["tokens_per_s"],
-                 "memory_ratio": ours["peak_gib"] / native["peak_gib"] if native["peak_gib"] else None}
+        ours, native = (
+            next(r for r in rows if r["length"] == length and r["variant"] == v) for v in ("ropescale", "native")
+        )
+        ratio = {
+            "length": length,
+            "speed_ratio": ours["tokens_per_s"] / native["tokens_per_s"],
+            "memory_ratio": ours["peak_gib"] / native["peak_gib"] if native["peak_gib"] else None,
+        }
         ratios.append(ratio)
         memory = "n/a" if ratio["memory_ratio"] is None else f"{ratio['memory_ratio']:.3f}"
         print(f"{length}: ropescale/native tokens/s {ratio['speed_ratio']:.3f}, peak memory {memory}")
     if args.output:
-        atomic_write_json(os.path.join(args.output, "results.json"),
-                          {"device": device_name, "runtime": runtime.to_dict(), "method": args.method,
-                           "model": args.model, "rows": rows, "ratios": ratios})
+        atomic_write_json(
+            os.path.join(args.output, "results.json"),
+            {
+                "device": device_name,
+                "runtime": runtime.to_dict(),
+                "method": args.method,
+                "model": args.model,
+                "rows": rows,
+                "ratios": ratios,
+            },
+        )
     return 0
 
 
@@ -84,11 +98,11 @@ def run(model_name: str, method: str, lengths: list[int], runtime, repeats: int,
     from transformers import AutoModelForCausalLM
 
     import ropescale
-    from ropescale.evals.data import load_documents, tokenize_documents
-    from ropescale.evals.perplexity import evaluate_perplexity
-    from ropescale.models.loading import load_config, resolve_model
+    from ropescale.data.documents import load_documents, tokenize_documents
     from ropescale.errors import RopescaleError
-    from ropescale.patching.config import original_geometry, provenance
+    from ropescale.models.loading import load_config, resolve_model
+    from ropescale.patching.plan import original_geometry, provenance
+    from ropescale.scoring.perplexity import evaluate_perplexity
 
     tokenizer = ropescale.load_tokenizer(model_name)
     L = original_geometry(load_config(model_name))[2]
@@ -119,21 +133,31 @@ def run(model_name: str, method: str, lengths: list[int], runtime, repeats: int,
     rows = []
     for length in lengths:
         factor = max(1.0, length / L)
-        ours = runtime.place(ropescale.from_pretrained(model_name, method=method, factor=factor, **runtime.load_kwargs()))
+        ours = runtime.place(
+            ropescale.from_pretrained(model_name, method=method, factor=factor, **runtime.load_kwargs())
+        )
         if not provenance(ours.config)["native"]:
             raise RopescaleError(f"method '{method}' is not native to transformers; nothing to compare against")
         config = copy.deepcopy(ours.config)  # the same rope_parameters, the model's own attention kernel
         resolved = resolve_model(model_name)
-        native = runtime.place(AutoModelForCausalLM.from_pretrained(
-            resolved.path, config=config, **resolved.kwargs, **runtime.load_kwargs()).eval())
+        native = runtime.place(
+            AutoModelForCausalLM.from_pretrained(
+                resolved.path, config=config, **resolved.kwargs, **runtime.load_kwargs()
+            ).eval()
+        )
         ids = ids_all[:length]
-        x = torch.tensor([[bos, *ids]], device=runtime.device) if bos is not None else torch.tensor([ids], device=runtime.device)
+        x = (
+            torch.tensor([[bos, *ids]], device=runtime.device)
+            if bos is not None
+            else torch.tensor([ids], device=runtime.device)
+        )
 
-        def ropescale_ppl() -> float:
-            return evaluate_perplexity(ours, [ids], window=length, mode="nonoverlap", bos_token_id=bos,
-                                       progress=False).ppl
+        def ropescale_ppl(ours=ours, ids=ids, length=length) -> float:
+            return evaluate_perplexity(
+                ours, [ids], window=length, mode="nonoverlap", bos_token_id=bos, progress=False
+            ).ppl
 
-        def native_ppl() -> float:
+        def native_ppl(native=native, x=x) -> float:
             with torch.inference_mode():
                 return math.exp(native(x, labels=x).loss.float().item())
 
@@ -147,8 +171,17 @@ def run(model_name: str, method: str, lengths: list[int], runtime, repeats: int,
                 samples[variant].append(measure(fn))
         for variant, got in samples.items():
             seconds = statistics.median(s for s, _, _ in got)
-            rows.append({"length": length, "variant": variant, "factor": factor, "seconds": seconds,
-                         "tokens_per_s": length / seconds, "peak_gib": max(p for _, p, _ in got), "ppl": got[0][2]})
+            rows.append(
+                {
+                    "length": length,
+                    "variant": variant,
+                    "factor": factor,
+                    "seconds": seconds,
+                    "tokens_per_s": length / seconds,
+                    "peak_gib": max(p for _, p, _ in got),
+                    "ppl": got[0][2],
+                }
+            )
         del ours, native
         if cuda:
             torch.cuda.empty_cache()

@@ -34,7 +34,7 @@ def text_ids(model_name: str, n: int, data: str) -> torch.Tensor:
     """``n`` tokens of the corpus (random ids if it is not installed). # [1, n]"""
     tokenizer = load_tokenizer(model_name)
     try:
-        from ropescale.evals.data import load_documents
+        from ropescale.data.documents import load_documents
 
         text = "\n\n".join(t for _, t in load_documents(data))
         ids = tokenizer(text[: 8 * n], add_special_tokens=False)["input_ids"][: n - 1]
@@ -54,8 +54,11 @@ def random_cache(model, n: int):
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     cache = DynamicCache(config=c)
     for layer in range(c.num_hidden_layers):
-        cache.update(torch.randn(1, c.num_key_value_heads, n, head_dim),
-                     torch.randn(1, c.num_key_value_heads, n, head_dim), layer)  # [b, h_kv, n, hd]
+        cache.update(
+            torch.randn(1, c.num_key_value_heads, n, head_dim),
+            torch.randn(1, c.num_key_value_heads, n, head_dim),
+            layer,
+        )  # [b, h_kv, n, hd]
     return cache
 
 
@@ -78,7 +81,7 @@ class Decoder:
         for _ in range(k):
             start = time.perf_counter()
             with torch.inference_mode():
-                out = self.model(self.ids[:, self.n:self.n + 1], past_key_values=self.cache, use_cache=True)
+                out = self.model(self.ids[:, self.n : self.n + 1], past_key_values=self.cache, use_cache=True)
             self.step_s.append(time.perf_counter() - start)
             self.cache, self.logits, self.n = out.past_key_values, out.logits[:, -1], self.n + 1
 
@@ -104,10 +107,14 @@ def main() -> None:
     if args.timing_only:
         args.no_full = True
     L = model.config.max_position_embeddings
-    print(f"model {args.model} (L={L}), prefix {args.prefix}, {args.new} new tokens, factor {args.factor:g}, "
-          f"{torch.get_num_threads()} threads, fp32, SDPA" + (", random cache (timing only)" if args.timing_only else ""))
-    header = (f"{'method':<13} {'mode':<11} {'prefill s':>9} {'decode tok/s':>12} {'median ms/tok':>13} "
-              f"{'max|Δlogit| vs full':>19} {'argmax':>6}")
+    print(
+        f"model {args.model} (L={L}), prefix {args.prefix}, {args.new} new tokens, factor {args.factor:g}, "
+        f"{torch.get_num_threads()} threads, fp32, SDPA" + (", random cache (timing only)" if args.timing_only else "")
+    )
+    header = (
+        f"{'method':<13} {'mode':<11} {'prefill s':>9} {'decode tok/s':>12} {'median ms/tok':>13} "
+        f"{'max|Δlogit| vs full':>19} {'argmax':>6}"
+    )
     rows = []
     for method in args.methods.split(","):
         decoders = {}
@@ -124,12 +131,21 @@ def main() -> None:
         full = None
         if not (args.no_full or args.timing_only):  # consistent and default are the same model without a cache
             with torch.inference_mode():
-                full = model(ids[:, :args.prefix + args.new], use_cache=False, logits_to_keep=1).logits[:, -1]
+                full = model(ids[:, : args.prefix + args.new], use_cache=False, logits_to_keep=1).logits[:, -1]
         for mode, d in decoders.items():
             diff = f"{(d.logits - full).abs().max().item():.3e}" if full is not None else "-"
             agree = str(bool(d.logits.argmax() == full.argmax())) if full is not None else "-"
-            rows.append((method, mode, d.prefill_s, len(d.step_s) / sum(d.step_s),
-                         1000 * statistics.median(d.step_s), diff, agree))
+            rows.append(
+                (
+                    method,
+                    mode,
+                    d.prefill_s,
+                    len(d.step_s) / sum(d.step_s),
+                    1000 * statistics.median(d.step_s),
+                    diff,
+                    agree,
+                )
+            )
         a, b = rows[-2][3], rows[-1][3]
         rows.append((method, "ratio", None, a / b, None, "", ""))
     print(header)

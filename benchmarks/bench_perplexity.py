@@ -41,13 +41,14 @@ def child(variant: str, model_name: str, length: int) -> None:
     import torch
 
     import ropescale
-    from ropescale.evals.data import load_documents, tokenize_documents
-    from ropescale.evals.perplexity import evaluate_perplexity
+    from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.scoring.perplexity import evaluate_perplexity
 
     tokenizer = ropescale.load_tokenizer(model_name)
     ids = tokenize_documents(tokenizer, load_documents(None), max_tokens=length, min_tokens=length)[0]
-    model = ropescale.from_pretrained(model_name, method="yarn", factor=max(1.0, length / 8192),
-                                      attn_implementation="sdpa")
+    model = ropescale.from_pretrained(
+        model_name, method="yarn", factor=max(1.0, length / 8192), attn_implementation="sdpa"
+    )
     base = _rss_mb()
     bos = tokenizer.bos_token_id
     start = time.perf_counter()
@@ -60,8 +61,18 @@ def child(variant: str, model_name: str, length: int) -> None:
             loss = model(x, labels=x).loss
         ppl = math.exp(loss.item())
     elapsed = time.perf_counter() - start
-    print(json.dumps({"variant": variant, "length": length, "seconds": elapsed, "tokens_per_s": length / elapsed,
-                      "peak_mb": _rss_mb() - base, "ppl": ppl}))
+    print(
+        json.dumps(
+            {
+                "variant": variant,
+                "length": length,
+                "seconds": elapsed,
+                "tokens_per_s": length / elapsed,
+                "peak_mb": _rss_mb() - base,
+                "ppl": ppl,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -75,8 +86,12 @@ def main() -> None:
     rows = []
     for length in [int(n) for n in args.lengths.split(",")]:
         for variant in ("ropescale", "plain"):
-            out = subprocess.run([sys.executable, __file__, "--model", args.model, "--child", variant, str(length)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--model", args.model, "--child", variant, str(length)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             rows.append(json.loads(out.strip().splitlines()[-1]))
     print(f"{'length':>7} {'variant':<10} {'tok/s':>7} {'peak MB':>8} {'ppl':>8}")
     for r in rows:
@@ -84,9 +99,11 @@ def main() -> None:
     for length in sorted({r["length"] for r in rows}):
         ours = next(r for r in rows if r["length"] == length and r["variant"] == "ropescale")
         plain = next(r for r in rows if r["length"] == length and r["variant"] == "plain")
-        print(f"{length}: memory ratio ropescale/plain {ours['peak_mb'] / plain['peak_mb']:.3f}, "
-              f"speed ratio {ours['tokens_per_s'] / plain['tokens_per_s']:.3f}, "
-              f"PPL ropescale {ours['ppl']:.3f} vs plain {plain['ppl']:.3f}")
+        print(
+            f"{length}: memory ratio ropescale/plain {ours['peak_mb'] / plain['peak_mb']:.3f}, "
+            f"speed ratio {ours['tokens_per_s'] / plain['tokens_per_s']:.3f}, "
+            f"PPL ropescale {ours['ppl']:.3f} vs plain {plain['ppl']:.3f}"
+        )
 
 
 if __name__ == "__main__":

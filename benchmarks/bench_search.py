@@ -48,27 +48,45 @@ def main() -> None:
     ap.add_argument("--heldout-doc", default="Emma")
     ap.add_argument("--baselines", default="linear,ntk,dynamic_ntk,yarn")
     ap.add_argument("--report-lengths", default="", help="held-out contiguous lengths, e.g. 16384,32768")
-    ap.add_argument("--no-heldout-proxy", action="store_true", help="skip the held-out cells at the calibration protocol")
+    ap.add_argument(
+        "--no-heldout-proxy", action="store_true", help="skip the held-out cells at the calibration protocol"
+    )
     args = ap.parse_args()
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ropescale.search import SearchOptions, run_search_job
 
     options = SearchOptions(
-        target_length=args.target_length, model=args.model, method=args.method, budget=args.budget,
-        eval_length=args.eval_length, windows=args.windows, layout=args.layout, chunks=args.chunks,
+        target_length=args.target_length,
+        model=args.model,
+        method=args.method,
+        budget=args.budget,
+        eval_length=args.eval_length,
+        windows=args.windows,
+        layout=args.layout,
+        chunks=args.chunks,
         attention=args.attention_factor,
         baselines=tuple(b for b in args.baselines.split(",") if b),
         report_lengths=tuple(int(n) for n in args.report_lengths.split(",") if n),
-        heldout=not args.no_heldout_proxy, data="austen", data_doc=args.calibration_doc, heldout_doc=args.heldout_doc,
+        heldout=not args.no_heldout_proxy,
+        data="austen",
+        data_doc=args.calibration_doc,
+        heldout_doc=args.heldout_doc,
     )
     start = time.perf_counter()
     report = run_search_job(options, args.output, progress=sys.stderr.isatty() or True)
     wall = time.perf_counter() - start
     print(open(os.path.join(args.output, "report.md")).read())
     print(f"wall time of this invocation: {wall:.0f} s; load average now {os.getloadavg()}")
-    print(json.dumps({"best": report["best"]["origin"], "calibration_ppl": report["best"]["ppl"],
-                      "search_seconds": report["search_seconds"]}))
+    print(
+        json.dumps(
+            {
+                "best": report["best"]["origin"],
+                "calibration_ppl": report["best"]["ppl"],
+                "search_seconds": report["search_seconds"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from ..errors import RopescaleError
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", default="smollm2-135m",
+        "--model",
+        default="smollm2-135m",
         help="checkpoint directory, .gguf file, Hub id (org/name), or embedded model name (default: smollm2-135m)",
     )
 
@@ -25,10 +26,15 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N, mps")
     from ..models.runtime import ATTENTIONS, DTYPES
 
-    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
-                   help="auto: bfloat16 on a CUDA device, float32 otherwise")
-    p.add_argument("--attn-implementation", default="auto", choices=["auto", *ATTENTIONS],
-                   help="auto: flash_attention_2 on a CUDA device when flash-attn is installed, else sdpa")
+    p.add_argument(
+        "--dtype", default="auto", choices=["auto", *DTYPES], help="auto: bfloat16 on a CUDA device, float32 otherwise"
+    )
+    p.add_argument(
+        "--attn-implementation",
+        default="auto",
+        choices=["auto", *ATTENTIONS],
+        help="auto: flash_attention_2 on a CUDA device when flash-attn is installed, else sdpa",
+    )
 
 
 def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
@@ -36,16 +42,24 @@ def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -
     add_factor_args(p)
     p.set_defaults(factor_required=factor_required)
     p.add_argument(
-        "--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
+        "--original-max-position-embeddings",
+        type=_positive_int,
+        default=None,
+        metavar="N",
         help="the context the model was trained at, if its config does not say it",
     )
     p.add_argument(
-        "--param", action="append", default=[], metavar="KEY=VALUE",
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="a method parameter, repeatable (e.g. --param beta_fast=32 --param attention_factor=1.0)",
     )
     p.add_argument("--replace", action="store_true", help="replace an existing scaling (starts from the original)")
     p.add_argument(
-        "--sliding-window", default="keep", metavar="keep|none|N",
+        "--sliding-window",
+        default="keep",
+        metavar="keep|none|N",
         help="Mistral-style sliding window: keep it (default), none (full attention) or a width",
     )
 
@@ -56,9 +70,12 @@ def add_factor_args(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--factor", default=None, help="scaling factor s: extended context = s × original")
     group.add_argument(
-        "--target-length", type=_positive_int, default=None, metavar="N",
+        "--target-length",
+        type=_positive_int,
+        default=None,
+        metavar="N",
         help="the context to reach instead of --factor: factor = N / original context "
-             "(rounded up to an integer for llama3)",
+        "(rounded up to an integer for llama3)",
     )
 
 

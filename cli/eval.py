@@ -15,26 +15,35 @@ from .common import add_factor_args, add_model_args, add_runtime_args, parse_par
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
-                  "--lengths 2048,8192,16384 --output runs/ppl",
+    "--lengths 2048,8192,16384 --output runs/ppl",
     "passkey": "example: ropescale eval passkey --method yarn --factor 4 --lengths 4096,8192,16384 "
-               "--depths 0,0.25,0.5,0.75,1 --trials 5",
+    "--depths 0,0.25,0.5,0.75,1 --trials 5",
     "needle": "example: ropescale eval needle --task niah_multikey --method yarn --factor 4 --lengths 4096,8192",
     "suite": "example: ropescale eval suite evals/suites/smollm2-x4.yaml --output runs/smollm2-x4",
 }
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser("eval", help="evaluate at extended lengths (perplexity, passkey, needle, suites, lm-eval)",
-                           description="Evaluate a model, scaled by one or several methods, at extended lengths.")
+    group = sub.add_parser(
+        "eval",
+        help="evaluate at extended lengths (perplexity, passkey, needle, suites, lm-eval)",
+        description="Evaluate a model, scaled by one or several methods, at extended lengths.",
+    )
     tasks = group.add_subparsers(dest="eval_command", metavar="TASK", parser_class=type(group))
     tasks.required = True
 
     p = _task_parser(tasks, "perplexity", "sliding-window perplexity at several lengths")
     p.add_argument("--lengths", required=True, help="comma-separated window lengths, e.g. 2048,8192,16384")
-    p.add_argument("--mode", default="yarn", choices=["yarn", "longlora", "nonoverlap"],
-                   help="window protocol: yarn (PI/YaRN, stride 256, each token once), longlora (every token of "
-                        "windows every STRIDE), nonoverlap (lm-eval rolling)")
-    p.add_argument("--stride", type=int, default=None, help="window stride in tokens (default 256; window for nonoverlap)")
+    p.add_argument(
+        "--mode",
+        default="yarn",
+        choices=["yarn", "longlora", "nonoverlap"],
+        help="window protocol: yarn (PI/YaRN, stride 256, each token once), longlora (every token of "
+        "windows every STRIDE), nonoverlap (lm-eval rolling)",
+    )
+    p.add_argument(
+        "--stride", type=int, default=None, help="window stride in tokens (default 256; window for nonoverlap)"
+    )
     p.add_argument("--max-tokens", type=int, default=None, help="tokens scored per cell (default: 4 windows)")
 
     p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
@@ -43,14 +52,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=5)
 
     p = _task_parser(tasks, "needle", "RULER-style multi-key / multi-value needles in a real-text haystack")
-    p.add_argument("--task", dest="needle_task", default="niah_single", help="niah_single, niah_multikey, niah_multivalue, ...")
+    p.add_argument(
+        "--task", dest="needle_task", default="niah_single", help="niah_single, niah_multikey, niah_multivalue, ..."
+    )
     p.add_argument("--lengths", required=True)
     p.add_argument("--depths", default="0.25,0.5,0.75")
     p.add_argument("--trials", type=int, default=3)
 
-    p = tasks.add_parser("suite", help="run a YAML suite of methods × tasks × lengths",
-                         description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
-                         epilog=EXAMPLES["suite"])
+    p = tasks.add_parser(
+        "suite",
+        help="run a YAML suite of methods × tasks × lengths",
+        description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
+        epilog=EXAMPLES["suite"],
+    )
     p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
     p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>)")
     p.add_argument("--no-progress", action="store_true")
@@ -65,14 +79,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
-    p = tasks.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
-                         epilog=EXAMPLES[name])
+    p = tasks.add_parser(
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", epilog=EXAMPLES[name]
+    )
     add_model_args(p)
     p.add_argument("--method", default=None, help="one scaling method (with --param for its parameters)")
-    p.add_argument("--methods", default=None, help="comma-separated methods to compare, e.g. none,linear,ntk,dynamic_ntk,yarn")
+    p.add_argument(
+        "--methods", default=None, help="comma-separated methods to compare, e.g. none,linear,ntk,dynamic_ntk,yarn"
+    )
     add_factor_args(p)  # --factor or --target-length, for every method except none
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable")
-    p.add_argument("--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable"
+    )
+    p.add_argument(
+        "--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name"
+    )
     add_runtime_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="results folder (default: runs/<task>-<model>)")
@@ -129,7 +150,7 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
 def _original_context(model: str) -> int:
     """The trained context L of ``model`` (its config only; no weights are loaded)."""
     from ..models.loading import load_config
-    from ..patching.config import original_geometry
+    from ..patching.plan import original_geometry
 
     return original_geometry(load_config(model))[2]
 
@@ -153,9 +174,17 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if task == "needle":
             settings["task"] = args.needle_task
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-")
-    return {"name": f"{task}-{slug}", "model": args.model, "dtype": args.dtype, "device": args.device,
-            "attn_implementation": args.attn_implementation, "data": args.data, "seed": args.seed,
-            "methods": methods_from_args(args), task: settings}
+    return {
+        "name": f"{task}-{slug}",
+        "model": args.model,
+        "dtype": args.dtype,
+        "device": args.device,
+        "attn_implementation": args.attn_implementation,
+        "data": args.data,
+        "seed": args.seed,
+        "methods": methods_from_args(args),
+        task: settings,
+    }
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:

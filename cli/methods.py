@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     width = max(map(len, METHODS))
     for name, cls in sorted(METHODS.items()):
         params = ", ".join(
-            f"{k}={'<required>' if _required(cls, k, v) else v}"
-            for k, v in cls.parameter_defaults().items()
+            f"{k}={'<required>' if _required(cls, k, v) else v}" for k, v in cls.parameter_defaults().items()
         )
         kind = "dynamic" if cls.dynamic else "static"
         print(f"{name:<{width}}  {kind:<7}  {cls.summary}  [{params}]")

@@ -26,8 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_args(p)
     add_scaling_args(p, factor_required=False)  # not with --from-search; checked in _from_search
-    p.add_argument("--from-search", default=None, metavar="DIR",
-                   help="use the best configuration found by `ropescale search --output DIR` (method, factor, parameters)")
+    p.add_argument(
+        "--from-search",
+        default=None,
+        metavar="DIR",
+        help="use the best configuration found by `ropescale search --output DIR` (method, factor, parameters)",
+    )
     p.add_argument("--output", default=None, metavar="DIR", help="write the patched checkpoint here")
     p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
@@ -35,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..models.checkpoint import save_pretrained
     from ..models.loading import from_pretrained, load_config, load_tokenizer
-    from ..patching.config import apply_plan, plan_patch
-    from ..patching.model import save_pretrained
+    from ..patching.plan import apply_plan, plan_patch
 
     _from_search(args)
     kw = scaling_kwargs(args)
@@ -46,8 +50,13 @@ def run(args: argparse.Namespace) -> int:
     out = check_output_dir(args.output, args.overwrite) if args.output else None
     config = load_config(args.model)
     plan = plan_patch(
-        config, kw["method"], kw["factor"], kw["original_max_position_embeddings"], kw["replace"],
-        target_length=kw["target_length"], **kw["params"]
+        config,
+        kw["method"],
+        kw["factor"],
+        kw["original_max_position_embeddings"],
+        kw["replace"],
+        target_length=kw["target_length"],
+        **kw["params"],
     )
     if out is None:
         print(summary(args.model, plan))
@@ -57,12 +66,19 @@ def run(args: argparse.Namespace) -> int:
         save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
     else:
         model = from_pretrained(
-            args.model, method=kw["method"], factor=kw["factor"], original_max_position_embeddings=kw["original_max_position_embeddings"],
-            replace=kw["replace"], sliding_window=kw["sliding_window"], method_params=kw["params"],
+            args.model,
+            method=kw["method"],
+            factor=kw["factor"],
+            original_max_position_embeddings=kw["original_max_position_embeddings"],
+            replace=kw["replace"],
+            sliding_window=kw["sliding_window"],
+            method_params=kw["params"],
             target_length=kw["target_length"],
         )
         save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
-    print(f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}")
+    print(
+        f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}"
+    )
     return 0
 
 
@@ -77,8 +93,16 @@ def _from_search(args: argparse.Namespace) -> None:
             alternatives = "--target-length N, " if hasattr(args, "target_length") else ""
             raise ValueError(f"the following arguments are required: --factor (or {alternatives}--from-search DIR)")
         return
-    given = [flag for flag, value in (("--method", args.method), ("--factor", args.factor), ("--param", args.param),
-                                      ("--target-length", getattr(args, "target_length", None))) if value]
+    given = [
+        flag
+        for flag, value in (
+            ("--method", args.method),
+            ("--factor", args.factor),
+            ("--param", args.param),
+            ("--target-length", getattr(args, "target_length", None)),
+        )
+        if value
+    ]
     if given:
         raise ValueError(f"--from-search sets the method, factor and parameters; drop {', '.join(given)}")
     from ..search import load_search
@@ -105,7 +129,7 @@ def _maybe_tokenizer(loader, model: str):
 
 def summary(model: str, plan) -> str:
     """The human-readable account of a patch plan."""
-    from ..methods.describe import pair_changes, sample_rows
+    from ..patching.describe import pair_changes, sample_rows
 
     method, spec = plan.method, plan.spec
     extended = method.extended_context(spec)

@@ -25,26 +25,47 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--methods", default="linear,ntk,yarn,llama3",
-                   help="comma-separated methods (default: linear,ntk,yarn,llama3); dynamic ones are drawn at "
-                        "the extended context")
+    p.add_argument(
+        "--methods",
+        default="linear,ntk,yarn,llama3",
+        help="comma-separated methods (default: linear,ntk,yarn,llama3); dynamic ones are drawn at "
+        "the extended context",
+    )
     add_factor_args(p)
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                   help="a method parameter, given to every listed method that has it (e.g. beta_fast=16)")
-    p.add_argument("--metric", default="wavelength", choices=["wavelength", "rotations"],
-                   help="y axis: wavelength in tokens (default) or full turns over the original context")
-    p.add_argument("--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
-                   help="the context the model was trained at, if its config does not say it")
-    p.add_argument("--output", default=None, metavar="PNG",
-                   help="where to write the PNG (default: <model>-rope-<metric>.png in the current folder)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a method parameter, given to every listed method that has it (e.g. beta_fast=16)",
+    )
+    p.add_argument(
+        "--metric",
+        default="wavelength",
+        choices=["wavelength", "rotations"],
+        help="y axis: wavelength in tokens (default) or full turns over the original context",
+    )
+    p.add_argument(
+        "--original-max-position-embeddings",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the context the model was trained at, if its config does not say it",
+    )
+    p.add_argument(
+        "--output",
+        default=None,
+        metavar="PNG",
+        help="where to write the PNG (default: <model>-rope-<metric>.png in the current folder)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..methods import method_class
-    from ..methods.plot import plot_frequencies
     from ..models.loading import load_config
-    from ..patching.config import plan_patch
+    from ..patching.plan import plan_patch
+    from ..plots.frequencies import plot_frequencies
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
@@ -68,9 +89,15 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.model)
     plans = [
-        plan_patch(config, cls.name, args.factor, args.original_max_position_embeddings, replace=True,
-                   target_length=args.target_length,
-                   **{k: v for k, v in params.items() if k in cls.parameter_defaults()})
+        plan_patch(
+            config,
+            cls.name,
+            args.factor,
+            args.original_max_position_embeddings,
+            replace=True,
+            target_length=args.target_length,
+            **{k: v for k, v in params.items() if k in cls.parameter_defaults()},
+        )
         for cls in scaling
     ]
     if plans:
@@ -79,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
         spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-.") or "model"
     output = args.output or f"{slug}-rope-{args.metric}.png"
-    title = (f"{args.model}: RoPE {args.metric} per pair (head_dim {spec.head_dim}, base {spec.base:g}, "
-             f"L = {spec.original_max_position_embeddings:,})")
+    title = (
+        f"{args.model}: RoPE {args.metric} per pair (head_dim {spec.head_dim}, base {spec.base:g}, "
+        f"L = {spec.original_max_position_embeddings:,})"
+    )
     plot_frequencies(spec, [p.method for p in plans], output, metric=args.metric, title=title)
     print(output)
     return 0

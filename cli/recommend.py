@@ -25,15 +25,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--target-length", type=_positive_int, required=True, metavar="N",
-                   help="the context to reach, in tokens")
-    p.add_argument("--budget", default="auto", choices=["auto", "training-free", "fine-tune"],
-                   help="auto (default): training-free up to 8x the trained context, fine-tune beyond")
-    p.add_argument("--results", action="append", default=None, metavar="PATH",
-                   help="results.json (or its folder) to draw the trade-offs from, repeatable "
-                        "(default: runs/*/results.json and benchmarks/results/*.json here)")
-    p.add_argument("--original-max-position-embeddings", type=_positive_int, default=None, metavar="N",
-                   help="the context the model was trained at, if its config does not say it")
+    p.add_argument(
+        "--target-length", type=_positive_int, required=True, metavar="N", help="the context to reach, in tokens"
+    )
+    p.add_argument(
+        "--budget",
+        default="auto",
+        choices=["auto", "training-free", "fine-tune"],
+        help="auto (default): training-free up to 8x the trained context, fine-tune beyond",
+    )
+    p.add_argument(
+        "--results",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="results.json (or its folder) to draw the trade-offs from, repeatable "
+        "(default: runs/*/results.json and benchmarks/results/*.json here)",
+    )
+    p.add_argument(
+        "--original-max-position-embeddings",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the context the model was trained at, if its config does not say it",
+    )
     p.set_defaults(func=run)
 
 
@@ -42,13 +57,16 @@ def run(args: argparse.Namespace) -> int:
 
     from ..evals.recommend import find_evidence, format_recommendation, recommend
     from ..models.loading import load_config
-    from ..patching.config import is_scaled, plan_patch
+    from ..patching.plan import is_scaled, plan_patch
 
     config = load_config(args.model)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
     rec = recommend(
-        args.model, spec.original_max_position_embeddings, args.target_length, args.budget,
+        args.model,
+        spec.original_max_position_embeddings,
+        args.target_length,
+        args.budget,
         evidence=find_evidence(args.model, args.results),
         train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
         patch_flags=" --replace" if is_scaled(config) else "",

@@ -28,32 +28,76 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--target-length", type=int, required=True, metavar="N", help="context to extend to (factor = N / trained context)")
-    p.add_argument("--method", default="longrope", choices=["longrope", "yarn"], help="what to search (default: longrope)")
-    p.add_argument("--data", default=None, help="calibration text: corpus (austen, kjv), file, folder, JSONL/Parquet (default: austen)")
-    p.add_argument("--data-doc", default=None, metavar="TITLE", help="calibration document by title (default: the second longest)")
+    p.add_argument(
+        "--target-length",
+        type=int,
+        required=True,
+        metavar="N",
+        help="context to extend to (factor = N / trained context)",
+    )
+    p.add_argument(
+        "--method", default="longrope", choices=["longrope", "yarn"], help="what to search (default: longrope)"
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="calibration text: corpus (austen, kjv), file, folder, JSONL/Parquet (default: austen)",
+    )
+    p.add_argument(
+        "--data-doc", default=None, metavar="TITLE", help="calibration document by title (default: the second longest)"
+    )
     p.add_argument("--heldout-data", default=None, help="held-out text source (default: --data)")
-    p.add_argument("--heldout-doc", default=None, metavar="TITLE", help="held-out document by title (default: the longest)")
-    p.add_argument("--budget", type=int, default=20, metavar="EVALS", help="candidates evaluated in all, seeds included (default 20)")
-    p.add_argument("--eval-length", type=int, default=None, metavar="L", help="tokens per calibration window (default: the target length)")
+    p.add_argument(
+        "--heldout-doc", default=None, metavar="TITLE", help="held-out document by title (default: the longest)"
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=20,
+        metavar="EVALS",
+        help="candidates evaluated in all, seeds included (default 20)",
+    )
+    p.add_argument(
+        "--eval-length",
+        type=int,
+        default=None,
+        metavar="L",
+        help="tokens per calibration window (default: the target length)",
+    )
     p.add_argument("--windows", type=int, default=1, help="calibration windows per candidate (default 1)")
-    p.add_argument("--layout", default="contiguous", choices=["contiguous", "spread"],
-                   help="contiguous positions, or the window cut into --chunks pieces spread over positions up to the "
-                        "target (a cheap proxy for the target length)")
+    p.add_argument(
+        "--layout",
+        default="contiguous",
+        choices=["contiguous", "spread"],
+        help="contiguous positions, or the window cut into --chunks pieces spread over positions up to the "
+        "target (a cheap proxy for the target length)",
+    )
     p.add_argument("--chunks", type=int, default=4, help="pieces of a spread window (default 4)")
     p.add_argument("--max-ratio", type=float, default=1.25, help="longrope: factors at most this × s (default 1.25)")
-    p.add_argument("--floor", default="auto", choices=["auto", "on", "off"],
-                   help="longrope: factors >= s on pairs whose wavelength exceeds the trained context (auto: on unless "
-                        "the calibration windows reach the target length)")
-    p.add_argument("--attention-factor", default="search", metavar="search|seed|yarn|X",
-                   help="longrope: search the attention factor (default), keep each seed's own, or fix it for every "
-                        "candidate to YaRN's 0.1 ln s + 1 or a number (advised with short calibration windows, which "
-                        "under-rate the attention temperature a long window needs)")
+    p.add_argument(
+        "--floor",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="longrope: factors >= s on pairs whose wavelength exceeds the trained context (auto: on unless "
+        "the calibration windows reach the target length)",
+    )
+    p.add_argument(
+        "--attention-factor",
+        default="search",
+        metavar="search|seed|yarn|X",
+        help="longrope: search the attention factor (default), keep each seed's own, or fix it for every "
+        "candidate to YaRN's 0.1 ln s + 1 or a number (advised with short calibration windows, which "
+        "under-rate the attention temperature a long window needs)",
+    )
     p.add_argument("--baselines", default="linear,ntk,dynamic_ntk,yarn", help="methods reported beside the result")
-    p.add_argument("--report-lengths", default="", help="held-out contiguous windows, e.g. 16384,32768 (one window each)")
+    p.add_argument(
+        "--report-lengths", default="", help="held-out contiguous windows, e.g. 16384,32768 (one window each)"
+    )
     add_runtime_args(p)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", required=True, metavar="DIR", help="results folder (resumed when it holds the same search)")
+    p.add_argument(
+        "--output", required=True, metavar="DIR", help="results folder (resumed when it holds the same search)"
+    )
     p.add_argument("--overwrite", action="store_true", help="discard an earlier search in DIR")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
@@ -73,19 +117,35 @@ def run(args: argparse.Namespace) -> int:
     from ..search import SearchOptions, run_search_job
 
     options = SearchOptions(
-        target_length=args.target_length, model=args.model, method=args.method, budget=args.budget,
-        eval_length=args.eval_length, windows=args.windows, layout=args.layout, chunks=args.chunks, seed=args.seed,
-        dtype=args.dtype, device=args.device, attn_implementation=args.attn_implementation, max_ratio=args.max_ratio, floor={"auto": None, "on": True, "off": False}[args.floor],
+        target_length=args.target_length,
+        model=args.model,
+        method=args.method,
+        budget=args.budget,
+        eval_length=args.eval_length,
+        windows=args.windows,
+        layout=args.layout,
+        chunks=args.chunks,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        attn_implementation=args.attn_implementation,
+        max_ratio=args.max_ratio,
+        floor={"auto": None, "on": True, "off": False}[args.floor],
         attention=args.attention_factor,
         baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
-        report_lengths=_lengths(args.report_lengths), data=args.data, data_doc=args.data_doc,
-        heldout_data=args.heldout_data, heldout_doc=args.heldout_doc,
+        report_lengths=_lengths(args.report_lengths),
+        data=args.data,
+        data_doc=args.data_doc,
+        heldout_data=args.heldout_data,
+        heldout_doc=args.heldout_doc,
     )
     start = time.time()
     report = run_search_job(options, args.output, overwrite=args.overwrite, progress=not args.no_progress)
     from ..search.artifacts import markdown_report
 
     print(markdown_report(report))
-    print(f"wrote {args.output}/config.json (rope_parameters: {report['settings']['method']}), best.json, history.json, "
-          f"report.md, factors.png in {time.time() - start:.0f} s")
+    print(
+        f"wrote {args.output}/config.json (rope_parameters: {report['settings']['method']}), best.json, history.json, "
+        f"report.md, factors.png in {time.time() - start:.0f} s"
+    )
     return 0

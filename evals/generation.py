@@ -6,11 +6,14 @@ score what the model writes; the decoding between the two lives here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+
+from ropescale.scoring.nll import model_device
 
 
 def check_depth(depth: Any) -> float:
@@ -52,14 +55,6 @@ def check_grid(lengths: Sequence[int], depths: Sequence[float]) -> tuple[list[in
         if len(set(values)) != len(values):
             raise ValueError(f"{name} must be distinct, got {values}")
     return lengths, depths
-
-
-def model_device(model: Any) -> torch.device:
-    """The device of ``model``'s first parameter (CPU for a model without parameters)."""
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
 
 
 @torch.inference_mode()

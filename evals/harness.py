@@ -37,9 +37,10 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ropescale.errors import MissingDependencyError, RopescaleError
 
@@ -53,13 +54,29 @@ log = logging.getLogger(__name__)
 # Arguments given to ropescale.from_pretrained as scaling options / transformers loading options.
 _SCALING_ARGS = ("method", "factor", "target_length", "original_max_position_embeddings", "replace", "sliding_window")
 _LOAD_ARGS = (
-    "attn_implementation", "revision", "trust_remote_code", "local_files_only", "cache_dir", "token", "subfolder",
+    "attn_implementation",
+    "revision",
+    "trust_remote_code",
+    "local_files_only",
+    "cache_dir",
+    "token",
+    "subfolder",
 )
 # HFLM arguments that still matter when HFLM is given a ready model.
 _HFLM_ARGS = (
-    "batch_size", "max_batch_size", "add_bos_token", "truncation", "logits_cache", "softmax_dtype",
-    "mixed_precision_dtype", "prefix_token_id", "think_end_token", "enable_thinking", "chat_template_args",
-    "backend", "use_fast_tokenizer",
+    "batch_size",
+    "max_batch_size",
+    "add_bos_token",
+    "truncation",
+    "logits_cache",
+    "softmax_dtype",
+    "mixed_precision_dtype",
+    "prefix_token_id",
+    "think_end_token",
+    "enable_thinking",
+    "chat_template_args",
+    "backend",
+    "use_fast_tokenizer",
 )
 _PARAM_PREFIX = "param_"
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -167,13 +184,22 @@ def split_model_args(args: dict[str, Any]) -> dict[str, dict[str, Any]]:
         elif key in _HFLM_ARGS:
             groups["hflm"][key] = value
         elif key.startswith(_PARAM_PREFIX) and len(key) > len(_PARAM_PREFIX):
-            groups["params"][key[len(_PARAM_PREFIX):]] = _parse_value(value)
+            groups["params"][key[len(_PARAM_PREFIX) :]] = _parse_value(value)
         else:
             unknown.append(key)
     if unknown:
         accepted = ", ".join(
-            ["pretrained", *_SCALING_ARGS, "param_<name>", "max_length", "dtype", "device", "tokenizer",
-             *_LOAD_ARGS, *_HFLM_ARGS]
+            [
+                "pretrained",
+                *_SCALING_ARGS,
+                "param_<name>",
+                "max_length",
+                "dtype",
+                "device",
+                "tokenizer",
+                *_LOAD_ARGS,
+                *_HFLM_ARGS,
+            ]
         )
         raise ValueError(f"unknown model_args for '{MODEL_NAME}': {', '.join(sorted(unknown))} (accepted: {accepted})")
     return groups
@@ -251,9 +277,11 @@ def _build_lm_class() -> type:
                     method=method,
                     factor=factor,
                     original_max_position_embeddings=(
-                        None if _none_like(scaling.get("original_max_position_embeddings"))
-                        else _positive_int("original_max_position_embeddings",
-                                           scaling["original_max_position_embeddings"])
+                        None
+                        if _none_like(scaling.get("original_max_position_embeddings"))
+                        else _positive_int(
+                            "original_max_position_embeddings", scaling["original_max_position_embeddings"]
+                        )
                     ),
                     replace=_parse_bool("replace", scaling.get("replace", False)),
                     sliding_window=_parse_sliding_window(scaling.get("sliding_window", "keep")),
@@ -284,8 +312,10 @@ def _build_lm_class() -> type:
             max_length = explicit_max_length or default
             if max_length > default:
                 log.warning(
-                    "ropescale: max_length %d is beyond the model's %s context %d", max_length,
-                    "scaled" if getattr(model.config, "ropescale", None) else "trained", default,
+                    "ropescale: max_length %d is beyond the model's %s context %d",
+                    max_length,
+                    "scaled" if getattr(model.config, "ropescale", None) else "trained",
+                    default,
                 )
             hf_log = logging.getLogger(HFLM.__module__)
             quiet = _DropReadyModelNotes()
@@ -539,7 +569,9 @@ def run_harness(
         if isinstance(model, LM):
             scaling = (method, factor, target_length, original_max_position_embeddings, method_params, max_length)
             if any(v is not None for v in scaling):
-                raise ValueError("a ready lm-eval model is used as it is: give scaling arguments only with a model name")
+                raise ValueError(
+                    "a ready lm-eval model is used as it is: give scaling arguments only with a model name"
+                )
             lm = model
             name = getattr(lm, "pretrained", None)
             if not isinstance(name, str):
@@ -557,11 +589,20 @@ def run_harness(
         if lm is None:
             lm_cls = lm_eval.api.registry.get_model(MODEL_NAME)
             lm = lm_cls(
-                pretrained=name, method=method, factor=factor,
-                original_max_position_embeddings=original_max_position_embeddings, replace=replace,
-                sliding_window=sliding_window, method_params=method_params, max_length=max_length,
+                pretrained=name,
+                method=method,
+                factor=factor,
+                original_max_position_embeddings=original_max_position_embeddings,
+                replace=replace,
+                sliding_window=sliding_window,
+                method_params=method_params,
+                max_length=max_length,
                 **({} if target_length is None else {"target_length": target_length}),
-                dtype=dtype, device=device, batch_size=batch_size, tokenizer=tokenizer, **model_kwargs,
+                dtype=dtype,
+                device=device,
+                batch_size=batch_size,
+                tokenizer=tokenizer,
+                **model_kwargs,
             )
         if "max_seq_lengths" not in task_metadata:  # RULER's lengths: lm-eval's default goes to 128k
             task_metadata["max_seq_lengths"] = [int(lm.max_length)]
@@ -651,21 +692,44 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_scaling_args(p, factor_required=False)
     p.add_argument("--tasks", required=True, metavar="T1,T2", help="comma-separated task, group or tag names")
-    p.add_argument("--include-path", action="append", default=[], metavar="DIR",
-                   help="another folder of task YAMLs (repeatable; this package's tasks are always included)")
+    p.add_argument(
+        "--include-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="another folder of task YAMLs (repeatable; this package's tasks are always included)",
+    )
     p.add_argument("--limit", default=None, metavar="N", help="documents per task (or a fraction below 1)")
-    p.add_argument("--output", default=None, metavar="PATH",
-                   help="write the results as JSON: a .json file, or a directory that receives results.json")
-    p.add_argument("--max-length", default=None, metavar="N",
-                   help="context limit given to lm-eval (default: the scaled context, factor x original)")
+    p.add_argument(
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="write the results as JSON: a .json file, or a directory that receives results.json",
+    )
+    p.add_argument(
+        "--max-length",
+        default=None,
+        metavar="N",
+        help="context limit given to lm-eval (default: the scaled context, factor x original)",
+    )
     p.add_argument("--dtype", default="auto", choices=_DTYPES, help="weights dtype (default: auto, as stored)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:N or mps (default: cuda if available, else cpu)")
     p.add_argument("--batch-size", default="1", metavar="N|auto", help="lm-eval batch size (default 1)")
     p.add_argument("--tokenizer", default=None, metavar="NAME", help="tokenizer to use instead of the model's")
-    p.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
-                   help="task metadata, repeatable or one JSON object (e.g. max_seq_lengths=[4096] for RULER)")
-    p.add_argument("--gen-kwargs", action="append", default=[], metavar="KEY=VALUE",
-                   help="generation overrides for generate_until tasks, repeatable (e.g. max_gen_toks=32)")
+    p.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="task metadata, repeatable or one JSON object (e.g. max_seq_lengths=[4096] for RULER)",
+    )
+    p.add_argument(
+        "--gen-kwargs",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="generation overrides for generate_until tasks, repeatable (e.g. max_gen_toks=32)",
+    )
     p.add_argument("--log-samples", action="store_true", help="keep every document's prompt and output in the JSON")
     p.set_defaults(func=run)
 

@@ -58,9 +58,10 @@ import difflib
 import random
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -271,7 +272,7 @@ class _Document:
     paragraph_starts: list[int]  # sentence indices a haystack may start at
 
     @classmethod
-    def build(cls, tokenizer: Any, title: str, text: str) -> "_Document":
+    def build(cls, tokenizer: Any, title: str, text: str) -> _Document:
         starts = sentence_boundaries(text)
         ends = starts[1:] + [len(text.rstrip())]
         sentences = [text[a:b] for a, b in zip(starts, ends)]
@@ -305,7 +306,7 @@ def _haystack_documents(haystack: Any) -> list[tuple[str, str]]:
         raise ValueError("haystack must contain at least one text")
     docs = []
     for i, item in enumerate(texts):
-        title, text = (item if isinstance(item, tuple) and len(item) == 2 else (f"haystack[{i}]", item))
+        title, text = item if isinstance(item, tuple) and len(item) == 2 else (f"haystack[{i}]", item)
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"haystack[{i}] must be a non-empty string, got {text!r:.60}")
         docs.append((str(title), text))
@@ -580,8 +581,11 @@ class NeedleResult(GridResult):
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (:meth:`GridResult.grid_dict`, plus ``task`` and ``metric``)."""
-        return {"task": self.task, "metric": TASKS[self.task].metric if self.task in TASKS else None,
-                **self.grid_dict()}
+        return {
+            "task": self.task,
+            "metric": TASKS[self.task].metric if self.task in TASKS else None,
+            **self.grid_dict(),
+        }
 
 
 @torch.inference_mode()
@@ -653,8 +657,19 @@ def run_needle(
         distractors = sorted({x.key for x in p.needles if not x.queried})
         result.records.append(
             NeedleTrial(
-                n, d, t, list(p.query_keys), list(p.expected), distractors, text, s, s == 1.0,
-                p.needle_start, p.actual_depth, p.document, p.start_char,
+                n,
+                d,
+                t,
+                list(p.query_keys),
+                list(p.expected),
+                distractors,
+                text,
+                s,
+                s == 1.0,
+                p.needle_start,
+                p.actual_depth,
+                p.document,
+                p.start_char,
             )
         )
     result.elapsed_s = time.perf_counter() - start

@@ -22,24 +22,21 @@ Prompt layout, in tokens (each part tokenized once, then concatenated as token i
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import random
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import torch
 
-from ropescale._io import atomic_write_bytes
-from ropescale.errors import MissingDependencyError
 from ropescale.evals.generation import GridResult, check_depth, check_grid, check_positive_int, greedy_generate
-
-if TYPE_CHECKING:
-    from ropescale.evals.needle import NeedleResult
+from ropescale.plots import length_label
+from ropescale.plots.grids import plot_accuracy_grid
 
 TASK = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -343,21 +340,15 @@ def run_passkey(
     return result
 
 
-def _length_label(n: int) -> str:
-    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
-
-
 def plot_passkey_heatmap(
-    result: PasskeyResult | NeedleResult,
+    result: GridResult,
     path: str | os.PathLike,
-    title: str | None = None, context_label: str = "passkey context"
+    title: str | None = None,
+    context_label: str = "passkey context",
 ) -> Path:
     """Draw accuracy per (length, depth) as a heatmap and write it atomically.
 
-    Lengths run along x and depths down y, both sorted; the colour encodes accuracy on a fixed 0..1 scale and each
-    cell shows its value. The figure is rendered with matplotlib's Agg canvas (no pyplot, no global
-    backend switch) and written through a temporary file beside ``path`` that is renamed over it
-    (with the usual umask permissions).
+    Lengths run along x and depths down y, both sorted (:func:`ropescale.plots.grids.plot_accuracy_grid`).
 
     Args:
         result: a :class:`PasskeyResult`, or anything with ``lengths``, ``depths``, ``trials``,
@@ -371,38 +362,11 @@ def plot_passkey_heatmap(
     Returns:
         The written path.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise MissingDependencyError("plotting needs matplotlib: pip install 'ropescale[eval]'") from e
-
-    path = Path(path)
     lengths, depths = sorted(result.lengths), sorted(result.depths)
     grid = [[result.accuracy(n, d) for n in lengths] for d in depths]  # [depth][length]
-    n_len, n_dep = len(lengths), len(depths)
-    fig = Figure(figsize=(1.2 + 0.9 * n_len, 1.2 + 0.5 * n_dep), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
-    for r, row in enumerate(grid):
-        for c, acc in enumerate(row):
-            # The colour map is dark at both ends: white text there, black in the light middle.
-            colour = "white" if acc < 0.2 or acc > 0.8 else "black"
-            ax.text(c, r, f"{acc:.2f}", ha="center", va="center", fontsize=9, color=colour)
-    ax.set_xticks(range(n_len), [_length_label(n) for n in lengths])
-    ax.set_yticks(range(n_dep), [f"{d:g}" for d in depths])
-    ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("needle depth")
     context = result.effective_context
-    ax.set_title(
-        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, {context_label}: "
-        f"{_length_label(context) if context else 'none'}",
-        fontsize=10,
+    title = (
+        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, "
+        f"{context_label}: {length_label(context) if context else 'none'}"
     )
-    fig.colorbar(image, ax=ax, label="accuracy")
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".").lower() or "png", dpi=120)
-    atomic_write_bytes(path, buf.getvalue())
-    return path
+    return plot_accuracy_grid(lengths, depths, grid, path, title)

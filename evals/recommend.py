@@ -74,15 +74,39 @@ DOCUMENTED = Evidence(
     model="smollm2-135m",
     note="SmolLM2-135M, L = 8,192, ×4 methods; PPL on Jane Austen's Emma, passkey 5 trials per length",
     rows=(
-        Measured("none", "default", None, {}, {2048: 27.70, 8192: 26.14, 16384: 52.09, 32768: 343.9},
-                 {4096: 1.0, 8192: 0.8, 16384: 0.0}),
+        Measured(
+            "none",
+            "default",
+            None,
+            {},
+            {2048: 27.70, 8192: 26.14, 16384: 52.09, 32768: 343.9},
+            {4096: 1.0, 8192: 0.8, 16384: 0.0},
+        ),
         Measured("linear", "linear", 4.0, {}, {2048: 131.3, 8192: 139.0, 16384: 144.4, 32768: 150.7}),
-        Measured("dynamic_ntk", "dynamic_ntk", 4.0, {}, {2048: 27.70, 8192: 26.14, 16384: 29.16, 32768: 41.38},
-                 {4096: 1.0, 8192: 0.8, 16384: 1.0}),
-        Measured("yarn", "yarn", 4.0, {}, {2048: 30.60, 8192: 29.42, 16384: 29.50, 32768: 29.86},
-                 {4096: 0.0, 8192: 0.0, 16384: 0.6}),
-        Measured("yarn attention_factor=1", "yarn", 4.0, {"attention_factor": 1.0}, {2048: 29.0, 16384: 31.1, 32768: 32.5},
-                 {4096: 0.8, 8192: 1.0, 16384: 1.0}),
+        Measured(
+            "dynamic_ntk",
+            "dynamic_ntk",
+            4.0,
+            {},
+            {2048: 27.70, 8192: 26.14, 16384: 29.16, 32768: 41.38},
+            {4096: 1.0, 8192: 0.8, 16384: 1.0},
+        ),
+        Measured(
+            "yarn",
+            "yarn",
+            4.0,
+            {},
+            {2048: 30.60, 8192: 29.42, 16384: 29.50, 32768: 29.86},
+            {4096: 0.0, 8192: 0.0, 16384: 0.6},
+        ),
+        Measured(
+            "yarn attention_factor=1",
+            "yarn",
+            4.0,
+            {"attention_factor": 1.0},
+            {2048: 29.0, 16384: 31.1, 32768: 32.5},
+            {4096: 0.8, 8192: 1.0, 16384: 1.0},
+        ),
     ),
     original_context=8192,
 )
@@ -119,20 +143,35 @@ def load_results(path: str | Path) -> Evidence | None:
     rows = []
     for label in labels:
         entry = entries.get(label, {"method": label})
-        ppl = {int(n): float(r["ppl"]) for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
-               if isinstance(r, dict) and r.get("ppl") is not None}
+        ppl = {
+            int(n): float(r["ppl"])
+            for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
+            if isinstance(r, dict) and r.get("ppl") is not None
+        }
         passkey = {}
         for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
             grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
             if grid:
                 passkey[int(n)] = sum(grid) / len(grid)
         factor = entry.get("factor")
-        rows.append(Measured(label, _method_name(entry.get("method", label)),
-                             float(factor) if factor is not None else None, dict(entry.get("params") or {}), ppl, passkey))
+        rows.append(
+            Measured(
+                label,
+                _method_name(entry.get("method", label)),
+                float(factor) if factor is not None else None,
+                dict(entry.get("params") or {}),
+                ppl,
+                passkey,
+            )
+        )
     done, total = summary.get("cells_finished"), summary.get("cells_total")
     partial = f", {done}/{total} cells" if done is not None and done != total else ""
-    return Evidence(str(path), str(summary.get("model", "?")), f"{summary.get('suite', path.parent.name)} suite, "
-                    f"dtype {summary.get('dtype', '?')}{partial}", tuple(r for r in rows if r.ppl or r.passkey))
+    return Evidence(
+        str(path),
+        str(summary.get("model", "?")),
+        f"{summary.get('suite', path.parent.name)} suite, dtype {summary.get('dtype', '?')}{partial}",
+        tuple(r for r in rows if r.ppl or r.passkey),
+    )
 
 
 def find_evidence(model: str, paths: list[str | Path] | None = None, root: str | Path = ".") -> list[Evidence]:
@@ -188,9 +227,15 @@ def _pct(new: float, old: float) -> str:
     return f"{100 * (new / old - 1):+.0f}%"
 
 
-def recommend(model: str, original_context: int, target_length: int, budget: str = "auto",
-              evidence: list[Evidence] | None = None, train_recipe: str | None = None,
-              patch_flags: str = "") -> Recommendation:
+def recommend(
+    model: str,
+    original_context: int,
+    target_length: int,
+    budget: str = "auto",
+    evidence: list[Evidence] | None = None,
+    train_recipe: str | None = None,
+    patch_flags: str = "",
+) -> Recommendation:
     """Apply the rule of this module; trade-offs are read off ``evidence`` (first source that has them).
 
     Args:
@@ -212,8 +257,10 @@ def recommend(model: str, original_context: int, target_length: int, budget: str
     rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
     if s <= 1:
         rec.budget = "none"
-        rec.reasons.append(f"the model was trained at {original_context:,} tokens, which covers {target_length:,}: "
-                           "no scaling needed (every method only changes positions beyond what the model has seen)")
+        rec.reasons.append(
+            f"the model was trained at {original_context:,} tokens, which covers {target_length:,}: "
+            "no scaling needed (every method only changes positions beyond what the model has seen)"
+        )
         return rec
     if budget == "auto":
         budget = "training-free" if s <= TRAINING_FREE_LIMIT else "fine-tune"
@@ -224,8 +271,10 @@ def recommend(model: str, original_context: int, target_length: int, budget: str
 
     def patch_command(name: str, extra: str = "", suffix: str = "") -> tuple[str, str]:
         out = f"{slug}-{name}-x{factor_for_target(name, target_length, original_context):g}{suffix}"
-        return out, (f"ropescale patch --model {model} --method {name} --target-length {target_length}"
-                     f"{extra}{patch_flags} --output {out}")
+        return out, (
+            f"ropescale patch --model {model} --method {name} --target-length {target_length}"
+            f"{extra}{patch_flags} --output {out}"
+        )
 
     out, patch = patch_command(method)
 
@@ -242,44 +291,62 @@ def recommend(model: str, original_context: int, target_length: int, budget: str
         rec.reasons.append(
             f"s = {s:.3g}: YaRN keeps the fast rotary pairs as trained and interpolates only the slow ones, "
             "so without training its perplexity stays nearly flat up to s·L, where dynamic NTK drifts "
-            "and linear interpolation pays at every length")
+            "and linear interpolation pays at every length"
+        )
         measured = max((r.factor or 1.0 for ev in evidence for r in ev.rows if r.method == "yarn"), default=1.0)
         if s > measured:
-            rec.reasons.append(f"beyond ×{measured:g} no YaRN result is at hand; training-free quality drops with the "
-                               "factor (8× training-free YaRN gave PPL > 25 in llama.cpp tests): consider "
-                               "--budget fine-tune")
+            rec.reasons.append(
+                f"beyond ×{measured:g} no YaRN result is at hand; training-free quality drops with the "
+                "factor (8× training-free YaRN gave PPL > 25 in llama.cpp tests): consider "
+                "--budget fine-tune"
+            )
         if s > TRAINING_FREE_LIMIT:
-            rec.reasons.append(f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: a fine-tune is strongly recommended; "
-                               "expect the training-free model to lose retrieval and fluency far beyond L")
+            rec.reasons.append(
+                f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: a fine-tune is strongly recommended; "
+                "expect the training-free model to lose retrieval and fluency far beyond L"
+            )
         rec.commands.append(("training-free", patch))
         rec.commands.append(("retrieval-heavy", patch_command("yarn", " --param attention_factor=1.0", "-af1")[1]))
     else:
         if s > TRAINING_FREE_LIMIT:
-            rec.reasons.append(f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: training-free scaling this far degrades badly "
-                               "(8× training-free YaRN gave PPL > 25 in llama.cpp tests); fine-tune")
+            rec.reasons.append(
+                f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: training-free scaling this far degrades badly "
+                "(8× training-free YaRN gave PPL > 25 in llama.cpp tests); fine-tune"
+            )
         else:
-            rec.reasons.append(f"s = {s:.3g}: a fine-tune of the YaRN-scaled model removes most of the "
-                               "training-free trade-offs below")
+            rec.reasons.append(
+                f"s = {s:.3g}: a fine-tune of the YaRN-scaled model removes most of the training-free trade-offs below"
+            )
         rec.reasons += [
             "YaRN fine-tunes in few steps (Llama-2 s = 16: 400 steps, PPL 2.42 at 64k); PoSE trains on windows of "
             f"{_k(original_context)} tokens whose positions are spread over {_k(target_length)}, so memory stays that "
             "of a short window (PoSE: within ~1-3% of full-length fine-tuning)",
         ]
         if s <= DYNAMIC_LIMIT:
-            rec.reasons.append(f"at s ≤ {DYNAMIC_LIMIT:g} training-free dynamic NTK is usually enough "
-                               "(--budget training-free)")
+            rec.reasons.append(
+                f"at s ≤ {DYNAMIC_LIMIT:g} training-free dynamic NTK is usually enough (--budget training-free)"
+            )
         # the training recipe applies the scaling to the base model itself
-        keys = (f"model.name={model} scaling.method=yarn scaling.factor={rec.factor:g} pose.enabled=true "
-                f"pose.target_length={target_length}")
-        rec.commands.append(("fine-tune (PoSE)", f"ropescale train --config {train_recipe} {keys}" if train_recipe else
-                             f"a PoSE training recipe with {keys} (`ropescale train` is not in this version yet)"))
+        keys = (
+            f"model.name={model} scaling.method=yarn scaling.factor={rec.factor:g} pose.enabled=true "
+            f"pose.target_length={target_length}"
+        )
+        rec.commands.append(
+            (
+                "fine-tune (PoSE)",
+                f"ropescale train --config {train_recipe} {keys}"
+                if train_recipe
+                else f"a PoSE training recipe with {keys} (`ropescale train` is not in this version yet)",
+            )
+        )
         rec.commands.append(("training-free meanwhile", patch))
     rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)
     return rec
 
 
-def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
-              target_length: int | None = None) -> list[tuple[str, Evidence]]:
+def tradeoffs(
+    method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
+) -> list[tuple[str, Evidence]]:
     """Sentences comparing ``method`` with the unscaled model and the alternatives, each with the
     evidence it was read from (the first source that has the rows it needs).
 
@@ -317,8 +384,13 @@ def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
     if hit:
         row, base, n = hit
         cost = "no cost" if abs(row.ppl[n] / base.ppl[n] - 1) < 0.005 else _pct(row.ppl[n], base.ppl[n])
-        out.append((f"short inputs: PPL {row.ppl[n]:.2f} at {_k(n)} vs {base.ppl[n]:.2f} unscaled ({cost}; "
-                    f"{_row_label(row)}, {cite(ev)})", ev))
+        out.append(
+            (
+                f"short inputs: PPL {row.ppl[n]:.2f} at {_k(n)} vs {base.ppl[n]:.2f} unscaled ({cost}; "
+                f"{_row_label(row)}, {cite(ev)})",
+                ev,
+            )
+        )
 
     # 2. long lengths: every method at the longest length measured for this one
     def long(ev):
@@ -333,8 +405,7 @@ def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
     if hit:
         row, n, others = hit
         listed = ", ".join(f"{r.label} {_num(r.ppl[n])}" for r in sorted(others, key=lambda r: r.ppl[n]))
-        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({_row_label(row)}) vs {listed} "
-                    f"({cite(ev)})", ev))
+        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({_row_label(row)}) vs {listed} ({cite(ev)})", ev))
 
     # 3. passkey retrieval at each measured length
     def passkey(ev):
@@ -345,12 +416,16 @@ def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
     if hit:
         row, base = hit
         lengths = upto(ev, row.passkey)
-        acc = ", ".join(f"{row.passkey[n]:.0%} at {_k(n)}" + (f" (unscaled {base.passkey[n]:.0%})"
-                        if base and n in base.passkey else "") for n in lengths)
+        acc = ", ".join(
+            f"{row.passkey[n]:.0%} at {_k(n)}"
+            + (f" (unscaled {base.passkey[n]:.0%})" if base and n in base.passkey else "")
+            for n in lengths
+        )
         out.append((f"passkey: {acc} ({_row_label(row)}, {cite(ev)})", ev))
 
     # 4. YaRN's temperature: attention_factor=1.0 against the default
     if method == "yarn":
+
         def variant(ev):
             row, alt = ev.find("yarn"), ev.find("yarn", attention_factor=1.0)
             return (row, alt) if row and alt else None
@@ -362,19 +437,27 @@ def tradeoffs(method: str, evidence: list[Evidence], original_context: int,
             pk_default = ", ".join(f"{row.passkey[n]:.0%}" if n in row.passkey else "—" for n in sorted(alt.passkey))
             lengths = sorted(n for n in alt.ppl if n in row.ppl)
             ppl = ", ".join(f"{alt.ppl[n]:.1f} vs {row.ppl[n]:.1f} at {_k(n)}" for n in lengths)
-            out.append((
-                f"YaRN's attention temperature ({1 + 0.1 * math.log(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
-                f"retrieval for long-context PPL: attention_factor=1.0 gives passkey {pk} "
-                f"at {'/'.join(_k(n) for n in sorted(alt.passkey))} (default {pk_default}) but PPL {ppl} "
-                f"({cite(ev)}): use it for retrieval, the default for long-document language modelling", ev))
+            out.append(
+                (
+                    f"YaRN's attention temperature ({1 + 0.1 * math.log(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
+                    f"retrieval for long-context PPL: attention_factor=1.0 gives passkey {pk} "
+                    f"at {'/'.join(_k(n) for n in sorted(alt.passkey))} (default {pk_default}) but PPL {ppl} "
+                    f"({cite(ev)}): use it for retrieval, the default for long-document language modelling",
+                    ev,
+                )
+            )
     return out
 
 
 def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
     """The readable block ``ropescale recommend`` prints."""
-    geometry = f" (head_dim {spec.head_dim}, base {spec.base:g}, trained context {rec.original_context:,})" if spec else ""
-    lines = [f"model:           {rec.model}{geometry}",
-             f"target:          {rec.target_length:,} tokens = {rec.ratio:.3g}× the trained context"]
+    geometry = (
+        f" (head_dim {spec.head_dim}, base {spec.base:g}, trained context {rec.original_context:,})" if spec else ""
+    )
+    lines = [
+        f"model:           {rec.model}{geometry}",
+        f"target:          {rec.target_length:,} tokens = {rec.ratio:.3g}× the trained context",
+    ]
     if rec.method is None:
         lines.append("recommendation:  none")
     else:
@@ -383,14 +466,18 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
         lines.append(f"recommendation:  {rec.method} ×{rec.factor:g}{exact}, {how}")
     lines += ["", "why:"] + [f"  - {r}" for r in rec.reasons]
     if rec.method is not None:
-        heading = ("expected trade-off (measured" if rec.budget == "training-free"
-                   else "expected trade-off without the fine-tune (measured training-free")
+        heading = (
+            "expected trade-off (measured"
+            if rec.budget == "training-free"
+            else "expected trade-off without the fine-tune (measured training-free"
+        )
         others = sorted({ev.model for _, ev in rec.tradeoffs if not _same_model(ev.model, rec.model)})
         if others:
             heading += f"; on {', '.join(others)}: expect the shape, not the numbers"
         lines += ["", heading + "):"]
         lines += [f"  - {t}" for t, _ in rec.tradeoffs] or [
-            f"  - no measurements of {rec.method} found; run `ropescale eval suite` to measure it"]
+            f"  - no measurements of {rec.method} found; run `ropescale eval suite` to measure it"
+        ]
     if rec.commands:
         width = max(len(what) for what, _ in rec.commands) + 1
         lines += ["", "run:"] + [f"  {what + ':':<{width}} {cmd}" for what, cmd in rec.commands]
@@ -410,7 +497,8 @@ def evidence_table(ev: Evidence) -> str:
     lines = [head]
     for r in ev.rows:
         line = f"  {_row_label(r):<{width}}  " + "".join(
-            f"{_num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths)
+            f"{_num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths
+        )
         if pk_lengths:
             line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
         lines.append(line)

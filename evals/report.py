@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_json, atomic_write_text
+from ..plots.curves import plot_perplexity_curves
+from ..plots.grids import plot_accuracy_grid
 
 PPL_CONVENTIONS = {
     "yarn": "sliding window, stride {stride}: each token scored once with up to a window of context "
-            "(PI/YaRN convention); PPL is token-weighted, the papers' mean over windows is also given",
+    "(PI/YaRN convention); PPL is token-weighted, the papers' mean over windows is also given",
     "longlora": "windows every {stride} tokens, every token of every window scored (LongLoRA convention)",
     "nonoverlap": "non-overlapping windows (lm-eval rolling convention)",
 }
@@ -37,13 +39,29 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
     labels = [m.label for m in suite.methods]
     entries = {m.label: m for m in suite.methods}
     runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
-    runtime = ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes) or f"dtype {suite.dtype}"
-    summary: dict[str, Any] = {"suite": suite.name, "model": suite.model, "dtype": suite.dtype,
-                               "runtimes": [json.loads(r) for r in runtimes], "tasks": {}}
-    lines = [f"# {suite.name}: {suite.model}", "",
-             f"{runtime}; data `{suite.data or 'austen'}`; methods: "
-             + ", ".join(f"{m.label} ({m.method}{' ×%g' % m.factor if m.factor else ''}"
-                         + (f", {m.params}" if m.params else "") + ")" for m in suite.methods), ""]
+    runtime = (
+        ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes)
+        or f"dtype {suite.dtype}"
+    )
+    summary: dict[str, Any] = {
+        "suite": suite.name,
+        "model": suite.model,
+        "dtype": suite.dtype,
+        "runtimes": [json.loads(r) for r in runtimes],
+        "tasks": {},
+    }
+    lines = [
+        f"# {suite.name}: {suite.model}",
+        "",
+        f"{runtime}; data `{suite.data or 'austen'}`; methods: "
+        + ", ".join(
+            f"{m.label} ({m.method}{f' ×{m.factor:g}' if m.factor else ''}"
+            + (f", {m.params}" if m.params else "")
+            + ")"
+            for m in suite.methods
+        ),
+        "",
+    ]
     if suite.note:
         lines += [suite.note, ""]
     plots: list[str] = []
@@ -60,21 +78,43 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
         if task == "perplexity":
             r0 = next((r for rows in table.values() for r in rows.values()), {})
             mode = r0.get("mode", settings.get("mode", "yarn"))
-            lines += ["## Perplexity", "",
-                      "Convention: " + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
-                      + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
-                      "", "Token-weighted perplexity (lower is better):", "", header, rule]
+            lines += [
+                "## Perplexity",
+                "",
+                "Convention: "
+                + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
+                + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
+                "",
+                "Token-weighted perplexity (lower is better):",
+                "",
+                header,
+                rule,
+            ]
             for label in labels:
-                lines.append(f"| {label} | " + " | ".join(
-                    _fmt(table[label].get(n, {}).get("ppl")) if entries[label].runs(task, n) else NOT_RUN
-                    for n in lengths) + " |")
+                lines.append(
+                    f"| {label} | "
+                    + " | ".join(
+                        _fmt(table[label].get(n, {}).get("ppl")) if entries[label].runs(task, n) else NOT_RUN
+                        for n in lengths
+                    )
+                    + " |"
+                )
             if mode != "nonoverlap":
                 lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
                 for label in labels:
-                    lines.append(f"| {label} | " + " | ".join(
-                        _fmt(table[label].get(n, {}).get("mean_window_ppl")) if entries[label].runs(task, n) else NOT_RUN
-                        for n in lengths) + " |")
-            scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+                    lines.append(
+                        f"| {label} | "
+                        + " | ".join(
+                            _fmt(table[label].get(n, {}).get("mean_window_ppl"))
+                            if entries[label].runs(task, n)
+                            else NOT_RUN
+                            for n in lengths
+                        )
+                        + " |"
+                    )
+            scored = {
+                n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths
+            }
             lines += ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
             plots.append(_plot_ppl(output, table, labels, lengths))
         else:
@@ -82,18 +122,25 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
             thresholds = sorted({_threshold(task, r) for rows in table.values() for r in rows.values()})
             at_least = " / ".join(f"{t:g}" for t in thresholds)
             context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
-            lines += [f"## {name}", "",
-                      f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
-                      "per length; greedy decoding with the KV cache"
-                      + ("; first integer must equal the key." if task == "passkey" else "; RULER string match.")
-                      + context_rule,
-                      "", header + " context |", rule + "---|"]
+            lines += [
+                f"## {name}",
+                "",
+                f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
+                "per length; greedy decoding with the KV cache"
+                + ("; first integer must equal the key." if task == "passkey" else "; RULER string match.")
+                + context_rule,
+                "",
+                header + " context |",
+                rule + "---|",
+            ]
             for label in labels:
                 accs = {n: _mean_accuracy(table[label][n]) for n in lengths if n in table[label]}
                 ok = [n for n, a in accs.items() if a >= _threshold(task, table[label][n])]
-                lines.append(f"| {label} | " + " | ".join(
-                    _fmt(accs.get(n)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
-                             + f" | {max(ok) if ok else '—'} |")
+                lines.append(
+                    f"| {label} | "
+                    + " | ".join(_fmt(accs.get(n)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
+                    + f" | {max(ok) if ok else '—'} |"
+                )
             lines.append("")
             plots += _plot_grids(output, task, table, labels, lengths)
     plots = [p for p in plots if p]
@@ -133,63 +180,20 @@ def _mean_accuracy(result: dict[str, Any]) -> float:
     return sum(values) / len(values)
 
 
-def _figure():
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(7, 4.5), dpi=120)
-
-
-def _save(fig, path: Path) -> str:
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, bbox_inches="tight")
-    tmp.replace(path)
-    return str(path)
-
-
 def _plot_ppl(output: Path, table, labels, lengths) -> str | None:
-    fig = _figure()
-    ax = fig.add_subplot()
-    drawn = False
-    for label in labels:
-        xs = [n for n in lengths if n in table[label]]
-        if xs:
-            ax.plot(xs, [table[label][n]["ppl"] for n in xs], marker="o", label=label)
-            drawn = True
-    if not drawn:
-        return None
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(lengths, [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in lengths])
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("perplexity (log scale)")
-    ax.set_title("Perplexity vs evaluation length")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return _save(fig, output / "perplexity_vs_length.png")
+    curves = {label: {n: table[label][n]["ppl"] for n in lengths if n in table[label]} for label in labels}
+    path = plot_perplexity_curves(curves, lengths, output / "perplexity_vs_length.png")
+    return None if path is None else str(path)
 
 
 def _plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
     """One heatmap per method: lengths × depths, accuracy in each cell."""
-    import numpy as np
-
     paths = []
     for label in labels:
         rows = [n for n in lengths if n in table[label]]
         if not rows:
             continue
         depths = table[label][rows[0]]["depths"]
-        grid = np.array([table[label][n]["accuracy"][0] for n in rows]).T  # [depths, lengths]
-        fig = _figure()
-        ax = fig.add_subplot()
-        im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="lower")
-        ax.set_xticks(range(len(rows)), [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in rows])
-        ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths])
-        for i in range(grid.shape[0]):
-            for j in range(grid.shape[1]):
-                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=9)
-        ax.set_xlabel("prompt length (tokens)")
-        ax.set_ylabel("needle depth")
-        ax.set_title(f"{task}: {label}")
-        fig.colorbar(im, ax=ax, label="accuracy")
-        paths.append(_save(fig, output / f"{task}_{label}.png"))
+        grid = [[table[label][n]["accuracy"][0][j] for n in rows] for j in range(len(depths))]  # [depth][length]
+        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", f"{task}: {label}")))
     return paths

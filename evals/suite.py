@@ -7,7 +7,7 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     dtype: auto               # auto (bfloat16 on CUDA, float32 otherwise) | float32 | bfloat16 | float16
     device: auto              # auto (cuda when available) | cpu | cuda | cuda:N | mps
     attn_implementation: auto # auto (flash_attention_2 on CUDA when installed, else sdpa) | sdpa | eager
-    data: austen              # any --data value (see ropescale.evals.data)
+    data: austen              # any --data value (see ropescale.data.documents)
     seed: 0
     note: why the matrix is what it is   # printed in the report
     methods:                  # label defaults to the method name
@@ -38,7 +38,8 @@ import yaml
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import RopescaleError
-from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS, DTYPES as RUNTIME_DTYPES
+from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
+from ..models.runtime import DTYPES as RUNTIME_DTYPES
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
@@ -82,7 +83,9 @@ class Suite:
         return [t for t in TASKS if getattr(self, t)]
 
     def cells(self) -> list[tuple[MethodEntry, str, int]]:
-        return [(m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"] if m.runs(t, n)]
+        return [
+            (m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"] if m.runs(t, n)
+        ]
 
 
 def _positive_ints(name: str, values: Any) -> list[int]:
@@ -97,7 +100,7 @@ def _positive_ints(name: str, values: Any) -> list[int]:
 def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite`."""
     from ..methods import get_method
-    from ..patching.config import kv_consistent_option
+    from ..patching.plan import kv_consistent_option
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
@@ -120,8 +123,10 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         only = entry.get("only") or {}
         if not isinstance(only, dict):
             raise SuiteError(f"methods[{i}].only must map tasks to lengths, e.g. {{passkey: [4096]}}")
-        only = {str(task): lengths if lengths == [] else _positive_ints(f"methods[{i}].only.{task}", lengths)
-                for task, lengths in only.items()}  # [] skips the task for this method
+        only = {
+            str(task): lengths if lengths == [] else _positive_ints(f"methods[{i}].only.{task}", lengths)
+            for task, lengths in only.items()
+        }  # [] skips the task for this method
         methods.append(MethodEntry(label, entry["method"], factor, params, only))
     if not methods:
         raise SuiteError("a suite needs at least one method")
@@ -143,7 +148,9 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     if suite.dtype not in DTYPES:
         raise SuiteError(f"dtype must be one of {', '.join(DTYPES)}, got {suite.dtype!r}")
     if suite.attn_implementation not in ATTENTIONS:
-        raise SuiteError(f"attn_implementation must be one of {', '.join(ATTENTIONS)}, got {suite.attn_implementation!r}")
+        raise SuiteError(
+            f"attn_implementation must be one of {', '.join(ATTENTIONS)}, got {suite.attn_implementation!r}"
+        )
     if not suite.tasks():
         raise SuiteError(f"a suite needs at least one task ({', '.join(TASKS)})")
     for task in suite.tasks():
@@ -225,7 +232,11 @@ class SuiteRunner:
         # cells written before runtimes were recorded count as matching
         runtime = record.get("runtime", self.runtime.to_dict())
         return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
-            entry.method, entry.factor, entry.params, self.runtime.to_dict())
+            entry.method,
+            entry.factor,
+            entry.params,
+            self.runtime.to_dict(),
+        )
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]
@@ -234,8 +245,8 @@ class SuiteRunner:
         from tqdm.auto import tqdm
 
         from ..models.loading import from_pretrained, load_config, load_tokenizer
-        from ..patching.config import original_geometry
         from ..patching.model import patch
+        from ..patching.plan import original_geometry
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         self.output.mkdir(parents=True, exist_ok=True)
@@ -248,8 +259,13 @@ class SuiteRunner:
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
             model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))
-            bar = tqdm(total=len(self.suite.cells()), initial=len(self.suite.cells()) - len(todo),
-                       desc="suite cells", disable=not self.progress, unit="cell")
+            bar = tqdm(
+                total=len(self.suite.cells()),
+                initial=len(self.suite.cells()) - len(todo),
+                desc="suite cells",
+                disable=not self.progress,
+                unit="cell",
+            )
             current = None
             for entry, task, length in todo:
                 if entry != current:
@@ -257,9 +273,16 @@ class SuiteRunner:
                     current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 result = self._run_cell(model, tokenizer, entry, task, length)
-                record = {"method": entry.label, "method_name": entry.method, "factor": entry.factor,
-                          "params": entry.params, "task": task, "length": length,
-                          "runtime": self.runtime.to_dict(), "result": result}
+                record = {
+                    "method": entry.label,
+                    "method_name": entry.method,
+                    "factor": entry.factor,
+                    "params": entry.params,
+                    "task": task,
+                    "length": length,
+                    "runtime": self.runtime.to_dict(),
+                    "result": result,
+                }
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 bar.update(1)
             bar.close()
@@ -272,7 +295,7 @@ class SuiteRunner:
         self.documents = None
         self.haystack = None
         if self.suite.perplexity:
-            from .data import load_documents, tokenize_documents
+            from ..data.documents import load_documents, tokenize_documents
 
             ppl = self.suite.perplexity
             longest = max(ppl["lengths"])
@@ -285,20 +308,25 @@ class SuiteRunner:
                     f"perplexity length {longest} is larger than the longest document of the data ({have} tokens)"
                 )
         if self.suite.needle and self.suite.data is not None:
-            from .data import load_documents
+            from ..data.documents import load_documents
 
             self.haystack = [text for _, text in load_documents(self.suite.data)]
 
     # -- cells -----------------------------------------------------------------------------------
     def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> dict[str, Any]:
         if task == "perplexity":
-            from .perplexity import evaluate_perplexity
+            from ..scoring.perplexity import evaluate_perplexity
 
             ppl = self.suite.perplexity
             docs = [d for d in self.documents if len(d) >= length]
             result = evaluate_perplexity(
-                model, docs, window=length, stride=ppl.get("stride"), mode=ppl.get("mode", "yarn"),
-                bos_token_id=tokenizer.bos_token_id, max_tokens=max(length, int(ppl.get("max_tokens") or 4 * length)),
+                model,
+                docs,
+                window=length,
+                stride=ppl.get("stride"),
+                mode=ppl.get("mode", "yarn"),
+                bos_token_id=tokenizer.bos_token_id,
+                max_tokens=max(length, int(ppl.get("max_tokens") or 4 * length)),
                 progress=self.progress,
             )
             out = result.to_dict()
@@ -308,24 +336,54 @@ class SuiteRunner:
             from .passkey import run_passkey
 
             pk = self.suite.passkey
-            result = run_passkey(model, tokenizer, [length], pk.get("depths", [0.5]), int(pk.get("trials", 1)),
-                                 seed=self.suite.seed, progress=self.progress)
+            result = run_passkey(
+                model,
+                tokenizer,
+                [length],
+                pk.get("depths", [0.5]),
+                int(pk.get("trials", 1)),
+                seed=self.suite.seed,
+                progress=self.progress,
+            )
             return result.to_dict()
         from .needle import run_needle
 
         nd = self.suite.needle
-        result = run_needle(model, tokenizer, nd.get("task", "niah_single"), [length], nd.get("depths", [0.5]),
-                            int(nd.get("trials", 1)), seed=self.suite.seed, haystack=self.haystack,
-                            progress=self.progress)
+        result = run_needle(
+            model,
+            tokenizer,
+            nd.get("task", "niah_single"),
+            [length],
+            nd.get("depths", [0.5]),
+            int(nd.get("trials", 1)),
+            seed=self.suite.seed,
+            haystack=self.haystack,
+            progress=self.progress,
+        )
         return result.to_dict()
 
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": suite.name, "model": suite.model, "dtype": suite.dtype, "device": suite.device,
-                           "attn_implementation": suite.attn_implementation, "data": suite.data, "seed": suite.seed,
-                           **({"note": suite.note} if suite.note else {})}
-    out["methods"] = [{"label": m.label, "method": m.method, "factor": m.factor, "params": m.params,
-                       **({"only": m.only} if m.only else {})} for m in suite.methods]
+    out: dict[str, Any] = {
+        "name": suite.name,
+        "model": suite.model,
+        "dtype": suite.dtype,
+        "device": suite.device,
+        "attn_implementation": suite.attn_implementation,
+        "data": suite.data,
+        "seed": suite.seed,
+        **({"note": suite.note} if suite.note else {}),
+    }
+    out["methods"] = [
+        {
+            "label": m.label,
+            "method": m.method,
+            "factor": m.factor,
+            "params": m.params,
+            **({"only": m.only} if m.only else {}),
+        }
+        for m in suite.methods
+    ]
     for task in suite.tasks():
         out[task] = getattr(suite, task)
     return out

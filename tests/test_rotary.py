@@ -56,7 +56,9 @@ def dot_oracle(q: torch.Tensor, k: torch.Tensor, inv_freq: torch.Tensor, delta: 
     return float(((q[a] * k[a] + q[b] * k[b]) * phi.cos() + (q[b] * k[a] - q[a] * k[b]) * phi.sin()).sum())
 
 
-def angle_atol(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0) -> float:
+def angle_atol(
+    x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0
+) -> float:
     """How far fp32 rotary may sit from the float64 oracle: the fp32 angle pos·θ is off by up to
     pos·θ·eps, which moves a coordinate by that much times its size (×4 for margin)."""
     worst_angle = positions.max().item() * inv_freq.max().item()
@@ -173,10 +175,23 @@ def transformers_rotary(head_dim: int, rope_parameters: dict, max_position_embed
     "name, params, rope_parameters",
     [
         ("default", {}, {"rope_type": "default", "rope_theta": 1e4}),
-        ("yarn", {"factor": 8}, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0,
-                                 "original_max_position_embeddings": 4096}),
-        ("llama3", {"factor": 8}, {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0,
-                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 4096}),
+        (
+            "yarn",
+            {"factor": 8},
+            {"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0, "original_max_position_embeddings": 4096},
+        ),
+        (
+            "llama3",
+            {"factor": 8},
+            {
+                "rope_type": "llama3",
+                "rope_theta": 1e4,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 4096,
+            },
+        ),
     ],
 )
 def test_half_layout_matches_transformers(name, params, rope_parameters):

@@ -37,7 +37,8 @@ import logging
 import math
 import random
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # The standard prompt (Mohtashami & Jaggi), shared with ropescale's own passkey engine.
 from ropescale.evals.passkey import FILLER, NEEDLE, QUESTION, TASK  # noqa: E402

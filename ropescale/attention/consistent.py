@@ -25,8 +25,16 @@ from .rotary import at, key_positions, rotary_of, rotate
 NAMES = {"sdpa": "ropescale_kv_consistent", "eager": "ropescale_kv_consistent_eager"}
 
 
-def kv_consistent_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                            attention_mask: torch.Tensor | None, *, inner: str, **kwargs: Any):
+def kv_consistent_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    inner: str,
+    **kwargs: Any,
+):
     """Rotate queries and every cached key with the current frequencies, then attend.
 
     Args:
@@ -47,7 +55,7 @@ def kv_consistent_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
     positions = key_positions(position_ids, kv_len)
     key = rotate(key, at(cos, positions, kv_len), at(sin, positions, kv_len))
     if inner == "eager":
-        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
+        eager = sys.modules[type(module).__module__].eager_attention_forward
         return eager(module, query, key, value, attention_mask, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

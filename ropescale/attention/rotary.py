@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..methods import RotarySpec, ScalingMethod
-from ..patching.rotary_module import ScaledRotaryEmbedding
+from .rotary_module import ScaledRotaryEmbedding
 
 #: attribute of each attention layer that points at its :class:`AttentionRotary`
 LAYER_ATTR = "_ropescale_rotary"
@@ -35,8 +35,15 @@ class AttentionRotary(ScaledRotaryEmbedding):
         inner: the model's own attention implementation, restored when the mode is removed.
     """
 
-    def __init__(self, method: ScalingMethod, spec: RotarySpec, mode: str, inner: str,
-                 device: torch.device | None = None, native_config: Any = None):
+    def __init__(
+        self,
+        method: ScalingMethod,
+        spec: RotarySpec,
+        mode: str,
+        inner: str,
+        device: torch.device | None = None,
+        native_config: Any = None,
+    ):
         self._native_config = native_config
         super().__init__(method, spec, device=device)
         self.mode, self.inner = mode, inner
@@ -59,7 +66,8 @@ class AttentionRotary(ScaledRotaryEmbedding):
             config = self._native_config
             length = None if seq_len == L else torch.tensor(seq_len)
             inv_freq, self.attention_scaling = ROPE_INIT_FUNCTIONS[config.rope_parameters["rope_type"]](
-                config, device, seq_len=length)
+                config, device, seq_len=length
+            )
             self.inv_freq = inv_freq.float()
             self._seq_len = seq_len
 

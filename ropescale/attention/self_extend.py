@@ -25,9 +25,16 @@ NAME = "ropescale_self_extend"
 QUERY_BLOCK = 1024  # queries per SDPA call in prefill: the mask is [block, ≤ kv + block]
 
 
-def self_extend_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                          attention_mask: torch.Tensor | None, scaling: float | None = None,
-                          dropout: float = 0.0, **kwargs: Any):
+def self_extend_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+):
     """Self-Extend attention over unrotated q/k (the layer's cos/sin were the identity).
 
     Args:
@@ -50,8 +57,13 @@ def self_extend_attention(module: Any, query: torch.Tensor, key: torch.Tensor, v
     k_pos = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]
     q_group, k_group = grouped_positions(position_ids, k_pos, G, W)
     cos, sin = rotary.table(max(kv_len, int(position_ids.max()) + 1, W + 1), query.dtype, query.device)
-    query = torch.cat((rotate(query, at(cos, position_ids, q_len), at(sin, position_ids, q_len)),
-                       rotate(query, at(cos, q_group, q_len), at(sin, q_group, q_len))), dim=-1)  # [b, h, q, 2hd]
+    query = torch.cat(
+        (
+            rotate(query, at(cos, position_ids, q_len), at(sin, position_ids, q_len)),
+            rotate(query, at(cos, q_group, q_len), at(sin, q_group, q_len)),
+        ),
+        dim=-1,
+    )  # [b, h, q, 2hd]
     zeros = torch.zeros_like(key)
     near = torch.cat((rotate(key, at(cos, k_pos, kv_len), at(sin, k_pos, kv_len)), zeros), dim=-1)  # [b, h_kv, kv, 2hd]
     far = torch.cat((zeros, rotate(key, at(cos, k_group, kv_len), at(sin, k_group, kv_len))), dim=-1)
@@ -76,8 +88,9 @@ def self_extend_attention(module: Any, query: torch.Tensor, key: torch.Tensor, v
             if attention_mask is not None:
                 rows = attention_mask[:, :, r0:r1] if attention_mask.shape[2] > 1 else attention_mask
                 mask = mask & torch.cat((rows[..., :far_end], rows[..., near_start:near_end]), dim=-1)
-        out, _ = sdpa_attention_forward(module, query[:, :, r0:r1], keys, values, mask, dropout=dropout,
-                                        scaling=scaling, is_causal=False, **kwargs)
+        out, _ = sdpa_attention_forward(
+            module, query[:, :, r0:r1], keys, values, mask, dropout=dropout, scaling=scaling, is_causal=False, **kwargs
+        )
         outputs.append(out[..., :head_dim])  # [b, block, h, hd]
     return torch.cat(outputs, dim=1).contiguous(), None
 

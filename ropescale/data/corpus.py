@@ -32,12 +32,12 @@ install leaves nothing behind; installing again is a no-op while the manifest is
 from __future__ import annotations
 
 import argparse
+import bz2
 import datetime as _dt
 import gzip
 import hashlib
 import json
 import lzma
-import bz2
 import os
 import re
 import shutil
@@ -46,9 +46,10 @@ import sys
 import tempfile
 import warnings
 import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 from .._io import atomic_directory, cache_root
 from ..errors import MissingDependencyError, RopescaleError
@@ -266,23 +267,72 @@ def austen_documents(root: str | os.PathLike) -> list[Document]:
 
 # (abbreviation printed by `bible`, book name); the first 39 are the Old Testament.
 KJV_BOOKS: tuple[tuple[str, str], ...] = (
-    ("Ge", "Genesis"), ("Exo", "Exodus"), ("Lev", "Leviticus"), ("Num", "Numbers"),
-    ("Deu", "Deuteronomy"), ("Josh", "Joshua"), ("Jdgs", "Judges"), ("Ruth", "Ruth"),
-    ("1Sm", "1 Samuel"), ("2Sm", "2 Samuel"), ("1Ki", "1 Kings"), ("2Ki", "2 Kings"),
-    ("1Chr", "1 Chronicles"), ("2Chr", "2 Chronicles"), ("Ezra", "Ezra"), ("Neh", "Nehemiah"),
-    ("Est", "Esther"), ("Job", "Job"), ("Psa", "Psalms"), ("Prv", "Proverbs"),
-    ("Eccl", "Ecclesiastes"), ("SSol", "Song of Solomon"), ("Isa", "Isaiah"), ("Jer", "Jeremiah"),
-    ("Lam", "Lamentations"), ("Eze", "Ezekiel"), ("Dan", "Daniel"), ("Hos", "Hosea"),
-    ("Joel", "Joel"), ("Amos", "Amos"), ("Obad", "Obadiah"), ("Jonah", "Jonah"), ("Mic", "Micah"),
-    ("Nahum", "Nahum"), ("Hab", "Habakkuk"), ("Zep", "Zephaniah"), ("Hag", "Haggai"),
-    ("Zec", "Zechariah"), ("Mal", "Malachi"),
-    ("Mat", "Matthew"), ("Mark", "Mark"), ("Luke", "Luke"), ("John", "John"), ("Acts", "Acts"),
-    ("Rom", "Romans"), ("1Cor", "1 Corinthians"), ("2Cor", "2 Corinthians"), ("Gal", "Galatians"),
-    ("Eph", "Ephesians"), ("Phi", "Philippians"), ("Col", "Colossians"),
-    ("1Th", "1 Thessalonians"), ("2Th", "2 Thessalonians"), ("1Tim", "1 Timothy"),
-    ("2Tim", "2 Timothy"), ("Titus", "Titus"), ("Phmn", "Philemon"), ("Heb", "Hebrews"),
-    ("Jas", "James"), ("1Pet", "1 Peter"), ("2Pet", "2 Peter"), ("1Jn", "1 John"),
-    ("2Jn", "2 John"), ("3Jn", "3 John"), ("Jude", "Jude"), ("Rev", "Revelation"),
+    ("Ge", "Genesis"),
+    ("Exo", "Exodus"),
+    ("Lev", "Leviticus"),
+    ("Num", "Numbers"),
+    ("Deu", "Deuteronomy"),
+    ("Josh", "Joshua"),
+    ("Jdgs", "Judges"),
+    ("Ruth", "Ruth"),
+    ("1Sm", "1 Samuel"),
+    ("2Sm", "2 Samuel"),
+    ("1Ki", "1 Kings"),
+    ("2Ki", "2 Kings"),
+    ("1Chr", "1 Chronicles"),
+    ("2Chr", "2 Chronicles"),
+    ("Ezra", "Ezra"),
+    ("Neh", "Nehemiah"),
+    ("Est", "Esther"),
+    ("Job", "Job"),
+    ("Psa", "Psalms"),
+    ("Prv", "Proverbs"),
+    ("Eccl", "Ecclesiastes"),
+    ("SSol", "Song of Solomon"),
+    ("Isa", "Isaiah"),
+    ("Jer", "Jeremiah"),
+    ("Lam", "Lamentations"),
+    ("Eze", "Ezekiel"),
+    ("Dan", "Daniel"),
+    ("Hos", "Hosea"),
+    ("Joel", "Joel"),
+    ("Amos", "Amos"),
+    ("Obad", "Obadiah"),
+    ("Jonah", "Jonah"),
+    ("Mic", "Micah"),
+    ("Nahum", "Nahum"),
+    ("Hab", "Habakkuk"),
+    ("Zep", "Zephaniah"),
+    ("Hag", "Haggai"),
+    ("Zec", "Zechariah"),
+    ("Mal", "Malachi"),
+    ("Mat", "Matthew"),
+    ("Mark", "Mark"),
+    ("Luke", "Luke"),
+    ("John", "John"),
+    ("Acts", "Acts"),
+    ("Rom", "Romans"),
+    ("1Cor", "1 Corinthians"),
+    ("2Cor", "2 Corinthians"),
+    ("Gal", "Galatians"),
+    ("Eph", "Ephesians"),
+    ("Phi", "Philippians"),
+    ("Col", "Colossians"),
+    ("1Th", "1 Thessalonians"),
+    ("2Th", "2 Thessalonians"),
+    ("1Tim", "1 Timothy"),
+    ("2Tim", "2 Timothy"),
+    ("Titus", "Titus"),
+    ("Phmn", "Philemon"),
+    ("Heb", "Hebrews"),
+    ("Jas", "James"),
+    ("1Pet", "1 Peter"),
+    ("2Pet", "2 Peter"),
+    ("1Jn", "1 John"),
+    ("2Jn", "2 John"),
+    ("3Jn", "3 John"),
+    ("Jude", "Jude"),
+    ("Rev", "Revelation"),
 )
 KJV_OLD_TESTAMENT_BOOKS = 39
 KJV_TITLES = ("The Old Testament (King James Version)", "The New Testament (King James Version)")
@@ -668,8 +718,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--cache-dir", default=None, help="corpus directory (default: $ROPESCALE_CACHE/corpora/NAME)")
         if command == "install":
             p.add_argument("--force", action="store_true", help="reinstall even if a valid install is present")
-            p.add_argument("--from", dest="source", default=None, metavar="DIR",
-                           help="use already-unpacked package files under DIR (/ for installed packages)")
+            p.add_argument(
+                "--from",
+                dest="source",
+                default=None,
+                metavar="DIR",
+                help="use already-unpacked package files under DIR (/ for installed packages)",
+            )
     args = parser.parse_args(argv)
     try:
         if args.command == "path":

@@ -33,8 +33,9 @@ def _method_name(method: str | ScalingMethod | type[ScalingMethod]) -> str:
     return method_class(method).name  # unknown names raise with the list of known ones
 
 
-def factor_for_target(method: str | ScalingMethod | type[ScalingMethod], target_length: int,
-                      original_context: int) -> float:
+def factor_for_target(
+    method: str | ScalingMethod | type[ScalingMethod], target_length: int, original_context: int
+) -> float:
     """The factor ``method`` needs to reach ``target_length`` from ``original_context``.
 
     Args:
@@ -63,8 +64,12 @@ def factor_for_target(method: str | ScalingMethod | type[ScalingMethod], target_
     return float(math.ceil(ratio)) if name in INTEGER_FACTOR_METHODS else ratio
 
 
-def resolve_factor(method: str | ScalingMethod | type[ScalingMethod], factor: Any = None,
-                   target_length: int | None = None, original_context: int | None = None) -> Any:
+def resolve_factor(
+    method: str | ScalingMethod | type[ScalingMethod],
+    factor: Any = None,
+    target_length: int | None = None,
+    original_context: int | None = None,
+) -> Any:
     """``factor`` as given, or the factor that reaches ``target_length`` (see :func:`factor_for_target`).
 
     Giving both is an error. ``factor`` is passed through unchanged (possibly None, or a string from

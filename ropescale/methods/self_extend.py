@@ -41,8 +41,9 @@ def _check_int(name: str, value: Any) -> int | None:
     return int(value)
 
 
-def grouped_positions(query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int,
-                      window: int) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_positions(
+    query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Self-Extend's grouped positions: (query // G + W − W // G, key // G)."""
     return query_positions // group_size + window - window // group_size, key_positions // group_size
 

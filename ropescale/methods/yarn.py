@@ -38,8 +38,14 @@ def correction_range(spec: RotarySpec, beta_fast: float, beta_slow: float, trunc
     return max(low, 0), min(high, d - 1)
 
 
-def yarn_inv_freq(spec: RotarySpec, factor: float, beta_fast: float, beta_slow: float, truncate: bool,
-                  device: torch.device | None = None) -> torch.Tensor:
+def yarn_inv_freq(
+    spec: RotarySpec,
+    factor: float,
+    beta_fast: float,
+    beta_slow: float,
+    truncate: bool,
+    device: torch.device | None = None,
+) -> torch.Tensor:
     """NTK-by-parts frequencies: fast pairs keep θ_i, slow pairs get θ_i/s, a linear ramp between."""
     low, high = correction_range(spec, beta_fast, beta_slow, truncate)
     if low == high:
@@ -68,7 +74,9 @@ class Yarn(ScalingMethod):
         check_number("beta_fast", self.beta_fast, minimum=0, strict=True)
         check_number("beta_slow", self.beta_slow, minimum=0, strict=True)
         if self.beta_fast <= self.beta_slow:
-            raise ValueError(f"beta_fast must be > beta_slow, got beta_fast={self.beta_fast:g} <= beta_slow={self.beta_slow:g}")
+            raise ValueError(
+                f"beta_fast must be > beta_slow, got beta_fast={self.beta_fast:g} <= beta_slow={self.beta_slow:g}"
+            )
         if self.attention_factor is not None:
             check_number("attention_factor", self.attention_factor, minimum=0, strict=True)
         if (self.mscale is None) != (self.mscale_all_dim is None):

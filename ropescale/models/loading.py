@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
-from ..patching.config import (
+from ..patching.model import install_rotary
+from ..patching.plan import (
     KEEP,
     NON_NATIVE_PREFIX,
     apply_plan,
@@ -26,8 +27,7 @@ from ..patching.config import (
     plan_patch,
     quiet_transformers,
 )
-from ..patching.model import install_rotary
-from ..patching.remote import unmark_config_dict
+from .checkpoint import unmark_config_dict
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -60,7 +60,9 @@ def resolve_model(name_or_path: str | os.PathLike) -> ResolvedModel:
         raise RopescaleError(f"model path '{text}' is neither a checkpoint directory nor a .gguf file")
     if text.endswith(".gguf") or text.startswith((".", "/", "~")) or not _HUB_ID.fullmatch(text):
         known = ", ".join(sorted(EMBEDDED_MODELS))
-        raise RopescaleError(f"model '{text}' not found: not a local path, a Hub id (org/name) or an embedded model ({known})")
+        raise RopescaleError(
+            f"model '{text}' not found: not a local path, a Hub id (org/name) or an embedded model ({known})"
+        )
     return ResolvedModel(text, {}, text)
 
 
@@ -150,8 +152,15 @@ def from_pretrained(
     config = _read_config(resolved, **shared)
     check_supported(config)
     if method is not None:
-        plan = plan_patch(config, method, factor, original_max_position_embeddings, replace,
-                          target_length=target_length, **(method_params or {}))
+        plan = plan_patch(
+            config,
+            method,
+            factor,
+            original_max_position_embeddings,
+            replace,
+            target_length=target_length,
+            **(method_params or {}),
+        )
     elif factor is not None or method_params or target_length is not None:
         raise ValueError("factor/target_length/method parameters given without a method")
     else:

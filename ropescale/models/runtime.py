@@ -105,7 +105,9 @@ def resolve_runtime(device: str | None = "auto", dtype: str | None = "auto", att
         if dtype == "float32":
             raise RopescaleError("flash_attention_2 needs bfloat16 or float16, not float32")
         if not flash_attn_installed():
-            raise RopescaleError("flash_attention_2 needs the flash-attn package: pip install flash-attn --no-build-isolation")
+            raise RopescaleError(
+                "flash_attention_2 needs the flash-attn package: pip install flash-attn --no-build-isolation"
+            )
     return Runtime(device, dtype, attention)
 
 

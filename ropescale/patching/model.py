@@ -1,4 +1,4 @@
-"""Patching a loaded model in place, and saving a patched checkpoint.
+"""Patching a loaded model in place.
 
 Native methods: the config is patched and the model's one rotary module is rebuilt by
 transformers' own class from that config. Non-native methods: the rotary module is replaced
@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._io import atomic_directory
+from ..attention.rotary_module import ScaledRotaryEmbedding
 from ..errors import RopescaleError
 from ..methods import ScalingMethod
-from .config import KEEP, PatchPlan, apply_plan, plan_patch
-from .remote import mark_non_native
-from .rotary_module import ScaledRotaryEmbedding
+from .plan import KEEP, PatchPlan, apply_plan, plan_patch
 
 
 def rotary_owner(model: Any) -> Any:
@@ -76,42 +73,12 @@ def patch(
     included). The model's config is updated in place (its submodules share it) and its rotary
     module rebuilt; weights are untouched.
     """
-    plan = plan_patch(model.config, method, factor, original_max_position_embeddings, replace,
-                      target_length=target_length, **params)
+    plan = plan_patch(
+        model.config, method, factor, original_max_position_embeddings, replace, target_length=target_length, **params
+    )
     apply_plan(model.config, plan, sliding_window)
     install_rotary(model, plan)
     return model
-
-
-def save_pretrained(model: Any, directory: str | Path, tokenizer: Any = None, config_only: bool = False,
-                    overwrite: bool = False) -> Path:
-    """Save a (patched) model, its tokenizer and config atomically.
-
-    Args:
-        model: the patched model.
-        directory: target; nothing appears there until everything is written.
-        tokenizer: saved beside the weights if given.
-        config_only: write only config.json (and the loader file for non-native methods).
-        overwrite: replace an existing non-empty directory.
-
-    Returns:
-        ``directory``. For non-native methods the config is marked and ``modeling_ropescale.py``
-        added (see :mod:`ropescale.patching.remote`), so plain transformers explains what to do
-        instead of failing inside the model.
-    """
-    directory = Path(directory)
-    config = model.config
-    with atomic_directory(directory, overwrite=overwrite) as tmp:
-        if config_only:
-            config.save_pretrained(tmp)
-        else:
-            model.save_pretrained(tmp)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(tmp)
-        block = getattr(config, "ropescale", None)
-        if isinstance(block, dict) and not block.get("native", True):
-            mark_non_native(tmp, config)
-    return directory
 
 
 def describe(model_or_config: Any) -> dict[str, Any]:
@@ -120,4 +87,4 @@ def describe(model_or_config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(getattr(config, "ropescale", None) or {}))
 
 
-__all__ = ["patch", "save_pretrained", "describe", "install_rotary"]
+__all__ = ["patch", "describe", "install_rotary"]

@@ -14,6 +14,16 @@ from .pipeline import SearchOptions, Text, run_search_job, search_model
 from .space import LongRopeSpace, YarnSpace, make_space, pair_factors
 
 __all__ = [
-    "LongRopeSpace", "SearchOptions", "SearchResult", "Text", "YarnSpace", "best_of", "load_search", "make_space",
-    "pair_factors", "run_search", "run_search_job", "search_model",
+    "LongRopeSpace",
+    "SearchOptions",
+    "SearchResult",
+    "Text",
+    "YarnSpace",
+    "best_of",
+    "load_search",
+    "make_space",
+    "pair_factors",
+    "run_search",
+    "run_search_job",
+    "search_model",
 ]

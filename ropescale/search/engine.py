@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -79,10 +80,16 @@ def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[
         return params, f"seed:{label}", "; ".join(notes) or None
     rng = np.random.default_rng([seed, k])
     seen = {space.key(c["params"]) for c in history}
-    ranked = sorted((c for c in history if math.isfinite(c["score"]["ppl"])), key=lambda c: (c["score"]["ppl"], c["index"]))
+    ranked = sorted(
+        (c for c in history if math.isfinite(c["score"]["ppl"])), key=lambda c: (c["score"]["ppl"], c["index"])
+    )
     # parents: the best four, less any far behind the best (with a budget of tens of evaluations,
     # moves around a seed 3x worse than the best are wasted)
-    pool = [c for c in ranked[:4] if c["score"]["ppl"] <= POOL_RATIO * ranked[0]["score"]["ppl"]] if ranked else history[:1]
+    pool = (
+        [c for c in ranked[:4] if c["score"]["ppl"] <= POOL_RATIO * ranked[0]["score"]["ppl"]]
+        if ranked
+        else history[:1]
+    )
     for _ in range(64):
         if len(pool) >= 2 and rng.random() < 0.25:
             a, b = rng.choice(len(pool), size=2, replace=False)

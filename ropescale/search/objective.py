@@ -13,18 +13,20 @@ A window is ``eval_length`` real tokens after a BOS. Two layouts:
   0.9% at 32k (``benchmarks/bench_search.py``). Report the result at the real length too.
 
 Every token after the BOS is scored (next-token NLL, fp32 cross entropy, ``chunk_size`` positions
-through the LM head at a time, as :func:`ropescale.evals.perplexity.chunked_nll`).
+through the LM head at a time, as :func:`ropescale.scoring.perplexity.chunked_nll`).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from ..scoring.nll import final_hidden_states, model_device, summed_nll
 
 LAYOUTS = ("contiguous", "spread")
 
@@ -51,8 +53,15 @@ def spread_positions(n_tokens: int, span: int, chunks: int, offset: int = 0) -> 
     return positions
 
 
-def make_windows(tokens: Sequence[int], eval_length: int, n_windows: int, layout: str, target_length: int,
-                 chunks: int = 4, bos_token_id: int | None = None) -> list[Window]:
+def make_windows(
+    tokens: Sequence[int],
+    eval_length: int,
+    n_windows: int,
+    layout: str,
+    target_length: int,
+    chunks: int = 4,
+    bos_token_id: int | None = None,
+) -> list[Window]:
     """``n_windows`` consecutive windows of ``eval_length`` tokens from the start of ``tokens``."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
@@ -64,7 +73,7 @@ def make_windows(tokens: Sequence[int], eval_length: int, n_windows: int, layout
     prefix = [] if bos_token_id is None else [int(bos_token_id)]
     windows = []
     for w in range(n_windows):
-        ids = prefix + [int(t) for t in tokens[w * eval_length:(w + 1) * eval_length]]
+        ids = prefix + [int(t) for t in tokens[w * eval_length : (w + 1) * eval_length]]
         if layout == "contiguous":
             pos = list(range(len(ids)))
         else:
@@ -77,17 +86,12 @@ def make_windows(tokens: Sequence[int], eval_length: int, n_windows: int, layout
 @torch.inference_mode()
 def window_nll(model: Any, window: Window, chunk_size: int = 1024) -> tuple[float, int]:
     """Summed next-token NLL (nats) of every token after the first, and how many were scored."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     ids = torch.tensor([window.input_ids], device=device)  # [1, T]
     pos = torch.tensor([window.position_ids], device=device)  # [1, T]
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    hidden = decoder(input_ids=ids, position_ids=pos, use_cache=False).last_hidden_state[0, :-1]  # [T-1, H]
-    targets = ids[0, 1:]  # [T-1]
-    total = 0.0
-    for i in range(0, targets.numel(), chunk_size):
-        logits = model.lm_head(hidden[i:i + chunk_size]).float()  # [c, V]
-        total += F.cross_entropy(logits, targets[i:i + chunk_size], reduction="sum").item()
-    return total, int(targets.numel())
+    hidden = final_hidden_states(model, ids, position_ids=pos)  # [1, T, H]
+    total, n = summed_nll(hidden, model.lm_head, ids, chunk_size)
+    return total.item(), n
 
 
 @dataclass

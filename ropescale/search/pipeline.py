@@ -20,7 +20,9 @@ from typing import Any
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import RopescaleError
 from ..methods import RotarySpec, get_method
-from .artifacts import BEST, CONFIG, HELDOUT, HISTORY, PLOT, SCALING, markdown_report, plot_factors, write_best
+from ..patching.plan import original_spec
+from ..plots.factors import plot_factors
+from .artifacts import BEST, CONFIG, HELDOUT, HISTORY, PLOT, SCALING, markdown_report, write_best
 from .engine import best_of, run_search
 from .objective import LAYOUTS, PerplexityObjective, make_windows, score_windows
 from .space import make_space, pair_factors
@@ -88,16 +90,6 @@ class SearchOptions:
     heldout_doc: str | None = None
 
 
-def rotary_spec(config: Any) -> RotarySpec:
-    """The model's original rotary geometry (before any scaling it carries)."""
-    from ..patching.config import _head_dim, check_supported, original_geometry
-
-    check_supported(config)
-    rope, _, L = original_geometry(config)
-    return RotarySpec(head_dim=_head_dim(config), base=float(rope["rope_theta"]), original_max_position_embeddings=int(L),
-                      partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)))
-
-
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -116,19 +108,25 @@ def validate(options: SearchOptions, spec: RotarySpec) -> tuple[float, int, bool
     if options.layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {options.layout!r}")
     if options.layout == "contiguous" and eval_length <= L:
-        raise ValueError(f"eval length {eval_length} must exceed the original context {L}: longrope uses its long "
-                         "factors only beyond it (or use layout 'spread', which places the tokens up to the target)")
+        raise ValueError(
+            f"eval length {eval_length} must exceed the original context {L}: longrope uses its long "
+            "factors only beyond it (or use layout 'spread', which places the tokens up to the target)"
+        )
     if options.layout == "spread":
         _check_int("chunks", options.chunks)
         if eval_length + 1 > target:
-            raise ValueError(f"a spread window ({eval_length} tokens + BOS) must be shorter than the target length {target}")
+            raise ValueError(
+                f"a spread window ({eval_length} tokens + BOS) must be shorter than the target length {target}"
+            )
     if eval_length > target:
         raise ValueError(f"eval length {eval_length} is larger than the target length {target}")
     for n in options.report_lengths:
         _check_int("report length", n, 2)
         if n > target:
             raise ValueError(f"report length {n} is larger than the target length {target}")
-    floor = options.floor if options.floor is not None else not (options.layout == "contiguous" and eval_length >= target)
+    floor = (
+        options.floor if options.floor is not None else not (options.layout == "contiguous" and eval_length >= target)
+    )
     return target / L, eval_length, floor
 
 
@@ -171,24 +169,37 @@ def search_model(
 
     start = time.perf_counter()
     config = model.config
-    spec = rotary_spec(config)
+    spec = original_spec(config)
     factor, eval_length, floor = validate(options, spec)
     target = options.target_length
     space_options: dict[str, Any] = {}
     if options.method.strip().lower() == "longrope":
         space_options = {"max_ratio": options.max_ratio, "floor": floor, "attention": options.attention}
     space = make_space(options.method, spec, factor, **space_options)
-    windows = make_windows(calibration.tokens, eval_length, options.windows, options.layout, target, options.chunks, bos_token_id)
+    windows = make_windows(
+        calibration.tokens, eval_length, options.windows, options.layout, target, options.chunks, bos_token_id
+    )
     n_cal = eval_length * options.windows
     settings = {
-        "model": options.model, "method": space.method, "target_length": target, "factor": factor,
+        "model": options.model,
+        "method": space.method,
+        "target_length": target,
+        "factor": factor,
         "original_max_position_embeddings": spec.original_max_position_embeddings,
-        "eval_length": eval_length, "windows": options.windows, "layout": options.layout,
-        "chunks": options.chunks if options.layout == "spread" else None, "seed": options.seed,
+        "eval_length": eval_length,
+        "windows": options.windows,
+        "layout": options.layout,
+        "chunks": options.chunks if options.layout == "spread" else None,
+        "seed": options.seed,
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-        "bos_token_id": bos_token_id, "space": {k: getattr(space, k) for k in space_options},
-        "calibration": {"title": calibration.title, "source": calibration.source, "tokens": n_cal,
-                        "sha256": calibration.fingerprint(n_cal)},
+        "bos_token_id": bos_token_id,
+        "space": {k: getattr(space, k) for k in space_options},
+        "calibration": {
+            "title": calibration.title,
+            "source": calibration.source,
+            "tokens": n_cal,
+            "sha256": calibration.fingerprint(n_cal),
+        },
     }
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
@@ -207,13 +218,17 @@ def search_model(
             written["index"] = best["index"]
 
     objective = PerplexityObjective(model, windows, space.method)
-    history = run_search(space, objective, options.budget, output / HISTORY, settings, options.seed, progress, on_record)
+    history = run_search(
+        space, objective, options.budget, output / HISTORY, settings, options.seed, progress, on_record
+    )
     best = best_of(history)
     if best is None:
         raise RopescaleError("every candidate gave a non-finite perplexity; nothing to write")
     write_best(output, space, best, settings, base_config)
 
-    heldout_cells = _heldout(model, space, best, heldout, options, settings, factor, eval_length, bos_token_id, output, progress)
+    heldout_cells = _heldout(
+        model, space, best, heldout, options, settings, factor, eval_length, bos_token_id, output, progress
+    )
     patch(model, space.method, replace=True, **space.method_params(best["params"]))
 
     report = _report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
@@ -221,9 +236,17 @@ def search_model(
     atomic_write_json(output / "report.json", report)
     atomic_write_text(output / "report.md", markdown_report(report))
     seeds = {name: pair_factors(name, spec, factor, target)[0] for name in ("linear", "ntk", "yarn")}
-    title = (f"{options.model}: {space.method} search, {spec.original_max_position_embeddings} → {target} "
-             f"(s={factor:g}); calibration PPL {best['score']['ppl']:.2f}")
-    plot_factors(output / PLOT, space, {"lam": space.factors(best["params"]), "label": f"searched (#{best['index']})"}, seeds, title)
+    title = (
+        f"{options.model}: {space.method} search, {spec.original_max_position_embeddings} → {target} "
+        f"(s={factor:g}); calibration PPL {best['score']['ppl']:.2f}"
+    )
+    plot_factors(
+        output / PLOT,
+        space,
+        {"lam": space.factors(best["params"]), "label": f"searched (#{best['index']})"},
+        seeds,
+        title,
+    )
     return report
 
 
@@ -231,7 +254,7 @@ def _unscaled(config: Any) -> Any:
     """A copy of ``config`` with its original (unscaled) rope parameters."""
     import copy
 
-    from ..patching.config import original_geometry, provenance
+    from ..patching.plan import original_geometry, provenance
 
     out = copy.deepcopy(config)
     rope, field_value, _ = original_geometry(config)
@@ -242,18 +265,26 @@ def _unscaled(config: Any) -> Any:
     return out
 
 
-def _heldout(model, space, best, heldout: Text, options: SearchOptions, settings, factor, eval_length, bos, output, progress):
+def _heldout(
+    model, space, best, heldout: Text, options: SearchOptions, settings, factor, eval_length, bos, output, progress
+):
     """Held-out cells, each recorded atomically in ``heldout.json`` and reused while its method,
     parameters and protocol are unchanged."""
     import json
 
-    from ..evals.perplexity import evaluate_perplexity
     from ..patching.model import patch
+    from ..scoring.perplexity import evaluate_perplexity
 
     path = output / HELDOUT
     # the whole text's fingerprint: adding report lengths later keeps the cells already computed
-    identity = {"search": settings, "heldout": {"title": heldout.title, "source": heldout.source,
-                                                 "sha256": heldout.fingerprint(len(heldout.tokens))}}
+    identity = {
+        "search": settings,
+        "heldout": {
+            "title": heldout.title,
+            "source": heldout.source,
+            "sha256": heldout.fingerprint(len(heldout.tokens)),
+        },
+    }
     cells: dict[str, Any] = {}
     if path.is_file():
         data = json.loads(path.read_text())
@@ -274,15 +305,25 @@ def _heldout(model, space, best, heldout: Text, options: SearchOptions, settings
             continue
         patch(model, method, replace=True, **params)
         if length is None:
-            windows = make_windows(heldout.tokens, eval_length, options.windows, options.layout, options.target_length,
-                                   options.chunks, bos)
+            windows = make_windows(
+                heldout.tokens, eval_length, options.windows, options.layout, options.target_length, options.chunks, bos
+            )
             score = score_windows(model, windows)
             result = {"ppl": score.ppl, "tokens": score.tokens, "seconds": round(score.seconds, 3)}
         else:
             if len(heldout.tokens) < length:
-                raise RopescaleError(f"held-out text '{heldout.title}' has {len(heldout.tokens)} tokens, fewer than {length}")
-            r = evaluate_perplexity(model, [heldout.tokens], window=length, mode="nonoverlap", bos_token_id=bos,
-                                    max_tokens=length, progress=False)
+                raise RopescaleError(
+                    f"held-out text '{heldout.title}' has {len(heldout.tokens)} tokens, fewer than {length}"
+                )
+            r = evaluate_perplexity(
+                model,
+                [heldout.tokens],
+                window=length,
+                mode="nonoverlap",
+                bos_token_id=bos,
+                max_tokens=length,
+                progress=False,
+            )
             result = {"ppl": r.ppl, "tokens": r.tokens_scored, "seconds": round(r.elapsed_s, 3)}
         cells[key] = {"label": label, "method": method, "params": params, "protocol": protocol, **result}
         atomic_write_json(path, {"identity": identity, "cells": cells})
@@ -290,28 +331,45 @@ def _heldout(model, space, best, heldout: Text, options: SearchOptions, settings
 
 
 def _report(space, history, best, cells, calibration: Text, heldout: Text, options, settings, n_cal) -> dict[str, Any]:
-    columns = [{"key": "calibration", "title": f"calibration ({settings['layout']} {settings['eval_length']})",
-                "tokens": best["score"]["tokens"]}]
+    columns = [
+        {
+            "key": "calibration",
+            "title": f"calibration ({settings['layout']} {settings['eval_length']})",
+            "tokens": best["score"]["tokens"],
+        }
+    ]
     # every cell measured in this folder is reported (earlier runs may have asked for other lengths or
     # baselines), except a "searched" cell of a candidate that is no longer the best
     best_params = space.method_params(best["params"])
     cells = {k: c for k, c in cells.items() if c["label"] != "searched" or c["params"] == best_params}
-    lengths = sorted({*options.report_lengths, *(int(c["protocol"].split("-")[1]) for c in cells.values()
-                                                 if c["protocol"].startswith("contiguous-"))})
+    lengths = sorted(
+        {
+            *options.report_lengths,
+            *(int(c["protocol"].split("-")[1]) for c in cells.values() if c["protocol"].startswith("contiguous-")),
+        }
+    )
     any_proxy = options.heldout or any(c["protocol"] == "calibration-protocol" for c in cells.values())
     protocols = (["calibration-protocol"] if any_proxy else []) + [f"contiguous-{n}" for n in lengths]
     for p in protocols:
         some = next((c for c in cells.values() if c["protocol"] == p), None)
-        title = (f"held-out ({settings['layout']} {settings['eval_length']})" if p == "calibration-protocol"
-                 else f"held-out {p.split('-')[1]}")
+        title = (
+            f"held-out ({settings['layout']} {settings['eval_length']})"
+            if p == "calibration-protocol"
+            else f"held-out {p.split('-')[1]}"
+        )
         columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
     # a seed's calibration score stands for its method only when the seed is that method exactly
     # (not projected onto the floor, attention factor its own)
     exact = (settings.get("space") or {}).get("attention", "search") in ("search", "seed")
-    seed_scores = {c["origin"].split(":", 1)[1]: c["score"]["ppl"] for c in history
-                   if c["origin"].startswith("seed:") and exact and "note" not in c}
+    seed_scores = {
+        c["origin"].split(":", 1)[1]: c["score"]["ppl"]
+        for c in history
+        if c["origin"].startswith("seed:") and exact and "note" not in c
+    }
     order = ["none", *DEFAULT_BASELINES]
-    extra = sorted({c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x))
+    extra = sorted(
+        {c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x)
+    )
     labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
     rows = []
     for label in labels:
@@ -328,7 +386,12 @@ def _report(space, history, best, cells, calibration: Text, heldout: Text, optio
         "calibration_tokens": n_cal,
         "evaluated": len(history),
         "search_seconds": round(math.fsum(c["score"]["seconds"] for c in history), 1),
-        "best": {"index": best["index"], "origin": best["origin"], "ppl": best["score"]["ppl"], "params": best["params"]},
+        "best": {
+            "index": best["index"],
+            "origin": best["origin"],
+            "ppl": best["score"]["ppl"],
+            "params": best["params"],
+        },
         "columns": columns,
         "rows": rows,
         "heldout_cells": cells,
@@ -336,6 +399,7 @@ def _report(space, history, best, cells, calibration: Text, heldout: Text, optio
 
 
 # -- from names to texts and a model --------------------------------------------------------------------
+
 
 def _pick(documents: list[tuple[str, str]], title: str | None, source: str) -> tuple[str, str]:
     if title is None:
@@ -349,7 +413,7 @@ def _pick(documents: list[tuple[str, str]], title: str | None, source: str) -> t
 
 def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, need_heldout: int) -> tuple[Text, Text]:
     """The calibration and held-out texts (see the module docstring), tokenized without specials."""
-    from ..evals.data import load_documents
+    from ..data.documents import load_documents
 
     cal_source = options.data or "austen"
     held_source = options.heldout_data or cal_source
@@ -379,14 +443,16 @@ def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, 
     return calibration, held_text
 
 
-def run_search_job(options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+def run_search_job(
+    options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True
+) -> dict[str, Any]:
     """Load ``options.model`` and its texts, then :func:`search_model` (what ``ropescale search`` runs)."""
     from ..models.loading import from_pretrained, load_config, load_tokenizer
     from ..models.runtime import resolve_runtime
 
     runtime = resolve_runtime(options.device, options.dtype, options.attn_implementation)
     config = load_config(options.model)
-    spec = rotary_spec(config)
+    spec = original_spec(config)
     _, eval_length, _ = validate(options, spec)  # fail on bad options before loading anything large
     tokenizer = load_tokenizer(options.model)
     need_cal = eval_length * options.windows
@@ -396,4 +462,4 @@ def run_search_job(options: SearchOptions, output: str | Path, overwrite: bool =
     return search_model(model, calibration, heldout, options, output, tokenizer.bos_token_id, overwrite, progress)
 
 
-__all__ = ["SearchOptions", "Text", "search_model", "run_search_job", "select_texts", "rotary_spec"]
+__all__ = ["SearchOptions", "Text", "search_model", "run_search_job", "select_texts"]

@@ -34,7 +34,9 @@ FACTOR_STEP = 1e-3
 ATTENTION_STEP = 1e-4
 
 
-def pair_factors(method_name: str, spec: RotarySpec, factor: float, seq_len: int, **params: Any) -> tuple[list[float], float]:
+def pair_factors(
+    method_name: str, spec: RotarySpec, factor: float, seq_len: int, **params: Any
+) -> tuple[list[float], float]:
     """A registry method as LongRoPE per-pair factors: (λ_i = θ_i/θ'_i at ``seq_len``, attention factor).
 
     Computed in float64 from the method's own fp32 frequencies and rounded to 1e-6, which removes
@@ -87,7 +89,9 @@ class LongRopeSpace:
             except (TypeError, ValueError):
                 value = math.nan
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"attention must be 'search', 'seed', 'yarn' or a positive number, got {self.attention!r}")
+                raise ValueError(
+                    f"attention must be 'search', 'seed', 'yarn' or a positive number, got {self.attention!r}"
+                )
             object.__setattr__(self, "attention", value)
 
     @property
@@ -124,7 +128,9 @@ class LongRopeSpace:
         for name in ("linear", "ntk", "yarn"):
             lam, attention = pair_factors(name, self.spec, self.factor, target)
             fixed = self.fixed_attention
-            out.append((name, {"long_factor": lam, "attention_factor": attention if fixed is None else round(fixed, 6)}))
+            out.append(
+                (name, {"long_factor": lam, "attention_factor": attention if fixed is None else round(fixed, 6)})
+            )
         return out
 
     # -- constraints -------------------------------------------------------------------------------
@@ -164,8 +170,10 @@ class LongRopeSpace:
 
     def key(self, params: dict[str, Any]) -> tuple:
         """Identity of a candidate for de-duplication (on the rounding grid)."""
-        return (tuple(round(v / FACTOR_STEP) for v in params["long_factor"]),
-                round(float(params["attention_factor"]) / ATTENTION_STEP))
+        return (
+            tuple(round(v / FACTOR_STEP) for v in params["long_factor"]),
+            round(float(params["attention_factor"]) / ATTENTION_STEP),
+        )
 
     # -- moves -------------------------------------------------------------------------------------
     def mutate(self, params: dict[str, Any], rng: np.random.Generator, scale: float) -> tuple[dict[str, Any], str]:
@@ -200,8 +208,12 @@ class LongRopeSpace:
     # -- the method ----------------------------------------------------------------------------------
     def method_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Keyword arguments of ``ropescale.patch`` for a candidate (short factors: the model's own)."""
-        return {"factor": self.factor, "long_factor": list(params["long_factor"]),
-                "short_factor": [1.0] * self.n_pairs, "attention_factor": float(params["attention_factor"])}
+        return {
+            "factor": self.factor,
+            "long_factor": list(params["long_factor"]),
+            "short_factor": [1.0] * self.n_pairs,
+            "attention_factor": float(params["attention_factor"]),
+        }
 
     def factors(self, params: dict[str, Any]) -> list[float]:
         return list(params["long_factor"])
@@ -229,8 +241,11 @@ class YarnSpace:
 
     def seeds(self) -> list[tuple[str, dict[str, Any]]]:
         default = get_method("yarn", factor=self.factor)
-        base = {"beta_fast": default.beta_fast, "beta_slow": default.beta_slow,
-                "attention_factor": round(default.attention_scale(self.factor), 6)}
+        base = {
+            "beta_fast": default.beta_fast,
+            "beta_slow": default.beta_slow,
+            "attention_factor": round(default.attention_scale(self.factor), 6),
+        }
         return [("yarn", base), ("yarn-af1", {**base, "attention_factor": 1.0})]
 
     def project(self, params: dict[str, Any], round_values: bool = True) -> dict[str, Any]:
@@ -240,12 +255,19 @@ class YarnSpace:
             slow = fast / 1.5
         attention = float(np.clip(params["attention_factor"], *self.attention_bounds))
         digits = 3 if round_values else 9
-        return {"beta_fast": round(fast, digits), "beta_slow": round(slow, digits), "attention_factor": round(attention, 4 if round_values else 9)}
+        return {
+            "beta_fast": round(fast, digits),
+            "beta_slow": round(slow, digits),
+            "attention_factor": round(attention, 4 if round_values else 9),
+        }
 
     def violations(self, params: dict[str, Any], tol: float = 1e-9) -> list[str]:
         problems = []
-        for name, (low, high) in (("beta_fast", self.beta_fast_bounds), ("beta_slow", self.beta_slow_bounds),
-                                  ("attention_factor", self.attention_bounds)):
+        for name, (low, high) in (
+            ("beta_fast", self.beta_fast_bounds),
+            ("beta_slow", self.beta_slow_bounds),
+            ("attention_factor", self.attention_bounds),
+        ):
             if not low - tol <= params[name] <= high + tol:
                 problems.append(f"{name} {params[name]:g} outside [{low:g}, {high:g}]")
         if params["beta_fast"] <= params["beta_slow"]:

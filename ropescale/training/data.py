@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from .._io import atomic_write_json
 from ..errors import RopescaleError
+from ..scoring.nll import IGNORE_INDEX
 from .pose import pose_layout, pose_text_offsets
-
-IGNORE_INDEX = -100
 
 
 def pack_documents(docs: Sequence[Sequence[int]], bos_token_id: int | None, eos_token_id: int | None) -> np.ndarray:
@@ -46,12 +46,14 @@ def pack_documents(docs: Sequence[Sequence[int]], bos_token_id: int | None, eos_
     return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
-def split_holdout(documents: list[tuple[str, str]], holdout: Any) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def split_holdout(
+    documents: list[tuple[str, str]], holdout: Any
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(training documents, held-out documents): ``holdout`` is a list of titles or a count of last documents."""
     if isinstance(holdout, int):
         if holdout >= len(documents):
             raise RopescaleError(f"data.holdout={holdout} leaves no training documents (the data has {len(documents)})")
-        return documents[: len(documents) - holdout], documents[len(documents) - holdout:]
+        return documents[: len(documents) - holdout], documents[len(documents) - holdout :]
     wanted = {str(t).strip().lower() for t in holdout}
     titles = {title.lower() for title, _ in documents}
     missing = sorted(wanted - titles)
@@ -145,10 +147,15 @@ class WindowDataset:
         self.stream, self.spec, self.seed = np.asarray(stream), spec, seed
         span = spec.text_span
         if self.stream.size < span:
-            what = f"PoSE target {spec.target_length} with content=skip" if spec.pose and spec.content == "skip" else f"seq_len {spec.seq_len}"
+            what = (
+                f"PoSE target {spec.target_length} with content=skip"
+                if spec.pose and spec.content == "skip"
+                else f"seq_len {spec.seq_len}"
+            )
             raise RopescaleError(
                 f"training text has {self.stream.size} tokens, fewer than one window needs ({span} for {what}); "
-                "add data" + (" or use pose.content=contiguous" if spec.pose and spec.content == "skip" else ""))
+                "add data" + (" or use pose.content=contiguous" if spec.pose and spec.content == "skip" else "")
+            )
         self.n_windows = (self.stream.size - span) // spec.stride + 1
         self._perm_epoch, self._perm = -1, None
 
@@ -167,7 +174,9 @@ class WindowDataset:
         base = self._slot(index) * spec.stride
         labels_mask = np.ones(spec.seq_len, dtype=bool)
         if spec.pose:
-            layout = pose_layout(spec.seq_len, spec.target_length, spec.chunks, np.random.default_rng([self.seed, index, 1]))
+            layout = pose_layout(
+                spec.seq_len, spec.target_length, spec.chunks, np.random.default_rng([self.seed, index, 1])
+            )
             positions = layout.position_ids()  # [seq_len]
             offsets = pose_text_offsets(layout, spec.content)  # [seq_len]
             if spec.content == "skip":
@@ -176,7 +185,7 @@ class WindowDataset:
         else:
             positions = np.arange(spec.seq_len, dtype=np.int64)
             offsets = positions
-        text_index = base + offsets[spec.bos:] - spec.bos  # [seq_len - bos]
+        text_index = base + offsets[spec.bos :] - spec.bos  # [seq_len - bos]
         ids = np.asarray(self.stream[text_index], np.int64)
         if spec.bos:
             ids = np.concatenate([[spec.bos_token_id], ids])

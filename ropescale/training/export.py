@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
-from .trainer import TRAINABLE_FILE, list_checkpoints, load_base_model, load_run_config, load_trainable, scale_model, wrap_lora
+from .trainer import (
+    TRAINABLE_FILE,
+    list_checkpoints,
+    load_base_model,
+    load_run_config,
+    load_trainable,
+    scale_model,
+    wrap_lora,
+)
 
 
 def find_checkpoint(run_dir: str | Path, checkpoint: str | None = None) -> Path:
@@ -34,8 +42,9 @@ def find_checkpoint(run_dir: str | Path, checkpoint: str | None = None) -> Path:
     raise RopescaleError(f"checkpoint '{checkpoint}' not found in '{run_dir}' (available: {names})")
 
 
-def merged_model(run_dir: str | Path, checkpoint: str | None = None, dtype: str = "float32",
-                 base_model: Any = None) -> Any:
+def merged_model(
+    run_dir: str | Path, checkpoint: str | None = None, dtype: str = "float32", base_model: Any = None
+) -> Any:
     """The run's model with LoRA merged in (eval mode, full attention).
 
     Args:
@@ -56,11 +65,18 @@ def merged_model(run_dir: str | Path, checkpoint: str | None = None, dtype: str 
     return model.eval()
 
 
-def export(run_dir: str | Path, output: str | Path, checkpoint: str | None = None, dtype: str = "float32",
-           overwrite: bool = False, base_model: Any = None, tokenizer: Any = None) -> Path:
+def export(
+    run_dir: str | Path,
+    output: str | Path,
+    checkpoint: str | None = None,
+    dtype: str = "float32",
+    overwrite: bool = False,
+    base_model: Any = None,
+    tokenizer: Any = None,
+) -> Path:
     """Write the merged model (weights, tokenizer, scaled config) to ``output``; returns ``output``."""
+    from ..models.checkpoint import save_pretrained
     from ..models.loading import load_tokenizer
-    from ..patching.model import save_pretrained
 
     config = load_run_config(run_dir)
     model = merged_model(run_dir, checkpoint, dtype, base_model)

@@ -66,7 +66,9 @@ def pose_layout(length: int, target_length: int, chunks: int, rng: np.random.Gen
         raise ValueError(f"chunks must be in [1, {length}], got {chunks}")
     if target_length < length:
         raise ValueError(f"target_length {target_length} is shorter than the window {length}")
-    cuts = np.sort(rng.choice(np.arange(1, length), size=chunks - 1, replace=False)) if chunks > 1 else np.array([], int)
+    cuts = (
+        np.sort(rng.choice(np.arange(1, length), size=chunks - 1, replace=False)) if chunks > 1 else np.array([], int)
+    )
     starts = np.concatenate([[0], cuts]).astype(np.int64)  # [N]
     room = target_length - length
     skips = np.concatenate([[0], np.sort(rng.integers(0, room + 1, size=chunks - 1))]).astype(np.int64)  # [N]

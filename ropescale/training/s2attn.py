@@ -77,9 +77,15 @@ def _grouped_attention(q, k, v, mask, g: int, scaling, dropout) -> torch.Tensor:
     return _ungrouped(out, b)  # [b, h, n, d]
 
 
-def s2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_size: int,
-                 attention_mask: torch.Tensor | None = None, scaling: float | None = None,
-                 dropout: float = 0.0) -> torch.Tensor:
+def s2_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    group_size: int,
+    attention_mask: torch.Tensor | None = None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+) -> torch.Tensor:
     """Shifted sparse attention over full-length heads.
 
     Args:
@@ -99,8 +105,15 @@ def s2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_size: 
     if n % g or g % 2:
         raise ValueError(f"S²-Attn needs an even group size dividing the sequence: {n} tokens, group {g}")
     half, s = h // 2, g // 2
-    out_plain = _grouped_attention(q[:, :half], k[:, :half], v[:, :half],
-                                   None if attention_mask is None else attention_mask[:, :half], g, scaling, dropout)
+    out_plain = _grouped_attention(
+        q[:, :half],
+        k[:, :half],
+        v[:, :half],
+        None if attention_mask is None else attention_mask[:, :half],
+        g,
+        scaling,
+        dropout,
+    )
     # shifted heads: groups [0, s), [s, s + g), ..., [n - s, n) — the middle ones are whole groups
     qs, ks, vs = q[:, half:], k[:, half:], v[:, half:]
     ms = None if attention_mask is None else attention_mask[:, half:] if attention_mask.shape[1] > 1 else attention_mask
@@ -108,15 +121,22 @@ def s2_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group_size: 
     for lo, hi in ((0, s), (n - s, n)):  # the two half groups at the ends
         m = None if ms is None else ms[:, :, lo:hi, lo:hi]
         pieces.append(_attend(qs[:, :, lo:hi], ks[:, :, lo:hi], vs[:, :, lo:hi], m, scaling, dropout))
-    m = None if ms is None else ms[:, :, s:n - s, s:n - s]
-    middle = _grouped_attention(qs[:, :, s:n - s], ks[:, :, s:n - s], vs[:, :, s:n - s], m, g, scaling, dropout)
+    m = None if ms is None else ms[:, :, s : n - s, s : n - s]
+    middle = _grouped_attention(qs[:, :, s : n - s], ks[:, :, s : n - s], vs[:, :, s : n - s], m, g, scaling, dropout)
     out_shifted = torch.cat([pieces[0], middle, pieces[1]], dim=2)
     return torch.cat([out_plain, out_shifted], dim=1)
 
 
-def s2attn_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                   **kwargs: Any) -> tuple[torch.Tensor, None]:
+def s2attn_forward(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """Attention-interface entry point: ``(module, q, k, v, mask, ...) -> (out [b, n, h, d], None)``.
 
     Falls back to full causal attention outside training, for single-token decoding, and when
@@ -131,10 +151,13 @@ def s2attn_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: t
     ratio = getattr(module.config, CONFIG_KEY, None)
     if not module.training or ratio is None or key.shape[2] != n or n == 1:
         if attention_mask is None:
-            out = F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling,
-                                                 is_causal=n > 1 and key.shape[2] == n)
+            out = F.scaled_dot_product_attention(
+                query, key, value, dropout_p=dropout, scale=scaling, is_causal=n > 1 and key.shape[2] == n
+            )
         else:
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
+            out = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+            )
     else:
         group = max(2, int(round(n * float(ratio))))
         out = s2_attention(query, key, value, group, attention_mask, scaling, dropout)

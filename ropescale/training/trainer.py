@@ -28,20 +28,27 @@ import random
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
+from ..scoring.nll import summed_nll
 from .config import TrainConfig, config_from_dict, dump_config
-from .data import IGNORE_INDEX, WindowDataset, WindowSpec, cached_stream, micro_batch_indices, split_holdout, tokenize_stream
+from .data import (
+    WindowDataset,
+    WindowSpec,
+    cached_stream,
+    micro_batch_indices,
+    split_holdout,
+    tokenize_stream,
+)
 
 CHECKPOINTS = "checkpoints"
 TRAINABLE_FILE = "trainable.safetensors"
@@ -76,8 +83,13 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
 
     s = config.scaling
     return from_pretrained(
-        config.model.name, method=s.method, factor=s.factor, method_params=dict(s.params), replace=True,
-        original_max_position_embeddings=s.original_max_position_embeddings, sliding_window=config.model.sliding_window,
+        config.model.name,
+        method=s.method,
+        factor=s.factor,
+        method_params=dict(s.params),
+        replace=True,
+        original_max_position_embeddings=s.original_max_position_embeddings,
+        sliding_window=config.model.sliding_window,
         dtype=getattr(torch, dtype or config.model.dtype),
         attn_implementation=resolve_attn_implementation(config.model.attn_implementation, dtype or config.model.dtype),
     )
@@ -85,17 +97,24 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
 
 def scale_model(model: Any, config: TrainConfig) -> Any:
     """Apply the recipe's scaling to an already loaded model (kept if it already carries exactly it)."""
-    from ..patching.config import provenance
-    from ..patching.model import patch
     from ..methods import get_method
+    from ..patching.model import patch
+    from ..patching.plan import provenance
 
     s = config.scaling
     wanted = get_method(s.method, factor=s.factor, **s.params)
     block = provenance(model.config)
     if block is not None and block["method"] == wanted.name and block["params"] == wanted.params():
         return model
-    return patch(model, s.method, s.factor, s.original_max_position_embeddings, replace=True,
-                 sliding_window=config.model.sliding_window, **s.params)
+    return patch(
+        model,
+        s.method,
+        s.factor,
+        s.original_max_position_embeddings,
+        replace=True,
+        sliding_window=config.model.sliding_window,
+        **s.params,
+    )
 
 
 def extra_trainable_names(model: nn.Module, kinds: list[str]) -> list[str]:
@@ -119,8 +138,14 @@ def wrap_lora(model: Any, config: TrainConfig) -> Any:
     missing = [m for m in lc.target_modules if m not in present]
     if missing:
         raise RopescaleError(f"lora.target_modules: the model has no module named '{missing[0]}'")
-    peft_config = LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=list(lc.target_modules),
-                             bias="none", task_type="CAUSAL_LM")
+    peft_config = LoraConfig(
+        r=lc.r,
+        lora_alpha=lc.alpha,
+        lora_dropout=lc.dropout,
+        target_modules=list(lc.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     with warnings.catch_warnings():  # peft reads the deprecated `is_gradient_checkpointing`
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         peft_model = get_peft_model(model, peft_config)
@@ -156,7 +181,8 @@ def load_trainable(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     if missing or unexpected:
         raise RopescaleError(
             f"checkpoint does not match the model: {len(missing)} trainable parameters missing "
-            f"({missing[:1]}), {len(unexpected)} unexpected ({unexpected[:1]})")
+            f"({missing[:1]}), {len(unexpected)} unexpected ({unexpected[:1]})"
+        )
     with torch.no_grad():
         for name, tensor in tensors.items():
             params[name].copy_(tensor.to(params[name].device, params[name].dtype))
@@ -165,27 +191,12 @@ def load_trainable(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
 def chunked_causal_lm_loss(hidden: torch.Tensor, lm_head: nn.Module, labels: torch.Tensor, chunk: int) -> torch.Tensor:
     """Mean next-token cross entropy, ``chunk`` positions through ``lm_head`` at a time.
 
-    Each chunk's logits are recomputed in the backward pass (activation checkpointing), so peak
-    memory is ``chunk × vocab`` logits instead of ``tokens × vocab`` (4 GB in fp32 for 32k tokens
-    and a 32k vocabulary). Labels follow transformers: position ``t`` predicts ``labels[:, t + 1]``.
+    Each chunk's logits are recomputed in the backward pass (:func:`ropescale.scoring.nll.summed_nll`),
+    so peak memory is ``chunk × vocab`` logits instead of ``tokens × vocab`` (4 GB in fp32 for 32k
+    tokens and a 32k vocabulary). Labels follow transformers: position ``t`` predicts ``labels[:, t + 1]``.
     """
-    targets = labels[:, 1:]  # [b, n-1]
-    keep = targets != IGNORE_INDEX  # [b, n-1]
-    h = hidden[:, :-1][keep]  # [N, H]
-    t = targets[keep]  # [N]
-    if t.numel() == 0:
-        return hidden.sum() * 0.0
-
-    def piece(h_i: torch.Tensor, t_i: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(lm_head(h_i).float(), t_i, reduction="sum")  # logits [c, V] fp32
-
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for i in range(0, t.numel(), chunk):
-        if torch.is_grad_enabled():
-            total = total + checkpoint(piece, h[i:i + chunk], t[i:i + chunk], use_reentrant=False)
-        else:
-            total = total + piece(h[i:i + chunk], t[i:i + chunk])
-    return total / t.numel()
+    total, n = summed_nll(hidden, lm_head, labels, chunk)
+    return (total / max(n, 1)).float()  # []
 
 
 class CausalLMLoss(nn.Module):
@@ -206,8 +217,9 @@ class CausalLMLoss(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         causal_lm = self.model.get_base_model()
-        out = causal_lm.get_decoder()(input_ids=input_ids, position_ids=position_ids,
-                                      attention_mask=torch.ones_like(input_ids), use_cache=False)
+        out = causal_lm.get_decoder()(
+            input_ids=input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids), use_cache=False
+        )
         return chunked_causal_lm_loss(out.last_hidden_state, causal_lm.lm_head, labels, self.loss_chunk)  # []
 
 
@@ -311,9 +323,16 @@ class Trainer:
         progress: show a progress bar.
     """
 
-    def __init__(self, config: TrainConfig, *, model: Any = None, tokenizer: Any = None,
-                 train_tokens: np.ndarray | None = None, eval_tokens: list[list[int]] | None = None,
-                 progress: bool = True):
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        train_tokens: np.ndarray | None = None,
+        eval_tokens: list[list[int]] | None = None,
+        progress: bool = True,
+    ):
         _require_training_deps()
         self.config, self._model_in, self.tokenizer = config, model, tokenizer
         self._train_tokens, self.eval_tokens = train_tokens, eval_tokens
@@ -334,14 +353,17 @@ class Trainer:
         c = self.config
         self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision)
         if self._fsdp() and (c.eval.every or c.eval.at_end):
-            raise RopescaleError("evaluation during training is not supported under FSDP: set eval.every=0 "
-                                 "eval.at_end=false and evaluate the export")
+            raise RopescaleError(
+                "evaluation during training is not supported under FSDP: set eval.every=0 "
+                "eval.at_end=false and evaluate the export"
+            )
         self._check_output_dir(resume, overwrite)
         set_seed(c.train.seed)
         base = self._model_in if self._model_in is not None else load_base_model(c)
         base = scale_model(base, c)
         if self.tokenizer is None and self._train_tokens is None:
             from ..models.loading import load_tokenizer
+
             self.tokenizer = load_tokenizer(c.model.name)
         base.config.use_cache = False
         self.base_attn = base.config._attn_implementation
@@ -352,6 +374,7 @@ class Trainer:
             enable_activation_checkpointing(self.peft_model.get_base_model())
         if c.s2attn.enabled:
             from .s2attn import enable_s2attn
+
             enable_s2attn(self.peft_model.get_base_model(), c.s2attn.group_ratio)
         with acc.main_process_first():
             self.dataset = self._build_dataset()
@@ -370,7 +393,7 @@ class Trainer:
         self._ready = True
 
     def _target_length(self, base: Any) -> int:
-        from ..patching.config import provenance
+        from ..patching.plan import provenance
 
         block = provenance(base.config) or {}
         extended = int(block.get("extended_context") or base.config.max_position_embeddings)
@@ -381,9 +404,12 @@ class Trainer:
         if c.pose.enabled and c.pose.target_length and c.pose.target_length > base.config.max_position_embeddings:
             raise RopescaleError(
                 f"pose.target_length {c.pose.target_length} exceeds the scaled context "
-                f"{base.config.max_position_embeddings}; raise scaling.factor")
+                f"{base.config.max_position_embeddings}; raise scaling.factor"
+            )
         if not c.pose.enabled and c.data.seq_len > base.config.max_position_embeddings:
-            raise RopescaleError(f"data.seq_len {c.data.seq_len} exceeds the scaled context {base.config.max_position_embeddings}")
+            raise RopescaleError(
+                f"data.seq_len {c.data.seq_len} exceeds the scaled context {base.config.max_position_embeddings}"
+            )
 
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
         out = self.output_dir
@@ -392,7 +418,8 @@ class Trainer:
                 if not overwrite:
                     raise RopescaleError(
                         f"output directory '{out}' already holds checkpoints: pass --resume to continue "
-                        "or --overwrite to start again")
+                        "or --overwrite to start again"
+                    )
                 shutil.rmtree(out / CHECKPOINTS)
                 for name in ("metrics.jsonl", "adapter", "merged"):
                     target = out / name
@@ -407,22 +434,29 @@ class Trainer:
         c = self.config
         stream = self._train_tokens
         if stream is None:
-            from ..evals.data import load_documents
+            from ..data.documents import load_documents
 
             def build() -> np.ndarray:
                 docs = load_documents(c.data.source, text_field=c.data.text_field)
                 train, _ = split_holdout(docs, c.data.holdout)
                 return tokenize_stream(self.tokenizer, train, c.data.max_tokens)
 
-            key = {"source": c.data.source, "holdout": c.data.holdout, "max_tokens": c.data.max_tokens,
-                   "tokenizer": getattr(self.tokenizer, "name_or_path", "?"), "vocab": len(self.tokenizer)}
+            key = {
+                "source": c.data.source,
+                "holdout": c.data.holdout,
+                "max_tokens": c.data.max_tokens,
+                "tokenizer": getattr(self.tokenizer, "name_or_path", "?"),
+                "vocab": len(self.tokenizer),
+            }
             stream = cached_stream(self.output_dir / "data" / "train_tokens.npy", key, build)
         bos = None
         if c.data.bos_each_window and self.tokenizer is not None:
             bos = self.tokenizer.bos_token_id
         elif c.data.bos_each_window:
             bos = getattr(self.peft_model.config, "bos_token_id", None)
-        spec = WindowSpec(c.data.seq_len, bos, self.target_length if c.pose.enabled else None, c.pose.chunks, c.pose.content)
+        spec = WindowSpec(
+            c.data.seq_len, bos, self.target_length if c.pose.enabled else None, c.pose.chunks, c.pose.content
+        )
         self.bos_token_id = bos
         return WindowDataset(stream, spec, seed=c.train.seed)
 
@@ -439,7 +473,8 @@ class Trainer:
             raise RopescaleError(
                 f"checkpoint {path} was made with a different recipe ("
                 f"{_first_difference(state.get('fingerprint'), fingerprint(self.config))}); "
-                "use another train.output_dir or the original settings")
+                "use another train.output_dir or the original settings"
+            )
         from safetensors.torch import load_file
 
         load_trainable(self.peft_model, load_file(path / TRAINABLE_FILE))
@@ -450,9 +485,12 @@ class Trainer:
         path, acc = Path(state["path"]), self.accelerator
         if self._fsdp():
             from accelerate.utils import load_fsdp_optimizer
+
             load_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(path), 0)
         else:
-            self.optimizer.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+            self.optimizer.optimizer.load_state_dict(
+                torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
+            )
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
         rng = path / f"rng-{acc.process_index}.pt"
         if rng.is_file():
@@ -463,6 +501,7 @@ class Trainer:
 
     def _fsdp(self) -> bool:
         from accelerate.utils import DistributedType
+
         return self.accelerator.distributed_type == DistributedType.FSDP
 
     def save_checkpoint(self) -> Path:
@@ -478,9 +517,10 @@ class Trainer:
         acc.wait_for_everyone()
         if self._fsdp():  # every rank takes part in gathering
             from accelerate.utils import save_fsdp_optimizer
+
             full = acc.get_state_dict(self.module)
             names = {f"model.{n}" for n, p in self.peft_model.named_parameters() if p.requires_grad}
-            weights = {k[len("model."):]: v for k, v in full.items() if k in names}
+            weights = {k[len("model.") :]: v for k, v in full.items() if k in names}
             save_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(staging), 0)
         else:
             weights = trainable_state(self.peft_model)
@@ -490,16 +530,22 @@ class Trainer:
             if not self._fsdp():
                 torch.save(self.optimizer.optimizer.state_dict(), staging / "optimizer.pt")
             torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
-            atomic_write_json(staging / "state.json", {
-                "step": self.step, "tokens": self.tokens_seen, "elapsed": self.elapsed,
-                "world_size": acc.num_processes, "fingerprint": fingerprint(self.config),
-            })
+            atomic_write_json(
+                staging / "state.json",
+                {
+                    "step": self.step,
+                    "tokens": self.tokens_seen,
+                    "elapsed": self.elapsed,
+                    "world_size": acc.num_processes,
+                    "fingerprint": fingerprint(self.config),
+                },
+            )
         acc.wait_for_everyone()
         if acc.is_main_process:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
-            for old in list_checkpoints(self.output_dir)[:-self.config.train.keep_checkpoints]:
+            for old in list_checkpoints(self.output_dir)[: -self.config.train.keep_checkpoints]:
                 shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
         return final
@@ -520,25 +566,28 @@ class Trainer:
 
     def _eval_documents(self) -> list[list[int]]:
         if self.eval_tokens is None:
-            from ..evals.data import load_documents, tokenize_documents
+            from ..data.documents import load_documents, tokenize_documents
 
             c = self.config
             if c.eval.data is not None:
                 docs = load_documents(c.eval.data, text_field=c.data.text_field)
             else:
                 if not c.data.holdout:
-                    raise RopescaleError("evaluation needs held-out text: set data.holdout (titles or a count) or eval.data")
+                    raise RopescaleError(
+                        "evaluation needs held-out text: set data.holdout (titles or a count) or eval.data"
+                    )
                 _, docs = split_holdout(load_documents(c.data.source, text_field=c.data.text_field), c.data.holdout)
             length = c.eval.length or self.target_length
-            self.eval_tokens = tokenize_documents(self.tokenizer, docs, max_tokens=c.eval.max_tokens or length,
-                                                  min_tokens=length)
+            self.eval_tokens = tokenize_documents(
+                self.tokenizer, docs, max_tokens=c.eval.max_tokens or length, min_tokens=length
+            )
             if not self.eval_tokens:
                 raise RopescaleError(f"no held-out document has the {length} tokens an evaluation window needs")
         return self.eval_tokens
 
     def evaluate(self) -> dict[str, Any]:
         """Perplexity at the target length on held-out text, with full attention, in eval mode."""
-        from ..evals.perplexity import evaluate_perplexity
+        from ..scoring.perplexity import evaluate_perplexity
         from .s2attn import disable_s2attn, enable_s2attn
 
         c, acc = self.config, self.accelerator
@@ -551,11 +600,22 @@ class Trainer:
             try:
                 length = c.eval.length or self.target_length
                 with acc.autocast():
-                    result = evaluate_perplexity(self.peft_model, self._eval_documents(), window=length,
-                                                 mode=c.eval.mode, bos_token_id=self.bos_token_id,
-                                                 max_tokens=c.eval.max_tokens, progress=False)
-                record = {"step": self.step, "eval_length": length, "eval_ppl": result.ppl,
-                          "eval_tokens": result.tokens_scored, "eval_seconds": result.elapsed_s}
+                    result = evaluate_perplexity(
+                        self.peft_model,
+                        self._eval_documents(),
+                        window=length,
+                        mode=c.eval.mode,
+                        bos_token_id=self.bos_token_id,
+                        max_tokens=c.eval.max_tokens,
+                        progress=False,
+                    )
+                record = {
+                    "step": self.step,
+                    "eval_length": length,
+                    "eval_ppl": result.ppl,
+                    "eval_tokens": result.tokens_scored,
+                    "eval_seconds": result.elapsed_s,
+                }
             finally:
                 self.peft_model.train()
                 if c.s2attn.enabled:
@@ -566,8 +626,9 @@ class Trainer:
 
     # --------------------------------------------------------------------------------- train
 
-    def train(self, resume: bool = False, overwrite: bool = False,
-              on_step: Callable[["Trainer", float], None] | None = None) -> TrainResult:
+    def train(
+        self, resume: bool = False, overwrite: bool = False, on_step: Callable[[Trainer, float], None] | None = None
+    ) -> TrainResult:
         """Run (or continue) training to ``train.max_steps``; returns what this session did.
 
         Args:
@@ -584,8 +645,14 @@ class Trainer:
         world, accum, bs = acc.num_processes, c.train.grad_accum, c.train.batch_size
         step_tokens = bs * accum * world * c.data.seq_len
         result = TrainResult(step=self.step, output_dir=self.output_dir)
-        bar = tqdm(total=c.train.max_steps, initial=self.step, disable=not (self.progress and acc.is_local_main_process),
-                   desc="train", unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=c.train.max_steps,
+            initial=self.step,
+            disable=not (self.progress and acc.is_local_main_process),
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+        )
         self.module.train()
         session_start = time.perf_counter()
         while self.step < c.train.max_steps:
@@ -615,8 +682,17 @@ class Trainer:
             self.elapsed += dt
             result.losses.append(step_loss)
             if self.step % c.train.log_every == 0 or self.step == c.train.max_steps:
-                self._log({"step": self.step, "loss": step_loss, "lr": lr, "grad_norm": grad_norm,
-                           "tokens": self.tokens_seen, "tokens_per_s": step_tokens / dt, "elapsed": self.elapsed})
+                self._log(
+                    {
+                        "step": self.step,
+                        "loss": step_loss,
+                        "lr": lr,
+                        "grad_norm": grad_norm,
+                        "tokens": self.tokens_seen,
+                        "tokens_per_s": step_tokens / dt,
+                        "elapsed": self.elapsed,
+                    }
+                )
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.4f}", tok_s=f"{step_tokens / dt:.0f}", lr=f"{lr:.2e}")
             if c.eval.every and self.step % c.eval.every == 0:
@@ -646,8 +722,11 @@ class Trainer:
 
             with atomic_directory(out, overwrite=True) as tmp:
                 self.peft_model.save_pretrained(tmp)
-                extra = {n: p.detach().contiguous().cpu() for n, p in self.peft_model.named_parameters()
-                         if p.requires_grad and "lora_" not in n}
+                extra = {
+                    n: p.detach().contiguous().cpu()
+                    for n, p in self.peft_model.named_parameters()
+                    if p.requires_grad and "lora_" not in n
+                }
                 if extra:
                     save_file(extra, tmp / "trainable_params.safetensors")
                 atomic_write_text(tmp / "ropescale_train.yaml", dump_config(self.config))

@@ -22,7 +22,7 @@ def cached_vs_full(model, ids: torch.Tensor, prompt: int, attention_mask: torch.
         full.append(cached[-1])
         for n in range(prompt + 1, ids.shape[1] + 1):
             step_mask = None if mask is None else mask[:, :n]
-            out = model(ids[:, n - 1:n], attention_mask=step_mask, past_key_values=cache, use_cache=True)
+            out = model(ids[:, n - 1 : n], attention_mask=step_mask, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             cached.append(out.logits[:, -1])
             full.append(model(ids[:, :n], attention_mask=step_mask, use_cache=False).logits[:, -1])
@@ -40,10 +40,11 @@ def assert_padded_batch_equals_rows_alone(model, short: int, long: int, new_toke
     batch = torch.cat((torch.cat((torch.zeros(1, pad, dtype=torch.long), prompts[0]), 1), prompts[1]))  # [2, long]
     mask = torch.ones_like(batch)
     mask[0, :pad] = 0
-    kwargs = dict(max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True,
-                  pad_token_id=0)
+    kwargs = dict(
+        max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0
+    )
     out = model.generate(batch, attention_mask=mask, **kwargs)
     for row, ids in enumerate(prompts):
         alone = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-        assert torch.equal(alone.sequences[0, ids.shape[1]:], out.sequences[row, long:])
+        assert torch.equal(alone.sequences[0, ids.shape[1] :], out.sequences[row, long:])
         assert max_diff([lg[row] for lg in out.logits], [lg[0] for lg in alone.logits]) < tol

@@ -40,8 +40,9 @@ def test_cached_decoding_equals_recomputation_across_L(method, arch, impl, ids):
     model = ropescale.patch(tiny_model(arch, num_hidden_layers=1, attn_implementation=impl), method, factor=4)
     cached, full = cached_vs_full(model, ids, prompt=48)
     assert max_diff(cached, full) < TOL
-    inconsistent = ropescale.patch(tiny_model(arch, num_hidden_layers=1, attn_implementation=impl), method,
-                                   factor=4, kv_consistent=False)
+    inconsistent = ropescale.patch(
+        tiny_model(arch, num_hidden_layers=1, attn_implementation=impl), method, factor=4, kv_consistent=False
+    )
     cached_old, full_old = cached_vs_full(inconsistent, ids, prompt=48)
     steps_below_L = L - 48 + 1  # prefill and the steps that never pass L agree in both modes
     assert max_diff(cached_old[:steps_below_L], full_old[:steps_below_L]) < TOL
@@ -94,8 +95,15 @@ def test_key_positions_follow_the_queries_and_assume_a_contiguous_cache():
 def test_generate_uses_the_mode(ids):
     """``model.generate`` (its own cache and position handling) gives the teacher-forced result."""
     model = ropescale.patch(tiny_model(num_hidden_layers=1), "dynamic_ntk", factor=4)
-    out = model.generate(ids[:, :48], attention_mask=torch.ones_like(ids[:, :48]), max_new_tokens=40,
-                         do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    out = model.generate(
+        ids[:, :48],
+        attention_mask=torch.ones_like(ids[:, :48]),
+        max_new_tokens=40,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+    )
     _, full = cached_vs_full(model, out.sequences[:, :-1], prompt=48)
     assert max_diff(list(out.logits), full) < TOL
 
@@ -142,8 +150,9 @@ def test_replacing_the_scaling_restores_the_attention(long_input):
         torch.testing.assert_close(model(long_input).logits, fresh(long_input).logits, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("method,params", [("dynamic_ntk", {}), ("dynamic_yarn", {}),
-                                           ("dynamic_ntk", {"kv_consistent": False})])
+@pytest.mark.parametrize(
+    "method,params", [("dynamic_ntk", {}), ("dynamic_yarn", {}), ("dynamic_ntk", {"kv_consistent": False})]
+)
 def test_save_and_reload_restore_the_mode(method, params, tmp_path, ids):
     model = ropescale.patch(tiny_model(num_hidden_layers=1), method, factor=4, **params)
     ropescale.save_pretrained(model, tmp_path / "ckpt")
@@ -165,8 +174,21 @@ def test_cli_param_turns_it_off(tmp_path, capsys):
     from ropescale.cli.main import main
 
     tiny_model().save_pretrained(tmp_path / "tiny")
-    code = main(["patch", "--model", str(tmp_path / "tiny"), "--method", "dynamic_ntk", "--factor", "4",
-                 "--param", "kv_consistent=false", "--output", str(tmp_path / "out")])
+    code = main(
+        [
+            "patch",
+            "--model",
+            str(tmp_path / "tiny"),
+            "--method",
+            "dynamic_ntk",
+            "--factor",
+            "4",
+            "--param",
+            "kv_consistent=false",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     assert json.loads((tmp_path / "out" / "config.json").read_text())["ropescale"]["kv_consistent"] is False
 
@@ -176,7 +198,8 @@ def test_switching_the_attention_away_falls_back_to_rotating_in_the_layers(long_
     which is transformers' dynamic NTK exactly (for a full pass)."""
     model = ropescale.patch(tiny_model(), "dynamic_ntk", factor=4)
     model.set_attn_implementation("eager")
-    native = tiny_model(state_dict=model.state_dict(), rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4,
-                                                                        "factor": 4.0})
+    native = tiny_model(
+        state_dict=model.state_dict(), rope_parameters={"rope_type": "dynamic", "rope_theta": 1e4, "factor": 4.0}
+    )
     with torch.no_grad():
         torch.testing.assert_close(model(long_input).logits, native(long_input).logits, rtol=0, atol=0)

@@ -76,7 +76,10 @@ def test_defaults_and_validation():
     assert (method.resolved_window(spec), method.resolved_group_size(spec)) == (1024, 5)
     assert method.reach(spec) >= 4 * 8192 > get_method("self_extend", factor=4, group_size=4).reach(spec)
     assert get_method("self_extend", group_size="8", window="1024").params() == {
-        "factor": 1.0, "group_size": 8, "window": 1024}  # CLI strings
+        "factor": 1.0,
+        "group_size": 8,
+        "window": 1024,
+    }  # CLI strings
     with pytest.raises(ValueError, match="use group_size >= 6"):
         ropescale.patch_config(tiny_model().config, "self_extend", factor=4, group_size=2, window=16)
     with pytest.raises(ValueError, match="window must be smaller than the original context 64"):
@@ -99,7 +102,7 @@ def test_group_size_1_is_plain_attention(arch, long_input):
 def test_matches_the_reference(group_size, window, block, long_input, monkeypatch):
     monkeypatch.setattr(kernel, "QUERY_BLOCK", block)  # several blocks, blocks across the window edge
     model = ropescale.patch(tiny_model(), "self_extend", group_size=group_size, window=window)
-    ids = long_input[:, :model.config.max_position_embeddings]
+    ids = long_input[:, : model.config.max_position_embeddings]
     got = logits(model, ids)
     model.set_attn_implementation(REFERENCE)
     model.model.rotary_emb.attention_name = REFERENCE  # it too takes unrotated q/k from the layers
@@ -146,8 +149,23 @@ def test_cli_selects_it(tmp_path):
     from ropescale.cli.main import main
 
     tiny_model().save_pretrained(tmp_path / "tiny")
-    code = main(["patch", "--model", str(tmp_path / "tiny"), "--method", "self_extend", "--factor", "4",
-                 "--param", "group_size=8", "--param", "window=16", "--output", str(tmp_path / "out")])
+    code = main(
+        [
+            "patch",
+            "--model",
+            str(tmp_path / "tiny"),
+            "--method",
+            "self_extend",
+            "--factor",
+            "4",
+            "--param",
+            "group_size=8",
+            "--param",
+            "window=16",
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     block = json.loads((tmp_path / "out" / "config.json").read_text())["ropescale"]
     assert block["params"] == {"factor": 4.0, "group_size": 8, "window": 16}

@@ -65,8 +65,9 @@ def test_patch_summary_shows_the_resolved_self_extend_grouping(capsys, model_dir
 
 def test_patch_writes_checkpoint_that_reloads(capsys, model_dir, tmp_path):
     out_dir = tmp_path / "out"
-    code, out, err = run(capsys, "patch", "--model", str(model_dir), "--method", "linear", "--factor", "2",
-                         "--output", str(out_dir))
+    code, out, err = run(
+        capsys, "patch", "--model", str(model_dir), "--method", "linear", "--factor", "2", "--output", str(out_dir)
+    )
     assert code == 0, err
     config = json.loads((out_dir / "config.json").read_text())
     assert config["rope_parameters"]["rope_type"] == "linear" and config["max_position_embeddings"] == 128
@@ -79,8 +80,21 @@ def test_patch_writes_checkpoint_that_reloads(capsys, model_dir, tmp_path):
 
 def test_patch_config_only_with_params(capsys, model_dir, tmp_path):
     out_dir = tmp_path / "cfg"
-    code, _, err = run(capsys, "patch", "--model", str(model_dir), "--factor", "8", "--param", "beta_fast=16",
-                       "--param", "attention_factor=1.0", "--output", str(out_dir), "--config-only")
+    code, _, err = run(
+        capsys,
+        "patch",
+        "--model",
+        str(model_dir),
+        "--factor",
+        "8",
+        "--param",
+        "beta_fast=16",
+        "--param",
+        "attention_factor=1.0",
+        "--output",
+        str(out_dir),
+        "--config-only",
+    )
     assert code == 0, err
     assert sorted(p.name for p in out_dir.iterdir()) == ["config.json"]
     rope = json.loads((out_dir / "config.json").read_text())["rope_parameters"]
@@ -114,7 +128,9 @@ def test_missing_model_path(capsys, tmp_path):
 
 def test_unsupported_architectures(capsys, tmp_path):
     gpt2 = tmp_path / "gpt2"
-    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)).save_pretrained(gpt2)
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
+    ).save_pretrained(gpt2)
     code, _, err = run(capsys, "patch", "--model", str(gpt2), "--factor", "4")
     assert_one_line_error(code, err, "no rotary position embedding")
     phi = tmp_path / "phi3"

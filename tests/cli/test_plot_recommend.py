@@ -9,7 +9,7 @@ import yaml
 
 from ropescale.cli.main import build_parser
 from ropescale.methods import RotarySpec, get_method
-from ropescale.methods.plot import curve_count, plot_frequencies
+from ropescale.plots.frequencies import curve_count, plot_frequencies
 from tests.cli.test_patch_cli import assert_one_line_error, run
 from tests.conftest import tiny_model
 
@@ -25,6 +25,7 @@ def model_dir(tmp_path_factory):
 
 
 # -- plot: library ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("names", [["linear"], ["linear", "ntk", "yarn", "llama3"], ["dynamic_ntk", "dynamic_yarn"]])
 def test_plot_has_one_curve_per_method_plus_the_original(names, tmp_path):
@@ -47,8 +48,11 @@ def test_plot_curves_are_the_method_wavelengths_and_yarn_bands_are_shaded():
     assert curves[1].get_ydata()[-1] == pytest.approx(2 * 3.141592653589793 / float(inv_freq[-1]))
     bands = [p.get_label() for p in ax.patches]
     # SmolLM2 geometry: correction range 10..20 (pairs 0-10 kept, 11-19 blended, 20-31 interpolated)
-    assert bands == ["YaRN kept: pairs 0–10, ≥ 32 turns in L", "YaRN blended: pairs 11–19",
-                     "YaRN interpolated: pairs 20–31, ≤ 1 turn in L"]
+    assert bands == [
+        "YaRN kept: pairs 0–10, ≥ 32 turns in L",
+        "YaRN blended: pairs 11–19",
+        "YaRN interpolated: pairs 20–31, ≤ 1 turn in L",
+    ]
     context_lines = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_gid() == "context")
     assert context_lines == [8192, 32768]
 
@@ -65,10 +69,21 @@ def test_plot_rotations_and_no_bands_without_yarn():
 
 # -- plot: CLI ----------------------------------------------------------------------------------
 
+
 def test_plot_cli_writes_png_and_prints_its_path(capsys, model_dir, tmp_path):
     out = tmp_path / "freq.png"
-    code, stdout, err = run(capsys, "plot", "--model", str(model_dir), "--methods", "none,linear,ntk,yarn,llama3",
-                            "--factor", "4", "--output", str(out))
+    code, stdout, err = run(
+        capsys,
+        "plot",
+        "--model",
+        str(model_dir),
+        "--methods",
+        "none,linear,ntk,yarn,llama3",
+        "--factor",
+        "4",
+        "--output",
+        str(out),
+    )
     assert code == 0, err
     assert stdout.strip() == str(out)
     assert out.read_bytes().startswith(PNG_MAGIC)
@@ -76,8 +91,20 @@ def test_plot_cli_writes_png_and_prints_its_path(capsys, model_dir, tmp_path):
 
 def test_plot_cli_target_length_and_rotations(capsys, model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, stdout, err = run(capsys, "plot", "--model", str(model_dir), "--methods", "yarn,llama3",
-                            "--target-length", "200", "--metric", "rotations", "--param", "beta_fast=16")
+    code, stdout, err = run(
+        capsys,
+        "plot",
+        "--model",
+        str(model_dir),
+        "--methods",
+        "yarn,llama3",
+        "--target-length",
+        "200",
+        "--metric",
+        "rotations",
+        "--param",
+        "beta_fast=16",
+    )
     assert code == 0, err
     assert (tmp_path / stdout.strip()).read_bytes().startswith(PNG_MAGIC)  # default name, current folder
 
@@ -102,6 +129,7 @@ def test_plot_cli_errors_are_one_line(capsys, model_dir, tmp_path, argv, fragmen
 
 
 # -- --target-length in patch and eval ----------------------------------------------------------
+
 
 def test_patch_cli_target_length(capsys, model_dir):
     code, out, err = run(capsys, "patch", "--model", str(model_dir), "--method", "llama3", "--target-length", "200")
@@ -128,22 +156,59 @@ def test_patch_cli_target_length_errors(capsys, model_dir, argv, fragments):
 def test_eval_target_length_resolves_a_factor_per_method(model_dir):
     from ropescale.cli.eval import suite_from_args
 
-    args = build_parser().parse_args(["eval", "perplexity", "--model", str(model_dir), "--methods",
-                                      "none,linear,llama3", "--target-length", "200", "--lengths", "128,200"])
+    args = build_parser().parse_args(
+        [
+            "eval",
+            "perplexity",
+            "--model",
+            str(model_dir),
+            "--methods",
+            "none,linear,llama3",
+            "--target-length",
+            "200",
+            "--lengths",
+            "128,200",
+        ]
+    )
     factors = {m["method"]: m.get("factor") for m in suite_from_args(args)["methods"]}
     assert factors == {"none": None, "linear": 200 / 64, "llama3": 4.0}
 
 
 def test_eval_target_length_errors_are_one_line(capsys, model_dir):
-    code, _, err = run(capsys, "eval", "passkey", "--model", str(model_dir), "--method", "yarn",
-                       "--target-length", "64", "--lengths", "64")
+    code, _, err = run(
+        capsys,
+        "eval",
+        "passkey",
+        "--model",
+        str(model_dir),
+        "--method",
+        "yarn",
+        "--target-length",
+        "64",
+        "--lengths",
+        "64",
+    )
     assert_one_line_error(code, err, "not beyond")
-    code, _, err = run(capsys, "eval", "passkey", "--model", str(model_dir), "--method", "yarn",
-                       "--factor", "2", "--target-length", "256", "--lengths", "64")
+    code, _, err = run(
+        capsys,
+        "eval",
+        "passkey",
+        "--model",
+        str(model_dir),
+        "--method",
+        "yarn",
+        "--factor",
+        "2",
+        "--target-length",
+        "256",
+        "--lengths",
+        "64",
+    )
     assert_one_line_error(code, err, "not allowed with argument --factor")
 
 
 # -- recommend ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "target, headline, command",
@@ -174,10 +239,13 @@ def test_recommend(capsys, model_dir, tmp_path, monkeypatch, target, headline, c
 
 
 def test_recommend_budget(capsys, model_dir):
-    code, out, _ = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "1024",
-                       "--budget", "training-free")
+    code, out, _ = run(
+        capsys, "recommend", "--model", str(model_dir), "--target-length", "1024", "--budget", "training-free"
+    )
     assert code == 0 and "yarn ×16, training-free" in out and "fine-tune is strongly recommended" in out
-    code, out, _ = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "128", "--budget", "fine-tune")
+    code, out, _ = run(
+        capsys, "recommend", "--model", str(model_dir), "--target-length", "128", "--budget", "fine-tune"
+    )
     assert code == 0 and "yarn ×2, then fine-tune" in out
     code, _, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "128", "--budget", "lots")
     assert_one_line_error(code, err, "invalid choice: 'lots'")
@@ -188,21 +256,38 @@ def test_recommend_budget(capsys, model_dir):
 def test_recommend_reads_results_of_the_same_model(capsys, model_dir, tmp_path, monkeypatch):
     run_dir = tmp_path / "runs" / "tiny-x4"
     run_dir.mkdir(parents=True)
-    (run_dir / "suite.yaml").write_text(yaml.safe_dump({"methods": [
-        {"label": "none", "method": "none", "factor": None, "params": {}},
-        {"label": "dyn", "method": "dynamic", "factor": 4, "params": {}},
-        {"label": "yarn", "method": "yarn", "factor": 4, "params": {}},
-    ]}))
+    (run_dir / "suite.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "methods": [
+                    {"label": "none", "method": "none", "factor": None, "params": {}},
+                    {"label": "dyn", "method": "dynamic", "factor": 4, "params": {}},
+                    {"label": "yarn", "method": "yarn", "factor": 4, "params": {}},
+                ]
+            }
+        )
+    )
     ppl = {"none": {"32": 10.0, "256": 900.0}, "dyn": {"32": 10.0, "256": 20.0}, "yarn": {"32": 11.0, "256": 12.5}}
-    (run_dir / "results.json").write_text(json.dumps({
-        "suite": "tiny-x4", "model": str(model_dir), "dtype": "float32", "cells_finished": 6, "cells_total": 6,
-        "tasks": {"perplexity": {lb: {n: {"ppl": v} for n, v in rows.items()} for lb, rows in ppl.items()},
-                  "passkey": {"yarn": {"256": {"accuracy": [[1.0, 0.5]]}}}},
-    }))
+    (run_dir / "results.json").write_text(
+        json.dumps(
+            {
+                "suite": "tiny-x4",
+                "model": str(model_dir),
+                "dtype": "float32",
+                "cells_finished": 6,
+                "cells_total": 6,
+                "tasks": {
+                    "perplexity": {lb: {n: {"ppl": v} for n, v in rows.items()} for lb, rows in ppl.items()},
+                    "passkey": {"yarn": {"256": {"accuracy": [[1.0, 0.5]]}}},
+                },
+            }
+        )
+    )
     other = tmp_path / "runs" / "other-model"
     other.mkdir()
-    (other / "results.json").write_text(json.dumps({"model": "someone/else", "tasks": {"perplexity": {
-        "yarn": {"32": {"ppl": 99.0}}}}}))
+    (other / "results.json").write_text(
+        json.dumps({"model": "someone/else", "tasks": {"perplexity": {"yarn": {"32": {"ppl": 99.0}}}}})
+    )
     monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "256")
     assert code == 0, err

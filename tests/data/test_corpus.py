@@ -130,9 +130,24 @@ def isolated_cache(tmp_path, monkeypatch):
 
 def test_clean_joins_lines_into_paragraphs_and_keeps_headings():
     lines = [
-        "EMMA", "", "By Jane Austen", "", "", "", "CHAPTER I", "", "",
-        "Emma Woodhouse, handsome, clever,", "and rich, with a   comfortable home.", "",
-        None, "", "", "Between _them_ it was more", "the intimacy of sisters.", "",
+        "EMMA",
+        "",
+        "By Jane Austen",
+        "",
+        "",
+        "",
+        "CHAPTER I",
+        "",
+        "",
+        "Emma Woodhouse, handsome, clever,",
+        "and rich, with a   comfortable home.",
+        "",
+        None,
+        "",
+        "",
+        "Between _them_ it was more",
+        "the intimacy of sisters.",
+        "",
     ]
     text = C.clean_gutenberg_lines(lines)
     assert text == (
@@ -145,17 +160,25 @@ def test_clean_joins_lines_into_paragraphs_and_keeps_headings():
 
 def test_clean_keeps_verse_drops_editorial_notes_and_joins_letters():
     lines = [
-        "    My first doth affliction denote,", "      Which my second is destin'd to feel", "",
-        "     Blest leaf! whose aromatic gales dispense", "     To Templars modesty, to Parsons sense.", "",
-        "     \"I have just had the honour of receiving your", "     letter, for which I beg to return.", "",
-        "                        [End volume one of this edition.]", "",
-        "snake_case stays", "",
+        "    My first doth affliction denote,",
+        "      Which my second is destin'd to feel",
+        "",
+        "     Blest leaf! whose aromatic gales dispense",
+        "     To Templars modesty, to Parsons sense.",
+        "",
+        '     "I have just had the honour of receiving your',
+        "     letter, for which I beg to return.",
+        "",
+        "                        [End volume one of this edition.]",
+        "",
+        "snake_case stays",
+        "",
     ]
     paragraphs = C.clean_gutenberg_lines(lines).rstrip("\n").split("\n\n")
     assert paragraphs == [
         "My first doth affliction denote,\nWhich my second is destin'd to feel",
         "Blest leaf! whose aromatic gales dispense\nTo Templars modesty, to Parsons sense.",
-        "\"I have just had the honour of receiving your letter, for which I beg to return.",
+        '"I have just had the honour of receiving your letter, for which I beg to return.',
         "snake_case stays",
     ]
 
@@ -353,8 +376,9 @@ def _build_deb(tree: Path, package: str, version: str, out_dir: Path) -> Path:
     )
     out_dir.mkdir(exist_ok=True)
     deb = out_dir / f"{package}_{version}_all.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)], check=True, capture_output=True
+    )
     return deb
 
 
@@ -430,8 +454,14 @@ def test_kjv_install_with_a_fake_bible_program(tmp_path):
 
 def _cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, ROPESCALE_CACHE=str(env_cache))
-    return subprocess.run([sys.executable, "-m", "ropescale.data.corpus", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "ropescale.data.corpus", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cli_list_not_installed_is_one_line(isolated_cache):

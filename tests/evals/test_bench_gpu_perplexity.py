@@ -25,8 +25,22 @@ def bench():
 def test_both_variants_score_the_same_tokens(bench, model_dir, tmp_path, capsys):
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
-    code = bench.main(["--model", str(model_dir), "--device", "cpu", "--lengths", "128,512", "--repeats", "1",
-                       "--data", str(data), "--output", str(tmp_path / "out")])
+    code = bench.main(
+        [
+            "--model",
+            str(model_dir),
+            "--device",
+            "cpu",
+            "--lengths",
+            "128,512",
+            "--repeats",
+            "1",
+            "--data",
+            str(data),
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     results = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -41,7 +55,22 @@ def test_no_gpu_and_non_native_methods_fail_in_one_line(bench, model_dir, tmp_pa
     assert bench.main(["--model", str(model_dir)]) == 2  # device auto on a machine without CUDA
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
-    assert bench.main(["--model", str(model_dir), "--device", "cpu", "--method", "dynamic_yarn",
-                       "--lengths", "128", "--data", str(data)]) == 2
+    assert (
+        bench.main(
+            [
+                "--model",
+                str(model_dir),
+                "--device",
+                "cpu",
+                "--method",
+                "dynamic_yarn",
+                "--lengths",
+                "128",
+                "--data",
+                str(data),
+            ]
+        )
+        == 2
+    )
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bench_gpu_perplexity:")]
     assert len(err) == 2 and "no CUDA device" in err[0] and "not native to transformers" in err[1]

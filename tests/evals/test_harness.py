@@ -55,9 +55,17 @@ def tiny_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-llama")
     tok = _word_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=TINY_CONTEXT, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=TINY_CONTEXT,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(path)
@@ -163,7 +171,9 @@ def test_passkey_docs_are_seeded_spread_and_scored():
 def test_passkey_task_loads_through_include_path_sized_by_the_tokenizer(tiny_dir):
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=str(harness.TASKS_DIR), include_defaults=False, metadata={"tokenizer": str(tiny_dir)})
+    manager = TaskManager(
+        include_path=str(harness.TASKS_DIR), include_defaults=False, metadata={"tokenizer": str(tiny_dir)}
+    )
     assert {"ropescale_passkey", "passkey_2k", "passkey_32k", "passkey_128k"} <= set(manager.all_tasks)
     task = manager.load(["passkey_2k"])["tasks"]["passkey_2k"]
     docs = list(task.test_docs())
@@ -183,7 +193,8 @@ def test_passkey_group_holds_2k_to_32k(tiny_dir):
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(
-        include_path=str(harness.TASKS_DIR), include_defaults=False,
+        include_path=str(harness.TASKS_DIR),
+        include_defaults=False,
         metadata={"tokenizer": str(tiny_dir), "passkey_samples": 1},
     )
     loaded = manager.load(["ropescale_passkey"])
@@ -197,7 +208,14 @@ def test_passkey_group_holds_2k_to_32k(tiny_dir):
 def test_run_harness_end_to_end(tiny_dir, tmp_path):
     out = tmp_path / "run"
     results = harness.run_harness(
-        str(tiny_dir), "passkey_2k", method="yarn", factor=4, limit=2, output_path=out, device="cpu", log_samples=True,
+        str(tiny_dir),
+        "passkey_2k",
+        method="yarn",
+        factor=4,
+        limit=2,
+        output_path=out,
+        device="cpu",
+        log_samples=True,
         metadata={"passkey_samples": 3},
     )
     acc = results["results"]["passkey_2k"]["acc,none"]
@@ -216,8 +234,25 @@ def test_cli_command(tiny_dir, tmp_path, capsys):
     harness.register(parser.add_subparsers())
     out = tmp_path / "res.json"
     args = parser.parse_args(
-        ["harness", "--model", str(tiny_dir), "--method", "dynamic", "--factor", "4", "--tasks", "passkey_2k",
-         "--limit", "1", "--device", "cpu", "--metadata", "passkey_samples=3", "--output", str(out)]
+        [
+            "harness",
+            "--model",
+            str(tiny_dir),
+            "--method",
+            "dynamic",
+            "--factor",
+            "4",
+            "--tasks",
+            "passkey_2k",
+            "--limit",
+            "1",
+            "--device",
+            "cpu",
+            "--metadata",
+            "passkey_samples=3",
+            "--output",
+            str(out),
+        ]
     )
     assert args.func(args) == 0
     printed = capsys.readouterr().out

@@ -215,8 +215,9 @@ def test_haystack_is_consecutive_document_text(tok):
 def test_keys_values_and_distractors(tok):
     lengths = {"niah_single": 300, "niah_multikey": 700, "niah_multivalue": 700, "niah_multiquery": 800}
     for trial in range(3):
-        ps = {t: build_needle_prompt(tok, t, n, 0.4, seed=7, trial=trial, haystack=HAYSTACK)
-              for t, n in lengths.items()}
+        ps = {
+            t: build_needle_prompt(tok, t, n, 0.4, seed=7, trial=trial, haystack=HAYSTACK) for t, n in lengths.items()
+        }
         for p in ps.values():
             values = [n.value for n in p.needles]
             assert all(re.fullmatch(r"[1-9]\d{6}", v) for v in values) and len(set(values)) == len(values)
@@ -348,8 +349,16 @@ class OracleModel:
 def test_run_needle_on_tiny_model_is_well_formed(tiny_llama, bytelevel_tokenizer, tmp_path):
     lengths, depths = [400, 520], [0.0, 0.5, 1.0]
     res = run_needle(
-        tiny_llama, bytelevel_tokenizer, "niah_multikey", lengths, depths, trials=2, haystack=HAYSTACK,
-        max_new_tokens=5, progress=False, batch_size=3,
+        tiny_llama,
+        bytelevel_tokenizer,
+        "niah_multikey",
+        lengths,
+        depths,
+        trials=2,
+        haystack=HAYSTACK,
+        max_new_tokens=5,
+        progress=False,
+        batch_size=3,
     )
     assert isinstance(res, NeedleResult) and res.task == "niah_multikey" and res.threshold == RULER_THRESHOLD
     assert len(res.records) == 2 * 3 * 2
@@ -373,8 +382,15 @@ def test_run_needle_on_tiny_model_is_well_formed(tiny_llama, bytelevel_tokenizer
 
 
 def test_batching_matches_single_prompts(tiny_llama, bytelevel_tokenizer):
-    kw = dict(task="niah_single", lengths=[300], depths=[0.25, 0.75], trials=2, haystack=HAYSTACK,
-              max_new_tokens=4, progress=False)
+    kw = dict(
+        task="niah_single",
+        lengths=[300],
+        depths=[0.25, 0.75],
+        trials=2,
+        haystack=HAYSTACK,
+        max_new_tokens=4,
+        progress=False,
+    )
     a = run_needle(tiny_llama, bytelevel_tokenizer, **kw)
     b = run_needle(tiny_llama, bytelevel_tokenizer, batch_size=4, **kw)
     assert [r.output for r in a.records] == [r.output for r in b.records]
@@ -397,8 +413,15 @@ def test_batching_matches_single_prompts(tiny_llama, bytelevel_tokenizer):
 )
 def test_oracle_scores(bytelevel_tokenizer, task, mode, score):
     res = run_needle(
-        OracleModel(bytelevel_tokenizer, mode), bytelevel_tokenizer, task, [450, 600], [0.0, 0.5, 1.0], trials=2,
-        haystack=HAYSTACK, progress=False, batch_size=2,
+        OracleModel(bytelevel_tokenizer, mode),
+        bytelevel_tokenizer,
+        task,
+        [450, 600],
+        [0.0, 0.5, 1.0],
+        trials=2,
+        haystack=HAYSTACK,
+        progress=False,
+        batch_size=2,
     )
     assert all(r.score == score for r in res.records)
     assert res.accuracy_grid == [[score] * 3] * 2
@@ -407,13 +430,16 @@ def test_oracle_scores(bytelevel_tokenizer, task, mode, score):
 
 def test_effective_context_is_largest_length_at_ruler_threshold(bytelevel_tokenizer):
     oracle = OracleModel(bytelevel_tokenizer, answer_below=500)
-    res = run_needle(oracle, bytelevel_tokenizer, "niah_single", [400, 600], [0.5], trials=2, haystack=HAYSTACK,
-                     progress=False)
+    res = run_needle(
+        oracle, bytelevel_tokenizer, "niah_single", [400, 600], [0.5], trials=2, haystack=HAYSTACK, progress=False
+    )
     assert res.length_accuracy == {400: 1.0, 600: 0.0} and res.effective_context == 400
 
     def records(length, scores):
-        return [NeedleTrial(length, 0.5, t, ["a-b"], ["1234567"], [], "", s, s == 1.0, 0, 0.5, "x", 0)
-                for t, s in enumerate(scores)]
+        return [
+            NeedleTrial(length, 0.5, t, ["a-b"], ["1234567"], [], "", s, s == 1.0, 0, 0.5, "x", 0)
+            for t, s in enumerate(scores)
+        ]
 
     res = NeedleResult("niah_multivalue", [100, 200, 300], [0.5], 4, 0, 64)
     res.records = records(100, [1, 1, 0.75, 0.5]) + records(200, [1, 1, 1, 0.5]) + records(300, [1, 0.75, 0.75, 0.75])
@@ -430,7 +456,9 @@ def test_effective_context_is_largest_length_at_ruler_threshold(bytelevel_tokeni
 
 def test_unknown_task_lists_known_ones(bytelevel_tokenizer):
     known = "known tasks: niah_single, niah_multikey, niah_multivalue, niah_multiquery"
-    with pytest.raises(ValueError, match=r"unknown needle task 'niah_multikeys' \(did you mean 'niah_multikey'\?\); " + known):
+    with pytest.raises(
+        ValueError, match=r"unknown needle task 'niah_multikeys' \(did you mean 'niah_multikey'\?\); " + known
+    ):
         build_needle_prompt(bytelevel_tokenizer, "niah_multikeys", 300, 0.5, haystack=HAYSTACK)
     with pytest.raises(ValueError, match="unknown needle task 'vt'; known tasks: niah_single"):
         run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, "vt", [300], [0.5], 1, haystack=HAYSTACK)
@@ -497,16 +525,32 @@ def test_run_needle_leaves_the_thread_count_alone(bytelevel_tokenizer):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, "niah_single", [400], [0.5], trials=1,
-                   haystack=HAYSTACK, progress=False)
+        run_needle(
+            OracleModel(bytelevel_tokenizer),
+            bytelevel_tokenizer,
+            "niah_single",
+            [400],
+            [0.5],
+            trials=1,
+            haystack=HAYSTACK,
+            progress=False,
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
 
 
 def test_needle_heatmap_names_the_effective_context(bytelevel_tokenizer, tmp_path, monkeypatch):
-    res = run_needle(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, "niah_single", [400], [0.5], trials=1,
-                     haystack=HAYSTACK, progress=False)
+    res = run_needle(
+        OracleModel(bytelevel_tokenizer),
+        bytelevel_tokenizer,
+        "niah_single",
+        [400],
+        [0.5],
+        trials=1,
+        haystack=HAYSTACK,
+        progress=False,
+    )
     seen = {}
     monkeypatch.setattr(needle_mod, "plot_passkey_heatmap", lambda result, path, **kw: seen.update(kw, result=result))
     plot_needle_heatmap(res, tmp_path / "n.png")

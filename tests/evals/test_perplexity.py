@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ropescale.evals.perplexity import (
+from ropescale.scoring.perplexity import (
     PerplexityResult,
     Window,
     chunked_nll,
@@ -38,11 +38,7 @@ def _reference_layout(n: int, window: int, stride: int, mode: str, bos: bool) ->
     scored: set[int] = set()
     layout = []
     for b in starts:
-        positions = [
-            p
-            for p in range(b, b + window)
-            if (bos or p > b) and (mode == "longlora" or p not in scored)
-        ]
+        positions = [p for p in range(b, b + window) if (bos or p > b) and (mode == "longlora" or p not in scored)]
         scored.update(positions)
         layout.append((b, positions))
     return layout

@@ -10,8 +10,10 @@ from ropescale.cli.main import main
 from ropescale.evals import suite as suite_mod
 from ropescale.evals.suite import SuiteError, load_suite, run_suite, suite_from_dict
 
-TEXT = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-        "must be in want of a wife. The quick brown fox jumps over the lazy dog 12345 times. ") * 60
+TEXT = (
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife. The quick brown fox jumps over the lazy dog 12345 times. "
+) * 60
 
 
 @pytest.fixture
@@ -113,12 +115,19 @@ def test_bad_suites(suite_dict, change, message):
 def test_only_runs_a_method_at_some_lengths(suite_dict, tmp_path):
     """A hopeless cell can be left out (the demo skips linear's 16k cells): the rest of the matrix
     runs, the report marks the gap as not run rather than missing, and the run counts as complete."""
-    methods = [{"method": "none", "only": {"passkey": [128]}},
-               {"method": "yarn", "factor": 4, "only": {"perplexity": []}}]
+    methods = [
+        {"method": "none", "only": {"passkey": [128]}},
+        {"method": "yarn", "factor": 4, "only": {"perplexity": []}},
+    ]
     suite = suite_from_dict(dict(suite_dict, methods=methods, note="yarn's perplexity is known."))
     cells = [(m.label, t, n) for m, t, n in suite.cells()]
-    assert cells == [("none", "perplexity", 64), ("none", "perplexity", 200), ("none", "passkey", 128),
-                     ("yarn", "passkey", 128), ("yarn", "passkey", 300)]
+    assert cells == [
+        ("none", "perplexity", 64),
+        ("none", "perplexity", 200),
+        ("none", "passkey", 128),
+        ("yarn", "passkey", 128),
+        ("yarn", "passkey", 300),
+    ]
     summary = run_suite(suite, tmp_path / "out", progress=False)
     assert (summary["cells_finished"], summary["cells_total"]) == (5, 5)
     report = (tmp_path / "out" / "report.md").read_text()
@@ -127,12 +136,15 @@ def test_only_runs_a_method_at_some_lengths(suite_dict, tmp_path):
     assert load_suite(tmp_path / "out" / "suite.yaml").methods[0].only == {"passkey": [128]}
 
 
-@pytest.mark.parametrize("only,message", [
-    ({"needle": [64]}, "names task 'needle', which this suite does not run"),
-    ({"perplexity": [65]}, "asks perplexity at 65, not among perplexity.lengths"),
-    ({"perplexity": 64}, "must be a non-empty list"),
-    ([64], "must map tasks to lengths"),
-])
+@pytest.mark.parametrize(
+    "only,message",
+    [
+        ({"needle": [64]}, "names task 'needle', which this suite does not run"),
+        ({"perplexity": [65]}, "asks perplexity at 65, not among perplexity.lengths"),
+        ({"perplexity": 64}, "must be a non-empty list"),
+        ([64], "must map tasks to lengths"),
+    ],
+)
 def test_bad_only(suite_dict, only, message):
     with pytest.raises(SuiteError, match=message):
         suite_from_dict(dict(suite_dict, methods=[{"method": "none", "only": only}]))
@@ -167,21 +179,55 @@ def test_shipped_suites_parse():
 def test_cli_eval_commands(model_dir, tmp_path, capsys):
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
-    code = main(["eval", "perplexity", "--model", str(model_dir), "--methods", "none,yarn", "--factor", "2",
-                 "--lengths", "64", "--max-tokens", "128", "--data", str(data), "--output", str(tmp_path / "p"),
-                 "--no-progress"])
+    code = main(
+        [
+            "eval",
+            "perplexity",
+            "--model",
+            str(model_dir),
+            "--methods",
+            "none,yarn",
+            "--factor",
+            "2",
+            "--lengths",
+            "64",
+            "--max-tokens",
+            "128",
+            "--data",
+            str(data),
+            "--output",
+            str(tmp_path / "p"),
+            "--no-progress",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "| yarn |" in out and "report:" in out
     for argv, fragment in [
-        (["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--data", str(tmp_path / "nope.txt")],
-         "not found"),
-        (["eval", "perplexity", "--model", str(model_dir), "--methods", "yarn", "--lengths", "64"], "--factor is required"),
+        (
+            ["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--data", str(tmp_path / "nope.txt")],
+            "not found",
+        ),
+        (
+            ["eval", "perplexity", "--model", str(model_dir), "--methods", "yarn", "--lengths", "64"],
+            "--factor is required",
+        ),
         (["eval", "passkey", "--model", str(model_dir), "--lengths", "abc"], "--lengths must be"),
         (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--depths", "2"], "in [0, 1]"),
         (["eval", "suite", str(tmp_path / "missing.yaml")], "not found"),
         (["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--device", "cuda"], "no CUDA device"),
-        (["eval", "passkey", "--model", str(model_dir), "--lengths", "64", "--attn-implementation", "flash_attention_2"],
-         "CUDA device only"),
+        (
+            [
+                "eval",
+                "passkey",
+                "--model",
+                str(model_dir),
+                "--lengths",
+                "64",
+                "--attn-implementation",
+                "flash_attention_2",
+            ],
+            "CUDA device only",
+        ),
     ]:
         code = main(argv + ["--output", str(tmp_path / "x")] if argv[1] != "suite" else argv)
         err = capsys.readouterr().err.strip().splitlines()
@@ -194,12 +240,23 @@ def test_report_context_uses_each_results_threshold(tmp_path):
     from ropescale.evals.report import write_report
     from ropescale.evals.suite import MethodEntry, cell_id
 
-    suite = suite_from_dict({"name": "t", "model": "unused", "methods": ["none"],
-                             "passkey": {"lengths": [100, 200]}, "needle": {"lengths": [100, 200]}})
+    suite = suite_from_dict(
+        {
+            "name": "t",
+            "model": "unused",
+            "methods": ["none"],
+            "passkey": {"lengths": [100, 200]},
+            "needle": {"lengths": [100, 200]},
+        }
+    )
     for task, threshold in (("passkey", 0.8), ("needle", 0.856)):
         for length, acc in ((100, 1.0), (200, 0.85)):
-            record = {"method": "none", "task": task, "length": length,
-                      "result": {"depths": [0.5], "accuracy": [[acc]], "threshold": threshold}}
+            record = {
+                "method": "none",
+                "task": task,
+                "length": length,
+                "result": {"depths": [0.5], "accuracy": [[acc]], "threshold": threshold},
+            }
             path = tmp_path / "cells" / f"{cell_id(MethodEntry('none', 'none'), task, length)}.json"
             path.parent.mkdir(exist_ok=True)
             path.write_text(json.dumps(record))

@@ -358,16 +358,26 @@ def test_partial_rotary_matches_transformers(head_dim, prf, factor):
         )
     yarn = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": L}
     check(get_method("yarn", factor=factor).compute(spec), yarn)
-    llama3 = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_max_position_embeddings": L}
+    llama3 = {
+        "rope_type": "llama3",
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": L,
+    }
     check(get_method("llama3", factor=factor).compute(spec), llama3)
     long_factor, short_factor = random_factors(dim // 2, 1, factor, 3), random_factors(dim // 2, 1, 1.2, 4)
     longrope = get_method("longrope", factor=factor, long_factor=long_factor, short_factor=short_factor)
     for seq_len in (L, 2 * L):
         check(
             longrope.compute(spec, seq_len=seq_len),
-            {"rope_type": "longrope", "factor": factor, "original_max_position_embeddings": L,
-             "long_factor": long_factor, "short_factor": short_factor},
+            {
+                "rope_type": "longrope",
+                "factor": factor,
+                "original_max_position_embeddings": L,
+                "long_factor": long_factor,
+                "short_factor": short_factor,
+            },
             seq_len=seq_len,
         )
 
@@ -386,8 +396,15 @@ def _round_trip_cases():
     yield "yarn", {"factor": 8, "mscale": 1.0, "mscale_all_dim": 0.5}
     yield "llama3", {"factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}
     yield "longrope", {"factor": 4, "long_factor": random_factors(n, 1, 4, 5)}
-    yield "longrope", {"factor": 4, "long_factor": random_factors(n, 1, 4, 6), "short_factor": random_factors(n, 1, 2, 7),
-                       "attention_factor": 1.1}
+    yield (
+        "longrope",
+        {
+            "factor": 4,
+            "long_factor": random_factors(n, 1, 4, 6),
+            "short_factor": random_factors(n, 1, 2, 7),
+            "attention_factor": 1.1,
+        },
+    )
 
 
 @pytest.mark.parametrize("name, params", list(_round_trip_cases()))
@@ -396,9 +413,7 @@ def test_rope_parameters_round_trip_through_transformers(name, params):
     method = get_method(name, **params)
     rope_parameters = method.rope_parameters(spec)
     assert rope_parameters is not None
-    assert rope_parameters["rope_theta"] == pytest.approx(
-        ntk_base(1e4, 4, 64) if name == "ntk" else 1e4
-    )
+    assert rope_parameters["rope_theta"] == pytest.approx(ntk_base(1e4, 4, 64) if name == "ntk" else 1e4)
     max_pos = method.max_position_embeddings(spec)
     assert max_pos == (4096 if name == "dynamic_ntk" else int(method.factor * 4096))
     for seq_len in (None, 2048, 4096, 3 * 4096):
@@ -514,7 +529,7 @@ def test_yarn_correction_range_anchors(L, expected):
     yarn, _ = get_method("yarn", factor=8).compute(spec)
     ratio = yarn / default
     torch.testing.assert_close(ratio[: expected[0] + 1], torch.ones(expected[0] + 1), **TOL)
-    torch.testing.assert_close(ratio[expected[1]:], torch.full((64 - expected[1],), 1 / 8), **TOL)
+    torch.testing.assert_close(ratio[expected[1] :], torch.full((64 - expected[1],), 1 / 8), **TOL)
     middle = ratio[expected[0] + 1 : expected[1]]
     assert ((middle < 1) & (middle > 1 / 8)).all()
 

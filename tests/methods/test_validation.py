@@ -20,7 +20,17 @@ SPEC = RotarySpec(head_dim=64, base=1e4, original_max_position_embeddings=4096)
 # The smallest valid parameters for each method besides factor.
 REQUIRED = {"longrope": {"long_factor": [1.0] * 32}}
 
-EXPECTED_NAMES = {"default", "linear", "ntk", "dynamic_ntk", "yarn", "dynamic_yarn", "llama3", "longrope", "self_extend"}
+EXPECTED_NAMES = {
+    "default",
+    "linear",
+    "ntk",
+    "dynamic_ntk",
+    "yarn",
+    "dynamic_yarn",
+    "llama3",
+    "longrope",
+    "self_extend",
+}
 
 
 def test_registry_holds_the_documented_methods():
@@ -123,9 +133,7 @@ def test_bad_attention_factor(name, value):
         get_method(name, factor=4, attention_factor=value, **REQUIRED.get(name, {}))
 
 
-@pytest.mark.parametrize(
-    "params", [{"mscale": 1.0}, {"mscale_all_dim": 1.0}, {"mscale": 1.0, "mscale_all_dim": None}]
-)
+@pytest.mark.parametrize("params", [{"mscale": 1.0}, {"mscale_all_dim": 1.0}, {"mscale": 1.0, "mscale_all_dim": None}])
 def test_yarn_mscale_needs_mscale_all_dim(params):
     with pytest.raises(ValueError, match="mscale"):
         get_method("yarn", factor=4, **params)
@@ -194,8 +202,11 @@ def test_longrope_length_follows_the_rotary_dim_not_head_dim():
         ("linear", {"factor": 4, "beta_fast": 32}, "beta_fast"),
         ("llama3", {"factor": 8, "low_freq": 1}, "low_freq"),
         ("default", {"rope_theta": 1e4}, "rope_theta"),
-        ("longrope", {"factor": 2, "long_factor": [1.0] * 32, "original_max_position_embeddings": 4096},
-         "original_max_position_embeddings"),
+        (
+            "longrope",
+            {"factor": 2, "long_factor": [1.0] * 32, "original_max_position_embeddings": 4096},
+            "original_max_position_embeddings",
+        ),
     ],
 )
 def test_unknown_parameter_is_named(name, params, unknown):
@@ -219,8 +230,19 @@ def test_cli_strings_are_coerced():
     assert longrope.short_factor == (1.0, 1.5)
 
 
-@pytest.mark.parametrize("text, value", [("true", True), ("True", True), ("1", True), ("yes", True),
-                                         ("false", False), ("FALSE", False), ("0", False), ("no", False)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("true", True),
+        ("True", True),
+        ("1", True),
+        ("yes", True),
+        ("false", False),
+        ("FALSE", False),
+        ("0", False),
+        ("no", False),
+    ],
+)
 def test_cli_booleans(text, value):
     assert get_method("yarn", factor=2, truncate=text).truncate is value
 

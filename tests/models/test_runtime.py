@@ -40,14 +40,17 @@ def test_auto_falls_back_to_sdpa_and_fp16_where_the_gpu_lacks_them(gpu, monkeypa
     assert resolve_runtime() == Runtime("cuda", "float16", "sdpa")
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"device": "cuda"}, "torch sees no CUDA device"),
-    ({"device": "cuda:1"}, "torch sees no CUDA device"),
-    ({"device": "tpu9"}, "device must be cpu, cuda"),
-    ({"dtype": "int8"}, "dtype must be auto or one of"),
-    ({"attention": "flash"}, "attention must be auto or one of"),
-    ({"attention": "flash_attention_2"}, "CUDA device only"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"device": "cuda"}, "torch sees no CUDA device"),
+        ({"device": "cuda:1"}, "torch sees no CUDA device"),
+        ({"device": "tpu9"}, "device must be cpu, cuda"),
+        ({"dtype": "int8"}, "dtype must be auto or one of"),
+        ({"attention": "flash"}, "attention must be auto or one of"),
+        ({"attention": "flash_attention_2"}, "CUDA device only"),
+    ],
+)
 def test_bad_settings_fail_in_one_line(kwargs, message, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RopescaleError, match=message):

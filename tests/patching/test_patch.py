@@ -12,8 +12,8 @@ import torch
 import transformers
 
 import ropescale
+from ropescale.attention.rotary_module import ScaledRotaryEmbedding
 from ropescale.errors import AlreadyScaledError, UnsupportedModelError
-from ropescale.patching.rotary_module import ScaledRotaryEmbedding
 from tests.conftest import ORIGINAL_CONTEXT, tiny_config, tiny_model
 
 L, BASE = ORIGINAL_CONTEXT, 10000.0
@@ -24,23 +24,54 @@ NATIVE_CASES = [
     ("linear", 4, {}, {"rope_type": "linear", "rope_theta": BASE, "factor": 4.0}, 4 * L),
     ("ntk", 4, {}, {"rope_type": "default", "rope_theta": BASE * 4 ** (16 / 14)}, 4 * L),
     ("dynamic_ntk", 4, {}, {"rope_type": "dynamic", "rope_theta": BASE, "factor": 4.0}, L),
-    ("yarn", 4, {}, {"rope_type": "yarn", "rope_theta": BASE, "factor": 4.0, "original_max_position_embeddings": L}, 4 * L),
     (
-        "yarn", 8, {"beta_fast": 16, "beta_slow": 2, "attention_factor": 1.0},
-        {"rope_type": "yarn", "rope_theta": BASE, "factor": 8.0, "original_max_position_embeddings": L,
-         "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.0},
+        "yarn",
+        4,
+        {},
+        {"rope_type": "yarn", "rope_theta": BASE, "factor": 4.0, "original_max_position_embeddings": L},
+        4 * L,
+    ),
+    (
+        "yarn",
+        8,
+        {"beta_fast": 16, "beta_slow": 2, "attention_factor": 1.0},
+        {
+            "rope_type": "yarn",
+            "rope_theta": BASE,
+            "factor": 8.0,
+            "original_max_position_embeddings": L,
+            "beta_fast": 16,
+            "beta_slow": 2,
+            "attention_factor": 1.0,
+        },
         8 * L,
     ),
     (
-        "llama3", 8, {},
-        {"rope_type": "llama3", "rope_theta": BASE, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": L},
+        "llama3",
+        8,
+        {},
+        {
+            "rope_type": "llama3",
+            "rope_theta": BASE,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": L,
+        },
         8 * L,
     ),
     (
-        "longrope", 4, {"long_factor": [1.0, 1.2, 1.5, 2, 2.5, 3, 3.5, 4.0], "short_factor": [1.0] * 8},
-        {"rope_type": "longrope", "rope_theta": BASE, "factor": 4.0, "original_max_position_embeddings": L,
-         "long_factor": [1.0, 1.2, 1.5, 2, 2.5, 3, 3.5, 4.0], "short_factor": [1.0] * 8},
+        "longrope",
+        4,
+        {"long_factor": [1.0, 1.2, 1.5, 2, 2.5, 3, 3.5, 4.0], "short_factor": [1.0] * 8},
+        {
+            "rope_type": "longrope",
+            "rope_theta": BASE,
+            "factor": 4.0,
+            "original_max_position_embeddings": L,
+            "long_factor": [1.0, 1.2, 1.5, 2, 2.5, 3, 3.5, 4.0],
+            "short_factor": [1.0] * 8,
+        },
         4 * L,
     ),
 ]
@@ -56,8 +87,9 @@ def logits(model, ids):
 @pytest.mark.parametrize("method,factor,params,native,max_pos", NATIVE_CASES, ids=IDS)
 def test_patch_equals_native_transformers(arch, method, factor, params, native, max_pos, long_input):
     patched = ropescale.patch(tiny_model(arch), method, factor=factor, **params)
-    reference = tiny_model(arch, state_dict=patched.state_dict(), rope_parameters=copy.deepcopy(native),
-                           max_position_embeddings=max_pos)
+    reference = tiny_model(
+        arch, state_dict=patched.state_dict(), rope_parameters=copy.deepcopy(native), max_position_embeddings=max_pos
+    )
     assert patched.config.max_position_embeddings == max_pos
     torch.testing.assert_close(logits(patched, long_input), logits(reference, long_input), rtol=1e-5, atol=1e-5)
     # and the scaling really changed something beyond L (the test can fail)
@@ -74,8 +106,9 @@ def test_dynamic_yarn_equals_transformers_yarn_at_current_scale(arch, long_input
     for length in (200, 150):
         s = length / L
         native = {"rope_type": "yarn", "rope_theta": BASE, "factor": s, "original_max_position_embeddings": L}
-        reference = tiny_model(arch, state_dict=patched.state_dict(), rope_parameters=native,
-                               max_position_embeddings=length)
+        reference = tiny_model(
+            arch, state_dict=patched.state_dict(), rope_parameters=native, max_position_embeddings=length
+        )
         torch.testing.assert_close(
             logits(patched, long_input[:, :length]), logits(reference, long_input[:, :length]), rtol=1e-5, atol=1e-5
         )
@@ -85,8 +118,10 @@ def test_dynamic_yarn_equals_transformers_yarn_at_current_scale(arch, long_input
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral"])
-@pytest.mark.parametrize("method,params", [("linear", {}), ("ntk", {}), ("dynamic_ntk", {}), ("yarn", {}),
-                                           ("llama3", {}), ("dynamic_yarn", {})])
+@pytest.mark.parametrize(
+    "method,params",
+    [("linear", {}), ("ntk", {}), ("dynamic_ntk", {}), ("yarn", {}), ("llama3", {}), ("dynamic_yarn", {})],
+)
 def test_save_and_reload_identical(arch, method, params, tmp_path, long_input):
     model = ropescale.patch(tiny_model(arch), method, factor=4, **params)
     expected = logits(model, long_input)
@@ -168,9 +203,13 @@ def test_natively_scaled_checkpoint_is_detected_and_replaced_from_its_fields():
         ropescale.patch_config(config, "yarn", factor=8)
     new = ropescale.patch_config(config, "yarn", factor=8, replace=True)
     assert new.rope_parameters["original_max_position_embeddings"] == 32 and new.max_position_embeddings == 256
-    linear = tiny_config(rope_parameters={"rope_type": "linear", "rope_theta": BASE, "factor": 2.0},
-                         max_position_embeddings=128)
-    assert ropescale.patch_config(linear, "yarn", factor=4, replace=True).ropescale["original_max_position_embeddings"] == 64
+    linear = tiny_config(
+        rope_parameters={"rope_type": "linear", "rope_theta": BASE, "factor": 2.0}, max_position_embeddings=128
+    )
+    assert (
+        ropescale.patch_config(linear, "yarn", factor=4, replace=True).ropescale["original_max_position_embeddings"]
+        == 64
+    )
 
 
 def test_mistral_sliding_window():

@@ -101,7 +101,11 @@ def test_yarn_space_search(tmp_path):
     space = YarnSpace(SPEC, 4.0)
 
     def objective(params):  # best near beta_fast=16, beta_slow=2, attention 1.2
-        loss = math.log(params["beta_fast"] / 16) ** 2 + math.log(params["beta_slow"] / 2) ** 2 + (params["attention_factor"] - 1.2) ** 2
+        loss = (
+            math.log(params["beta_fast"] / 16) ** 2
+            + math.log(params["beta_slow"] / 2) ** 2
+            + (params["attention_factor"] - 1.2) ** 2
+        )
         return Score(math.exp(loss), 0.0, 1, 0.0)
 
     history = run_search(space, objective, 25, tmp_path / "h.json", SETTINGS, progress=False)

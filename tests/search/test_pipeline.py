@@ -12,11 +12,11 @@ import torch
 import transformers
 
 import ropescale
+from ropescale.patching.plan import original_spec
 from ropescale.search import SearchOptions, Text, load_search, search_model
 from ropescale.search.engine import best_of
 from ropescale.search.objective import make_windows, score_windows, spread_positions
 from ropescale.search.space import LongRopeSpace
-from ropescale.search.pipeline import rotary_spec
 from tests.conftest import tiny_model
 
 TARGET = 256  # L = 64, factor 4
@@ -39,8 +39,15 @@ CAL, HELD = Text("calibration", "test", _tokens(1)), Text("held-out", "test", _t
 def searched(tmp_path_factory):
     out = tmp_path_factory.mktemp("search")
     model = tiny_model()
-    options = SearchOptions(target_length=TARGET, model="tiny", budget=10, eval_length=96, windows=2,
-                            layout="contiguous", report_lengths=(TARGET,))
+    options = SearchOptions(
+        target_length=TARGET,
+        model="tiny",
+        budget=10,
+        eval_length=96,
+        windows=2,
+        layout="contiguous",
+        report_lengths=(TARGET,),
+    )
     report = search_model(model, CAL, HELD, options, out, bos_token_id=1, progress=False)
     return out, model, report, options
 
@@ -53,7 +60,7 @@ def test_never_worse_than_seeds_and_constraints_hold(searched):
     assert [c["origin"] for c in seeds] == ["seed:linear", "seed:ntk", "seed:yarn"]
     best = best_of(history)
     assert best["score"]["ppl"] <= min(c["score"]["ppl"] for c in seeds)
-    space = LongRopeSpace(rotary_spec(tiny_model().config), 4.0, floor=True)
+    space = LongRopeSpace(original_spec(tiny_model().config), 4.0, floor=True)
     for c in history:
         assert space.violations(c["params"]) == []
     # the winner really scores what was recorded: re-scored from scratch on the calibration windows
@@ -79,7 +86,9 @@ def test_written_config_reloads_in_plain_transformers_with_the_same_logits(searc
     ids = torch.tensor([_tokens(3, 200)])  # 200 tokens > L: the long factors apply
     with torch.no_grad():
         torch.testing.assert_close(plain(ids).logits, direct(ids).logits, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(model(ids).logits, direct(ids).logits, rtol=1e-5, atol=1e-5)  # left patched with the best
+        torch.testing.assert_close(
+            model(ids).logits, direct(ids).logits, rtol=1e-5, atol=1e-5
+        )  # left patched with the best
         short = ids[:, :50]  # within L the model is its own (short factors of 1), up to the attention factor
         ref = ropescale.patch(tiny_model(), "longrope", **{**best["params"], "long_factor": [1.0] * 8})
         torch.testing.assert_close(plain(short).logits, ref(short).logits, rtol=1e-5, atol=1e-5)
@@ -111,16 +120,27 @@ def test_resume_recomputes_nothing(searched, monkeypatch):
         raise AssertionError("a recorded candidate or held-out cell was evaluated again")
 
     monkeypatch.setattr(objective_module, "window_nll", boom)
-    monkeypatch.setattr("ropescale.evals.perplexity.evaluate_perplexity", boom)
+    monkeypatch.setattr("ropescale.scoring.perplexity.evaluate_perplexity", boom)
     again = search_model(model, CAL, HELD, options, out, bos_token_id=1, progress=False)
     assert again["rows"] == report["rows"]
     # fewer report lengths, or more budget-free changes to the report, reuse the same cells too
-    fewer = search_model(model, CAL, HELD, dataclasses.replace(options, report_lengths=()), out, bos_token_id=1, progress=False)
-    assert [r["values"]["calibration-protocol"] for r in fewer["rows"]] == [r["values"]["calibration-protocol"] for r in report["rows"]]
+    fewer = search_model(
+        model, CAL, HELD, dataclasses.replace(options, report_lengths=()), out, bos_token_id=1, progress=False
+    )
+    assert [r["values"]["calibration-protocol"] for r in fewer["rows"]] == [
+        r["values"]["calibration-protocol"] for r in report["rows"]
+    ]
     # ... and the report still shows every cell measured in the folder
     assert fewer["rows"] == report["rows"] and fewer["columns"] == report["columns"]
-    only_yarn = search_model(model, CAL, HELD, dataclasses.replace(options, baselines=("yarn",), report_lengths=()), out,
-                             bos_token_id=1, progress=False)
+    only_yarn = search_model(
+        model,
+        CAL,
+        HELD,
+        dataclasses.replace(options, baselines=("yarn",), report_lengths=()),
+        out,
+        bos_token_id=1,
+        progress=False,
+    )
     assert [r["label"] for r in only_yarn["rows"]] == ["searched", "yarn", "linear", "ntk", "dynamic_ntk"]
     assert only_yarn["rows"][2:] == [r for r in report["rows"] if r["label"] not in ("searched", "yarn")]
 
@@ -141,7 +161,9 @@ def test_load_search_plugs_into_patch(searched):
 
     scaling = yaml.safe_load((out / "scaling.yaml").read_text())
     assert scaling == {k: v for k, v in entry.items() if k != "label"}
-    suite = suite_from_dict({"model": "tiny", "methods": [{**scaling, "label": "searched"}], "perplexity": {"lengths": [128]}})
+    suite = suite_from_dict(
+        {"model": "tiny", "methods": [{**scaling, "label": "searched"}], "perplexity": {"lengths": [128]}}
+    )
     assert suite.methods[0].params["long_factor"] == result.params["long_factor"]
 
 
@@ -150,8 +172,15 @@ def test_spread_layout_and_yarn_search(tmp_path):
     windows = make_windows(CAL.tokens, 64, 1, "spread", TARGET, chunks=4, bos_token_id=1)
     assert windows[0].position_ids[0] == 0 and windows[0].position_ids[-1] == TARGET - 1
     model = tiny_model()
-    options = SearchOptions(target_length=TARGET, model="tiny", method="yarn", budget=5, eval_length=64,
-                            layout="spread", baselines=("yarn",))
+    options = SearchOptions(
+        target_length=TARGET,
+        model="tiny",
+        method="yarn",
+        budget=5,
+        eval_length=64,
+        layout="spread",
+        baselines=("yarn",),
+    )
     report = search_model(model, CAL, HELD, options, tmp_path, bos_token_id=1, progress=False)
     history = json.loads((tmp_path / "history.json").read_text())["candidates"]
     assert best_of(history)["score"]["ppl"] <= history[0]["score"]["ppl"]  # seed: YaRN's defaults
@@ -162,14 +191,24 @@ def test_spread_layout_and_yarn_search(tmp_path):
 
 
 def test_seeds_with_a_fixed_attention_factor_are_not_reported_as_the_methods(tmp_path):
-    options = SearchOptions(target_length=TARGET, model="tiny", budget=3, eval_length=96, attention="yarn",
-                            baselines=("linear", "yarn"), heldout=False)
+    options = SearchOptions(
+        target_length=TARGET,
+        model="tiny",
+        budget=3,
+        eval_length=96,
+        attention="yarn",
+        baselines=("linear", "yarn"),
+        heldout=False,
+    )
     report = search_model(tiny_model(), CAL, HELD, options, tmp_path, bos_token_id=1, progress=False)
     history = json.loads((tmp_path / "history.json").read_text())["candidates"]
     assert all("attention factor fixed at 1.13863" in c["note"] for c in history)
     # PI with YaRN's temperature is not PI: no calibration value in the linear row
     assert {r["label"]: r["values"]["calibration"] for r in report["rows"]} == {
-        "searched": best_of(history)["score"]["ppl"], "linear": None, "yarn": None}
+        "searched": best_of(history)["score"]["ppl"],
+        "linear": None,
+        "yarn": None,
+    }
 
 
 @pytest.mark.parametrize(

@@ -50,8 +50,26 @@ def run(capsys, *argv):
 
 
 def _search(capsys, model_dir, data, out, *extra):
-    return run(capsys, "search", "--model", model_dir, "--target-length", 256, "--eval-length", 128, "--budget", 5,
-               "--data", data, "--report-lengths", 256, "--no-progress", "--output", out, *extra)
+    return run(
+        capsys,
+        "search",
+        "--model",
+        model_dir,
+        "--target-length",
+        256,
+        "--eval-length",
+        128,
+        "--budget",
+        5,
+        "--data",
+        data,
+        "--report-lengths",
+        256,
+        "--no-progress",
+        "--output",
+        out,
+        *extra,
+    )
 
 
 def test_search_then_patch_from_search(capsys, setup, tmp_path):
@@ -118,7 +136,9 @@ def test_resume_with_other_settings_is_refused(capsys, setup, tmp_path):
     assert _search(capsys, model_dir, data, out, "--budget", 3, "--baselines", "yarn")[0] == 0
     code, _, err = _search(capsys, model_dir, data, out, "--budget", 3, "--baselines", "yarn", "--seed", 1)
     assert_one_line_error(code, err, "holds a search with other settings (seed)", "--overwrite")
-    code, _, err = _search(capsys, model_dir, data, out, "--budget", 3, "--baselines", "yarn", "--seed", 1, "--overwrite")
+    code, _, err = _search(
+        capsys, model_dir, data, out, "--budget", 3, "--baselines", "yarn", "--seed", 1, "--overwrite"
+    )
     assert code == 0, err
 
 

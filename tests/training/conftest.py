@@ -19,8 +19,9 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<pad>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
 
 
 def repetitive_stream(n: int = 4000, period: int = 13, seed: int = 0) -> np.ndarray:
@@ -30,7 +31,7 @@ def repetitive_stream(n: int = 4000, period: int = 13, seed: int = 0) -> np.ndar
     return np.tile(phrase, n // period + 1)[:n].astype(np.int32)
 
 
-def recipe(tmp_path, arch: str = "llama", **sections) -> "object":
+def recipe(tmp_path, arch: str = "llama", **sections) -> object:
     """A tiny recipe (override any section with a dict)."""
     raw = {
         "name": f"tiny-{arch}",
@@ -39,8 +40,12 @@ def recipe(tmp_path, arch: str = "llama", **sections) -> "object":
         "lora": {"r": 4, "alpha": 8, "dropout": 0.0},
         "data": {"seq_len": 32},
         "optim": {"lr": 1e-2, "warmup_steps": 1, "schedule": "constant"},
-        "train": {"max_steps": 4, "save_every": 0, "output_dir": str(tmp_path / f"run-{arch}"),
-                  "gradient_checkpointing": False},
+        "train": {
+            "max_steps": 4,
+            "save_every": 0,
+            "output_dir": str(tmp_path / f"run-{arch}"),
+            "gradient_checkpointing": False,
+        },
     }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
@@ -51,6 +56,7 @@ def recipe(tmp_path, arch: str = "llama", **sections) -> "object":
 def make_model():
     def make(arch: str = "llama", seed: int = 0, **overrides):
         return tiny_model(arch, seed=seed, **{"attn_implementation": "sdpa", **overrides})
+
     return make
 
 

@@ -23,8 +23,13 @@ MINIMAL = {"model": {"name": "m"}, "scaling": {"method": "yarn", "factor": 4}}
 
 def test_the_required_recipes_are_shipped():
     names = {str(p.relative_to(CONFIGS_DIR)) for p in RECIPES}
-    for required in ("llama2-7b/yarn_x4.yaml", "llama2-7b/yarn_x8.yaml", "llama2-7b/yarn_x16.yaml",
-                     "llama2-7b/pi_x4_longlora.yaml", "smollm2-135m/pose_yarn_x4_cpu.yaml"):
+    for required in (
+        "llama2-7b/yarn_x4.yaml",
+        "llama2-7b/yarn_x8.yaml",
+        "llama2-7b/yarn_x16.yaml",
+        "llama2-7b/pi_x4_longlora.yaml",
+        "smollm2-135m/pose_yarn_x4_cpu.yaml",
+    ):
         assert required in names
 
 
@@ -80,27 +85,31 @@ def test_accelerate_configs(path):
 
 
 def test_overrides_are_typed():
-    raw = apply_overrides(MINIMAL, ["lora.r=16", "optim.lr=1e-4", "pose.enabled=true", "lora.trainable=[embed, norm]",
-                                    "name=x"])
+    raw = apply_overrides(
+        MINIMAL, ["lora.r=16", "optim.lr=1e-4", "pose.enabled=true", "lora.trainable=[embed, norm]", "name=x"]
+    )
     c = config_from_dict(raw)
     assert (c.lora.r, c.optim.lr, c.pose.enabled, c.lora.trainable, c.name) == (16, 1e-4, True, ["embed", "norm"], "x")
     assert MINIMAL == {"model": {"name": "m"}, "scaling": {"method": "yarn", "factor": 4}}  # not modified
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    ({"lora": {"rank": 8}}, "unknown key 'lora.rank'; known: r, alpha, dropout"),
-    ({"lora": {"dropuot": 0.1}}, "unknown key 'lora.dropuot' (did you mean 'dropout'?)"),
-    ({"trian": {}}, "unknown section 'trian' (did you mean 'train'?)"),
-    ({"lora": {"r": "eight"}}, "lora.r must be an integer"),
-    ({"optim": {"schedule": "cosine_with_restarts"}}, "optim.schedule must be one of linear, cosine, constant"),
-    ({"scaling": {"method": "yarn", "factor": 0.5}}, "scaling:"),
-    ({"scaling": {"method": "nope", "factor": 4}}, "scaling:"),
-    ({"s2attn": {"enabled": True, "group_ratio": 0.3}}, "even group size"),
-    ({"pose": {"enabled": True, "target_length": 100}}, "pose.target_length (100) must be at least data.seq_len"),
-    ({"lora": {"trainable": ["lm_head"]}}, "lora.trainable entries must be among embed, norm"),
-    ({"model": {"name": ""}}, "model.name is required"),
-    ({"optim": {"betas": [0.9]}}, "optim.betas must be two numbers"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        ({"lora": {"rank": 8}}, "unknown key 'lora.rank'; known: r, alpha, dropout"),
+        ({"lora": {"dropuot": 0.1}}, "unknown key 'lora.dropuot' (did you mean 'dropout'?)"),
+        ({"trian": {}}, "unknown section 'trian' (did you mean 'train'?)"),
+        ({"lora": {"r": "eight"}}, "lora.r must be an integer"),
+        ({"optim": {"schedule": "cosine_with_restarts"}}, "optim.schedule must be one of linear, cosine, constant"),
+        ({"scaling": {"method": "yarn", "factor": 0.5}}, "scaling:"),
+        ({"scaling": {"method": "nope", "factor": 4}}, "scaling:"),
+        ({"s2attn": {"enabled": True, "group_ratio": 0.3}}, "even group size"),
+        ({"pose": {"enabled": True, "target_length": 100}}, "pose.target_length (100) must be at least data.seq_len"),
+        ({"lora": {"trainable": ["lm_head"]}}, "lora.trainable entries must be among embed, norm"),
+        ({"model": {"name": ""}}, "model.name is required"),
+        ({"optim": {"betas": [0.9]}}, "optim.betas must be two numbers"),
+    ],
+)
 def test_bad_recipes_fail_with_one_line(raw, fragment):
     merged = {k: dict(v) for k, v in MINIMAL.items()}
     for section, values in raw.items():
@@ -115,7 +124,10 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
     for argv, fragment in [
         (["train", "--config", "no/such/recipe", "--dry-run"], "training recipe 'no/such/recipe' not found"),
         (["train", "--config", "smollm2-135m/pose_yarn_x4_cpu", "lora.r", "--dry-run"], "override must be KEY=VALUE"),
-        (["train", "--config", "smollm2-135m/pose_yarn_x4_cpu", "optim.learning_rate=4", "--dry-run"], "unknown key 'optim.learning_rate'"),
+        (
+            ["train", "--config", "smollm2-135m/pose_yarn_x4_cpu", "optim.learning_rate=4", "--dry-run"],
+            "unknown key 'optim.learning_rate'",
+        ),
         (["export", str(tmp_path / "nothing"), "--output", str(tmp_path / "o")], "not a training run folder"),
     ]:
         code = main(argv)

@@ -16,7 +16,9 @@ import pytest
 import torch
 import yaml
 
-pytestmark = pytest.mark.skipif(not os.environ.get("ROPESCALE_DDP_TEST"), reason="set ROPESCALE_DDP_TEST=1 (starts torchrun)")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("ROPESCALE_DDP_TEST"), reason="set ROPESCALE_DDP_TEST=1 (starts torchrun)"
+)
 
 
 def _run(args, env_extra=None):
@@ -32,14 +34,18 @@ def test_ddp_matches_single_process_and_resumes(tmp_path, model_dir):
     text = tmp_path / "text.txt"
     text.write_text("The cat sat on the mat and looked at the rain. " * 200)
     recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
-        "scaling": {"method": "yarn", "factor": 4},
-        "lora": {"r": 4, "alpha": 8, "trainable": ["norm"]},
-        "data": {"source": str(text), "seq_len": 32},
-        "optim": {"lr": 1e-2, "warmup_steps": 1},
-        "train": {"max_steps": 4, "save_every": 2, "gradient_checkpointing": True},
-    }))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+                "scaling": {"method": "yarn", "factor": 4},
+                "lora": {"r": 4, "alpha": 8, "trainable": ["norm"]},
+                "data": {"source": str(text), "seq_len": 32},
+                "optim": {"lr": 1e-2, "warmup_steps": 1},
+                "train": {"max_steps": 4, "save_every": 2, "gradient_checkpointing": True},
+            }
+        )
+    )
     cli = ["-m", "ropescale.cli.main", "train", "--config", str(recipe), "--no-progress"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     cpu = {"ACCELERATE_USE_CPU": "true"}

@@ -17,7 +17,9 @@ from ropescale.training.data import (
 from ropescale.training.pose import pose_layout, pose_text_offsets
 
 
-@pytest.mark.parametrize("length, target, chunks", [(64, 1024, 2), (64, 1024, 3), (2048, 32768, 2), (16, 16, 2), (50, 400, 1)])
+@pytest.mark.parametrize(
+    "length, target, chunks", [(64, 1024, 2), (64, 1024, 3), (2048, 32768, 2), (16, 16, 2), (50, 400, 1)]
+)
 def test_pose_positions_increase_within_target_and_chunks_cover_the_window(length, target, chunks):
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -110,12 +112,19 @@ def test_windows_are_a_function_of_seed_and_index():
     for g in (5, 0, 300, 5):  # any order: a resumed run reads the same windows
         for key in ("input_ids", "position_ids", "labels"):
             assert np.array_equal(a.sample(g)[key], b.sample(g)[key])
-    assert not np.array_equal(WindowDataset(STREAM, spec, seed=8).sample(5)["position_ids"], a.sample(5)["position_ids"])
+    assert not np.array_equal(
+        WindowDataset(STREAM, spec, seed=8).sample(5)["position_ids"], a.sample(5)["position_ids"]
+    )
 
 
 def test_ranks_and_micro_batches_read_disjoint_samples():
-    seen = [i for step in range(3) for micro in range(2) for rank in range(4)
-            for i in micro_batch_indices(step, micro, (2, 2, 4), rank)]
+    seen = [
+        i
+        for step in range(3)
+        for micro in range(2)
+        for rank in range(4)
+        for i in micro_batch_indices(step, micro, (2, 2, 4), rank)
+    ]
     assert sorted(seen) == list(range(3 * 2 * 2 * 4))
 
 

@@ -49,7 +49,7 @@ def test_groups_match_the_dense_mask_oracle(g):
     torch.testing.assert_close(out[:, 2:, : g // 2], ref[:, 2:, : g // 2])  # shifted heads, first half group
     # ... and every later group differs from full attention
     assert (out[:, :2, g:] - ref[:, :2, g:]).abs().amax() > 1e-3
-    assert (out[:, 2:, g // 2:] - ref[:, 2:, g // 2:]).abs().amax() > 1e-3
+    assert (out[:, 2:, g // 2 :] - ref[:, 2:, g // 2 :]).abs().amax() > 1e-3
 
 
 def test_strictly_causal_no_look_ahead():

@@ -23,11 +23,14 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("arch, sections", [
-    ("llama", {"pose": {"enabled": True, "target_length": 256}}),
-    ("mistral", {"s2attn": {"enabled": True, "group_ratio": 0.25}}),
-    ("llama", {"train": {"gradient_checkpointing": True, "grad_accum": 2}, "optim": {"schedule": "cosine"}}),
-])
+@pytest.mark.parametrize(
+    "arch, sections",
+    [
+        ("llama", {"pose": {"enabled": True, "target_length": 256}}),
+        ("mistral", {"s2attn": {"enabled": True, "group_ratio": 0.25}}),
+        ("llama", {"train": {"gradient_checkpointing": True, "grad_accum": 2}, "optim": {"schedule": "cosine"}}),
+    ],
+)
 def test_loss_is_finite_and_falls_on_repetitive_text(tmp_path, make_model, arch, sections):
     sections = {**sections, "train": {"max_steps": 12, **sections.get("train", {})}}
     config = recipe(tmp_path, arch, **sections)
@@ -68,9 +71,12 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, make_model):
     """Dropout, PoSE and gradient accumulation on: RNG, data position, optimizer and scheduler must all
     be restored. The run is killed after step 5; the checkpoint at step 4 is the last one, so one step
     is redone."""
-    sections = dict(lora={"dropout": 0.1, "trainable": ["norm"]}, pose={"enabled": True, "target_length": 256},
-                    optim={"schedule": "linear", "warmup_steps": 2},
-                    train={"max_steps": 6, "save_every": 2, "grad_accum": 2})
+    sections = dict(
+        lora={"dropout": 0.1, "trainable": ["norm"]},
+        pose={"enabled": True, "target_length": 256},
+        optim={"schedule": "linear", "warmup_steps": 2},
+        train={"max_steps": 6, "save_every": 2, "grad_accum": 2},
+    )
     stream = repetitive_stream()
     straight = Trainer(recipe(tmp_path / "a", **sections), model=make_model(), train_tokens=stream, progress=False)
     full = straight.train()
@@ -109,8 +115,13 @@ def test_changed_recipe_refuses_to_resume(tmp_path, make_model):
 
 @pytest.mark.parametrize("method", ["yarn", "dynamic_yarn"])
 def test_merged_export_reloads_and_matches_the_adapter_model(tmp_path, model_dir, method):
-    config = recipe(tmp_path, model={"name": str(model_dir)}, scaling={"method": method, "factor": 4},
-                    lora={"trainable": ["embed", "norm"]}, train={"max_steps": 3})
+    config = recipe(
+        tmp_path,
+        model={"name": str(model_dir)},
+        scaling={"method": method, "factor": 4},
+        lora={"trainable": ["embed", "norm"]},
+        train={"max_steps": 3},
+    )
     trainer = Trainer(config, train_tokens=repetitive_stream(), progress=False)
     trainer.train()
     ids = torch.randint(0, 128, (1, 200))  # > 3x the tiny models' 64-token context
@@ -151,16 +162,20 @@ def test_cli_train_eval_resume_export(tmp_path, model_dir, capsys):
     (data / "a.txt").write_text("The cat sat on the mat. " * 120)
     (data / "b.txt").write_text("A dog ran in the park and barked at a bird. " * 10)
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({
-        "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
-        "scaling": {"method": "yarn", "factor": 4},
-        "lora": {"r": 4, "alpha": 8},
-        "data": {"source": str(data), "holdout": ["b"], "seq_len": 32},
-        "pose": {"enabled": True, "target_length": 128, "content": "contiguous"},
-        "optim": {"lr": 1e-2, "warmup_steps": 1},
-        "train": {"max_steps": 4, "save_every": 2, "gradient_checkpointing": False},
-        "eval": {"every": 2, "length": 96, "max_tokens": 192},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+                "scaling": {"method": "yarn", "factor": 4},
+                "lora": {"r": 4, "alpha": 8},
+                "data": {"source": str(data), "holdout": ["b"], "seq_len": 32},
+                "pose": {"enabled": True, "target_length": 128, "content": "contiguous"},
+                "optim": {"lr": 1e-2, "warmup_steps": 1},
+                "train": {"max_steps": 4, "save_every": 2, "gradient_checkpointing": False},
+                "eval": {"every": 2, "length": 96, "max_tokens": 192},
+            }
+        )
+    )
     run = tmp_path / "run"
     code = main(["train", "--config", str(path), "--output-dir", str(run), "--no-progress", "--merge"])
     out, err = capsys.readouterr()

@@ -118,6 +118,24 @@ def _head_dim(config: Any) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
+def rotary_spec(config: Any, rope: dict[str, Any], original_context: int) -> RotarySpec:
+    """The rotary geometry of ``config`` with base and partial rotary factor from ``rope`` (original
+    rope parameters) and the trained context ``original_context``."""
+    return RotarySpec(
+        head_dim=_head_dim(config),
+        base=float(rope["rope_theta"]),
+        original_max_position_embeddings=int(original_context),
+        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
+    )
+
+
+def original_spec(config: Any) -> RotarySpec:
+    """The model's original rotary geometry (before any scaling it carries)."""
+    check_supported(config)
+    rope, _, L = original_geometry(config)
+    return rotary_spec(config, rope, L)
+
+
 def original_geometry(config: Any, original_max_position_embeddings: int | None = None) -> tuple[dict, int, int]:
     """(original rope_parameters, original max_position_embeddings field, original context L).
 
@@ -190,12 +208,7 @@ def plan_patch(
             params["factor"] = factor
         scaling = get_method(method, **params)
     rope, field, L = original_geometry(config, original_max_position_embeddings)
-    spec = RotarySpec(
-        head_dim=_head_dim(config),
-        base=float(rope["rope_theta"]),
-        original_max_position_embeddings=int(L),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
-    )
+    spec = rotary_spec(config, rope, L)
     scaling.validate_for(spec)
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
 
@@ -263,7 +276,9 @@ def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> No
                 stacklevel=3,
             )
         return
-    if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window <= 0):
+    if sliding_window is not None and (
+        isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window <= 0
+    ):
         raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
     if not hasattr(config, "sliding_window"):
         raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
@@ -298,8 +313,9 @@ def patch_config(
     Returns:
         A new config; ``config`` itself is not modified.
     """
-    plan = plan_patch(config, method, factor, original_max_position_embeddings, replace,
-                      target_length=target_length, **params)
+    plan = plan_patch(
+        config, method, factor, original_max_position_embeddings, replace, target_length=target_length, **params
+    )
     new = copy.deepcopy(config)
     apply_plan(new, plan, sliding_window)
     return new
@@ -313,11 +329,13 @@ def plan_from_provenance(config: Any) -> PatchPlan | None:
     params = {k: v for k, v in block["params"].items() if v is not None}
     method = get_method(block["method"], **params)
     rope = copy.deepcopy(block["original_rope_parameters"])
-    spec = RotarySpec(
-        head_dim=_head_dim(config),
-        base=float(block["original_rope_theta"]),
-        original_max_position_embeddings=int(block["original_max_position_embeddings"]),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
+    spec = rotary_spec(
+        config, {**rope, "rope_theta": block["original_rope_theta"]}, block["original_max_position_embeddings"]
     )
-    return PatchPlan(method, spec, rope, int(block["original_max_position_embeddings_field"]),
-                     bool(block.get("kv_consistent", False)))
+    return PatchPlan(
+        method,
+        spec,
+        rope,
+        int(block["original_max_position_embeddings_field"]),
+        bool(block.get("kv_consistent", False)),
+    )

@@ -38,18 +38,17 @@ from __future__ import annotations
 import math
 import numbers
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .generation import model_device
+from .nll import IGNORE_INDEX, final_hidden_states, model_device, summed_nll
 
 MODES = ("yarn", "longlora", "nonoverlap")
 DEFAULT_STRIDE = 256
-IGNORE_INDEX = -100  # label value skipped by the loss, as in transformers
 
 
 class Window(NamedTuple):
@@ -145,16 +144,7 @@ def sliding_windows(
     return windows
 
 
-def _final_hidden_states(model: Any, input_ids: torch.Tensor) -> torch.Tensor:
-    """Run the model's decoder stack (no LM head) and return the last hidden states."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-    out = decoder(input_ids=input_ids, use_cache=False)
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-
-
-def chunked_nll(
-    model: Any, input_ids: torch.Tensor, labels: torch.Tensor, chunk_size: int = 1024
-) -> tuple[float, int]:
+def chunked_nll(model: Any, input_ids: torch.Tensor, labels: torch.Tensor, chunk_size: int = 1024) -> tuple[float, int]:
     """Summed next-token NLL of a causal LM without materialising the full logits.
 
     Labels follow transformers' convention: ``labels`` has the shape of ``input_ids``, position
@@ -172,23 +162,12 @@ def chunked_nll(
         ``(total_nll, n_scored)``: the summed NLL in nats (accumulated in fp32 per chunk, then in
         double precision) and the number of scored tokens.
     """
-    if chunk_size <= 0:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     if input_ids.shape != labels.shape:
         raise ValueError(f"labels shape {tuple(labels.shape)} differs from input_ids {tuple(input_ids.shape)}")
-    hidden = _final_hidden_states(model, input_ids)  # [B, T, H]
-    targets = labels[:, 1:].to(hidden.device)  # [B, T-1]
-    keep = targets != IGNORE_INDEX  # [B, T-1]
-    h = hidden[:, :-1][keep]  # [N, H] only the positions that are scored
-    t = targets[keep]  # [N]
+    hidden = final_hidden_states(model, input_ids)  # [B, T, H]
     softcap = getattr(model.config, "final_logit_softcapping", None)
-    total = 0.0
-    for i in range(0, t.numel(), chunk_size):
-        logits = model.lm_head(h[i : i + chunk_size]).float()  # [c, V]
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        total += F.cross_entropy(logits, t[i : i + chunk_size], reduction="sum").item()
-    return total, int(t.numel())
+    total, n = summed_nll(hidden, model.lm_head, labels, chunk_size, softcap)
+    return total.item(), n
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .base import RotarySpec, ScalingMethod
+from ..methods.base import RotarySpec, ScalingMethod
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,11 @@ def pair_changes(method: ScalingMethod, spec: RotarySpec, seq_len: int | None = 
             status = "blended"
         else:
             status = "extrapolated"
-        rows.append(PairChange(i, 2 * math.pi / b, 2 * math.pi / a, spec.original_max_position_embeddings * b / (2 * math.pi), status))
+        rows.append(
+            PairChange(
+                i, 2 * math.pi / b, 2 * math.pi / a, spec.original_max_position_embeddings * b / (2 * math.pi), status
+            )
+        )
     return rows
 
 

@@ -9,14 +9,14 @@ Dynamic methods are drawn at their extended context. matplotlib is imported here
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from .base import RotarySpec, ScalingMethod
-from .yarn import Yarn, correction_range
+from ..methods.base import RotarySpec, ScalingMethod
+from ..methods.yarn import Yarn, correction_range
+from . import figure, save_png
 
 METRICS = ("wavelength", "rotations")
 #: gid of every per-method curve (and of the original), so callers and tests can tell them from
@@ -67,14 +67,12 @@ def plot_frequencies(
     """
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    from matplotlib.figure import Figure
-
     methods = [m for m in methods if m.name != "default"]
     for m in methods:
         m.validate_for(spec)
     L, n = spec.original_max_position_embeddings, spec.dim // 2
     pairs = list(range(n))
-    fig = Figure(figsize=(9, 5.2), dpi=120, layout="constrained")
+    fig = figure(figsize=(9, 5.2), dpi=120, layout="constrained")
     ax = fig.add_subplot()
 
     yarn = next((m for m in methods if isinstance(m, Yarn)), None)
@@ -82,14 +80,16 @@ def plot_frequencies(
         low, high = correction_range(spec, yarn.beta_fast, yarn.beta_slow, yarn.truncate)
         # pair i is kept while i <= low and fully interpolated once i >= high (the ramp between)
         edges = (-0.5, min(math.floor(low) + 0.5, n - 0.5), min(math.ceil(high) - 0.5, n - 0.5), n - 0.5)
-        why = {"kept": f", ≥ {yarn.beta_fast:g} turns in L", "blended": "",
-               "interpolated": f", ≤ {yarn.beta_slow:g} turn{'s' if yarn.beta_slow != 1 else ''} in L"}
+        why = {
+            "kept": f", ≥ {yarn.beta_fast:g} turns in L",
+            "blended": "",
+            "interpolated": f", ≤ {yarn.beta_slow:g} turn{'s' if yarn.beta_slow != 1 else ''} in L",
+        }
         for (band, color), start, stop in zip(_BANDS, edges, edges[1:]):
             if stop > start:
                 first, last = math.ceil(start), math.floor(stop)
                 pairs_text = f"pair {first}" if first == last else f"pairs {first}–{last}"
-                ax.axvspan(start, stop, color=color, alpha=0.09, lw=0,
-                           label=f"YaRN {band}: {pairs_text}{why[band]}")
+                ax.axvspan(start, stop, color=color, alpha=0.09, lw=0, label=f"YaRN {band}: {pairs_text}{why[band]}")
 
     original = _values(spec.base_inv_freq().tolist(), metric, L)
     ax.plot(pairs, original, color="black", lw=2.4, ls="--", label="original RoPE", gid=CURVE_GID, zorder=5)
@@ -98,9 +98,16 @@ def plot_frequencies(
         inv_freq, _ = m.compute(spec, m.extended_context(spec))
         # each curve thinner than the one before, so methods that coincide (yarn and dynamic_yarn
         # at the extended length, the kept pairs of most methods) stay visible underneath
-        ax.plot(pairs, _values(inv_freq.tolist(), metric, L), lw=max(2.6 - 0.4 * k, 1.0),
-                marker=markers[k % len(markers)], ms=max(6.0 - 0.8 * k, 2.5), label=method_label(m, spec),
-                gid=CURVE_GID, zorder=6)
+        ax.plot(
+            pairs,
+            _values(inv_freq.tolist(), metric, L),
+            lw=max(2.6 - 0.4 * k, 1.0),
+            marker=markers[k % len(markers)],
+            ms=max(6.0 - 0.8 * k, 2.5),
+            label=method_label(m, spec),
+            gid=CURVE_GID,
+            zorder=6,
+        )
 
     # reference lines: the original context and every extended one (one per distinct factor)
     contexts = sorted({m.extended_context(spec) for m in methods} - {L})
@@ -109,13 +116,21 @@ def plot_frequencies(
     prefix = "" if metric == "wavelength" else "1 turn over the "
     slot, previous = 0, None
     for c, color, text in [(L, "0.25", f"original context L = {L:,}")] + [
-            (c, "firebrick", f"extended context {c:,} (×{c / L:g})") for c in contexts]:
+        (c, "firebrick", f"extended context {c:,} (×{c / L:g})") for c in contexts
+    ]:
         ax.axhline(to_metric(c), color=color, lw=1, ls=":", gid="context")
         # labels of lines closer than 1.6× apart would overlap: move each one further right
         slot = slot + 1 if previous is not None and c / previous < 1.6 else 0
         previous = c
-        ax.annotate(prefix + text, (0.01 + 0.3 * slot, to_metric(c)), xycoords=("axes fraction", "data"),
-                    xytext=(0, 3), textcoords="offset points", fontsize=8, color=color)
+        ax.annotate(
+            prefix + text,
+            (0.01 + 0.3 * slot, to_metric(c)),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=8,
+            color=color,
+        )
 
     ax.set_yscale("log")
     ax.set_xlim(-0.5, n - 0.5)
@@ -125,30 +140,20 @@ def plot_frequencies(
     else:
         ax.set_ylabel(f"full turns over the original context L = {L:,} (log)")
     factors = sorted({m.factor for m in methods})
-    ax.set_title(title or (f"RoPE {metric} per pair: base {spec.base:g}, L = {L:,}"
-                           + (f", factor {'/'.join(f'{f:g}' for f in factors)}" if factors else "")), fontsize=10)
+    ax.set_title(
+        title
+        or (
+            f"RoPE {metric} per pair: base {spec.base:g}, L = {L:,}"
+            + (f", factor {'/'.join(f'{f:g}' for f in factors)}" if factors else "")
+        ),
+        fontsize=10,
+    )
     ax.grid(True, which="major", alpha=0.3)
     # the empty corner: short wavelengths of the slow pairs do not exist (nor many turns of them)
     ax.legend(fontsize=8, loc="lower right" if metric == "wavelength" else "upper right", framealpha=0.9)
     if path is not None:
         save_png(fig, path)
     return fig
-
-
-def save_png(fig: Any, path: str | os.PathLike) -> Path:
-    """Write ``fig`` as a PNG at ``path`` through a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a name of our own rather than mkstemp's, so the PNG gets the usual (umask) permissions
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def curve_count(fig: Any) -> int:

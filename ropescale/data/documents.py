@@ -17,9 +17,11 @@ from ..errors import RopescaleError
 TABLE_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-def load_documents(data: str | os.PathLike | None = None, text_field: str = "text", split: str = "train") -> list[tuple[str, str]]:
+def load_documents(
+    data: str | os.PathLike | None = None, text_field: str = "text", split: str = "train"
+) -> list[tuple[str, str]]:
     """``[(title, text), ...]`` from any ``--data`` value (see the module docstring)."""
-    from ..data.corpus import CORPORA, DEFAULT_CORPUS, load_corpus
+    from .corpus import CORPORA, DEFAULT_CORPUS, load_corpus
 
     source = str(data) if data is not None else DEFAULT_CORPUS
     if source in CORPORA:
@@ -44,19 +46,24 @@ def _from_datasets(name: str, data_files: str | None, text_field: str, split: st
     try:
         import datasets
     except ImportError:
-        raise RopescaleError("reading JSONL/Parquet/Hub data needs the datasets package: pip install 'ropescale[eval]'") from None
+        raise RopescaleError(
+            "reading JSONL/Parquet/Hub data needs the datasets package: pip install 'ropescale[eval]'"
+        ) from None
     try:
         ds = datasets.load_dataset(name, data_files=data_files, split=split)
     except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing/offline data
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RopescaleError(f"could not load data '{data_files or name}': {first}") from None
     if text_field not in ds.column_names:
-        raise RopescaleError(f"data '{data_files or name}' has no field '{text_field}' (fields: {', '.join(ds.column_names)})")
+        raise RopescaleError(
+            f"data '{data_files or name}' has no field '{text_field}' (fields: {', '.join(ds.column_names)})"
+        )
     return [(f"{Path(data_files or name).stem}[{i}]", row[text_field]) for i, row in enumerate(ds) if row[text_field]]
 
 
-def tokenize_documents(tokenizer: Any, documents: list[tuple[str, str]], max_tokens: int | None = None,
-                       min_tokens: int = 0) -> list[list[int]]:
+def tokenize_documents(
+    tokenizer: Any, documents: list[tuple[str, str]], max_tokens: int | None = None, min_tokens: int = 0
+) -> list[list[int]]:
     """Token ids of each document without special tokens, longest documents first.
 
     Args:

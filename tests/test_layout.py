@@ -1,0 +1,152 @@
+"""The house rule, checked from the code's own imports (every module, top-level and lazy imports alike).
+
+``cli → evals → ropescale``; inside the library
+``training, search → scoring, plots → models, data → patching → attention → rotary, methods``.
+Nothing imports upward or in a circle, ``import ropescale`` loads neither ``evals`` nor ``cli``,
+and no source file is longer than 450 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: top-level folder -> the package it installs as
+PACKAGE_DIRS = {"ropescale": "ropescale", "cli": "ropescale.cli", "evals": "ropescale.evals"}
+#: each room's floor: a module may import its own room and rooms on lower floors only
+FLOORS = {
+    "ropescale.cli": 9,
+    "ropescale.evals": 8,
+    "ropescale.training": 7,
+    "ropescale.search": 7,
+    "ropescale.export": 7,
+    "ropescale.scoring": 6,
+    "ropescale.plots": 6,
+    "ropescale.models": 5,
+    "ropescale.data": 5,
+    "ropescale.patching": 4,
+    "ropescale.attention": 3,
+    "ropescale.rotary": 2,
+    "ropescale.methods": 2,
+    "ropescale.errors": 0,
+    "ropescale._io": 0,
+    "ropescale": 0,  # the package's own __init__ (lazy names only)
+}
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in PACKAGE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _room(module: str) -> str:
+    return max((r for r in FLOORS if module == r or module.startswith(r + ".")), key=len)
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Every ropescale module ``module`` imports, anywhere in the file (lazy imports included)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names.add(target)
+            names |= {f"{target}.{a.name}" for a in node.names}
+    return {n for n in names if n == "ropescale" or n.startswith("ropescale.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in _imports(module, path):
+            while name not in modules and "." in name:
+                name = name.rpartition(".")[0]  # ``from pkg import name`` names an attribute
+            if name in modules and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def test_every_module_has_a_room():
+    assert all(_room(m) for m in _modules())
+
+
+def test_nothing_imports_upward():
+    upward = [
+        f"{m} ({_room(m)}) -> {t} ({_room(t)})"
+        for m, targets in _graph().items()
+        for t in targets
+        if _room(t) != _room(m) and FLOORS[_room(t)] >= FLOORS[_room(m)] and _room(m) != "ropescale"
+    ]
+    assert upward == []
+
+
+def test_no_import_circles():
+    graph, state, circles = _graph(), {}, []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(stack[stack.index(nxt) :] + [node, nxt]) if nxt in stack else nxt)
+            elif nxt not in state:
+                visit(nxt, [*stack, node])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert circles == []
+
+
+def test_the_library_never_imports_evals_or_cli():
+    offenders = [
+        f"{m} -> {t}"
+        for m, targets in _graph().items()
+        if _room(m) not in ("ropescale.cli", "ropescale.evals")
+        for t in targets
+        if _room(t) in ("ropescale.cli", "ropescale.evals")
+    ]
+    assert offenders == []
+
+
+def test_import_ropescale_loads_neither_evals_nor_cli():
+    code = "import sys, ropescale; print(sorted(m for m in sys.modules if m.startswith(('ropescale.evals', 'ropescale.cli'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("folder", ["ropescale", "cli", "evals", "benchmarks"])
+def test_no_source_file_is_too_long(folder):
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / folder).rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
+    """The rule can fail: an upward import planted in a copy of a methods module is reported."""
+    fake = tmp_path / "ropescale" / "methods"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("from ..models import loading\n")
+    assert "ropescale.models.loading" in _imports("ropescale.methods", fake / "__init__.py")
+    assert FLOORS[_room("ropescale.models.loading")] > FLOORS[_room("ropescale.methods")]
