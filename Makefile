@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.ropescale-installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test lint demo bench clean
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need only the environment.
@@ -27,7 +27,13 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # The main job: none / linear / ntk / dynamic_ntk / yarn x4 on the embedded SmolLM2-135M,
 # perplexity at 2k-16k and passkey to 16k (resumable: re-run to continue an interrupted run).
