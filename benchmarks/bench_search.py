@@ -1,8 +1,8 @@
 """Calibrated LongRoPE search on the embedded SmolLM2-135M (trained at 8192) for a 32k target,
 with a held-out report beside PI, NTK, dynamic NTK and YaRN from the same run.
 
-Calibration: the first ``--eval-length`` tokens of *Mansfield Park*; held-out: *Emma* (the text of
-REFERENCE.md's table, whose one-window 32k protocol — non-overlapping windows, BOS, fp32 — the
+Calibration: the first ``--eval-length`` tokens of *Mansfield Park*; held-out: *Emma* (one window
+per length — non-overlapping windows, BOS, fp32 — the
 ``--report-lengths`` cells follow). On a 2-core CPU a 32k window costs minutes, so the search
 scores each candidate on a cheap proxy by default: ``--eval-length`` (3072) tokens cut into 3 chunks
 spread over positions 0..32767 (``--layout spread``), which exercises every relative distance up

@@ -139,7 +139,11 @@ def test_import_ropescale_loads_neither_evals_nor_cli():
 
 @pytest.mark.parametrize("folder", ["ropescale", "cli", "evals", "benchmarks"])
 def test_no_source_file_is_too_long(folder):
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / folder).rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / folder).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}
 
 

@@ -12,7 +12,7 @@ feeds tokens ``[begin, end)`` to the model and scores tokens ``[score_from, end)
   every window is scored, so tokens are scored several times, some with little context.
 * ``"nonoverlap"`` (lm-eval rolling loglikelihood): ``stride = window``; every token scored once.
 
-Conventions (see REFERENCE.md, "Evaluation conventions"):
+Conventions (docs/evaluation.md):
 
 * **Every window holds exactly ``window`` real tokens.** The last window is right-aligned to end at
   the document's last token (it may overlap its predecessor more than ``stride``; in "yarn" and

@@ -14,13 +14,16 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import RopescaleError
+
+DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
 
 BEST = "best.json"
 HISTORY = "history.json"
@@ -121,6 +124,75 @@ def _space_line(settings: dict[str, Any]) -> str:
         f"per-pair factors λ non-decreasing in [1, {space.get('max_ratio', 1.25):g}·s], {floor}; "
         f"attention factor: {space.get('attention', 'search')}"
     )
+
+
+def build_report(space, history, best, cells, calibration, heldout, options, settings, n_cal) -> dict[str, Any]:
+    """The report of a search (``report.json``): calibration, held-out columns and one row per method."""
+    columns = [
+        {
+            "key": "calibration",
+            "title": f"calibration ({settings['layout']} {settings['eval_length']})",
+            "tokens": best["score"]["tokens"],
+        }
+    ]
+    # every cell measured in this folder is reported (earlier runs may have asked for other lengths or
+    # baselines), except a "searched" cell of a candidate that is no longer the best
+    best_params = space.method_params(best["params"])
+    cells = {k: c for k, c in cells.items() if c["label"] != "searched" or c["params"] == best_params}
+    lengths = sorted(
+        {
+            *options.report_lengths,
+            *(int(c["protocol"].split("-")[1]) for c in cells.values() if c["protocol"].startswith("contiguous-")),
+        }
+    )
+    any_proxy = options.heldout or any(c["protocol"] == "calibration-protocol" for c in cells.values())
+    protocols = (["calibration-protocol"] if any_proxy else []) + [f"contiguous-{n}" for n in lengths]
+    for p in protocols:
+        some = next((c for c in cells.values() if c["protocol"] == p), None)
+        title = (
+            f"held-out ({settings['layout']} {settings['eval_length']})"
+            if p == "calibration-protocol"
+            else f"held-out {p.split('-')[1]}"
+        )
+        columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
+    # a seed's calibration score stands for its method only when the seed is that method exactly
+    # (not projected onto the floor, attention factor its own)
+    exact = (settings.get("space") or {}).get("attention", "search") in ("search", "seed")
+    seed_scores = {
+        c["origin"].split(":", 1)[1]: c["score"]["ppl"]
+        for c in history
+        if c["origin"].startswith("seed:") and exact and "note" not in c
+    }
+    order = ["none", *DEFAULT_BASELINES]
+    extra = sorted(
+        {c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x)
+    )
+    labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
+    rows = []
+    for label in labels:
+        values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
+        for p in protocols:
+            cell = cells.get(f"{label}@{p}")
+            values[p] = cell["ppl"] if cell else None
+        rows.append({"label": label, "values": values})
+    return {
+        "settings": settings,
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
+        "calibration_text": {"title": calibration.title, "source": calibration.source, "note": calibration.note},
+        "heldout_text": {"title": heldout.title, "source": heldout.source, "note": heldout.note},
+        "calibration_tokens": n_cal,
+        "evaluated": len(history),
+        "search_seconds": round(math.fsum(c["score"]["seconds"] for c in history), 1),
+        "best": {
+            "index": best["index"],
+            "origin": best["origin"],
+            "ppl": best["score"]["ppl"],
+            "params": best["params"],
+        },
+        "columns": columns,
+        "rows": rows,
+        "heldout_cells": cells,
+    }
 
 
 def markdown_report(report: dict[str, Any]) -> str:

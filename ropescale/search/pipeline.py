@@ -4,16 +4,15 @@
 call); :func:`run_search_job` resolves ``--model`` and ``--data`` first (what the CLI calls).
 
 Calibration and held-out texts are kept apart: by default the held-out text is the longest
-document of the data (Emma for the embedded Austen corpus, the text of REFERENCE.md's table) and
+document of the data (Emma for the embedded Austen corpus) and
 the calibration text the next one; a single document is cut into two disjoint halves.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,22 @@ from ..errors import RopescaleError
 from ..methods import RotarySpec, get_method
 from ..patching.plan import original_spec
 from ..plots.factors import plot_factors
-from .artifacts import BEST, CONFIG, HELDOUT, HISTORY, PLOT, SCALING, markdown_report, write_best
+from .artifacts import (
+    BEST,
+    CONFIG,
+    DEFAULT_BASELINES,
+    HELDOUT,
+    HISTORY,
+    PLOT,
+    SCALING,
+    build_report,
+    markdown_report,
+    write_best,
+)
 from .engine import best_of, run_search
 from .objective import LAYOUTS, PerplexityObjective, make_windows, score_windows
 from .space import make_space, pair_factors
 
-DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
 
 
@@ -231,7 +240,7 @@ def search_model(
     )
     patch(model, space.method, replace=True, **space.method_params(best["params"]))
 
-    report = _report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
+    report = build_report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
     report["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     atomic_write_json(output / "report.json", report)
     atomic_write_text(output / "report.md", markdown_report(report))
@@ -328,74 +337,6 @@ def _heldout(
         cells[key] = {"label": label, "method": method, "params": params, "protocol": protocol, **result}
         atomic_write_json(path, {"identity": identity, "cells": cells})
     return cells
-
-
-def _report(space, history, best, cells, calibration: Text, heldout: Text, options, settings, n_cal) -> dict[str, Any]:
-    columns = [
-        {
-            "key": "calibration",
-            "title": f"calibration ({settings['layout']} {settings['eval_length']})",
-            "tokens": best["score"]["tokens"],
-        }
-    ]
-    # every cell measured in this folder is reported (earlier runs may have asked for other lengths or
-    # baselines), except a "searched" cell of a candidate that is no longer the best
-    best_params = space.method_params(best["params"])
-    cells = {k: c for k, c in cells.items() if c["label"] != "searched" or c["params"] == best_params}
-    lengths = sorted(
-        {
-            *options.report_lengths,
-            *(int(c["protocol"].split("-")[1]) for c in cells.values() if c["protocol"].startswith("contiguous-")),
-        }
-    )
-    any_proxy = options.heldout or any(c["protocol"] == "calibration-protocol" for c in cells.values())
-    protocols = (["calibration-protocol"] if any_proxy else []) + [f"contiguous-{n}" for n in lengths]
-    for p in protocols:
-        some = next((c for c in cells.values() if c["protocol"] == p), None)
-        title = (
-            f"held-out ({settings['layout']} {settings['eval_length']})"
-            if p == "calibration-protocol"
-            else f"held-out {p.split('-')[1]}"
-        )
-        columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
-    # a seed's calibration score stands for its method only when the seed is that method exactly
-    # (not projected onto the floor, attention factor its own)
-    exact = (settings.get("space") or {}).get("attention", "search") in ("search", "seed")
-    seed_scores = {
-        c["origin"].split(":", 1)[1]: c["score"]["ppl"]
-        for c in history
-        if c["origin"].startswith("seed:") and exact and "note" not in c
-    }
-    order = ["none", *DEFAULT_BASELINES]
-    extra = sorted(
-        {c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x)
-    )
-    labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
-    rows = []
-    for label in labels:
-        values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
-        for p in protocols:
-            cell = cells.get(f"{label}@{p}")
-            values[p] = cell["ppl"] if cell else None
-        rows.append({"label": label, "values": values})
-    return {
-        "settings": settings,
-        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
-        "calibration_text": {"title": calibration.title, "source": calibration.source, "note": calibration.note},
-        "heldout_text": {"title": heldout.title, "source": heldout.source, "note": heldout.note},
-        "calibration_tokens": n_cal,
-        "evaluated": len(history),
-        "search_seconds": round(math.fsum(c["score"]["seconds"] for c in history), 1),
-        "best": {
-            "index": best["index"],
-            "origin": best["origin"],
-            "ppl": best["score"]["ppl"],
-            "params": best["params"],
-        },
-        "columns": columns,
-        "rows": rows,
-        "heldout_cells": cells,
-    }
 
 
 # -- from names to texts and a model --------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_ntk_matches_default_with_larger_base(head_dim, base, factor):
 
 @pytest.mark.parametrize("factor, expected", [(2, 20221), (4, 40890), (8, 82685)])
 def test_ntk_base_anchors(factor, expected):
-    """REFERENCE.md's published bases for d=128, b=1e4."""
+    """The NTK bases for d=128, b=1e4 computed by hand (docs/methods.md)."""
     method = get_method("ntk", factor=factor)
     spec = RotarySpec(128, 1e4, 4096)
     assert round(method.scaled_base(spec)) == expected
@@ -497,7 +497,7 @@ def test_yarn_attention_factor(factor, expected):
     spec = RotarySpec(128, 1e4, 4096)
     _, attention = get_method("yarn", factor=factor).compute(spec)
     assert attention == pytest.approx(0.1 * math.log(factor) + 1)
-    assert round(attention, 3) == expected  # REFERENCE.md's table
+    assert round(attention, 3) == expected  # the hand-computed table of docs/methods.md
     # dynamic YaRN reaches the same temperature at ℓ = s·L
     _, dynamic = get_method("dynamic_yarn", factor=2).compute(spec, seq_len=int(factor * 4096))
     assert dynamic == pytest.approx(attention)
