@@ -18,6 +18,7 @@ from . import train as train_cmd
 from . import search as search_cmd
 from . import plot as plot_cmd
 from . import recommend as recommend_cmd
+from . import doctor as doctor_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd):
+    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd, doctor_cmd):
         module.register(sub)
     return parser
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import torch
 
 from .._io import atomic_directory
 from ..errors import RopescaleError
+from ..export.engines import check
+from ..export.legacy import write_legacy_keys
 from ..methods import ScalingMethod
 from .config import KEEP, PatchPlan, apply_plan, plan_patch
 from .remote import mark_non_native
@@ -95,9 +98,12 @@ def save_pretrained(model: Any, directory: str | Path, tokenizer: Any = None, co
         overwrite: replace an existing non-empty directory.
 
     Returns:
-        ``directory``. For non-native methods the config is marked and ``modeling_ropescale.py``
-        added (see :mod:`ropescale.patching.remote`), so plain transformers explains what to do
-        instead of failing inside the model.
+        ``directory``. config.json carries, beside ``rope_parameters``, the legacy keys older
+        transformers and the serving engines read (:mod:`ropescale.export.legacy`; check a
+        checkpoint with :func:`ropescale.export.engines.check` or ``ropescale doctor``). For
+        non-native methods the config is marked and ``modeling_ropescale.py`` added (see
+        :mod:`ropescale.patching.remote`), so plain transformers explains what to do instead of
+        failing inside the model; a one-line warning says what other loaders get instead.
     """
     directory = Path(directory)
     config = model.config
@@ -108,9 +114,14 @@ def save_pretrained(model: Any, directory: str | Path, tokenizer: Any = None, co
             model.save_pretrained(tmp)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
+        # the keys transformers 4.x and the serving engines read, beside rope_parameters
+        data = write_legacy_keys(tmp / "config.json")
         block = getattr(config, "ropescale", None)
         if isinstance(block, dict) and not block.get("native", True):
             mark_non_native(tmp, config)
+    note = check(data).note if isinstance(getattr(config, "ropescale", None), dict) else None
+    if note:
+        warnings.warn(note, UserWarning, stacklevel=2)
     return directory
 
 

@@ -1,0 +1,379 @@
+"""Which loaders keep a checkpoint's RoPE scaling, from its config.json alone.
+
+Each engine is one row of :data:`ENGINES`: how it reads the config (:data:`READERS`: which of
+``rope_scaling`` / ``rope_parameters`` wins, where the base comes from, where the original context
+comes from) and what it does with each rope type it can see (``support``). The rules come from the
+engines' own code, at the versions named in each row:
+
+* transformers 4.45-4.57 ``modeling_rope_utils.py`` (4.57.6 read): ``config.rope_scaling`` and the
+  top-level ``rope_theta`` (LlamaConfig/MistralConfig default 10000); longrope takes its original
+  context from the top-level ``original_max_position_embeddings``, else ``max_position_embeddings``.
+* transformers 5.x (5.23 read): ``convert_rope_params_to_dict``: ``rope_scaling`` if set, else
+  ``rope_parameters``; ``rope_theta`` inside the dict, else the top-level one.
+* vLLM <= 0.11: models pass ``config.rope_scaling`` and ``config.rope_theta`` to ``get_rope``.
+  vLLM 0.12-0.19.0 (still on transformers 4; ``patch_rope_parameters``, vllm-project/vllm#28542):
+  ``rope_scaling`` moved to ``rope_parameters`` when set, else the ``rope_parameters`` key of
+  config.json; the top-level ``rope_theta`` (10000 by LlamaConfig's default) overwrites the dict's.
+  vLLM >= 0.19.1 runs on transformers 5 (vllm-project/vllm#30566) and reads like it.
+  In every version ``DynamicNTKScalingRotaryEmbedding`` fixes the NTK base at factor x L for all lengths.
+* SGLang (releases on transformers 4.x, e.g. 0.5: 4.55-4.57): ``models/llama.py`` reads
+  ``config.rope_scaling`` and ``rope_theta`` and copies a top-level ``original_max_position_embeddings``
+  into ``rope_scaling``; ``get_rope`` is vLLM 0.6.6's (dynamic NTK fixed at factor x L).
+* text-generation-inference 2.x-3.3.7 (last release, in maintenance; transformers 4.51):
+  ``layers/rotary.py`` ``PositionRotaryEmbedding.static`` reads ``config.rope_scaling``: "linear" is a
+  no-op there (the factor is never applied on the flash Llama/Mistral path), yarn fixes beta_fast=32,
+  beta_slow=1 and ignores attention_factor, longrope requires the top-level
+  ``original_max_position_embeddings``.
+* llama.cpp ``convert_hf_to_gguf.py`` (since its ``rope_parameters`` support, late 2025; older copies
+  read ``rope_scaling`` like transformers 4): ``rope_parameters``, else ``rope_scaling``; linear and
+  yarn (factor, original context, betas, attention_factor) become GGUF keys, llama3 a ``rope_freqs``
+  tensor; "dynamic" is written as plain RoPE (llama.cpp has no dynamic NTK) and longrope's factors
+  are exported only for Phi-3 architectures.
+
+Verdicts: ``keeps``; ``approximates`` (loads the scaling, computes it differently); ``loses`` (the
+engine could apply the scaling but this config makes it load silently without it: wrong or missing
+keys; re-saving with ropescale fixes it); ``fails`` (stops with an error); ``cannot express`` (the
+engine has no implementation of it, whatever the config says).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from .legacy import FIELDS
+
+# The same as ropescale.patching.config's (not imported: that pulls in torch; the CLI stays fast).
+NON_NATIVE_PREFIX = "ropescale_"
+PROVENANCE_KEY = "ropescale"
+
+KEEPS, APPROXIMATES, LOSES, FAILS, CANNOT = "keeps", "approximates", "loses", "fails", "cannot express"
+DEFAULT_THETA = 10000.0
+#: fields an engine may leave out, and the value transformers then uses
+FIELD_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
+_LINEAR_TGI = "TGI's PositionRotaryEmbedding.static never applies the 'linear' factor (plain RoPE)"
+_DYNAMIC_FIXED = "dynamic NTK with the base fixed at factor x L for every length (transformers: per length)"
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One loader: how it reads config.json and what it does with each rope type."""
+
+    key: str
+    name: str
+    versions: str
+    reader: str  # a key of READERS
+    #: rope_type -> (verdict, why) for types it does not simply keep
+    support: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    engine: str
+    name: str
+    versions: str
+    verdict: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`check` found: the intended scaling and one verdict per engine."""
+
+    source: str
+    method: str
+    scaled: bool
+    verdicts: list[Verdict]
+    note: str | None = None  # one line for scalings no engine but ropescale reproduces
+
+    @property
+    def loses(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.verdict == LOSES]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "method": self.method, "scaled": self.scaled, "note": self.note,
+                "ok": not self.loses, "engines": [asdict(v) for v in self.verdicts]}
+
+
+# --- readers: config.json dict -> (the rope dict the engine builds from, with rope_theta and the
+# original context filled in as it fills them; a description of where it read it) ---------------
+
+def _flat(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict) or not value:
+        return None
+    out = dict(value)
+    out.setdefault("rope_type", out.get("type", "default"))
+    return out
+
+
+def _original_context(rope: dict, data: dict, top_wins: bool) -> None:
+    """yarn/llama3/longrope: the original context as the engine resolves it (in place)."""
+    if rope["rope_type"] not in ("yarn", "llama3", "longrope"):
+        return
+    top = data.get("original_max_position_embeddings")
+    if top is not None and (top_wins or "original_max_position_embeddings" not in rope):
+        rope["original_max_position_embeddings"] = top
+
+
+def read_tf4(data: dict) -> tuple[dict | None, str]:
+    rope = _flat(data.get("rope_scaling")) or {"rope_type": "default"}
+    rope["rope_theta"] = data.get("rope_theta", DEFAULT_THETA)
+    if rope["rope_type"] == "longrope":  # 4.57 ignores rope_scaling's own value here
+        rope["original_max_position_embeddings"] = data.get("original_max_position_embeddings",
+                                                            data.get("max_position_embeddings"))
+    elif rope["rope_type"] == "yarn":
+        rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
+    where = "rope_scaling" if data.get("rope_scaling") else "rope_scaling (absent)"
+    return rope, f"{where} + top-level rope_theta" + ("" if "rope_theta" in data else " (absent: 10000)")
+
+
+def read_tf5(data: dict) -> tuple[dict | None, str]:
+    legacy = _flat(data.get("rope_scaling"))
+    rope = legacy or _flat(data.get("rope_parameters")) or {"rope_type": "default"}
+    rope.setdefault("rope_theta", data.get("rope_theta", DEFAULT_THETA))
+    _original_context(rope, data, top_wins=True)
+    if rope["rope_type"] in ("yarn", "llama3", "longrope"):
+        rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
+    return rope, "rope_scaling (it takes precedence)" if legacy else "rope_parameters"
+
+
+def read_vllm_tf4(data: dict) -> tuple[dict | None, str]:
+    legacy = _flat(data.get("rope_scaling"))
+    rope = legacy or _flat(data.get("rope_parameters")) or {"rope_type": "default"}
+    rope["rope_theta"] = data.get("rope_theta", DEFAULT_THETA)  # the config class default overwrites the dict's
+    _original_context(rope, data, top_wins=True)
+    where = "rope_scaling" if legacy else "rope_parameters"
+    return rope, f"{where} + top-level rope_theta" + ("" if "rope_theta" in data else " (absent: 10000)")
+
+
+def read_legacy_engine(data: dict) -> tuple[dict | None, str]:
+    """vLLM <= 0.11, SGLang, TGI: ``rope_scaling`` + ``rope_theta``, top-level original context copied in."""
+    rope = _flat(data.get("rope_scaling")) or {"rope_type": "default"}
+    rope["rope_theta"] = data.get("rope_theta", DEFAULT_THETA)
+    if rope["rope_type"] != "default":
+        _original_context(rope, data, top_wins=True)
+    where = "rope_scaling" if data.get("rope_scaling") else "rope_scaling (absent)"
+    return rope, f"{where} + top-level rope_theta" + ("" if "rope_theta" in data else " (absent: 10000)")
+
+
+def read_gguf(data: dict) -> tuple[dict | None, str]:
+    params = _flat(data.get("rope_parameters"))
+    rope = params or _flat(data.get("rope_scaling")) or {"rope_type": "default"}
+    rope.setdefault("rope_theta", data.get("rope_theta", DEFAULT_THETA))
+    return rope, "rope_parameters" if params else "rope_scaling"
+
+
+READERS: dict[str, Callable[[dict], tuple[dict | None, str]]] = {
+    "tf4": read_tf4, "tf5": read_tf5, "vllm_tf4": read_vllm_tf4, "legacy_engine": read_legacy_engine,
+    "gguf": read_gguf,
+}
+
+ENGINES: tuple[Engine, ...] = (
+    Engine("transformers4", "transformers 4.x", "4.45-4.57", "tf4"),
+    Engine("transformers5", "transformers 5.x", "5.0-5.23", "tf5"),
+    Engine("vllm-legacy", "vLLM", "<= 0.11", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
+    Engine("vllm-tf4", "vLLM", "0.12-0.19.0 (transformers 4)", "vllm_tf4", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
+    Engine("vllm-tf5", "vLLM", ">= 0.19.1 (transformers 5)", "tf5", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
+    Engine("sglang", "SGLang", "on transformers 4.x", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
+    Engine("tgi", "TGI", "2.x-3.3.7", "legacy_engine", {"linear": (CANNOT, _LINEAR_TGI)}),
+    Engine("llama.cpp", "llama.cpp", "GGUF converter, late 2025+", "gguf", {
+        "dynamic": (CANNOT, "llama.cpp has no dynamic NTK: the converter writes plain RoPE"),
+        "longrope": (CANNOT, "the converter exports long/short factors only for Phi-3 architectures"),
+    }),
+)
+
+
+# --- what the checkpoint means, and the comparison -------------------------------------------
+
+@dataclass(frozen=True)
+class Intent:
+    rope: dict[str, Any]  # the rope dict as ropescale / transformers 5 build the model from it
+    method: str
+    native: bool
+    attention_mode: str | None
+    original_theta: float
+
+
+def intent_of(data: dict) -> Intent:
+    """The scaling a config.json means: ``rope_parameters`` (+ ropescale's block), else the legacy keys."""
+    block = data.get(PROVENANCE_KEY) if isinstance(data.get(PROVENANCE_KEY), dict) else {}
+    rope = _flat(data.get("rope_parameters")) or _flat(data.get("rope_scaling")) or {"rope_type": "default"}
+    rope.setdefault("rope_theta", data.get("rope_theta", DEFAULT_THETA))
+    _original_context(rope, data, top_wins=False)
+    if rope["rope_type"] in ("yarn", "llama3", "longrope"):
+        rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
+    rope_type = str(rope["rope_type"])
+    native = bool(block.get("native", True)) and not rope_type.startswith(NON_NATIVE_PREFIX) \
+        and not str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX)
+    attention = None
+    if block.get("method") == "self_extend":
+        attention = "self_extend"
+    elif block.get("kv_consistent"):
+        attention = "kv_consistent"
+    method = block.get("method") or rope_type
+    original = float(block.get("original_rope_theta", rope["rope_theta"]))
+    return Intent(rope, method, native, attention, original)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
+def _mismatch(seen: dict, want: dict) -> str | None:
+    """The first field the engine reads differently, as 'field a instead of b'."""
+    if seen["rope_type"] != want["rope_type"]:
+        return f"rope type {seen['rope_type']!r} instead of {want['rope_type']!r}"
+    if not _same(seen["rope_theta"], want["rope_theta"]):
+        return f"rope_theta {seen['rope_theta']:g} instead of {want['rope_theta']:g}"
+    for key in FIELDS.get(want["rope_type"], ()):
+        a, b = seen.get(key, FIELD_DEFAULTS.get(key)), want.get(key, FIELD_DEFAULTS.get(key))
+        if not _same(a, b):
+            return f"{key} {a!r} instead of {b!r}"
+    return None
+
+
+def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | None:
+    """Engine quirks that depend on the method's parameters, not just its type."""
+    kind = rope["rope_type"]
+    if engine.key == "tgi" and kind == "yarn":
+        custom = [k for k in ("attention_factor",) if rope.get(k) is not None]
+        custom += [k for k in ("beta_fast", "beta_slow") if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])]
+        if custom:
+            return APPROXIMATES, f"TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor ({', '.join(custom)} set)"
+    if engine.key == "tgi" and kind == "longrope" and "original_max_position_embeddings" not in data:
+        return FAILS, "TGI longrope reads the top-level original_max_position_embeddings (absent: AttributeError)"
+    if engine.key == "transformers4" and kind == "llama3" and not (data.get("rope_scaling") or {}).get(
+            "original_max_position_embeddings"):
+        return FAILS, "4.x llama3 requires rope_scaling.original_max_position_embeddings (KeyError)"
+    return None
+
+
+def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
+    """One engine's verdict on one config.json dict."""
+    def verdict(kind: str, why: str) -> Verdict:
+        return Verdict(engine.key, engine.name, engine.versions, kind, why)
+
+    if not intent.native:
+        return verdict(CANNOT, f"needs ropescale: {intent.method} is not expressible in config.json "
+                               f"(model_type {data.get('model_type')!r} stops plain loaders)")
+    seen, where = READERS[engine.reader](data)
+    caveat = _param_caveats(engine, seen, data)
+    if caveat is not None and caveat[0] == FAILS:
+        return verdict(*caveat)
+    problem = _mismatch(seen, intent.rope)
+    if problem is not None:
+        return verdict(LOSES, f"reads {where}: {problem}")
+    kind, why = engine.support.get(seen["rope_type"], (KEEPS, f"reads {where}"))
+    if caveat is not None and kind == KEEPS:
+        kind, why = caveat
+    if intent.attention_mode == "kv_consistent" and kind in (KEEPS, APPROXIMATES):
+        extra = f"; {why}" if kind == APPROXIMATES else ""
+        return verdict(CANNOT, f"plain dynamic NTK without KV-consistent rotation{extra}")
+    return verdict(kind, why)
+
+
+def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] = ENGINES) -> Report:
+    """Verdicts of every engine on a config.json dict.
+
+    Args:
+        data: the parsed config.json.
+        source: what it was read from (shown in the report).
+        engines: the rows to judge (default: all of :data:`ENGINES`).
+
+    Returns:
+        A :class:`Report`; ``report.loses`` lists the engines that would silently drop the scaling.
+    """
+    intent = intent_of(data)
+    scaled = intent.rope["rope_type"] != "default" or not _same(intent.rope["rope_theta"], intent.original_theta) \
+        or not intent.native or intent.attention_mode is not None
+    verdicts = [judge(e, data, intent) for e in engines]
+    verdicts.append(Verdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block"))
+    return Report(source, intent.method, scaled, verdicts, outside_note(intent))
+
+
+def outside_note(intent: Intent) -> str | None:
+    """One line for a scaling no engine but ropescale reproduces, saying what they get instead."""
+    if not intent.native:
+        return (f"{intent.method} cannot be expressed outside ropescale: plain transformers/vLLM stop at the "
+                "config; load it with ropescale.from_pretrained (or trust_remote_code=True)")
+    if intent.attention_mode == "kv_consistent":
+        return (f"{intent.method} with KV-consistent rotation cannot be expressed outside ropescale: "
+                "transformers/vLLM load it as plain dynamic NTK without KV consistency")
+    return None
+
+
+def select(keys: str | None) -> tuple[Engine, ...]:
+    """Engines by comma-separated key prefix (``"transformers,vllm"``); all when None."""
+    if not keys:
+        return ENGINES
+    wanted = [k.strip().lower() for k in keys.split(",") if k.strip()]
+    chosen = tuple(e for e in ENGINES if any(e.key.startswith(w) for w in wanted))
+    unknown = [w for w in wanted if not any(e.key.startswith(w) for e in ENGINES)]
+    if unknown or not chosen:
+        raise ValueError(f"unknown engine {unknown[0] if unknown else keys!r}; engines: "
+                         f"{', '.join(e.key for e in ENGINES)}")
+    return chosen
+
+
+def format_table(report: Report) -> str:
+    """The report as a short aligned table (one line per engine)."""
+    width = max(len(f"{v.name} {v.versions}") for v in report.verdicts)
+    lines = [f"{report.source}: {report.method}" + ("" if report.scaled else " (no scaling)")]
+    for v in report.verdicts:
+        lines.append(f"  {f'{v.name} {v.versions}':<{width}}  {v.verdict:<14}  {v.why}")
+    if report.note:
+        lines.append(f"note: {report.note}")
+    return "\n".join(lines)
+
+
+__all__ = ["ENGINES", "Engine", "Report", "Verdict", "check", "format_table", "outside_note", "select",
+           "KEEPS", "APPROXIMATES", "LOSES", "FAILS", "CANNOT"]
+
+
+def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """A checkpoint's config.json (no weights): a directory, a .json file, or a Hub id ``org/name``.
+
+    Args:
+        name_or_path: where to read it from; a Hub id downloads config.json alone.
+
+    Returns:
+        (the parsed dict, where it was read from). Raises ``RopescaleError`` with one line when it
+        cannot be found, read or downloaded (offline, unknown repository...).
+    """
+    import json
+    from pathlib import Path
+
+    from ..errors import RopescaleError
+
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise RopescaleError(f"'{name_or_path}' has no config.json")
+    elif not path.is_file():
+        if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
+            raise RopescaleError(f"'{name_or_path}' not found: give a checkpoint directory, a config.json or a Hub id org/name")
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import logging as hub_logging
+
+        level = hub_logging.get_verbosity()
+        hub_logging.set_verbosity_error()  # its retry warnings would break the one-line promise
+        try:
+            path = Path(hf_hub_download(name_or_path, "config.json"))
+        except Exception as exc:  # noqa: BLE001 - offline, gated, missing: one line either way
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RopescaleError(f"could not download config.json of '{name_or_path}': {first}") from None
+        finally:
+            hub_logging.set_verbosity(level)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RopescaleError(f"cannot read '{path}': {exc}") from None
+    if not isinstance(data, dict):
+        raise RopescaleError(f"'{path}' is not a config.json (not a JSON object)")
+    return data, str(name_or_path)
