@@ -41,12 +41,10 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     ids = torch.load(ids_path)
     report = {"transformers": transformers.__version__, "checkpoints": {}}
-    # transformers 4 names the dtype argument torch_dtype, 5 names it dtype
-    dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     for directory in map(Path, argv[2:]):
-        try:
+        try:  # `dtype` (4.56+ and 5; 4.x's older `torch_dtype` is deprecated)
             model = transformers.AutoModelForCausalLM.from_pretrained(
-                directory, attn_implementation="eager", **{dtype_kw: torch.float32}
+                directory, attn_implementation="eager", dtype=torch.float32
             )
             with torch.no_grad():
                 logits = model.eval()(ids, use_cache=False).logits
