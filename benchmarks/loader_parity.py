@@ -119,7 +119,8 @@ def load_here(ids_path: Path, out: Path, checkpoints: list[Checkpoint]) -> dict:
 
 def load_in_subprocess(tf_dir: Path, ids_path: Path, out: Path, checkpoints: list[Checkpoint]) -> dict:
     """Plain transformers from ``tf_dir`` (first on PYTHONPATH; torch stays this environment's)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tf_dir), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    path = os.pathsep.join([str(tf_dir), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = dict(os.environ, PYTHONPATH=path,
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
     cmd = [sys.executable, str(CHILD), str(ids_path), str(out), *(str(c.path) for c in checkpoints)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -170,7 +171,8 @@ def format_table(rows: list[dict]) -> str:
     tf4v = next((r["tf4_version"] for r in rows if r["tf4_version"]), "4.57")
     tf5v = rows[0]["tf5_version"] if rows else "5"
     lines = [
-        f"| checkpoint | tf {tf4v} max abs Δ | tf {tf4v} built | tf {tf5v} max abs Δ | ropescale max abs Δ | unscaled max abs Δ |",
+        f"| checkpoint | tf {tf4v} max abs Δ | tf {tf4v} built | tf {tf5v} max abs Δ | ropescale max abs Δ "
+        "| unscaled max abs Δ |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:

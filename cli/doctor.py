@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", metavar="DIR|org/name", help="checkpoint directory, config.json file, or Hub id")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    keys = ", ".join(e.key for e in ENGINES)
     p.add_argument("--engines", default=None, metavar="LIST",
-                   help=f"comma-separated engines to judge (prefixes; default all): {', '.join(e.key for e in ENGINES)}")
+                   help=f"comma-separated engines to judge (prefixes; default all): {keys}")
     p.set_defaults(func=run)
 
 

@@ -196,7 +196,16 @@ class Intent:
 
 
 def intent_of(data: dict) -> Intent:
-    """The scaling a config.json means: ``rope_parameters`` (+ ropescale's block), else the legacy keys."""
+    """The scaling a config.json means.
+
+    Args:
+        data: the parsed config.json.
+
+    Returns:
+        An :class:`Intent` from ``rope_parameters`` and ropescale's provenance block (method,
+        native, KV-consistent mode, original base); from the legacy keys when there is no
+        ``rope_parameters`` (a checkpoint of transformers 4).
+    """
     block = data.get(PROVENANCE_KEY) if isinstance(data.get(PROVENANCE_KEY), dict) else {}
     rope = _flat(data.get("rope_parameters")) or _flat(data.get("rope_scaling")) or {"rope_type": "default"}
     rope.setdefault("rope_theta", data.get("rope_theta", DEFAULT_THETA))
@@ -242,9 +251,11 @@ def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | 
     kind = rope["rope_type"]
     if engine.key == "tgi" and kind == "yarn":
         custom = [k for k in ("attention_factor",) if rope.get(k) is not None]
-        custom += [k for k in ("beta_fast", "beta_slow") if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])]
+        custom += [k for k in ("beta_fast", "beta_slow")
+                   if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])]
         if custom:
-            return APPROXIMATES, f"TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor ({', '.join(custom)} set)"
+            return APPROXIMATES, ("TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor "
+                                  f"({', '.join(custom)} set)")
     if engine.key == "tgi" and kind == "longrope" and "original_max_position_embeddings" not in data:
         return FAILS, "TGI longrope reads the top-level original_max_position_embeddings (absent: AttributeError)"
     if engine.key == "transformers4" and kind == "llama3" and not (data.get("rope_scaling") or {}).get(
@@ -254,7 +265,17 @@ def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | 
 
 
 def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
-    """One engine's verdict on one config.json dict."""
+    """One engine's verdict on one config.json dict.
+
+    Args:
+        engine: the row of :data:`ENGINES`.
+        data: the parsed config.json.
+        intent: :func:`intent_of` ``data``.
+
+    Returns:
+        A :class:`Verdict`: ``loses`` when what the engine reads (its reader) differs from the
+        intended scaling, else the engine's own support for that rope type and parameters.
+    """
     def verdict(kind: str, why: str) -> Verdict:
         return Verdict(engine.key, engine.name, engine.versions, kind, why)
 
@@ -297,7 +318,14 @@ def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] =
 
 
 def outside_note(intent: Intent) -> str | None:
-    """One line for a scaling no engine but ropescale reproduces, saying what they get instead."""
+    """One line for a scaling no engine but ropescale reproduces.
+
+    Args:
+        intent: from :func:`intent_of`.
+
+    Returns:
+        What other loaders do with it instead (save_pretrained warns it), or None.
+    """
     if not intent.native:
         return (f"{intent.method} cannot be expressed outside ropescale: plain transformers/vLLM stop at the "
                 "config; load it with ropescale.from_pretrained (or trust_remote_code=True)")
@@ -308,7 +336,14 @@ def outside_note(intent: Intent) -> str | None:
 
 
 def select(keys: str | None) -> tuple[Engine, ...]:
-    """Engines by comma-separated key prefix (``"transformers,vllm"``); all when None."""
+    """Engines by key prefix.
+
+    Args:
+        keys: comma-separated prefixes of :attr:`Engine.key` (``"transformers,vllm"``), or None for all.
+
+    Returns:
+        The matching rows of :data:`ENGINES`; ``ValueError`` (one line) for an unknown prefix.
+    """
     if not keys:
         return ENGINES
     wanted = [k.strip().lower() for k in keys.split(",") if k.strip()]
@@ -321,7 +356,14 @@ def select(keys: str | None) -> tuple[Engine, ...]:
 
 
 def format_table(report: Report) -> str:
-    """The report as a short aligned table (one line per engine)."""
+    """The report as text.
+
+    Args:
+        report: from :func:`check`.
+
+    Returns:
+        A heading line, one aligned line per engine (name, versions, verdict, why) and the note, if any.
+    """
     width = max(len(f"{v.name} {v.versions}") for v in report.verdicts)
     lines = [f"{report.source}: {report.method}" + ("" if report.scaled else " (no scaling)")]
     for v in report.verdicts:
@@ -357,7 +399,8 @@ def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
             raise RopescaleError(f"'{name_or_path}' has no config.json")
     elif not path.is_file():
         if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
-            raise RopescaleError(f"'{name_or_path}' not found: give a checkpoint directory, a config.json or a Hub id org/name")
+            raise RopescaleError(f"'{name_or_path}' not found: give a checkpoint directory, a config.json "
+                                 "or a Hub id org/name")
         from huggingface_hub import hf_hub_download
         from huggingface_hub.utils import logging as hub_logging
 

@@ -41,7 +41,8 @@ def test_old_checkpoint_is_caught(tmp_path, capsys):
     assert "rope type 'default' instead of 'yarn'" in got["transformers4"]["why"]
     assert got["vllm-legacy"]["verdict"] == engines.LOSES and got["sglang"]["verdict"] == engines.LOSES
     # vLLM 0.12+ on transformers 4 finds rope_parameters but takes LlamaConfig's default base 10000
-    assert got["vllm-tf4"]["verdict"] == engines.LOSES and "rope_theta 10000 instead of 500000" in got["vllm-tf4"]["why"]
+    assert got["vllm-tf4"]["verdict"] == engines.LOSES
+    assert "rope_theta 10000 instead of 500000" in got["vllm-tf4"]["why"]
     for key in ("transformers5", "vllm-tf5", "llama.cpp", "ropescale"):
         assert got[key]["verdict"] == engines.KEEPS, key
 
@@ -118,3 +119,12 @@ def test_bad_input_is_one_line_exit_2(argv, capsys, monkeypatch):
 def test_constants_match_patching():
     assert engines.NON_NATIVE_PREFIX == patching_config.NON_NATIVE_PREFIX
     assert engines.PROVENANCE_KEY == patching_config.PROVENANCE_KEY
+
+
+def test_tgi_approximates_a_yarn_with_custom_betas(tmp_path, capsys):
+    ropescale.save_pretrained(ropescale.patch(tiny_model(), "yarn", factor=4, beta_fast=16), tmp_path / "c",
+                              config_only=True)
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    got = verdicts(capsys)
+    assert got["tgi"]["verdict"] == engines.APPROXIMATES and "beta_fast" in got["tgi"]["why"]
+    assert got["transformers4"]["verdict"] == engines.KEEPS
