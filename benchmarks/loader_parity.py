@@ -70,10 +70,18 @@ def tiny_model(arch: str, seed: int = 0):
     """A tiny random model (head_dim 16, L = 64, base THETA[arch]) in eval mode."""
     config_cls, model_cls, extra = ARCHS[arch]
     config = config_cls(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=L,
-        rope_parameters={"rope_type": "default", "rope_theta": THETA[arch]}, attn_implementation="eager",
-        initializer_range=0.5, **extra,  # large weights: logits of order 10, so a lost scaling shows
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=L,
+        rope_parameters={"rope_type": "default", "rope_theta": THETA[arch]},
+        attn_implementation="eager",
+        initializer_range=0.5,
+        **extra,  # large weights: logits of order 10, so a lost scaling shows
     )
     torch.manual_seed(seed)
     return model_cls(config).eval()
@@ -120,8 +128,9 @@ def load_here(ids_path: Path, out: Path, checkpoints: list[Checkpoint]) -> dict:
 def load_in_subprocess(tf_dir: Path, ids_path: Path, out: Path, checkpoints: list[Checkpoint]) -> dict:
     """Plain transformers from ``tf_dir`` (first on PYTHONPATH; torch stays this environment's)."""
     path = os.pathsep.join([str(tf_dir), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = dict(os.environ, PYTHONPATH=path,
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    env = dict(
+        os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error"
+    )
     cmd = [sys.executable, str(CHILD), str(ids_path), str(out), *(str(c.path) for c in checkpoints)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -147,18 +156,23 @@ def measure(root: Path, tf4_dir: Path | None, methods=tuple(CASES), archs=tuple(
     tf4 = load_in_subprocess(tf4_dir, ids_path, root / "tf4", checkpoints) if tf4_dir else None
     rows = []
     for c in checkpoints:
-        rows.append({
-            "checkpoint": c.name,
-            "ropescale": float((logits(ropescale.from_pretrained(c.path, attn_implementation="eager"), ids)
-                                - c.reference).abs().max()),
-            "tf5": max_delta(root / "tf5", tf5, c),
-            "tf5_version": tf5["transformers"],
-            "tf4": max_delta(root / "tf4", tf4, c) if tf4 else None,
-            "tf4_version": tf4["transformers"] if tf4 else None,
-            "tf4_read": tf4["checkpoints"][c.name] if tf4 else None,
-            "unscaled": float((c.unscaled - c.reference).abs().max()),
-            "rope_scaling": json.loads((c.path / "config.json").read_text()).get("rope_scaling", "absent"),
-        })
+        rows.append(
+            {
+                "checkpoint": c.name,
+                "ropescale": float(
+                    (logits(ropescale.from_pretrained(c.path, attn_implementation="eager"), ids) - c.reference)
+                    .abs()
+                    .max()
+                ),
+                "tf5": max_delta(root / "tf5", tf5, c),
+                "tf5_version": tf5["transformers"],
+                "tf4": max_delta(root / "tf4", tf4, c) if tf4 else None,
+                "tf4_version": tf4["transformers"] if tf4 else None,
+                "tf4_read": tf4["checkpoints"][c.name] if tf4 else None,
+                "unscaled": float((c.unscaled - c.reference).abs().max()),
+                "rope_scaling": json.loads((c.path / "config.json").read_text()).get("rope_scaling", "absent"),
+            }
+        )
     return rows
 
 
@@ -177,10 +191,15 @@ def format_table(rows: list[dict]) -> str:
     ]
     for r in rows:
         read = r["tf4_read"] or {}
-        built = (f"{read.get('rope_type')}, θ={read.get('rope_theta'):g}" if read.get("ok")
-                 else (read.get("error", "not run")[:40] if read else "not run"))
-        lines.append(f"| {r['checkpoint']} | {_fmt(r['tf4'])} | {built} | {_fmt(r['tf5'])} | "
-                     f"{_fmt(r['ropescale'])} | {_fmt(r['unscaled'])} |")
+        built = (
+            f"{read.get('rope_type')}, θ={read.get('rope_theta'):g}"
+            if read.get("ok")
+            else (read.get("error", "not run")[:40] if read else "not run")
+        )
+        lines.append(
+            f"| {r['checkpoint']} | {_fmt(r['tf4'])} | {built} | {_fmt(r['tf5'])} | "
+            f"{_fmt(r['ropescale'])} | {_fmt(r['unscaled'])} |"
+        )
     return "\n".join(lines)
 
 

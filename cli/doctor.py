@@ -33,8 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="DIR|org/name", help="checkpoint directory, config.json file, or Hub id")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     keys = ", ".join(e.key for e in ENGINES)
-    p.add_argument("--engines", default=None, metavar="LIST",
-                   help=f"comma-separated engines to judge (prefixes; default all): {keys}")
+    p.add_argument(
+        "--engines",
+        default=None,
+        metavar="LIST",
+        help=f"comma-separated engines to judge (prefixes; default all): {keys}",
+    )
     p.set_defaults(func=run)
 
 
@@ -50,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(report))
         if report.loses:
             names = ", ".join(f"{v.name} {v.versions}" for v in report.loses)
-            print(f"{len(report.loses)} loader(s) would silently drop the scaling ({names}); "
-                  "re-save it with ropescale to write the keys they read")
+            print(
+                f"{len(report.loses)} loader(s) would silently drop the scaling ({names}); "
+                "re-save it with ropescale to write the keys they read"
+            )
     return 1 if report.loses else 0
 
 

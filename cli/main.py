@@ -9,16 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
+from . import doctor as doctor_cmd
 from . import eval as eval_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
-from . import train as train_cmd
-from . import search as search_cmd
 from . import plot as plot_cmd
 from . import recommend as recommend_cmd
-from . import doctor as doctor_cmd
+from . import search as search_cmd
+from . import train as train_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

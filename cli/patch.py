@@ -26,8 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_args(p)
     add_scaling_args(p, factor_required=False)  # not with --from-search; checked in _from_search
-    p.add_argument("--from-search", default=None, metavar="DIR",
-                   help="use the best configuration found by `ropescale search --output DIR` (method, factor, parameters)")
+    p.add_argument(
+        "--from-search",
+        default=None,
+        metavar="DIR",
+        help="use the best configuration found by `ropescale search --output DIR` (method, factor, parameters)",
+    )
     p.add_argument("--output", default=None, metavar="DIR", help="write the patched checkpoint here")
     p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
@@ -46,8 +50,13 @@ def run(args: argparse.Namespace) -> int:
     out = check_output_dir(args.output, args.overwrite) if args.output else None
     config = load_config(args.model)
     plan = plan_patch(
-        config, kw["method"], kw["factor"], kw["original_max_position_embeddings"], kw["replace"],
-        target_length=kw["target_length"], **kw["params"]
+        config,
+        kw["method"],
+        kw["factor"],
+        kw["original_max_position_embeddings"],
+        kw["replace"],
+        target_length=kw["target_length"],
+        **kw["params"],
     )
     if out is None:
         print(summary(args.model, plan))
@@ -60,13 +69,22 @@ def run(args: argparse.Namespace) -> int:
             save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
     else:
         model = from_pretrained(
-            args.model, method=kw["method"], factor=kw["factor"], original_max_position_embeddings=kw["original_max_position_embeddings"],
-            replace=kw["replace"], sliding_window=kw["sliding_window"], method_params=kw["params"],
+            args.model,
+            method=kw["method"],
+            factor=kw["factor"],
+            original_max_position_embeddings=kw["original_max_position_embeddings"],
+            replace=kw["replace"],
+            sliding_window=kw["sliding_window"],
+            method_params=kw["params"],
             target_length=kw["target_length"],
         )
         with saving_quietly():
-            save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
-    print(f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}")
+            save_pretrained(
+                model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite
+            )
+    print(
+        f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}"
+    )
     print_saved(out)  # which loaders keep the scaling (ropescale doctor)
     return 0
 
@@ -82,8 +100,16 @@ def _from_search(args: argparse.Namespace) -> None:
             alternatives = "--target-length N, " if hasattr(args, "target_length") else ""
             raise ValueError(f"the following arguments are required: --factor (or {alternatives}--from-search DIR)")
         return
-    given = [flag for flag, value in (("--method", args.method), ("--factor", args.factor), ("--param", args.param),
-                                      ("--target-length", getattr(args, "target_length", None))) if value]
+    given = [
+        flag
+        for flag, value in (
+            ("--method", args.method),
+            ("--factor", args.factor),
+            ("--param", args.param),
+            ("--target-length", getattr(args, "target_length", None)),
+        )
+        if value
+    ]
     if given:
         raise ValueError(f"--from-search sets the method, factor and parameters; drop {', '.join(given)}")
     from ..search import load_search

@@ -34,10 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. lora.r=16 optim.lr=1e-4")
     p.add_argument("--output-dir", default=None, metavar="DIR", help="shortcut for train.output_dir=DIR")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the output folder")
-    p.add_argument("--overwrite", action="store_true", help="discard checkpoints of an earlier run in the output folder")
+    p.add_argument(
+        "--overwrite", action="store_true", help="discard checkpoints of an earlier run in the output folder"
+    )
     p.add_argument("--merge", action="store_true", help="after training, write the merged model to OUTPUT_DIR/merged")
     p.add_argument("--dry-run", action="store_true", help="validate the recipe, print it and exit (loads nothing)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (metrics.jsonl still records every step)")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (metrics.jsonl still records every step)"
+    )
     p.set_defaults(func=run_train)
 
     e = sub.add_parser(
@@ -51,8 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("run", metavar="RUN_DIR", help="the training output folder (train.output_dir)")
     e.add_argument("--output", required=True, metavar="DIR", help="where to write the merged checkpoint")
     e.add_argument("--checkpoint", default=None, help="step-N or N (default: the newest checkpoint)")
-    e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="dtype of the base weights the LoRA update is merged into (default float32)")
+    e.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="dtype of the base weights the LoRA update is merged into (default float32)",
+    )
     e.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
     e.set_defaults(func=run_export)
 
@@ -63,12 +71,17 @@ def _summary(config) -> str:
     lines = [
         f"recipe:        {c.name}",
         f"model:         {c.model.name} ({c.model.dtype}, attention {c.model.attn_implementation})",
-        f"scaling:       {c.scaling.method} x{c.scaling.factor:g}" + (f" {c.scaling.params}" if c.scaling.params else ""),
+        f"scaling:       {c.scaling.method} x{c.scaling.factor:g}"
+        + (f" {c.scaling.params}" if c.scaling.params else ""),
         f"lora:          r={c.lora.r} alpha={c.lora.alpha:g} dropout={c.lora.dropout:g} on {','.join(c.lora.target_modules)}"
         + (f" + trainable {','.join(c.lora.trainable)}" if c.lora.trainable else ""),
         f"windows:       {c.data.seq_len} tokens from {c.data.source}"
-        + (f" (PoSE: {c.pose.chunks} chunks, positions up to {target}, content {c.pose.content})" if c.pose.enabled else ""),
-        f"attention:     " + (f"S2-Attn, groups of {c.s2attn.group_ratio:g} x window" if c.s2attn.enabled else "full"),
+        + (
+            f" (PoSE: {c.pose.chunks} chunks, positions up to {target}, content {c.pose.content})"
+            if c.pose.enabled
+            else ""
+        ),
+        "attention:     " + (f"S2-Attn, groups of {c.s2attn.group_ratio:g} x window" if c.s2attn.enabled else "full"),
         f"optimizer:     AdamW lr {c.optim.lr:g} betas {tuple(c.optim.betas)} wd {c.optim.weight_decay:g}, "
         f"{c.optim.warmup_steps} warm-up steps, {c.optim.schedule}",
         f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
@@ -98,8 +111,10 @@ def run_train(args: argparse.Namespace) -> int:
     if trainer.accelerator.is_main_process:
         losses = result.losses
         loss_text = f", loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else ""
-        print(f"trained {config.name} to step {result.step}{loss_text} in {result.seconds:.0f} s; "
-              f"checkpoints and adapter in {result.output_dir}")
+        print(
+            f"trained {config.name} to step {result.step}{loss_text} in {result.seconds:.0f} s; "
+            f"checkpoints and adapter in {result.output_dir}"
+        )
         for record in result.evals:
             if record:
                 print(f"perplexity at {record['eval_length']} tokens: {record['eval_ppl']:.3f}")
@@ -107,7 +122,6 @@ def run_train(args: argparse.Namespace) -> int:
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
             from ..training.export import export
-
             from .doctor import print_saved, saving_quietly
 
             with saving_quietly():
@@ -118,9 +132,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from .common import check_output_dir
     from ..training.export import export
-
+    from .common import check_output_dir
     from .doctor import print_saved, saving_quietly
 
     out = check_output_dir(args.output, args.overwrite)

@@ -39,8 +39,9 @@ engine has no implementation of it, whatever the config says).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .legacy import FIELDS
 
@@ -92,12 +93,19 @@ class Report:
         return [v for v in self.verdicts if v.verdict == LOSES]
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "method": self.method, "scaled": self.scaled, "note": self.note,
-                "ok": not self.loses, "engines": [asdict(v) for v in self.verdicts]}
+        return {
+            "source": self.source,
+            "method": self.method,
+            "scaled": self.scaled,
+            "note": self.note,
+            "ok": not self.loses,
+            "engines": [asdict(v) for v in self.verdicts],
+        }
 
 
 # --- readers: config.json dict -> (the rope dict the engine builds from, with rope_theta and the
 # original context filled in as it fills them; a description of where it read it) ---------------
+
 
 def _flat(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict) or not value:
@@ -120,8 +128,9 @@ def read_tf4(data: dict) -> tuple[dict | None, str]:
     rope = _flat(data.get("rope_scaling")) or {"rope_type": "default"}
     rope["rope_theta"] = data.get("rope_theta", DEFAULT_THETA)
     if rope["rope_type"] == "longrope":  # 4.57 ignores rope_scaling's own value here
-        rope["original_max_position_embeddings"] = data.get("original_max_position_embeddings",
-                                                            data.get("max_position_embeddings"))
+        rope["original_max_position_embeddings"] = data.get(
+            "original_max_position_embeddings", data.get("max_position_embeddings")
+        )
     elif rope["rope_type"] == "yarn":
         rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
     where = "rope_scaling" if data.get("rope_scaling") else "rope_scaling (absent)"
@@ -165,7 +174,10 @@ def read_gguf(data: dict) -> tuple[dict | None, str]:
 
 
 READERS: dict[str, Callable[[dict], tuple[dict | None, str]]] = {
-    "tf4": read_tf4, "tf5": read_tf5, "vllm_tf4": read_vllm_tf4, "legacy_engine": read_legacy_engine,
+    "tf4": read_tf4,
+    "tf5": read_tf5,
+    "vllm_tf4": read_vllm_tf4,
+    "legacy_engine": read_legacy_engine,
     "gguf": read_gguf,
 }
 
@@ -177,14 +189,21 @@ ENGINES: tuple[Engine, ...] = (
     Engine("vllm-tf5", "vLLM", ">= 0.19.1 (transformers 5)", "tf5", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
     Engine("sglang", "SGLang", "on transformers 4.x", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
     Engine("tgi", "TGI", "2.x-3.3.7", "legacy_engine", {"linear": (CANNOT, _LINEAR_TGI)}),
-    Engine("llama.cpp", "llama.cpp", "GGUF converter, late 2025+", "gguf", {
-        "dynamic": (CANNOT, "llama.cpp has no dynamic NTK: the converter writes plain RoPE"),
-        "longrope": (CANNOT, "the converter exports long/short factors only for Phi-3 architectures"),
-    }),
+    Engine(
+        "llama.cpp",
+        "llama.cpp",
+        "GGUF converter, late 2025+",
+        "gguf",
+        {
+            "dynamic": (CANNOT, "llama.cpp has no dynamic NTK: the converter writes plain RoPE"),
+            "longrope": (CANNOT, "the converter exports long/short factors only for Phi-3 architectures"),
+        },
+    ),
 )
 
 
 # --- what the checkpoint means, and the comparison -------------------------------------------
+
 
 @dataclass(frozen=True)
 class Intent:
@@ -213,8 +232,11 @@ def intent_of(data: dict) -> Intent:
     if rope["rope_type"] in ("yarn", "llama3", "longrope"):
         rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
     rope_type = str(rope["rope_type"])
-    native = bool(block.get("native", True)) and not rope_type.startswith(NON_NATIVE_PREFIX) \
+    native = (
+        bool(block.get("native", True))
+        and not rope_type.startswith(NON_NATIVE_PREFIX)
         and not str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX)
+    )
     attention = None
     if block.get("method") == "self_extend":
         attention = "self_extend"
@@ -251,15 +273,20 @@ def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | 
     kind = rope["rope_type"]
     if engine.key == "tgi" and kind == "yarn":
         custom = [k for k in ("attention_factor",) if rope.get(k) is not None]
-        custom += [k for k in ("beta_fast", "beta_slow")
-                   if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])]
+        custom += [
+            k for k in ("beta_fast", "beta_slow") if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])
+        ]
         if custom:
-            return APPROXIMATES, ("TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor "
-                                  f"({', '.join(custom)} set)")
+            return APPROXIMATES, (
+                f"TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor ({', '.join(custom)} set)"
+            )
     if engine.key == "tgi" and kind == "longrope" and "original_max_position_embeddings" not in data:
         return FAILS, "TGI longrope reads the top-level original_max_position_embeddings (absent: AttributeError)"
-    if engine.key == "transformers4" and kind == "llama3" and not (data.get("rope_scaling") or {}).get(
-            "original_max_position_embeddings"):
+    if (
+        engine.key == "transformers4"
+        and kind == "llama3"
+        and not (data.get("rope_scaling") or {}).get("original_max_position_embeddings")
+    ):
         return FAILS, "4.x llama3 requires rope_scaling.original_max_position_embeddings (KeyError)"
     return None
 
@@ -276,12 +303,16 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
         A :class:`Verdict`: ``loses`` when what the engine reads (its reader) differs from the
         intended scaling, else the engine's own support for that rope type and parameters.
     """
+
     def verdict(kind: str, why: str) -> Verdict:
         return Verdict(engine.key, engine.name, engine.versions, kind, why)
 
     if not intent.native:
-        return verdict(CANNOT, f"needs ropescale: {intent.method} is not expressible in config.json "
-                               f"(model_type {data.get('model_type')!r} stops plain loaders)")
+        return verdict(
+            CANNOT,
+            f"needs ropescale: {intent.method} is not expressible in config.json "
+            f"(model_type {data.get('model_type')!r} stops plain loaders)",
+        )
     seen, where = READERS[engine.reader](data)
     caveat = _param_caveats(engine, seen, data)
     if caveat is not None and caveat[0] == FAILS:
@@ -310,8 +341,12 @@ def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] =
         A :class:`Report`; ``report.loses`` lists the engines that would silently drop the scaling.
     """
     intent = intent_of(data)
-    scaled = intent.rope["rope_type"] != "default" or not _same(intent.rope["rope_theta"], intent.original_theta) \
-        or not intent.native or intent.attention_mode is not None
+    scaled = (
+        intent.rope["rope_type"] != "default"
+        or not _same(intent.rope["rope_theta"], intent.original_theta)
+        or not intent.native
+        or intent.attention_mode is not None
+    )
     verdicts = [judge(e, data, intent) for e in engines]
     verdicts.append(Verdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block"))
     return Report(source, intent.method, scaled, verdicts, outside_note(intent))
@@ -327,11 +362,15 @@ def outside_note(intent: Intent) -> str | None:
         What other loaders do with it instead (save_pretrained warns it), or None.
     """
     if not intent.native:
-        return (f"{intent.method} cannot be expressed outside ropescale: plain transformers/vLLM stop at the "
-                "config; load it with ropescale.from_pretrained (or trust_remote_code=True)")
+        return (
+            f"{intent.method} cannot be expressed outside ropescale: plain transformers/vLLM stop at the "
+            "config; load it with ropescale.from_pretrained (or trust_remote_code=True)"
+        )
     if intent.attention_mode == "kv_consistent":
-        return (f"{intent.method} with KV-consistent rotation cannot be expressed outside ropescale: "
-                "transformers/vLLM load it as plain dynamic NTK without KV consistency")
+        return (
+            f"{intent.method} with KV-consistent rotation cannot be expressed outside ropescale: "
+            "transformers/vLLM load it as plain dynamic NTK without KV consistency"
+        )
     return None
 
 
@@ -350,8 +389,9 @@ def select(keys: str | None) -> tuple[Engine, ...]:
     chosen = tuple(e for e in ENGINES if any(e.key.startswith(w) for w in wanted))
     unknown = [w for w in wanted if not any(e.key.startswith(w) for e in ENGINES)]
     if unknown or not chosen:
-        raise ValueError(f"unknown engine {unknown[0] if unknown else keys!r}; engines: "
-                         f"{', '.join(e.key for e in ENGINES)}")
+        raise ValueError(
+            f"unknown engine {unknown[0] if unknown else keys!r}; engines: {', '.join(e.key for e in ENGINES)}"
+        )
     return chosen
 
 
@@ -373,8 +413,21 @@ def format_table(report: Report) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ENGINES", "Engine", "Report", "Verdict", "check", "format_table", "outside_note", "select",
-           "KEEPS", "APPROXIMATES", "LOSES", "FAILS", "CANNOT"]
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "Report",
+    "Verdict",
+    "check",
+    "format_table",
+    "outside_note",
+    "select",
+    "KEEPS",
+    "APPROXIMATES",
+    "LOSES",
+    "FAILS",
+    "CANNOT",
+]
 
 
 def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
@@ -399,8 +452,9 @@ def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
             raise RopescaleError(f"'{name_or_path}' has no config.json")
     elif not path.is_file():
         if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
-            raise RopescaleError(f"'{name_or_path}' not found: give a checkpoint directory, a config.json "
-                                 "or a Hub id org/name")
+            raise RopescaleError(
+                f"'{name_or_path}' not found: give a checkpoint directory, a config.json or a Hub id org/name"
+            )
         from huggingface_hub import hf_hub_download
         from huggingface_hub.utils import logging as hub_logging
 

@@ -42,14 +42,27 @@ NEEDS_ORIGINAL_CONTEXT = ("yarn", "llama3", "longrope")
 FIELDS = {
     "linear": ("factor",),
     "dynamic": ("factor",),
-    "yarn": ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
-             "attention_factor", "mscale", "mscale_all_dim"),
+    "yarn": (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "truncate",
+        "attention_factor",
+        "mscale",
+        "mscale_all_dim",
+    ),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
     "longrope": ("factor", "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor"),
 }
 #: keys :func:`legacy_keys` may write (and :func:`write_legacy_keys` may remove when not needed)
-LEGACY_KEYS = ("rope_scaling", "rope_theta", "max_position_embeddings", "original_max_position_embeddings",
-               "partial_rotary_factor")
+LEGACY_KEYS = (
+    "rope_scaling",
+    "rope_theta",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+    "partial_rotary_factor",
+)
 
 
 def _as_dict(config: Any) -> dict[str, Any]:

@@ -79,15 +79,17 @@ def patch(
     included). The model's config is updated in place (its submodules share it) and its rotary
     module rebuilt; weights are untouched.
     """
-    plan = plan_patch(model.config, method, factor, original_max_position_embeddings, replace,
-                      target_length=target_length, **params)
+    plan = plan_patch(
+        model.config, method, factor, original_max_position_embeddings, replace, target_length=target_length, **params
+    )
     apply_plan(model.config, plan, sliding_window)
     install_rotary(model, plan)
     return model
 
 
-def save_pretrained(model: Any, directory: str | Path, tokenizer: Any = None, config_only: bool = False,
-                    overwrite: bool = False) -> Path:
+def save_pretrained(
+    model: Any, directory: str | Path, tokenizer: Any = None, config_only: bool = False, overwrite: bool = False
+) -> Path:
     """Save a (patched) model, its tokenizer and config atomically.
 
     Args:

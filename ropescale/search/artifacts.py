@@ -29,8 +29,10 @@ HELDOUT = "heldout.json"
 CONFIG = "config.json"
 PLOT = "factors.png"
 SCALING = "scaling.yaml"
-SCALING_HEADER = ("# The searched scaling: an eval suite's `methods:` entry (add `label: searched`) or a training\n"
-                  "# recipe's `scaling:` section; `ropescale patch --from-search DIR` applies it to a model.\n")
+SCALING_HEADER = (
+    "# The searched scaling: an eval suite's `methods:` entry (add `label: searched`) or a training\n"
+    "# recipe's `scaling:` section; `ropescale patch --from-search DIR` applies it to a model.\n"
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,9 @@ class SearchResult:
         return {"label": label, "method": self.method, "factor": self.params["factor"], "params": params}
 
 
-def write_best(directory: Path, space: Any, candidate: dict[str, Any], settings: dict[str, Any], model_config: Any) -> None:
+def write_best(
+    directory: Path, space: Any, candidate: dict[str, Any], settings: dict[str, Any], model_config: Any
+) -> None:
     """``best.json`` and the patched ``config.json`` for ``candidate``."""
     from ..patching.config import patch_config
 
@@ -68,22 +72,34 @@ def write_best(directory: Path, space: Any, candidate: dict[str, Any], settings:
     config = patch_config(model_config, space.method, replace=True, **params)
     from ..export.legacy import with_legacy_keys  # the keys transformers 4 / serving engines read
 
-    atomic_write_text(directory / CONFIG, json.dumps(with_legacy_keys(json.loads(config.to_json_string())),
-                                                     indent=2, sort_keys=True) + "\n")
+    atomic_write_text(
+        directory / CONFIG,
+        json.dumps(with_legacy_keys(json.loads(config.to_json_string())), indent=2, sort_keys=True) + "\n",
+    )
     import yaml
 
-    scaling = {"method": space.method, "factor": params["factor"], "params": {k: v for k, v in params.items() if k != "factor"}}
-    atomic_write_text(directory / SCALING, SCALING_HEADER + yaml.safe_dump(scaling, sort_keys=False, default_flow_style=None, width=120))
-    atomic_write_json(directory / BEST, {
+    scaling = {
         "method": space.method,
-        "params": params,
-        "model": settings["model"],
-        "candidate": candidate["index"],
-        "origin": candidate["origin"],
-        "calibration": {"ppl": candidate["score"]["ppl"], "tokens": candidate["score"]["tokens"]},
-        "rope_parameters": config.rope_parameters,
-        "max_position_embeddings": config.max_position_embeddings,
-    })
+        "factor": params["factor"],
+        "params": {k: v for k, v in params.items() if k != "factor"},
+    }
+    atomic_write_text(
+        directory / SCALING,
+        SCALING_HEADER + yaml.safe_dump(scaling, sort_keys=False, default_flow_style=None, width=120),
+    )
+    atomic_write_json(
+        directory / BEST,
+        {
+            "method": space.method,
+            "params": params,
+            "model": settings["model"],
+            "candidate": candidate["index"],
+            "origin": candidate["origin"],
+            "calibration": {"ppl": candidate["score"]["ppl"], "tokens": candidate["score"]["tokens"]},
+            "rope_parameters": config.rope_parameters,
+            "max_position_embeddings": config.max_position_embeddings,
+        },
+    )
 
 
 def load_search(directory: str | os.PathLike) -> SearchResult:
@@ -95,13 +111,16 @@ def load_search(directory: str | os.PathLike) -> SearchResult:
         raise RopescaleError(f"'{directory}' {what} (no {BEST}; run `ropescale search --output {directory}`)")
     try:
         data = json.loads(path.read_text())
-        return SearchResult(str(data["method"]), dict(data["params"]), str(data["model"]),
-                            float(data["calibration"]["ppl"]), directory)
+        return SearchResult(
+            str(data["method"]), dict(data["params"]), str(data["model"]), float(data["calibration"]["ppl"]), directory
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise RopescaleError(f"'{path}' is not a valid search result: {exc}") from None
 
 
-def plot_factors(path: Path, space: Any, best: dict[str, Any], seeds: dict[str, list[float]], title: str) -> Path | None:
+def plot_factors(
+    path: Path, space: Any, best: dict[str, Any], seeds: dict[str, list[float]], title: str
+) -> Path | None:
     """Per-pair λ_i = θ_i/θ'_i of the best candidate against the closed-form methods (log scale)."""
     try:
         import matplotlib
@@ -114,8 +133,13 @@ def plot_factors(path: Path, space: Any, best: dict[str, Any], seeds: dict[str, 
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     styles = {"linear": ":", "ntk": "--", "yarn": "-."}
     for name, lam in seeds.items():
-        ax.plot(range(len(lam)), lam, styles.get(name, ":"), color="gray" if name != "yarn" else "tab:orange",
-                label={"linear": "PI", "ntk": "NTK", "yarn": "YaRN"}.get(name, name))
+        ax.plot(
+            range(len(lam)),
+            lam,
+            styles.get(name, ":"),
+            color="gray" if name != "yarn" else "tab:orange",
+            label={"linear": "PI", "ntk": "NTK", "yarn": "YaRN"}.get(name, name),
+        )
     ax.plot(range(len(best["lam"])), best["lam"], "o-", color="tab:blue", ms=3.5, label=best["label"])
     wavelengths = [2 * math.pi / t for t in spec.base_inv_freq().tolist()]
     critical = next((i for i, w in enumerate(wavelengths) if w > spec.original_max_position_embeddings), None)
@@ -146,8 +170,10 @@ def _space_line(settings: dict[str, Any]) -> str:
     if settings["method"] != "longrope":
         return "YaRN's beta_fast, beta_slow and attention factor"
     floor = "λ_i ≥ s on pairs with wavelength > L" if space.get("floor") else "no floor"
-    return (f"per-pair factors λ non-decreasing in [1, {space.get('max_ratio', 1.25):g}·s], {floor}; "
-            f"attention factor: {space.get('attention', 'search')}")
+    return (
+        f"per-pair factors λ non-decreasing in [1, {space.get('max_ratio', 1.25):g}·s], {floor}; "
+        f"attention factor: {space.get('attention', 'search')}"
+    )
 
 
 def _ticks(upper: float) -> list[float]:
@@ -178,5 +204,9 @@ def markdown_report(report: dict[str, Any]) -> str:
             v = row["values"].get(col["key"])
             cells.append("—" if v is None else f"{v:.3f}")
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
-    lines += ["", "Tokens scored per cell: " + ", ".join(f"{c['title']}: {c['tokens']}" for c in report["columns"] if c.get("tokens"))]
+    lines += [
+        "",
+        "Tokens scored per cell: "
+        + ", ".join(f"{c['title']}: {c['tokens']}" for c in report["columns"] if c.get("tokens")),
+    ]
     return "\n".join(lines) + "\n"

@@ -18,22 +18,83 @@ LONG = [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
 
 # method, factor, params, the legacy keys expected (by hand, from transformers 4.57 modeling_rope_utils)
 CASES = [
-    ("linear", 4, {}, {"rope_scaling": {"type": "linear", "rope_type": "linear", "factor": 4.0},
-                       "rope_theta": BASE, "max_position_embeddings": 4 * L}),
+    (
+        "linear",
+        4,
+        {},
+        {
+            "rope_scaling": {"type": "linear", "rope_type": "linear", "factor": 4.0},
+            "rope_theta": BASE,
+            "max_position_embeddings": 4 * L,
+        },
+    ),
     ("ntk", 4, {}, {"rope_scaling": None, "rope_theta": BASE * 4 ** (16 / 14), "max_position_embeddings": 4 * L}),
-    ("dynamic_ntk", 4, {}, {"rope_scaling": {"type": "dynamic", "rope_type": "dynamic", "factor": 4.0},
-                            "rope_theta": BASE, "max_position_embeddings": L}),
-    ("yarn", 8, {"beta_fast": 16, "attention_factor": 1.0},
-     {"rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": L,
-                       "beta_fast": 16, "beta_slow": 1.0, "truncate": True, "attention_factor": 1.0},
-      "rope_theta": BASE, "max_position_embeddings": 8 * L, "original_max_position_embeddings": L}),
-    ("llama3", 8, {}, {"rope_scaling": {"type": "llama3", "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 4.0, "original_max_position_embeddings": L},
-                       "rope_theta": BASE, "max_position_embeddings": 8 * L, "original_max_position_embeddings": L}),
-    ("longrope", 4, {"long_factor": LONG},
-     {"rope_scaling": {"type": "longrope", "rope_type": "longrope", "factor": 4.0, "long_factor": LONG,
-                       "short_factor": [1.0] * 8, "original_max_position_embeddings": L},
-      "rope_theta": BASE, "max_position_embeddings": 4 * L, "original_max_position_embeddings": L}),
+    (
+        "dynamic_ntk",
+        4,
+        {},
+        {
+            "rope_scaling": {"type": "dynamic", "rope_type": "dynamic", "factor": 4.0},
+            "rope_theta": BASE,
+            "max_position_embeddings": L,
+        },
+    ),
+    (
+        "yarn",
+        8,
+        {"beta_fast": 16, "attention_factor": 1.0},
+        {
+            "rope_scaling": {
+                "type": "yarn",
+                "rope_type": "yarn",
+                "factor": 8.0,
+                "original_max_position_embeddings": L,
+                "beta_fast": 16,
+                "beta_slow": 1.0,
+                "truncate": True,
+                "attention_factor": 1.0,
+            },
+            "rope_theta": BASE,
+            "max_position_embeddings": 8 * L,
+            "original_max_position_embeddings": L,
+        },
+    ),
+    (
+        "llama3",
+        8,
+        {},
+        {
+            "rope_scaling": {
+                "type": "llama3",
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": L,
+            },
+            "rope_theta": BASE,
+            "max_position_embeddings": 8 * L,
+            "original_max_position_embeddings": L,
+        },
+    ),
+    (
+        "longrope",
+        4,
+        {"long_factor": LONG},
+        {
+            "rope_scaling": {
+                "type": "longrope",
+                "rope_type": "longrope",
+                "factor": 4.0,
+                "long_factor": LONG,
+                "short_factor": [1.0] * 8,
+                "original_max_position_embeddings": L,
+            },
+            "rope_theta": BASE,
+            "max_position_embeddings": 4 * L,
+            "original_max_position_embeddings": L,
+        },
+    ),
 ]
 
 
@@ -77,8 +138,9 @@ def test_saved_checkpoint_carries_the_keys_and_reloads_the_same(tmp_path, long_i
 
 def test_non_native_checkpoint_has_no_rope_scaling(tmp_path):
     with pytest.warns(UserWarning, match="dynamic_yarn cannot be expressed outside ropescale"):
-        ropescale.save_pretrained(ropescale.patch(tiny_model(), "dynamic_yarn", factor=4), tmp_path / "o",
-                                  config_only=True)
+        ropescale.save_pretrained(
+            ropescale.patch(tiny_model(), "dynamic_yarn", factor=4), tmp_path / "o", config_only=True
+        )
     data = json.loads((tmp_path / "o" / "config.json").read_text())
     assert data["rope_scaling"] is None and data["rope_theta"] == BASE
     assert data["model_type"] == "ropescale_llama"
@@ -86,13 +148,17 @@ def test_non_native_checkpoint_has_no_rope_scaling(tmp_path):
 
 def test_kv_consistent_save_warns_what_other_loaders_get(tmp_path):
     with pytest.warns(UserWarning, match="plain dynamic NTK without KV consistency"):
-        ropescale.save_pretrained(ropescale.patch(tiny_model(), "dynamic_ntk", factor=4), tmp_path / "o",
-                                  config_only=True)
+        ropescale.save_pretrained(
+            ropescale.patch(tiny_model(), "dynamic_ntk", factor=4), tmp_path / "o", config_only=True
+        )
 
 
 def test_stale_original_context_is_removed_and_partial_rotary_kept():
-    data = {"max_position_embeddings": 256, "original_max_position_embeddings": 64,
-            "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0, "partial_rotary_factor": 0.5}}
+    data = {
+        "max_position_embeddings": 256,
+        "original_max_position_embeddings": 64,
+        "rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 4.0, "partial_rotary_factor": 0.5},
+    }
     out = with_legacy_keys(data)
     assert "original_max_position_embeddings" not in out
     assert out["partial_rotary_factor"] == 0.5 and out["rope_scaling"]["factor"] == 4.0
@@ -100,8 +166,14 @@ def test_stale_original_context_is_removed_and_partial_rotary_kept():
 
 
 def test_longrope_pins_the_attention_factor_when_the_field_is_not_factor_times_L():
-    rope = {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.5, "original_max_position_embeddings": 100,
-            "long_factor": [1.0], "short_factor": [1.0]}
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 1e4,
+        "factor": 2.5,
+        "original_max_position_embeddings": 100,
+        "long_factor": [1.0],
+        "short_factor": [1.0],
+    }
     scaling = legacy_keys({"max_position_embeddings": 251, "rope_parameters": rope})["rope_scaling"]
     assert scaling["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(2.5) / math.log(100)))
     exact = legacy_keys({"max_position_embeddings": 250, "rope_parameters": rope})["rope_scaling"]
@@ -113,8 +185,20 @@ def test_patch_cli_config_only_writes_the_keys_and_the_verdict(tmp_path, capsys)
 
     src = tmp_path / "src"
     tiny_model().save_pretrained(src)
-    code = main(["patch", "--model", str(src), "--method", "llama3", "--factor", "8", "--output",
-                 str(tmp_path / "out"), "--config-only"])
+    code = main(
+        [
+            "patch",
+            "--model",
+            str(src),
+            "--method",
+            "llama3",
+            "--factor",
+            "8",
+            "--output",
+            str(tmp_path / "out"),
+            "--config-only",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     data = json.loads((tmp_path / "out" / "config.json").read_text())

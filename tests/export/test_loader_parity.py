@@ -52,8 +52,14 @@ def test_transformers_4_57_and_5_give_ropescales_logits(rows):
 
 
 def test_transformers_4_57_builds_the_methods_own_rotary(rows):
-    expected = {"linear": "linear", "ntk": "default", "dynamic_ntk": "dynamic", "yarn": "yarn",
-                "llama3": "llama3", "longrope": "longrope"}
+    expected = {
+        "linear": "linear",
+        "ntk": "default",
+        "dynamic_ntk": "dynamic",
+        "yarn": "yarn",
+        "llama3": "llama3",
+        "longrope": "longrope",
+    }
     for r in rows:
         method = r["checkpoint"].split("-", 1)[1]
         assert r["tf4_read"]["rope_type"] == expected[method], r
