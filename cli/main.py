@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from . import doctor as doctor_cmd
 from . import eval as eval_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
@@ -44,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd):
+    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd, doctor_cmd):
         module.register(sub)
     return parser
 

@@ -61,9 +61,12 @@ def run(args: argparse.Namespace) -> int:
     if out is None:
         print(summary(args.model, plan))
         return 0
+    from .doctor import print_saved, saving_quietly
+
     if args.config_only:
         apply_plan(config, plan, kw["sliding_window"])
-        save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
+        with saving_quietly():
+            save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
     else:
         model = from_pretrained(
             args.model,
@@ -75,10 +78,14 @@ def run(args: argparse.Namespace) -> int:
             method_params=kw["params"],
             target_length=kw["target_length"],
         )
-        save_pretrained(model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite)
+        with saving_quietly():
+            save_pretrained(
+                model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite
+            )
     print(
         f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}"
     )
+    print_saved(out)  # which loaders keep the scaling (ropescale doctor)
     return 0
 
 

@@ -122,17 +122,23 @@ def run_train(args: argparse.Namespace) -> int:
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
             from ..training.export import export
+            from .doctor import print_saved, saving_quietly
 
-            out = export(config.output_dir, config.output_dir / "merged", overwrite=True)
+            with saving_quietly():
+                out = export(config.output_dir, config.output_dir / "merged", overwrite=True)
             print(f"wrote merged model to {out}")
+            print_saved(out)
     return 0
 
 
 def run_export(args: argparse.Namespace) -> int:
     from ..training.export import export
     from .common import check_output_dir
+    from .doctor import print_saved, saving_quietly
 
     out = check_output_dir(args.output, args.overwrite)
-    path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
+    with saving_quietly():
+        path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote merged model to {path}")
+    print_saved(path)
     return 0

@@ -11,10 +11,13 @@ with it, the classes of :mod:`ropescale.models.remote` hand the whole load to
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .._io import atomic_directory
+from ..interop.legacy import write_legacy_keys
+from ..interop.verdict import check
 from ..patching.plan import NON_NATIVE_PREFIX, REMOTE_CODE_MODULE
 
 CONFIG_CLASS = "RopescaleConfig"
@@ -81,9 +84,12 @@ def save_pretrained(
         overwrite: replace an existing non-empty directory.
 
     Returns:
-        ``directory``. For non-native methods the config is marked and ``modeling_ropescale.py``
-        added (see :mod:`ropescale.models.remote`), so plain transformers explains what to do
-        instead of failing inside the model.
+        ``directory``. config.json carries, beside ``rope_parameters``, the legacy keys older
+        transformers and the serving engines read (:mod:`ropescale.interop.legacy`; check a
+        checkpoint with :func:`ropescale.interop.verdict.check` or ``ropescale doctor``). For
+        non-native methods the config is marked and ``modeling_ropescale.py`` added (see
+        :mod:`ropescale.models.remote`), so plain transformers explains what to do instead of
+        failing inside the model; a one-line warning says what other loaders get instead.
     """
     directory = Path(directory)
     config = model.config
@@ -94,7 +100,12 @@ def save_pretrained(
             model.save_pretrained(tmp)
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
+        # the keys transformers 4.x and the serving engines read, beside rope_parameters
+        data = write_legacy_keys(tmp / "config.json")
         block = getattr(config, "ropescale", None)
         if isinstance(block, dict) and not block.get("native", True):
             mark_non_native(tmp, config)
+    note = check(data).note if isinstance(getattr(config, "ropescale", None), dict) else None
+    if note:
+        warnings.warn(note, UserWarning, stacklevel=2)
     return directory

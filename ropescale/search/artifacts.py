@@ -72,7 +72,12 @@ def write_best(
 
     params = space.method_params(candidate["params"])
     config = patch_config(model_config, space.method, replace=True, **params)
-    atomic_write_text(directory / CONFIG, config.to_json_string())
+    from ..interop.legacy import with_legacy_keys  # the keys transformers 4 / serving engines read
+
+    atomic_write_text(
+        directory / CONFIG,
+        json.dumps(with_legacy_keys(json.loads(config.to_json_string())), indent=2, sort_keys=True) + "\n",
+    )
     import yaml
 
     scaling = {

@@ -1,0 +1,78 @@
+"""``ropescale doctor``: which loaders keep a checkpoint's RoPE scaling (reads config.json only)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import warnings
+from pathlib import Path
+
+EXAMPLES = """examples:
+  ropescale doctor ./llama-yarn4                 # a checkpoint directory
+  ropescale doctor org/name                      # config.json alone from the Hub
+  ropescale doctor ./llama-yarn4 --json          # for scripts
+  ropescale doctor ./llama-yarn4 --engines transformers,vllm
+
+exit status: 0 when no listed engine silently drops the scaling, 1 when one would (re-save the
+checkpoint with this ropescale: it writes the keys that engine reads), 2 for bad input.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..interop.engines import ENGINES
+
+    p = sub.add_parser(
+        "doctor",
+        help="say which loaders (transformers 4/5, vLLM, SGLang, TGI, llama.cpp) keep a checkpoint's RoPE scaling",
+        description="Read a checkpoint's config.json (no weights) and say, for each loader, whether it keeps "
+        "the RoPE scaling, approximates it, loses it silently, fails, or cannot express it, and why.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="DIR|org/name", help="checkpoint directory, config.json file, or Hub id")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    keys = ", ".join(e.key for e in ENGINES)
+    p.add_argument(
+        "--engines",
+        default=None,
+        metavar="LIST",
+        help=f"comma-separated engines to judge (prefixes; default all): {keys}",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..interop.engines import select
+    from ..interop.verdict import check, format_table, read_config_json
+
+    engines = select(args.engines)
+    data, source = read_config_json(args.model)
+    report = check(data, source, engines)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_table(report))
+        if report.loses:
+            names = ", ".join(f"{v.name} {v.versions}" for v in report.loses)
+            print(
+                f"{len(report.loses)} loader(s) would silently drop the scaling ({names}); "
+                "re-save it with ropescale to write the keys they read"
+            )
+    return 1 if report.loses else 0
+
+
+def print_saved(directory: str | Path) -> None:
+    """After a save (patch --output, export): the verdict table of the written config.json."""
+    from ..interop.verdict import check, format_table, read_config_json
+
+    data, _ = read_config_json(str(directory))
+    print(format_table(check(data, f"{directory}/config.json")))
+
+
+@contextlib.contextmanager
+def saving_quietly():
+    """Around a save in the CLI: drop save_pretrained's one-line warning (:func:`print_saved` prints it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cannot be expressed outside ropescale", category=UserWarning)
+        yield

@@ -1,0 +1,312 @@
+"""Judging a config.json against the engine rules of :mod:`.engines`: one verdict per engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .engines import (
+    APPROXIMATES,
+    CANNOT,
+    DEFAULT_THETA,
+    ENGINES,
+    FAILS,
+    FIELD_DEFAULTS,
+    KEEPS,
+    LOSES,
+    NON_NATIVE_PREFIX,
+    PROVENANCE_KEY,
+    READERS,
+    Engine,
+    flat_rope,
+    original_context,
+)
+from .legacy import FIELDS
+
+
+@dataclass(frozen=True)
+class Verdict:
+    engine: str
+    name: str
+    versions: str
+    verdict: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`check` found: the intended scaling and one verdict per engine."""
+
+    source: str
+    method: str
+    scaled: bool
+    verdicts: list[Verdict]
+    note: str | None = None  # one line for scalings no engine but ropescale reproduces
+
+    @property
+    def loses(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.verdict == LOSES]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "method": self.method,
+            "scaled": self.scaled,
+            "note": self.note,
+            "ok": not self.loses,
+            "engines": [asdict(v) for v in self.verdicts],
+        }
+
+
+# --- readers: config.json dict -> (the rope dict the engine builds from, with rope_theta and the
+# original context filled in as it fills them; a description of where it read it) ---------------
+
+
+@dataclass(frozen=True)
+class Intent:
+    rope: dict[str, Any]  # the rope dict as ropescale / transformers 5 build the model from it
+    method: str
+    native: bool
+    attention_mode: str | None
+    original_theta: float
+
+
+def intent_of(data: dict) -> Intent:
+    """The scaling a config.json means.
+
+    Args:
+        data: the parsed config.json.
+
+    Returns:
+        An :class:`Intent` from ``rope_parameters`` and ropescale's provenance block (method,
+        native, KV-consistent mode, original base); from the legacy keys when there is no
+        ``rope_parameters`` (a checkpoint of transformers 4).
+    """
+    block = data.get(PROVENANCE_KEY) if isinstance(data.get(PROVENANCE_KEY), dict) else {}
+    rope = flat_rope(data.get("rope_parameters")) or flat_rope(data.get("rope_scaling")) or {"rope_type": "default"}
+    rope.setdefault("rope_theta", data.get("rope_theta", DEFAULT_THETA))
+    original_context(rope, data, top_wins=False)
+    if rope["rope_type"] in ("yarn", "llama3", "longrope"):
+        rope.setdefault("original_max_position_embeddings", data.get("max_position_embeddings"))
+    rope_type = str(rope["rope_type"])
+    native = (
+        bool(block.get("native", True))
+        and not rope_type.startswith(NON_NATIVE_PREFIX)
+        and not str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX)
+    )
+    attention = None
+    if block.get("method") == "self_extend":
+        attention = "self_extend"
+    elif block.get("kv_consistent"):
+        attention = "kv_consistent"
+    method = block.get("method") or rope_type
+    original = float(block.get("original_rope_theta", rope["rope_theta"]))
+    return Intent(rope, method, native, attention, original)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return a == b
+
+
+def _mismatch(seen: dict, want: dict) -> str | None:
+    """The first field the engine reads differently, as 'field a instead of b'."""
+    if seen["rope_type"] != want["rope_type"]:
+        return f"rope type {seen['rope_type']!r} instead of {want['rope_type']!r}"
+    if not _same(seen["rope_theta"], want["rope_theta"]):
+        return f"rope_theta {seen['rope_theta']:g} instead of {want['rope_theta']:g}"
+    for key in FIELDS.get(want["rope_type"], ()):
+        a, b = seen.get(key, FIELD_DEFAULTS.get(key)), want.get(key, FIELD_DEFAULTS.get(key))
+        if not _same(a, b):
+            return f"{key} {a!r} instead of {b!r}"
+    return None
+
+
+def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | None:
+    """Engine quirks that depend on the method's parameters, not just its type."""
+    kind = rope["rope_type"]
+    if engine.key == "tgi" and kind == "yarn":
+        custom = [k for k in ("attention_factor",) if rope.get(k) is not None]
+        custom += [
+            k for k in ("beta_fast", "beta_slow") if not _same(rope.get(k, FIELD_DEFAULTS[k]), FIELD_DEFAULTS[k])
+        ]
+        if custom:
+            return APPROXIMATES, (
+                f"TGI fixes beta_fast=32, beta_slow=1 and ignores attention_factor ({', '.join(custom)} set)"
+            )
+    if engine.key == "tgi" and kind == "longrope" and "original_max_position_embeddings" not in data:
+        return FAILS, "TGI longrope reads the top-level original_max_position_embeddings (absent: AttributeError)"
+    if (
+        engine.key == "transformers4"
+        and kind == "llama3"
+        and not (data.get("rope_scaling") or {}).get("original_max_position_embeddings")
+    ):
+        return FAILS, "4.x llama3 requires rope_scaling.original_max_position_embeddings (KeyError)"
+    return None
+
+
+def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
+    """One engine's verdict on one config.json dict.
+
+    Args:
+        engine: the row of :data:`ENGINES`.
+        data: the parsed config.json.
+        intent: :func:`intent_of` ``data``.
+
+    Returns:
+        A :class:`Verdict`: ``loses`` when what the engine reads (its reader) differs from the
+        intended scaling, else the engine's own support for that rope type and parameters.
+    """
+
+    def verdict(kind: str, why: str) -> Verdict:
+        return Verdict(engine.key, engine.name, engine.versions, kind, why)
+
+    if not intent.native:
+        return verdict(
+            CANNOT,
+            f"needs ropescale: {intent.method} is not expressible in config.json "
+            f"(model_type {data.get('model_type')!r} stops plain loaders)",
+        )
+    seen, where = READERS[engine.reader](data)
+    caveat = _param_caveats(engine, seen, data)
+    if caveat is not None and caveat[0] == FAILS:
+        return verdict(*caveat)
+    problem = _mismatch(seen, intent.rope)
+    if problem is not None:
+        return verdict(LOSES, f"reads {where}: {problem}")
+    kind, why = engine.support.get(seen["rope_type"], (KEEPS, f"reads {where}"))
+    if caveat is not None and kind == KEEPS:
+        kind, why = caveat
+    if intent.attention_mode == "kv_consistent" and kind in (KEEPS, APPROXIMATES):
+        extra = f"; {why}" if kind == APPROXIMATES else ""
+        return verdict(CANNOT, f"plain dynamic NTK without KV-consistent rotation{extra}")
+    return verdict(kind, why)
+
+
+def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] = ENGINES) -> Report:
+    """Verdicts of every engine on a config.json dict.
+
+    Args:
+        data: the parsed config.json.
+        source: what it was read from (shown in the report).
+        engines: the rows to judge (default: all of :data:`ENGINES`).
+
+    Returns:
+        A :class:`Report`; ``report.loses`` lists the engines that would silently drop the scaling.
+    """
+    intent = intent_of(data)
+    scaled = (
+        intent.rope["rope_type"] != "default"
+        or not _same(intent.rope["rope_theta"], intent.original_theta)
+        or not intent.native
+        or intent.attention_mode is not None
+    )
+    verdicts = [judge(e, data, intent) for e in engines]
+    verdicts.append(Verdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block"))
+    return Report(source, intent.method, scaled, verdicts, outside_note(intent))
+
+
+def outside_note(intent: Intent) -> str | None:
+    """One line for a scaling no engine but ropescale reproduces.
+
+    Args:
+        intent: from :func:`intent_of`.
+
+    Returns:
+        What other loaders do with it instead (save_pretrained warns it), or None.
+    """
+    if not intent.native:
+        return (
+            f"{intent.method} cannot be expressed outside ropescale: plain transformers/vLLM stop at the "
+            "config; load it with ropescale.from_pretrained (or trust_remote_code=True)"
+        )
+    if intent.attention_mode == "kv_consistent":
+        return (
+            f"{intent.method} with KV-consistent rotation cannot be expressed outside ropescale: "
+            "transformers/vLLM load it as plain dynamic NTK without KV consistency"
+        )
+    return None
+
+
+def format_table(report: Report) -> str:
+    """The report as text.
+
+    Args:
+        report: from :func:`check`.
+
+    Returns:
+        A heading line, one aligned line per engine (name, versions, verdict, why) and the note, if any.
+    """
+    width = max(len(f"{v.name} {v.versions}") for v in report.verdicts)
+    lines = [f"{report.source}: {report.method}" + ("" if report.scaled else " (no scaling)")]
+    for v in report.verdicts:
+        lines.append(f"  {f'{v.name} {v.versions}':<{width}}  {v.verdict:<14}  {v.why}")
+    if report.note:
+        lines.append(f"note: {report.note}")
+    return "\n".join(lines)
+
+
+__all__ = [
+    "ENGINES",
+    "Engine",
+    "Report",
+    "Verdict",
+    "check",
+    "format_table",
+    "outside_note",
+    "KEEPS",
+    "APPROXIMATES",
+    "LOSES",
+    "FAILS",
+    "CANNOT",
+]
+
+
+def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
+    """A checkpoint's config.json (no weights): a directory, a .json file, or a Hub id ``org/name``.
+
+    Args:
+        name_or_path: where to read it from; a Hub id downloads config.json alone.
+
+    Returns:
+        (the parsed dict, where it was read from). Raises ``RopescaleError`` with one line when it
+        cannot be found, read or downloaded (offline, unknown repository...).
+    """
+    import json
+    from pathlib import Path
+
+    from ..errors import RopescaleError
+
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise RopescaleError(f"'{name_or_path}' has no config.json")
+    elif not path.is_file():
+        if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") != 1:
+            raise RopescaleError(
+                f"'{name_or_path}' not found: give a checkpoint directory, a config.json or a Hub id org/name"
+            )
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.utils import logging as hub_logging
+
+        level = hub_logging.get_verbosity()
+        hub_logging.set_verbosity_error()  # its retry warnings would break the one-line promise
+        try:
+            path = Path(hf_hub_download(name_or_path, "config.json"))
+        except Exception as exc:  # noqa: BLE001 - offline, gated, missing: one line either way
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RopescaleError(f"could not download config.json of '{name_or_path}': {first}") from None
+        finally:
+            hub_logging.set_verbosity(level)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RopescaleError(f"cannot read '{path}': {exc}") from None
+    if not isinstance(data, dict):
+        raise RopescaleError(f"'{path}' is not a config.json (not a JSON object)")
+    return data, str(name_or_path)

@@ -1,0 +1,158 @@
+"""``ropescale doctor``: verdicts from config.json alone, for configs written before the legacy
+keys (by hand), by ropescale now, for non-native methods, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ropescale
+from ropescale.cli.main import main
+from ropescale.interop import engines
+from ropescale.patching import plan as patching_config
+from tests.conftest import tiny_model
+
+# A config.json as ropescale wrote it before the legacy keys: transformers 5's rope_parameters only.
+OLD_YARN = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "head_dim": 16,
+    "max_position_embeddings": 256,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 500000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+    },
+    "ropescale": {"method": "yarn", "native": True, "kv_consistent": False, "original_rope_theta": 500000.0},
+}
+OLD_NTK = {
+    **OLD_YARN,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+    "ropescale": {"method": "ntk", "native": True, "original_rope_theta": 1e4},
+}
+
+
+def run(tmp_path, data, *args):
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    return main(["doctor", str(tmp_path), *args])
+
+
+def verdicts(capsys):
+    return {e["engine"]: e for e in json.loads(capsys.readouterr().out)["engines"]}
+
+
+def test_old_checkpoint_is_caught(tmp_path, capsys):
+    assert run(tmp_path, OLD_YARN, "--json") == 1
+    got = verdicts(capsys)
+    assert got["transformers4"]["verdict"] == engines.LOSES
+    assert "rope type 'default' instead of 'yarn'" in got["transformers4"]["why"]
+    assert got["vllm-legacy"]["verdict"] == engines.LOSES and got["sglang"]["verdict"] == engines.LOSES
+    # vLLM 0.12+ on transformers 4 finds rope_parameters but takes LlamaConfig's default base 10000
+    assert got["vllm-tf4"]["verdict"] == engines.LOSES
+    assert "rope_theta 10000 instead of 500000" in got["vllm-tf4"]["why"]
+    for key in ("transformers5", "vllm-tf5", "llama.cpp", "ropescale"):
+        assert got[key]["verdict"] == engines.KEEPS, key
+
+
+def test_old_ntk_checkpoint_loses_its_base(tmp_path, capsys):
+    assert run(tmp_path, OLD_NTK) == 1
+    out = capsys.readouterr().out
+    assert "rope_theta 10000 instead of 1e+06" in out and "re-save it with ropescale" in out
+
+
+@pytest.mark.parametrize(
+    "method,params",
+    [
+        ("linear", {}),
+        ("ntk", {}),
+        ("yarn", {}),
+        ("llama3", {}),
+        ("longrope", {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]}),
+        ("dynamic_ntk", {"kv_consistent": False}),
+    ],
+)
+def test_checkpoints_written_now_lose_nothing(tmp_path, capsys, method, params):
+    ropescale.save_pretrained(
+        ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
+    )
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["scaled"] and report["method"] == method
+    got = {e["engine"]: e["verdict"] for e in report["engines"]}
+    assert got["transformers4"] == got["transformers5"] == engines.KEEPS
+    assert engines.LOSES not in got.values()
+
+
+def test_engine_limits_are_not_losses(tmp_path, capsys):
+    ropescale.save_pretrained(
+        ropescale.patch(tiny_model(), "dynamic_ntk", factor=4, kv_consistent=False), tmp_path / "c", config_only=True
+    )
+    main(["doctor", str(tmp_path / "c"), "--json"])
+    got = verdicts(capsys)
+    assert got["vllm-tf5"]["verdict"] == engines.APPROXIMATES and "factor x L" in got["vllm-tf5"]["why"]
+    assert got["llama.cpp"]["verdict"] == engines.CANNOT and got["tgi"]["verdict"] == engines.KEEPS
+
+
+@pytest.mark.parametrize(
+    "method,params,needle",
+    [
+        ("dynamic_yarn", {}, "needs ropescale"),
+        ("self_extend", {}, "needs ropescale"),
+        ("dynamic_ntk", {}, "without KV-consistent rotation"),  # kv_consistent is the default for dynamic methods
+    ],
+)
+def test_non_native_cannot_be_expressed_anywhere_but_ropescale(tmp_path, capsys, method, params, needle):
+    with pytest.warns(UserWarning, match="cannot be expressed outside ropescale"):
+        ropescale.save_pretrained(
+            ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
+        )
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "cannot be expressed outside ropescale" in report["note"]
+    for entry in report["engines"]:
+        if entry["engine"] == "ropescale":
+            assert entry["verdict"] == engines.KEEPS
+        elif entry["engine"] != "llama.cpp":
+            assert entry["verdict"] == engines.CANNOT and needle in entry["why"], entry
+
+
+def test_json_shape_and_engine_selection(tmp_path, capsys):
+    assert run(tmp_path, OLD_YARN, "--json", "--engines", "transformers,tgi") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"source", "method", "scaled", "note", "ok", "engines"}
+    assert [e["engine"] for e in report["engines"]] == ["transformers4", "transformers5", "tgi", "ropescale"]
+    assert set(report["engines"][0]) == {"engine", "name", "versions", "verdict", "why"}
+    assert report["ok"] is False and report["method"] == "yarn"
+    assert run(tmp_path, OLD_YARN, "--engines", "transformers5") == 0  # it reads rope_parameters
+
+
+@pytest.mark.parametrize(
+    "argv", [["doctor", "/nonexistent/dir"], ["doctor", "org/name"], ["doctor", "./x", "--engines", "nope"]]
+)
+def test_bad_input_is_one_line_exit_2(argv, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ropescale: error: ") and "\n" not in err
+
+
+def test_constants_match_patching():
+    assert engines.NON_NATIVE_PREFIX == patching_config.NON_NATIVE_PREFIX
+    assert engines.PROVENANCE_KEY == patching_config.PROVENANCE_KEY
+
+
+def test_tgi_approximates_a_yarn_with_custom_betas(tmp_path, capsys):
+    ropescale.save_pretrained(
+        ropescale.patch(tiny_model(), "yarn", factor=4, beta_fast=16), tmp_path / "c", config_only=True
+    )
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    got = verdicts(capsys)
+    assert got["tgi"]["verdict"] == engines.APPROXIMATES and "beta_fast" in got["tgi"]["why"]
+    assert got["transformers4"]["verdict"] == engines.KEEPS
