@@ -50,6 +50,7 @@ def test_the_full_suite_is_the_main_suite_without_its_skips():
     main, full = load_suite("smollm2-x4"), load_suite("smollm2-x4-full")
     assert [(m.method, m.factor) for m in main.methods] == [(m.method, m.factor) for m in full.methods]
     assert (main.perplexity, main.passkey) == (full.perplexity, full.passkey)
+
     def keys(suite):
         return {(m.label, task, n) for m, task, n in suite.cells()}
 
