@@ -5,12 +5,34 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .. import options
 from ..errors import RopescaleError
+
+
+def typed(parse: Callable[..., Any], name: str | None = None) -> Callable[[str], Any]:
+    """An argparse ``type=`` from a :mod:`ropescale.options` parser: the parser's one-line
+    ``ValueError`` becomes argparse's usage error (``argument --factor: factor must be a number...``).
+
+    Args:
+        parse: e.g. :func:`ropescale.options.factor`.
+        name: passed to ``parse`` as the value's name (none: the parser's default).
+
+    Returns:
+        A one-argument callable for ``add_argument(type=...)``.
+    """
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text) if name is None else parse(text, name)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -58,6 +80,7 @@ def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -
     p.add_argument("--replace", action="store_true", help="replace an existing scaling (starts from the original)")
     p.add_argument(
         "--sliding-window",
+        type=typed(options.sliding_window, "--sliding-window"),
         default="keep",
         metavar="keep|none|N",
         help="Mistral-style sliding window: keep it (default), none (full attention) or a width",
@@ -68,7 +91,9 @@ def add_factor_args(p: argparse.ArgumentParser) -> None:
     """``--factor S`` or ``--target-length N`` (factor = N / original context, see
     :mod:`ropescale.methods.factor`); giving both is a usage error."""
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--factor", default=None, help="scaling factor s: extended context = s × original")
+    group.add_argument(
+        "--factor", type=typed(options.factor), default=None, help="scaling factor s: extended context = s × original"
+    )
     group.add_argument(
         "--target-length",
         type=_positive_int,
@@ -79,42 +104,18 @@ def add_factor_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+#: ``type=`` for lengths and counts ("expected a positive integer, got '0'")
+_positive_int = typed(options.positive_int)
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:
     """``["beta_fast=32", "long_factor=[1,2]"]`` → ``{"beta_fast": 32, "long_factor": [1, 2]}``."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--param expects KEY=VALUE, got {item!r}")
-        try:
-            params[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            params[key.strip()] = value
-    return params
+    return options.key_values(items, "--param")
 
 
-def parse_sliding_window(text: str) -> Any:
-    if text == "keep":
-        return "keep"
-    if text.lower() == "none":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--sliding-window must be keep, none or a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise ValueError(f"--sliding-window must be keep, none or a positive integer, got {text!r}")
-    return value
+def parse_sliding_window(text: Any) -> Any:
+    """``keep`` / ``none`` / a width (see :func:`ropescale.options.sliding_window`)."""
+    return options.sliding_window(text, "--sliding-window")
 
 
 def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("the following arguments are required: --factor (or --target-length)")
     return {
         "method": args.method,
-        "factor": args.factor,  # a string; validated and converted by the method class
+        "factor": args.factor,  # a float (argparse type); its range is the method's check
         # resolved to a factor by plan_patch once the model's original context is known
         "target_length": target_length,
         "original_max_position_embeddings": args.original_max_position_embeddings,

@@ -11,7 +11,10 @@ import argparse
 import re
 from typing import Any
 
-from .common import add_factor_args, add_model_args, add_runtime_args, parse_params
+from .. import options
+from .common import _positive_int, add_factor_args, add_model_args, add_runtime_args, parse_params, typed
+
+_LENGTHS = typed(options.positive_ints, "--lengths")
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
@@ -33,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tasks.required = True
 
     p = _task_parser(tasks, "perplexity", "sliding-window perplexity at several lengths")
-    p.add_argument("--lengths", required=True, help="comma-separated window lengths, e.g. 2048,8192,16384")
+    p.add_argument(
+        "--lengths", type=_LENGTHS, required=True, help="comma-separated window lengths, e.g. 2048,8192,16384"
+    )
     p.add_argument(
         "--mode",
         default="yarn",
@@ -42,12 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "windows every STRIDE), nonoverlap (lm-eval rolling)",
     )
     p.add_argument(
-        "--stride", type=int, default=None, help="window stride in tokens (default 256; window for nonoverlap)"
+        "--stride",
+        type=_positive_int,
+        default=None,
+        help="window stride in tokens (default 256; window for nonoverlap)",
     )
-    p.add_argument("--max-tokens", type=int, default=None, help="tokens scored per cell (default: 4 windows)")
+    p.add_argument("--max-tokens", type=_positive_int, default=None, help="tokens scored per cell (default: 4 windows)")
 
     p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
-    p.add_argument("--lengths", required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
+    p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
     p.add_argument("--trials", type=int, default=5)
 
@@ -55,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--task", dest="needle_task", default="niah_single", help="niah_single, niah_multikey, niah_multivalue, ..."
     )
-    p.add_argument("--lengths", required=True)
+    p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192")
     p.add_argument("--depths", default="0.25,0.5,0.75")
     p.add_argument("--trials", type=int, default=3)
 
@@ -70,12 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_suite_cmd)
 
-    try:
-        from ..evals import harness
-    except ImportError:  # lm-eval integration not installed/available
-        harness = None
-    if harness is not None and hasattr(harness, "register"):
-        harness.register(tasks)
+    from . import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
+
+    lm_eval_cmd.register(tasks)
 
 
 def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -100,16 +105,6 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_task_cmd, task=name)
     return p
-
-
-def _ints(flag: str, text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
-    if not values or any(v <= 0 for v in values):
-        raise ValueError(f"{flag} must be positive integers, got {text!r}")
-    return values
 
 
 def _floats(flag: str, text: str) -> list[float]:
@@ -142,7 +137,7 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
 
                 entry["factor"] = factor_for_target(name, target_length, original_context)
             else:
-                entry["factor"] = _factor(args.factor)
+                entry["factor"] = args.factor  # a float: --factor is typed by argparse
         entries.append(entry)
     return entries
 
@@ -155,16 +150,9 @@ def _original_context(model: str) -> int:
     return original_geometry(load_config(model))[2]
 
 
-def _factor(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"factor must be a number, got {text!r}") from None
-
-
 def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
     task = args.task
-    settings: dict[str, Any] = {"lengths": _ints("--lengths", args.lengths)}
+    settings: dict[str, Any] = {"lengths": list(args.lengths)}  # typed by argparse
     if task == "perplexity":
         settings.update(mode=args.mode, stride=args.stride, max_tokens=args.max_tokens)
     else:

@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="recommend a scaling method and factor for a target context length",
         description="Recommend a method and parameters to reach a target context: training-free or with a "
         "fine-tune, the reasons, the trade-offs measured in evaluation results (runs/*/results.json for the same "
-        "model, then the SmolLM2-135M numbers documented in REFERENCE.md), and the commands to run. Only the "
+        "model, then the SmolLM2-135M measurements shipped with ropescale, each with the command that produced "
+        "it), and the commands to run. Only the "
         "model's config is read.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -55,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from ..evals.recommend import find_evidence, format_recommendation, recommend
+    from ..evals.evidence import find_evidence
+    from ..evals.recommend import format_recommendation, recommend
     from ..models.loading import load_config
     from ..patching.plan import is_scaled, plan_patch
 

@@ -1,13 +1,17 @@
-"""Greedy generation over token-id prompts, and the argument checks the retrieval evals share.
+"""What the retrieval evals share: argument checks, prompt-token helpers, greedy generation, the
+accuracy bookkeeping of a (length, depth) grid and its heatmap.
 
 :mod:`ropescale.evals.passkey` and :mod:`ropescale.evals.needle` build exact-length prompts and
-score what the model writes; the decoding between the two lives here.
+score what the model writes; the decoding between the two, and how a run's accuracy is counted and
+drawn, live here.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -55,6 +59,44 @@ def check_grid(lengths: Sequence[int], depths: Sequence[float]) -> tuple[list[in
         if len(set(values)) != len(values):
             raise ValueError(f"{name} must be distinct, got {values}")
     return lengths, depths
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` without special tokens (no BOS), as a list."""
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def tokenizer_adds_bos(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` prepends its BOS when encoding with special tokens.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+
+    Returns:
+        True if it has a BOS id and ``tokenizer("a")`` starts with it.
+    """
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tokenizer.encode("a", add_special_tokens=True)
+    return len(ids) > 0 and ids[0] == bos
+
+
+def bos_prefix(tokenizer: Any, add_bos: bool | None) -> list[int]:
+    """The token ids a prompt starts with: ``[BOS]`` or nothing.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        add_bos: prepend its BOS; None follows the tokenizer (:func:`tokenizer_adds_bos`).
+
+    Raises:
+        ValueError: ``add_bos=True`` with a tokenizer without BOS.
+    """
+    if add_bos is None:
+        add_bos = tokenizer_adds_bos(tokenizer)
+    if add_bos and getattr(tokenizer, "bos_token_id", None) is None:
+        raise ValueError("add_bos=True but the tokenizer has no BOS token")
+    return [tokenizer.bos_token_id] if add_bos else []
 
 
 @torch.inference_mode()
@@ -120,7 +162,18 @@ def greedy_generate(
     return texts
 
 
-__all__ = ["GridResult", "check_depth", "check_grid", "check_positive_int", "greedy_generate", "model_device"]
+__all__ = [
+    "GridResult",
+    "bos_prefix",
+    "check_depth",
+    "check_grid",
+    "check_positive_int",
+    "encode",
+    "greedy_generate",
+    "model_device",
+    "plot_accuracy_heatmap",
+    "tokenizer_adds_bos",
+]
 
 
 class GridResult:
@@ -172,3 +225,31 @@ class GridResult:
             "elapsed_s": self.elapsed_s,
             "records": [asdict(r) for r in self.records],
         }
+
+
+def plot_accuracy_heatmap(result: GridResult, path: str | os.PathLike, title: str, context_label: str) -> Path:
+    """Draw mean score per (length, depth) as a heatmap and write it atomically.
+
+    Lengths run along x and depths down y, both sorted (:func:`ropescale.plots.grids.plot_accuracy_grid`).
+
+    Args:
+        result: a passkey or needle result, or anything with ``lengths``, ``depths``, ``trials``,
+            ``accuracy(length, depth)`` and ``effective_context``.
+        path: output file; the format follows its suffix (png if none).
+        title: first title line; a second line gives trials per cell and ``effective_context``.
+        context_label: what the second line calls that context.
+
+    Returns:
+        The written path.
+    """
+    from ropescale.plots import length_label
+    from ropescale.plots.grids import plot_accuracy_grid
+
+    lengths, depths = sorted(result.lengths), sorted(result.depths)
+    grid = [[result.accuracy(n, d) for n in lengths] for d in depths]  # [depth][length]
+    context = result.effective_context
+    title = (
+        f"{title}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, "
+        f"{context_label}: {length_label(context) if context else 'none'}"
+    )
+    return plot_accuracy_grid(lengths, depths, grid, path, title)

@@ -2,7 +2,8 @@
 
 The prompt is a task description, a repeated filler text with one "needle" sentence carrying a
 random 5-digit key, and a question; the model decodes greedily and is right when the first integer
-it writes equals the key. See REFERENCE.md, "Evaluation conventions".
+it writes equals the key (the prompt wording is the one PI, YaRN and LongLoRA report passkey
+accuracy with, so numbers can be set beside theirs).
 
 Prompt layout, in tokens (each part tokenized once, then concatenated as token ids)::
 
@@ -34,9 +35,17 @@ from typing import Any
 
 import torch
 
-from ropescale.evals.generation import GridResult, check_depth, check_grid, check_positive_int, greedy_generate
-from ropescale.plots import length_label
-from ropescale.plots.grids import plot_accuracy_grid
+from ropescale.evals.generation import (
+    GridResult,
+    bos_prefix,
+    check_depth,
+    check_grid,
+    check_positive_int,
+    encode,
+    greedy_generate,
+    plot_accuracy_heatmap,
+)
+from ropescale.evals.generation import tokenizer_adds_bos as tokenizer_adds_bos  # public here since the start
 
 TASK = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
@@ -85,33 +94,13 @@ class PasskeyPrompt:
         return (self.needle_start - self.filler_start) / self.n_filler if self.n_filler else self.depth
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
 def _encode_after_sentence(tokenizer: Any, text: str) -> list[int]:
     """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included."""
-    head = _encode(tokenizer, ".")
-    both = _encode(tokenizer, ". " + text)
+    head = encode(tokenizer, ".")
+    both = encode(tokenizer, ". " + text)
     if both[: len(head)] == head and len(both) > len(head):
         return both[len(head) :]
-    return _encode(tokenizer, text)  # the tokenizer merged across the boundary: fall back
-
-
-def tokenizer_adds_bos(tokenizer: Any) -> bool:
-    """Whether ``tokenizer`` prepends its BOS when encoding with special tokens.
-
-    Args:
-        tokenizer: a transformers tokenizer.
-
-    Returns:
-        True if it has a BOS id and ``tokenizer("a")`` starts with it.
-    """
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is None:
-        return False
-    ids = tokenizer.encode("a", add_special_tokens=True)
-    return len(ids) > 0 and ids[0] == bos
+    return encode(tokenizer, text)  # the tokenizer merged across the boundary: fall back
 
 
 class _PromptBuilder:
@@ -119,12 +108,8 @@ class _PromptBuilder:
 
     def __init__(self, tokenizer: Any, add_bos: bool | None) -> None:
         self.tokenizer = tokenizer
-        if add_bos is None:
-            add_bos = tokenizer_adds_bos(tokenizer)
-        if add_bos and getattr(tokenizer, "bos_token_id", None) is None:
-            raise ValueError("add_bos=True but the tokenizer has no BOS token")
-        self.prefix = [tokenizer.bos_token_id] if add_bos else []
-        self.task = _encode(tokenizer, TASK)
+        self.prefix = bos_prefix(tokenizer, add_bos)
+        self.task = encode(tokenizer, TASK)
         self.question = _encode_after_sentence(tokenizer, QUESTION)
         self._filler: list[int] = []
         self._filler_reps = 0
@@ -346,14 +331,12 @@ def plot_passkey_heatmap(
     title: str | None = None,
     context_label: str = "passkey context",
 ) -> Path:
-    """Draw accuracy per (length, depth) as a heatmap and write it atomically.
-
-    Lengths run along x and depths down y, both sorted (:func:`ropescale.plots.grids.plot_accuracy_grid`).
+    """Draw accuracy per (length, depth) as a heatmap and write it atomically
+    (:func:`~ropescale.evals.generation.plot_accuracy_heatmap`).
 
     Args:
-        result: a :class:`PasskeyResult`, or anything with ``lengths``, ``depths``, ``trials``,
-            ``accuracy(length, depth)`` and ``effective_context`` (a
-            :class:`~ropescale.evals.needle.NeedleResult`).
+        result: a :class:`PasskeyResult`, or any :class:`~ropescale.evals.generation.GridResult`
+            (a :class:`~ropescale.evals.needle.NeedleResult`).
         path: output file; the format follows its suffix (png if none).
         title: first title line (default "Passkey retrieval"); a second line gives trials per cell
             and the result's ``effective_context``.
@@ -362,11 +345,4 @@ def plot_passkey_heatmap(
     Returns:
         The written path.
     """
-    lengths, depths = sorted(result.lengths), sorted(result.depths)
-    grid = [[result.accuracy(n, d) for n in lengths] for d in depths]  # [depth][length]
-    context = result.effective_context
-    title = (
-        f"{title or 'Passkey retrieval'}\n{result.trials} trial{'s' if result.trials > 1 else ''}/cell, "
-        f"{context_label}: {length_label(context) if context else 'none'}"
-    )
-    return plot_accuracy_grid(lengths, depths, grid, path, title)
+    return plot_accuracy_heatmap(result, path, title or "Passkey retrieval", context_label)

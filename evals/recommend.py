@@ -13,192 +13,33 @@ s             training-free               fine-tune
 
 Why: dynamic NTK is the unscaled model up to L, and close to L it extrapolates well; further out
 YaRN is the training-free method whose perplexity stays flat to s·L; far beyond that no
-training-free method holds up (REFERENCE.md: 8× training-free YaRN gave PPL > 25 in llama.cpp
-tests), and YaRN fine-tunes in few steps, PoSE on windows of L tokens (YaRN arXiv 2309.00071,
-PoSE arXiv 2309.10400).
+training-free method holds up (8× training-free YaRN gave PPL > 25 in llama.cpp tests), and
+YaRN fine-tunes in few steps, PoSE on windows of L tokens (YaRN arXiv 2309.00071, PoSE arXiv
+2309.10400).
 
-The expected trade-offs are computed from evaluation results: every ``results.json`` written by
-``ropescale eval`` for the same model (its ``suite.yaml`` beside it names each row's method,
-factor and parameters), then the numbers measured for SmolLM2-135M that REFERENCE.md documents
-(built in below, labelled as such), which fill in what the runs lack.
+The expected trade-offs are computed from measured results (:mod:`ropescale.evals.evidence`):
+every ``results.json`` written by ``ropescale eval`` for the same model, then the measurements
+shipped with ropescale (``evals/measured/*.json``: SmolLM2-135M, each number with the command
+that produced it), which fill in what the runs lack. Each trade-off names the file it was read
+from, and the printed evidence lists the commands behind the shipped numbers.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
+
+__all__ = ["Evidence", "Measured", "find_evidence", "load_results", "recommend", "format_recommendation"]
 
 BUDGETS = ("auto", "training-free", "fine-tune")
 #: above this factor the default budget is a fine-tune
 TRAINING_FREE_LIMIT = 8.0
 #: up to this factor dynamic NTK is the training-free choice
 DYNAMIC_LIMIT = 2.0
-RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One evaluated configuration: its method and what it scored per length."""
-
-    label: str
-    method: str  # registry name; "default" for the unscaled model
-    factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-    ppl: dict[int, float] = field(default_factory=dict)
-    passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
-
-
-@dataclass(frozen=True)
-class Evidence:
-    source: str
-    model: str
-    note: str
-    rows: tuple[Measured, ...]
-    #: the trained context of the measured model; None: the model asked about (same-model results)
-    original_context: int | None = None
-
-    def find(self, method: str, **params: Any) -> Measured | None:
-        """The row of ``method`` with exactly ``params`` (none: its defaults)."""
-        return next((r for r in self.rows if r.method == method and r.params == params), None)
-
-
-#: REFERENCE.md, "Measured on this kind of machine": SmolLM2-135M (L = 8192), Emma, fp32,
-#: non-overlapping windows with BOS; passkey 5 trials per length at depths 0.1-0.9.
-DOCUMENTED = Evidence(
-    source="REFERENCE.md (documented measurements)",
-    model="smollm2-135m",
-    note="SmolLM2-135M, L = 8,192, ×4 methods; PPL on Jane Austen's Emma, passkey 5 trials per length",
-    rows=(
-        Measured(
-            "none",
-            "default",
-            None,
-            {},
-            {2048: 27.70, 8192: 26.14, 16384: 52.09, 32768: 343.9},
-            {4096: 1.0, 8192: 0.8, 16384: 0.0},
-        ),
-        Measured("linear", "linear", 4.0, {}, {2048: 131.3, 8192: 139.0, 16384: 144.4, 32768: 150.7}),
-        Measured(
-            "dynamic_ntk",
-            "dynamic_ntk",
-            4.0,
-            {},
-            {2048: 27.70, 8192: 26.14, 16384: 29.16, 32768: 41.38},
-            {4096: 1.0, 8192: 0.8, 16384: 1.0},
-        ),
-        Measured(
-            "yarn",
-            "yarn",
-            4.0,
-            {},
-            {2048: 30.60, 8192: 29.42, 16384: 29.50, 32768: 29.86},
-            {4096: 0.0, 8192: 0.0, 16384: 0.6},
-        ),
-        Measured(
-            "yarn attention_factor=1",
-            "yarn",
-            4.0,
-            {"attention_factor": 1.0},
-            {2048: 29.0, 16384: 31.1, 32768: 32.5},
-            {4096: 0.8, 8192: 1.0, 16384: 1.0},
-        ),
-    ),
-    original_context=8192,
-)
-
-
-def _method_name(name: str) -> str:
-    from ..methods import method_class
-
-    try:
-        return method_class(name).name
-    except ValueError:
-        return str(name)
-
-
-def load_results(path: str | Path) -> Evidence | None:
-    """Evidence from one ``results.json`` written by the suite runner (None if unreadable)."""
-    path = Path(path)
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
-        return None
-    entries: dict[str, dict[str, Any]] = {}
-    suite_file = path.with_name("suite.yaml")
-    if suite_file.is_file():
-        try:
-            suite = yaml.safe_load(suite_file.read_text()) or {}
-            entries = {str(m.get("label") or m["method"]): m for m in suite.get("methods") or [] if isinstance(m, dict)}
-        except (OSError, yaml.YAMLError, KeyError):
-            entries = {}
-    tasks = summary["tasks"]
-    labels = list(dict.fromkeys(lb for task in tasks.values() if isinstance(task, dict) for lb in task))
-    rows = []
-    for label in labels:
-        entry = entries.get(label, {"method": label})
-        ppl = {
-            int(n): float(r["ppl"])
-            for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
-            if isinstance(r, dict) and r.get("ppl") is not None
-        }
-        passkey = {}
-        for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
-            grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
-            if grid:
-                passkey[int(n)] = sum(grid) / len(grid)
-        factor = entry.get("factor")
-        rows.append(
-            Measured(
-                label,
-                _method_name(entry.get("method", label)),
-                float(factor) if factor is not None else None,
-                dict(entry.get("params") or {}),
-                ppl,
-                passkey,
-            )
-        )
-    done, total = summary.get("cells_finished"), summary.get("cells_total")
-    partial = f", {done}/{total} cells" if done is not None and done != total else ""
-    return Evidence(
-        str(path),
-        str(summary.get("model", "?")),
-        f"{summary.get('suite', path.parent.name)} suite, dtype {summary.get('dtype', '?')}{partial}",
-        tuple(r for r in rows if r.ppl or r.passkey),
-    )
-
-
-def find_evidence(model: str, paths: list[str | Path] | None = None, root: str | Path = ".") -> list[Evidence]:
-    """Results for ``model`` (newest first), then the documented SmolLM2 numbers.
-
-    Args:
-        model: the ``--model`` value the results were recorded under.
-        paths: results files or folders holding ``results.json``; default: ``RESULT_GLOBS`` under ``root``.
-        root: where to look by default.
-    """
-    if paths:
-        files = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in paths]
-    else:
-        files = [p for pattern in RESULT_GLOBS for p in Path(root).glob(pattern)]
-    found = []
-    for f in sorted(files, key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True):
-        ev = load_results(f)
-        if ev is not None and ev.rows and _same_model(ev.model, model):
-            found.append(ev)
-    return found + [DOCUMENTED]
-
-
-def _same_model(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    pa, pb = Path(a).expanduser(), Path(b).expanduser()
-    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
 
 
 @dataclass
@@ -243,7 +84,7 @@ def recommend(
         original_context: the trained context L.
         target_length: the context N to reach.
         budget: ``auto``, ``training-free`` or ``fine-tune``.
-        evidence: measurements, most relevant first (default: the documented SmolLM2 numbers).
+        evidence: measurements, most relevant first (default: the shipped measurements).
         train_recipe: a PoSE recipe for ``ropescale train`` (None: the command is not available, the
             fine-tune step is described by its recipe keys).
         patch_flags: extra flags for the printed ``ropescale patch`` commands (e.g. `` --replace``).
@@ -252,7 +93,7 @@ def recommend(
 
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
-    evidence = list(evidence if evidence is not None else [DOCUMENTED])
+    evidence = list(evidence if evidence is not None else shipped_evidence())
     s = target_length / original_context
     rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
     if s <= 1:
@@ -370,7 +211,7 @@ def tradeoffs(
         return None, None
 
     def cite(ev: Evidence) -> str:
-        return "REFERENCE.md" if ev is DOCUMENTED else ev.source
+        return ev.source
 
     # 1. short lengths: the cost against the unscaled model at the shortest common length <= L
     def short(ev):
@@ -471,7 +312,7 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
             if rec.budget == "training-free"
             else "expected trade-off without the fine-tune (measured training-free"
         )
-        others = sorted({ev.model for _, ev in rec.tradeoffs if not _same_model(ev.model, rec.model)})
+        others = sorted({ev.model for _, ev in rec.tradeoffs if not same_model(ev.model, rec.model)})
         if others:
             heading += f"; on {', '.join(others)}: expect the shape, not the numbers"
         lines += ["", heading + "):"]
@@ -484,6 +325,7 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
     used = list(dict.fromkeys(id(ev) for _, ev in rec.tradeoffs))
     for ev in (e for e in rec.evidence if id(e) in used):
         lines += ["", f"evidence: {ev.source} — {ev.note}", evidence_table(ev)]
+        lines += [f"  measured with: {command}" for command in ev.commands]
     return "\n".join(lines)
 
 

@@ -105,8 +105,9 @@ def test_patch_config_only_with_params(capsys, model_dir, tmp_path):
     "argv,fragments",
     [
         (["--method", "yarm", "--factor", "4"], ["unknown method 'yarm'", "did you mean 'yarn'"]),
-        (["--factor", "0"], ["factor must be >= 1"]),
-        (["--factor", "-1"], ["factor must be >= 1"]),
+        (["--factor", "0"], ["argument --factor: factor must be > 0"]),
+        (["--factor", "-1"], ["factor must be > 0"]),
+        (["--factor", "0.5"], ["factor must be >= 1"]),  # the method's own range
         (["--factor", "abc"], ["factor must be a number, got 'abc'"]),
         (["--factor", "nan"], ["factor must be finite"]),
         (["--factor", "4", "--param", "beta_fast=0.5"], ["beta_fast must be > beta_slow"]),

@@ -221,7 +221,7 @@ def test_eval_target_length_errors_are_one_line(capsys, model_dir):
     ],
 )
 def test_recommend(capsys, model_dir, tmp_path, monkeypatch, target, headline, command):
-    monkeypatch.chdir(tmp_path)  # no runs/ here: the documented numbers are the evidence
+    monkeypatch.chdir(tmp_path)  # no runs/ here: the shipped measurements are the evidence
     code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target))
     assert code == 0, err
     assert "head_dim 16, base 10000, trained context 64" in out
@@ -230,9 +230,10 @@ def test_recommend(capsys, model_dir, tmp_path, monkeypatch, target, headline, c
         assert "no scaling needed" in out and "ropescale patch" not in out
         return
     assert f"ropescale patch --model {model_dir} {command}" in out
-    assert "expected trade-off" in out and "evidence: REFERENCE.md" in out
+    assert "expected trade-off" in out and "evidence: evals/measured/smollm2-135m.json" in out
+    assert "measured with: ropescale eval suite smollm2-x4-full" in out
     if target == 256:
-        assert "attention_factor=1.0 gives passkey 80%, 100%, 100%" in out
+        assert "attention_factor=1.0 gives passkey 100%, 100% at 4k/16k (default 0%, 100%)" in out
         assert "--param attention_factor=1.0" in out
     if target == 1024:
         assert "PoSE" in out and "pose.target_length=1024" in out and "scaling.factor=16" in out
@@ -295,7 +296,7 @@ def test_recommend_reads_results_of_the_same_model(capsys, model_dir, tmp_path, 
     assert f"short inputs: PPL 11.00 at 32 vs 10.00 unscaled (+10%; yarn ×4, {source})" in out
     assert f"long inputs: PPL 12.50 at 256 (yarn ×4) vs dyn 20.00, none 900.00 ({source})" in out
     assert "passkey: 75% at 256 (yarn ×4" in out
-    assert "someone/else" not in out and "99" not in out
-    # the run has no attention_factor=1.0 row: that trade-off still comes from the documented numbers
-    assert "attention_factor=1.0 gives passkey" in out and "evidence: REFERENCE.md" in out
+    assert "someone/else" not in out and "99.0" not in out
+    # the run has no attention_factor=1.0 row: that trade-off still comes from the shipped measurements
+    assert "attention_factor=1.0 gives passkey" in out and "evidence: evals/measured/smollm2-135m.json" in out
     assert f"evidence: {source}" in out

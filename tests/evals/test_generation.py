@@ -81,3 +81,36 @@ def test_checks():
     with pytest.raises(ValueError, match="depths must be distinct"):
         check_grid([100], [0.5, 0.5])
     assert model_device(EchoModel()) == torch.device("cpu") and model_device(object()) == torch.device("cpu")
+
+
+def test_prompt_token_helpers(bytelevel_tokenizer):
+    from ropescale.evals.generation import bos_prefix, encode, tokenizer_adds_bos
+
+    bos = bytelevel_tokenizer.bos_token_id
+    assert tokenizer_adds_bos(bytelevel_tokenizer) and bos_prefix(bytelevel_tokenizer, None) == [bos]
+    assert bos_prefix(bytelevel_tokenizer, False) == [] and bos_prefix(bytelevel_tokenizer, True) == [bos]
+    assert bos not in encode(bytelevel_tokenizer, "The sky is blue.")
+    no_bos = DigitTokenizer()
+    assert not tokenizer_adds_bos(no_bos) and bos_prefix(no_bos, None) == []
+    with pytest.raises(ValueError, match="add_bos=True but the tokenizer has no BOS token"):
+        bos_prefix(no_bos, True)
+
+
+def test_accuracy_heatmap_reads_the_grid(tmp_path, monkeypatch):
+    from ropescale.evals import generation
+    from ropescale.plots import grids
+
+    class Result(generation.GridResult):
+        lengths, depths, trials, threshold = [8192, 4096], [0.5, 0.0], 2, 0.5
+        records = [
+            type("R", (), {"length": n, "depth": d, "score": float(n == 4096)})()
+            for n in (8192, 4096)
+            for d in (0.5, 0.0)
+        ]
+
+    seen = {}
+    monkeypatch.setattr(grids, "plot_accuracy_grid", lambda *args: seen.update(args=args) or args[3])
+    out = generation.plot_accuracy_heatmap(Result(), tmp_path / "h.png", "Passkey", "passkey context")
+    lengths, depths, grid, path, title = seen["args"]
+    assert out == path == tmp_path / "h.png" and (lengths, depths) == ([4096, 8192], [0.0, 0.5])
+    assert grid == [[1.0, 0.0], [1.0, 0.0]] and title == "Passkey\n2 trials/cell, passkey context: 4k"

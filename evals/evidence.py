@@ -1,0 +1,239 @@
+"""Measured results ``ropescale recommend`` reads its trade-offs from: runs, and the ones shipped.
+
+Two sources, both files, never numbers typed into code:
+
+* **runs**: every ``results.json`` written by ``ropescale eval`` (its ``suite.yaml`` beside it names
+  each row's method, factor and parameters), found under ``runs/`` and ``benchmarks/results/`` or
+  given with ``--results``; only those of the model asked about count.
+* **shipped measurements**: ``evals/measured/*.json`` (installed as ``ropescale/evals/measured``),
+  one file per measured model. Each row is a method at a factor with its parameters; each of its
+  numbers sits in a ``measured`` entry with the command that produced it, so every number can be
+  reproduced and a new one added by running a command and writing down what it printed::
+
+      {"model": "smollm2-135m", "original_context": 8192, "note": "...",
+       "rows": [{"label": "yarn", "method": "yarn", "factor": 4, "params": {},
+                 "measured": [{"command": "ropescale eval suite smollm2-x4-full",
+                               "ppl": {"2048": 30.73}, "passkey": {"16384": 1.0}}]}]}
+
+  ``ppl`` maps a window length to perplexity, ``passkey`` a prompt length to accuracy in [0, 1]
+  (the mean over the depths and trials the command ran). A length measured twice in one row is
+  an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RopescaleError
+
+RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
+MEASURED_DIR = Path(__file__).resolve().parent / "measured"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One evaluated configuration: its method, what it scored per length, and how it was measured."""
+
+    label: str
+    method: str  # registry name; "default" for the unscaled model
+    factor: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    ppl: dict[int, float] = field(default_factory=dict)
+    passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
+    commands: tuple[str, ...] = ()  # the commands that produced the numbers (shipped measurements)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    model: str
+    note: str
+    rows: tuple[Measured, ...]
+    #: the trained context of the measured model; None: the model asked about (same-model results)
+    original_context: int | None = None
+
+    def find(self, method: str, **params: Any) -> Measured | None:
+        """The row of ``method`` with exactly ``params`` (none: its defaults)."""
+        return next((r for r in self.rows if r.method == method and r.params == params), None)
+
+    @property
+    def commands(self) -> list[str]:
+        """Every command behind the rows, in the order they first appear."""
+        return list(dict.fromkeys(c for r in self.rows for c in r.commands))
+
+
+def _method_name(name: str) -> str:
+    from ropescale.methods import method_class
+
+    try:
+        return method_class(name).name
+    except ValueError:
+        return str(name)
+
+
+def load_results(path: str | Path) -> Evidence | None:
+    """Evidence from one ``results.json`` written by the suite runner (None if unreadable)."""
+    path = Path(path)
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
+        return None
+    entries: dict[str, dict[str, Any]] = {}
+    suite_file = path.with_name("suite.yaml")
+    if suite_file.is_file():
+        try:
+            suite = yaml.safe_load(suite_file.read_text()) or {}
+            entries = {str(m.get("label") or m["method"]): m for m in suite.get("methods") or [] if isinstance(m, dict)}
+        except (OSError, yaml.YAMLError, KeyError):
+            entries = {}
+    tasks = summary["tasks"]
+    labels = list(dict.fromkeys(lb for task in tasks.values() if isinstance(task, dict) for lb in task))
+    rows = []
+    for label in labels:
+        entry = entries.get(label, {"method": label})
+        ppl = {
+            int(n): float(r["ppl"])
+            for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
+            if isinstance(r, dict) and r.get("ppl") is not None
+        }
+        passkey = {}
+        for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
+            grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
+            if grid:
+                passkey[int(n)] = sum(grid) / len(grid)
+        factor = entry.get("factor")
+        rows.append(
+            Measured(
+                label,
+                _method_name(entry.get("method", label)),
+                float(factor) if factor is not None else None,
+                dict(entry.get("params") or {}),
+                ppl,
+                passkey,
+            )
+        )
+    done, total = summary.get("cells_finished"), summary.get("cells_total")
+    partial = f", {done}/{total} cells" if done is not None and done != total else ""
+    return Evidence(
+        str(path),
+        str(summary.get("model", "?")),
+        f"{summary.get('suite', path.parent.name)} suite, dtype {summary.get('dtype', '?')}{partial}",
+        tuple(r for r in rows if r.ppl or r.passkey),
+    )
+
+
+def _numbers(where: str, table: Any, low: float, high: float | None) -> dict[int, float]:
+    """``{"2048": 30.7}`` → ``{2048: 30.7}``, each value a number in [low, high]."""
+    if not isinstance(table, dict):
+        raise RopescaleError(f"{where} must map lengths to numbers, got {table!r}")
+    out = {}
+    for key, value in table.items():
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= (high or value)
+        if not (str(key).isdigit() and int(key) > 0 and ok):
+            raise RopescaleError(
+                f"{where}: {key!r}: {value!r} is not a length and a number in [{low:g}, {high or 'inf'}]"
+            )
+        out[int(key)] = float(value)
+    return out
+
+
+def _row(where: str, raw: Any) -> Measured:
+    if not isinstance(raw, dict) or not isinstance(raw.get("measured"), list) or not raw["measured"]:
+        raise RopescaleError(f"{where} needs a label, a method and a non-empty 'measured' list")
+    ppl: dict[int, float] = {}
+    passkey: dict[int, float] = {}
+    commands = []
+    for j, entry in enumerate(raw["measured"]):
+        at = f"{where}.measured[{j}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str) or not entry["command"].strip():
+            raise RopescaleError(f"{at} needs the command that produced its numbers")
+        commands.append(entry["command"].strip())
+        for name, table, low, high in (("ppl", ppl, 1.0, None), ("passkey", passkey, 0.0, 1.0)):
+            numbers = _numbers(f"{at}.{name}", entry.get(name, {}), low, high)
+            again = sorted(set(numbers) & set(table))
+            if again:
+                raise RopescaleError(f"{at}.{name}: length {again[0]} is measured twice in this row")
+            table.update(numbers)
+    factor = raw.get("factor")
+    return Measured(
+        str(raw.get("label") or raw.get("method")),
+        _method_name(str(raw.get("method"))),
+        None if factor is None else float(factor),
+        dict(raw.get("params") or {}),
+        ppl,
+        passkey,
+        tuple(dict.fromkeys(commands)),
+    )
+
+
+def load_measured(path: str | Path) -> Evidence:
+    """Evidence from a measurements file (the format of the module docstring).
+
+    Args:
+        path: a JSON file such as ``evals/measured/smollm2-135m.json``.
+
+    Returns:
+        The rows, with ``original_context`` from the file (the trade-offs are read relative to it).
+
+    Raises:
+        RopescaleError: the file is unreadable or a row lacks its command or has bad numbers
+            (the message names the file and the row).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RopescaleError(f"measurements '{path}' cannot be read: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise RopescaleError(f"measurements '{path}' need 'model', 'original_context', 'note' and 'rows'")
+    rows = tuple(_row(f"{path.name}: rows[{i}]", raw) for i, raw in enumerate(data["rows"]))
+    original = data.get("original_context")
+    return Evidence(
+        source=f"evals/measured/{path.name}" if path.parent == MEASURED_DIR else str(path),
+        model=str(data.get("model", "?")),
+        note=str(data.get("note", "")),
+        rows=rows,
+        original_context=int(original) if original else None,
+    )
+
+
+@functools.cache
+def shipped_evidence() -> tuple[Evidence, ...]:
+    """The measurements shipped with ropescale (``evals/measured/*.json``), read once."""
+    return tuple(load_measured(p) for p in sorted(MEASURED_DIR.glob("*.json")))
+
+
+def find_evidence(model: str, paths: list[str | Path] | None = None, root: str | Path = ".") -> list[Evidence]:
+    """Results for ``model`` (newest first), then the shipped measurements.
+
+    Args:
+        model: the ``--model`` value the results were recorded under.
+        paths: results files or folders holding ``results.json``; default: ``RESULT_GLOBS`` under ``root``.
+        root: where to look by default.
+    """
+    if paths:
+        files = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in paths]
+    else:
+        files = [p for pattern in RESULT_GLOBS for p in Path(root).glob(pattern)]
+    found = []
+    for f in sorted(files, key=lambda p: p.stat().st_mtime if p.exists() else 0, reverse=True):
+        ev = load_results(f)
+        if ev is not None and ev.rows and same_model(ev.model, model):
+            found.append(ev)
+    return found + list(shipped_evidence())
+
+
+def same_model(a: str, b: str) -> bool:
+    """Whether two ``--model`` values name the same model (equal, or the same existing path)."""
+    if a == b:
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()

@@ -1,0 +1,172 @@
+"""Typed values from text: the one set of parsers the command line and the lm-eval model share.
+
+Command-line flags (argparse ``type=``, through :func:`ropescale.cli.common.typed`) and lm-eval's
+``--model_args`` (which reach the ``ropescale`` lm-eval model as strings whenever lm-eval could not
+type them) are read by the same functions, so a value means the same thing, and is refused with the
+same one-line message, wherever it is given. Each parser also accepts an already typed value (an
+``int`` for :func:`positive_int`...), so typing twice is harmless.
+
+Every parser raises ``ValueError`` naming the value it was given; ``name`` says what the value is
+for (``factor``, ``--max-length``...).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+#: texts read as "no value" by :func:`none_like`
+NONE_TEXTS = ("", "none")
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no", "")
+
+
+def none_like(value: Any) -> bool:
+    """Whether ``value`` means "not given": None, ``""`` or ``"none"`` (any case, spaces ignored)."""
+    return value is None or (isinstance(value, str) and value.strip().lower() in NONE_TEXTS)
+
+
+def positive_int(value: Any, name: str | None = None) -> int:
+    """A positive integer from ``value`` (a string like ``" 8192 "``, an int, or a whole float).
+
+    Args:
+        value: the value to read; bools are refused.
+        name: what the value is for, used in the message (none: "expected a positive integer").
+
+    Returns:
+        The integer.
+
+    Raises:
+        ValueError: not a whole number, or not positive.
+    """
+    what = f"{name} must be a positive integer" if name else "expected a positive integer"
+    if isinstance(value, bool):
+        raise ValueError(f"{what}, got {value!r}")
+    try:
+        number = int(value.strip()) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{what}, got {value!r}") from None
+    if number <= 0 or (isinstance(value, float) and number != value):
+        raise ValueError(f"{what}, got {value!r}")
+    return number
+
+
+def positive_ints(value: Any, name: str | None = None) -> list[int]:
+    """Positive integers from a comma-separated text (``"2048,8192"``) or a list.
+
+    Raises:
+        ValueError: no values, or one that is not a positive integer.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [v for v in items if not (isinstance(v, str) and not v.strip())]
+    what = name or "value"
+    if not items:
+        raise ValueError(f"{what} must be comma-separated positive integers, got {value!r}")
+    try:
+        return [positive_int(v) for v in items]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated positive integers, got {value!r}") from None
+
+
+def factor(value: Any, name: str = "factor") -> float:
+    """A scaling factor: a finite number > 0, as a float.
+
+    The range each method accepts (most need ≥ 1) is the method's own check; this one only makes
+    sure a number reaches it.
+
+    Raises:
+        ValueError: not a number (``"factor must be a number, got 'abc'"``), not finite, or ≤ 0.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if number <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return number
+
+
+def boolean(value: Any, name: str = "value") -> bool:
+    """``true/1/yes`` → True, ``false/0/no/""`` → False (any case); bools and the ints 0/1 as they are.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return True
+    if isinstance(value, str) and value.strip().lower() in _FALSE:
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def sliding_window(value: Any, name: str = "sliding_window") -> str | int | None:
+    """A Mistral-style sliding window setting: ``"keep"``, None (``none``: full attention) or a width.
+
+    Raises:
+        ValueError: anything else (``"sliding_window must be keep, none or a positive integer, ..."``).
+    """
+    if isinstance(value, str) and value.strip().lower() == "keep":
+        return "keep"
+    if none_like(value):
+        return None
+    try:
+        return positive_int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be keep, none or a positive integer, got {value!r}") from None
+
+
+def param_value(value: Any) -> Any:
+    """A method parameter's value read as YAML (``32`` → 32, ``[1,2]`` → [1, 2], ``1.0e+4`` → 10000.0);
+    text YAML cannot read stays text, and values that are not strings are returned as they are."""
+    if not isinstance(value, str):
+        return value
+    import yaml
+
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
+def key_values(items: Iterable[str], flag: str = "--param", allow_json: bool = False) -> dict[str, Any]:
+    """``["beta_fast=32", "long_factor=[1,2]"]`` → ``{"beta_fast": 32, "long_factor": [1, 2]}``.
+
+    Args:
+        items: ``KEY=VALUE`` texts; values are read by :func:`param_value`; a later key wins.
+        flag: the flag the items came from, named in the message.
+        allow_json: also accept items that are one JSON object (``'{"max_seq_lengths": [4096]}'``).
+
+    Returns:
+        The mapping.
+
+    Raises:
+        ValueError: an item without ``=`` or a key, or (``allow_json``) invalid JSON.
+    """
+    out: dict[str, Any] = {}
+    expects = "KEY=VALUE or a JSON object" if allow_json else "KEY=VALUE"
+    for item in items:
+        text = item.strip()
+        if allow_json and text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{flag}: invalid JSON: {exc.msg}") from None
+            if not isinstance(value, dict):
+                raise ValueError(f"{flag}: expected a JSON object")
+            out.update(value)
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} expects {expects}, got {item!r}")
+        out[key.strip()] = param_value(value)
+    return out

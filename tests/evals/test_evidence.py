@@ -1,0 +1,129 @@
+"""Measured results for ``ropescale recommend``: the shipped measurements file and runs' results.json."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ropescale.errors import RopescaleError
+from ropescale.evals import evidence
+from ropescale.evals.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_measurements_load_with_their_commands():
+    (smollm,) = shipped_evidence()
+    assert smollm.source == "evals/measured/smollm2-135m.json" and smollm.model == "smollm2-135m"
+    assert smollm.original_context == 8192 and smollm.note
+    assert all(row.commands and (row.ppl or row.passkey) for row in smollm.rows)
+    yarn, af1 = smollm.find("yarn"), smollm.find("yarn", attention_factor=1.0)
+    assert yarn.factor == 4.0 and yarn.ppl[16384] == 32.68 and yarn.passkey == {4096: 0.0, 16384: 1.0, 32768: 1.0}
+    assert af1.label == "yarn attention_factor=1" and af1.ppl[2048] == 29.83
+    assert smollm.find("default").factor is None and smollm.find("dynamic_ntk").ppl[32768] == 44.94
+    assert smollm.commands[0] == "ropescale eval suite smollm2-x4-full --output runs/smollm2-x4-full"
+
+
+def test_every_shipped_command_names_something_that_exists():
+    """A command is only worth shipping if it can be run: suites, benchmark scripts and methods exist."""
+    from ropescale.cli.main import build_parser
+    from ropescale.evals.suite import load_suite
+
+    parser = build_parser()
+    for command in shipped_evidence()[0].commands:
+        argv = shlex.split(command)
+        if argv[0] == "python":
+            assert (ROOT / argv[1]).is_file(), command
+            continue
+        assert argv[0] == "ropescale", command
+        args = parser.parse_args(argv[1:])  # flags and values the CLI accepts today
+        if args.eval_command == "suite":
+            assert load_suite(args.suite).cells(), command
+
+
+def test_the_full_suite_is_the_main_suite_without_its_skips():
+    from ropescale.evals.suite import load_suite
+
+    main, full = load_suite("smollm2-x4"), load_suite("smollm2-x4-full")
+    assert [(m.method, m.factor) for m in main.methods] == [(m.method, m.factor) for m in full.methods]
+    assert (main.perplexity, main.passkey) == (full.perplexity, full.passkey)
+
+    def keys(suite):
+        return {(m.label, task, n) for m, task, n in suite.cells()}
+
+    assert keys(main) < keys(full) and len(keys(full)) - len(keys(main)) == 6
+
+
+def _write(tmp_path, rows, **top):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"model": "m", "original_context": 1024, "note": "n", "rows": rows, **top}))
+    return path
+
+
+def test_load_measured_merges_a_rows_commands(tmp_path):
+    rows = [
+        {
+            "label": "dyn",
+            "method": "dynamic",
+            "factor": 2,
+            "measured": [
+                {"command": "a", "ppl": {"1024": 10.5}},
+                {"command": "b", "ppl": {"2048": 11}, "passkey": {"2048": 0.5}},
+            ],
+        }
+    ]
+    ev = load_measured(_write(tmp_path, rows))
+    (row,) = ev.rows
+    assert (row.method, row.factor, row.params) == ("dynamic_ntk", 2.0, {})  # the registry's name
+    assert row.ppl == {1024: 10.5, 2048: 11.0} and row.passkey == {2048: 0.5} and row.commands == ("a", "b")
+    assert ev.source == str(tmp_path / "m.json") and ev.original_context == 1024
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"label": "x", "method": "yarn", "measured": []}, r"rows\[0\] needs a label, a method and a non-empty"),
+        ({"method": "yarn", "measured": [{"ppl": {"1024": 3.0}}]}, r"measured\[0\] needs the command"),
+        ({"method": "yarn", "measured": [{"command": " ", "ppl": {}}]}, r"measured\[0\] needs the command"),
+        ({"method": "yarn", "measured": [{"command": "c", "ppl": {"1k": 3.0}}]}, r"measured\[0\]\.ppl: '1k'"),
+        ({"method": "yarn", "measured": [{"command": "c", "passkey": {"1024": 80}}]}, r"passkey: '1024': 80 is not"),
+        ({"method": "yarn", "measured": [{"command": "c", "ppl": [3.0]}]}, "must map lengths to numbers"),
+        (
+            {
+                "method": "yarn",
+                "measured": [{"command": "c", "ppl": {"1024": 3.0}}, {"command": "d", "ppl": {"1024": 4}}],
+            },
+            r"measured\[1\]\.ppl: length 1024 is measured twice in this row",
+        ),
+    ],
+)
+def test_bad_measurements_name_the_file_and_row(tmp_path, row, message):
+    with pytest.raises(RopescaleError, match=message) as info:
+        load_measured(_write(tmp_path, [row]))
+    assert "m.json: rows[0]" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_unreadable_measurements(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(RopescaleError, match="measurements '.*bad.json' cannot be read"):
+        load_measured(bad)
+    bad.write_text("[]")
+    with pytest.raises(RopescaleError, match="need 'model', 'original_context', 'note' and 'rows'"):
+        load_measured(bad)
+
+
+def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(
+        json.dumps({"model": "mine", "tasks": {"perplexity": {"yarn": {"2048": {"ppl": 9.0}}}}})
+    )
+    found = find_evidence("mine", root=tmp_path)
+    assert [e.source for e in found] == [str(run / "results.json"), "evals/measured/smollm2-135m.json"]
+    assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
+    assert [e.source for e in find_evidence("other", root=tmp_path)] == ["evals/measured/smollm2-135m.json"]
+    assert MEASURED_DIR == Path(evidence.__file__).parent / "measured"
