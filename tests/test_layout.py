@@ -34,6 +34,7 @@ FLOORS = {
     "ropescale.interop": 2,
     "ropescale.rotary": 2,
     "ropescale.methods": 2,
+    "ropescale.options": 0,
     "ropescale.errors": 0,
     "ropescale._io": 0,
     "ropescale": 0,  # the package's own __init__ (lazy names only)
