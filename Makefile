@@ -11,7 +11,8 @@ STAMP := $(VENV)/.ropescale-installed
 .PHONY: setup test lint demo bench clean
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
-# r-cran-janeaustenr; a no-op when already installed). The tests need only the environment.
+# r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
+# installs the corpus first too, so no corpus test is skipped on a fresh machine.
 setup: $(STAMP)
 	$(PY) -m ropescale.data.corpus install
 
@@ -29,6 +30,7 @@ $(STAMP): pyproject.toml Makefile
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m ropescale.data.corpus install
 	$(PY) -m pytest -q tests
 
 lint: $(STAMP)
