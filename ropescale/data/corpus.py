@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._io import atomic_directory, cache_root
+from .._io import atomic_directory, cache_root, recover_directory
 from ..errors import RopescaleError
 
 # The pieces live in their own modules; their names stay importable from here.
@@ -224,6 +224,7 @@ class _Invalid(Exception):
 
 def _validate(directory: Path, name: str, check_hashes: bool = True) -> dict:
     """The manifest of a complete install, or :class:`_Invalid` with the reason."""
+    recover_directory(directory)  # a reinstall interrupted between its renames left the old one aside
     path = directory / MANIFEST
     if not path.is_file():
         raise _Invalid("missing")
