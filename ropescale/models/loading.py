@@ -22,6 +22,7 @@ from ..patching.plan import (
     KEEP,
     NON_NATIVE_PREFIX,
     apply_plan,
+    check_method_args,
     check_supported,
     plan_from_provenance,
     plan_patch,
@@ -147,6 +148,8 @@ def from_pretrained(
     """
     from transformers import AutoModelForCausalLM
 
+    if method is not None:  # a wrong name or parameter fails before any conversion or download
+        check_method_args(method, factor if target_length is None else None, **(method_params or {}))
     resolved = resolve_model(name_or_path)
     shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
     config = _read_config(resolved, **shared)

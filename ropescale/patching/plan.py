@@ -213,6 +213,24 @@ def plan_patch(
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
 
 
+def check_method_args(method: str | ScalingMethod, factor: Any = None, **params: Any) -> None:
+    """Validate a method name and its parameters before any model is resolved, converted or loaded.
+
+    What needs the model (list lengths against its rotary dim, a target length against its
+    context) is checked later by :func:`plan_patch`; a missing ``factor`` is checked with the
+    method's default.
+
+    Raises:
+        ValueError: an unknown method or parameter, or a bad value, in one line naming it.
+    """
+    if isinstance(method, ScalingMethod):
+        return
+    params = dict(params)
+    kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
+    scaling = get_method(method, **params, **({"factor": factor} if factor is not None else {}))
+    kv_consistent_option(scaling, kv_consistent)
+
+
 def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
     """``kv_consistent``: default on for dynamic methods; only they have anything to make consistent."""
     if value is None:
