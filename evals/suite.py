@@ -37,18 +37,14 @@ from typing import Any
 import yaml
 
 from .._io import atomic_write_json, atomic_write_text
-from ..errors import RopescaleError
 from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ..models.runtime import DTYPES as RUNTIME_DTYPES
+from .suite_checks import SuiteError, check_against_model, check_raw
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
 ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
 SUITES_DIR = Path(__file__).parent / "suites"
-
-
-class SuiteError(RopescaleError):
-    """A suite file or its combination of settings is invalid."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +104,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
+    check_raw(raw)  # types and task settings: nothing is loaded before the whole suite is valid
     methods = []
     for i, entry in enumerate(raw.get("methods") or []):
         if isinstance(entry, str):
@@ -255,6 +252,7 @@ class SuiteRunner:
         if todo:
             # everything that can fail on bad input is checked before the weights are loaded
             config = load_config(self.suite.model)
+            check_against_model(self.suite, config)  # each method planned on the config, before any weights
             check_lengths(self.suite, original_geometry(config)[2])
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
