@@ -10,7 +10,8 @@ Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps 
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
 ``config._attn_implementation`` to the mode's registered name; removing it restores the model's
 own implementation. Only the default ``DynamicCache`` (and its sliding-window layers) is
-supported: a static cache does not keep keys in position order.
+supported: a static cache does not keep keys in position order, and is refused in one line
+(:mod:`.cache_guard`) rather than giving wrong results.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import consistent, self_extend
+    from . import cache_guard, consistent, self_extend
     from .rotary import LAYER_ATTR, AttentionRotary
 
     if mode not in MODES:
@@ -49,6 +50,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
         layer.__dict__[LAYER_ATTR] = rotary  # a plain reference, not a submodule
     _set_implementation(model, name)
     rotary._config, rotary.attention_name = model.config, name  # switched away later: layers rotate again
+    rotary._cache_hook = cache_guard.install_hook(owner, rotary)  # a static cache is refused, not misread
     return rotary
 
 
@@ -61,6 +63,9 @@ def uninstall(model: Any, owner: Any) -> None:
         return
     for layer in _attention_layers(owner):
         layer.__dict__.pop(LAYER_ATTR, None)
+    hook = getattr(rotary, "_cache_hook", None)
+    if hook is not None:
+        hook.remove()
     _set_implementation(model, rotary.inner)
 
 
