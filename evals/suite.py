@@ -39,7 +39,7 @@ import yaml
 from .._io import atomic_write_json, atomic_write_text
 from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ..models.runtime import DTYPES as RUNTIME_DTYPES
-from .suite_checks import SuiteError, check_against_model, check_raw
+from .suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
@@ -213,6 +213,11 @@ class SuiteRunner:
             self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attn_implementation)
         return self._runtime
 
+    def runtime_for(self, entry: MethodEntry) -> dict[str, str]:
+        """The runtime ``entry``'s cells run on: the suite's, with the attention kernel its mode runs."""
+        kernel = entry_kernel(entry.method, entry.factor, entry.params, self.runtime.attention)
+        return {**self.runtime.to_dict(), "attention": kernel}
+
     def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_id(entry, task, length)}.json"
 
@@ -227,12 +232,12 @@ class SuiteRunner:
             return False
         # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU) is redone;
         # cells written before runtimes were recorded count as matching
-        runtime = record.get("runtime", self.runtime.to_dict())
+        runtime = record.get("runtime", self.runtime_for(entry))
         return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
             entry.method,
             entry.factor,
             entry.params,
-            self.runtime.to_dict(),
+            self.runtime_for(entry),
         )
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -242,7 +247,7 @@ class SuiteRunner:
         from tqdm.auto import tqdm
 
         from ..models.loading import from_pretrained, load_config, load_tokenizer
-        from ..patching.model import patch
+        from ..patching.model import attention_kernel, patch
         from ..patching.plan import original_geometry
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
@@ -278,7 +283,8 @@ class SuiteRunner:
                     "params": entry.params,
                     "task": task,
                     "length": length,
-                    "runtime": self.runtime.to_dict(),
+                    # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
+                    "runtime": {**self.runtime.to_dict(), "attention": attention_kernel(model)},
                     "result": result,
                 }
                 atomic_write_json(self.cell_path(entry, task, length), record)

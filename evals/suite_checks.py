@@ -111,6 +111,18 @@ def check_raw(raw: dict[str, Any]) -> None:
             check_task(task, raw[task])
 
 
+def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: str) -> str:
+    """The attention kernel a suite method runs on when the suite asks for ``requested``: an
+    attention-level mode (Self-Extend, the KV-consistent mode) runs SDPA (or eager) whatever was asked."""
+    from ..attention import kernel_for
+    from ..methods import get_method
+    from ..patching.plan import attention_mode, kv_consistent_option
+
+    method_params = {k: v for k, v in params.items() if k != "kv_consistent"}
+    scaling = get_method(method, **method_params, **({"factor": factor} if factor is not None else {}))
+    return kernel_for(attention_mode(scaling, kv_consistent_option(scaling, params.get("kv_consistent"))), requested)
+
+
 def check_against_model(suite: Any, config: Any) -> None:
     """Plan every method's patch on the model's config (no weights): what needs its geometry fails here."""
     from ..patching.plan import plan_patch
@@ -122,4 +134,4 @@ def check_against_model(suite: Any, config: Any) -> None:
             raise SuiteError(f"methods[{i}] ('{entry.label}'): {' '.join(str(exc).split())}") from None
 
 
-__all__ = ["SuiteError", "check_against_model", "check_method", "check_raw", "check_task"]
+__all__ = ["SuiteError", "check_against_model", "entry_kernel", "check_method", "check_raw", "check_task"]

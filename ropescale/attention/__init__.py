@@ -32,12 +32,17 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     if mode not in MODES:
         raise ValueError(f"unknown attention mode {mode!r}; known: {', '.join(MODES)}")
-    inner = model.config._attn_implementation or "sdpa"
-    if mode == "kv_consistent" and inner not in consistent.NAMES:
-        warnings.warn(f"kv_consistent runs on sdpa or eager attention; using sdpa instead of {inner!r}", stacklevel=3)
-        inner = "sdpa"
+    requested = model.config._attn_implementation or "sdpa"
+    inner = kernel_for(mode, requested)
+    if inner != requested and requested not in consistent.NAMES:
+        warnings.warn(
+            f"{mode} runs on sdpa or eager attention; using {inner} instead of {requested!r} "
+            "(restored when the mode is removed)",
+            stacklevel=3,
+        )
     native = model.config if plan.native and plan.method.dynamic else None
     rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
+    rotary.restore = requested  # the user's kernel, given back by uninstall
     if mode == "self_extend":
         rotary.group_size = plan.method.resolved_group_size(plan.spec)
         rotary.window = plan.method.resolved_window(plan.spec)
@@ -66,7 +71,21 @@ def uninstall(model: Any, owner: Any) -> None:
     hook = getattr(rotary, "_cache_hook", None)
     if hook is not None:
         hook.remove()
-    _set_implementation(model, rotary.inner)
+    _set_implementation(model, getattr(rotary, "restore", rotary.inner))
+
+
+def kernel_for(mode: str | None, requested: str) -> str:
+    """The attention kernel that runs when ``mode`` is installed on a model asked to run ``requested``.
+
+    The KV-consistent mode wraps SDPA or eager (flash-attn and other kernels cannot take rotated
+    cached keys from it: SDPA runs instead); Self-Extend always runs SDPA; without a mode, the
+    requested kernel runs.
+    """
+    from .consistent import NAMES
+
+    if mode is None:
+        return requested
+    return requested if mode == "kv_consistent" and requested in NAMES else "sdpa"
 
 
 def _attention_layers(owner: Any) -> list[Any]:
@@ -83,4 +102,4 @@ def _set_implementation(model: Any, name: str) -> None:
         model.config._attn_implementation = name
 
 
-__all__ = ["MODES", "install", "uninstall"]
+__all__ = ["MODES", "install", "kernel_for", "uninstall"]

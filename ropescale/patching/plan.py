@@ -63,12 +63,17 @@ class PatchPlan:
     @property
     def attention_mode(self) -> str | None:
         """The attention-level mode patching installs (``ropescale.attention``), or None."""
-        return getattr(self.method, "attention", None) or ("kv_consistent" if self.kv_consistent else None)
+        return attention_mode(self.method, self.kv_consistent)
 
     @property
     def custom_rotary(self) -> bool:
         """Whether ropescale installs its own rotary module (otherwise transformers builds it)."""
         return not self.native or self.attention_mode is not None
+
+
+def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
+    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
+    return getattr(method, "attention", None) or ("kv_consistent" if kv_consistent else None)
 
 
 @contextlib.contextmanager
