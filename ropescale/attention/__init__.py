@@ -1,7 +1,8 @@
 """Attention-level modes, installed through transformers' attention interface.
 
-* ``kv_consistent`` (:mod:`.consistent`): dynamic methods rotate every cached key with the current
-  frequencies, so cached generation equals recomputation. On by default for dynamic methods;
+* ``kv_consistent`` (:mod:`.consistent`): methods whose frequencies follow the current length
+  (dynamic methods, LongRoPE's switch at L) rotate every cached key with the current frequencies,
+  so cached generation equals recomputation. On by default for them;
   ``patch(..., kv_consistent=False)`` (CLI ``--param kv_consistent=false``) gives transformers'
   behaviour.
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
@@ -40,7 +41,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
             "(restored when the mode is removed)",
             stacklevel=3,
         )
-    native = model.config if plan.native and plan.method.dynamic else None
+    native = model.config if plan.native and plan.method.varies_with_length() else None
     rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
     rotary.restore = requested  # the user's kernel, given back by uninstall
     if mode == "self_extend":

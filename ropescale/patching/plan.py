@@ -237,14 +237,16 @@ def check_method_args(method: str | ScalingMethod, factor: Any = None, **params:
 
 
 def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
-    """``kv_consistent``: default on for dynamic methods; only they have anything to make consistent."""
+    """``kv_consistent``: default on for methods whose frequencies follow the current length (dynamic
+    methods, LongRoPE with short ≠ long factors); only they have anything to make consistent."""
     if value is None:
-        return method.dynamic
+        return method.varies_with_length()
     value = coerce("kv_consistent", value, bool)
-    if value and not method.dynamic:
+    if value and not method.varies_with_length():
         raise ValueError(
-            f"kv_consistent applies to dynamic methods (dynamic_ntk, dynamic_yarn); '{method.name}' has fixed "
-            "frequencies, so its cached keys are already consistent"
+            "kv_consistent applies to methods whose frequencies change with the length (dynamic_ntk, "
+            f"dynamic_yarn, longrope with short_factor != long_factor); '{method.name}' has fixed frequencies "
+            "here, so its cached keys are already consistent"
         )
     return value
 

@@ -74,7 +74,8 @@ def test_written_config_reloads_in_plain_transformers_with_the_same_logits(searc
     out, model, _, _ = searched
     rope = json.loads((out / "config.json").read_text())["rope_parameters"]
     assert rope["rope_type"] == "longrope" and rope["factor"] == 4.0
-    assert rope["short_factor"] == [1.0] * 8 and rope["original_max_position_embeddings"] == 64
+    assert rope["original_max_position_embeddings"] == 64
+    assert rope["short_factor"] == rope["long_factor"]  # short="long": one schedule at every length
     # plain transformers: the saved config plus the original weights
     weights = tmp_path / "weights"
     tiny_model().save_pretrained(weights)
@@ -89,9 +90,10 @@ def test_written_config_reloads_in_plain_transformers_with_the_same_logits(searc
         torch.testing.assert_close(
             model(ids).logits, direct(ids).logits, rtol=1e-5, atol=1e-5
         )  # left patched with the best
-        short = ids[:, :50]  # within L the model is its own (short factors of 1), up to the attention factor
-        ref = ropescale.patch(tiny_model(), "longrope", **{**best["params"], "long_factor": [1.0] * 8})
-        torch.testing.assert_close(plain(short).logits, ref(short).logits, rtol=1e-5, atol=1e-5)
+        short = ids[:, :50]  # within L: the same searched schedule, nothing switches at L
+        torch.testing.assert_close(plain(short).logits, direct(short).logits, rtol=1e-5, atol=1e-5)
+        static = ropescale.patch(tiny_model(), "default")  # plain RoPE: the schedule does act below L
+        assert not torch.allclose(plain(short).logits, static(short).logits, atol=1e-3)
 
 
 def test_report_keeps_texts_apart_and_counts_tokens(searched):
