@@ -138,6 +138,8 @@ def summary(model: str, plan) -> str:
     _, attention = method.compute(spec, extended)
     params = ", ".join(f"{k}={v}" for k, v in method.resolved_params(spec).items() if v is not None and k != "factor")
     native = "native rope_parameters" if plan.native else "ropescale rotary module (not expressible in transformers)"
+    if plan.attention_mode == "kv_consistent":  # dynamic methods, LongRoPE's switch at L
+        native += " + KV-consistent attention (cached keys follow the current frequencies; sdpa/eager)"
     lines = [
         f"model:              {model}",
         f"method:             {method.name} (factor {method.factor:g}{', ' + params if params else ''})",

@@ -75,3 +75,15 @@ def test_save_and_reload_keep_the_mode(tmp_path, ids):
     again = ropescale.from_pretrained(tmp_path / "ckpt", attn_implementation="eager")
     assert isinstance(again.model.rotary_emb, AttentionRotary)
     assert max_diff(*cached_vs_full(again, ids, prompt=48)) < TOL
+
+
+def test_patch_summary_says_the_cached_keys_follow(tmp_path, capsys):
+    from ropescale.cli.main import main
+
+    tiny_model().save_pretrained(tmp_path / "m")
+    capsys.readouterr()
+    argv = ["patch", "--model", str(tmp_path / "m"), "--method", "longrope", "--factor", "4"]
+    assert main([*argv, "--param", f"long_factor={LONG}", "--param", f"short_factor={SHORT}"]) == 0
+    assert "+ KV-consistent attention (cached keys follow the current frequencies" in capsys.readouterr().out
+    assert main([*argv, "--param", f"long_factor={LONG}", "--param", f"short_factor={LONG}"]) == 0
+    assert "KV-consistent" not in capsys.readouterr().out
