@@ -17,7 +17,8 @@ TF4_STAMP := $(TF4)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(TF4_PINS)))
 .PHONY: setup test lint demo bench clean tf4
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
-# r-cran-janeaustenr; a no-op when already installed). The tests need only the environment.
+# r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
+# installs the corpus first too, so no corpus test is skipped on a fresh machine.
 setup: $(STAMP)
 	$(PY) -m ropescale.data.corpus install
 
@@ -42,6 +43,7 @@ $(TF4_STAMP): | $(STAMP)
 test: $(STAMP) $(TF4_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m ropescale.data.corpus install
 	ROPESCALE_TF4=$(abspath $(TF4)) $(PY) -m pytest -q tests
 
 lint: $(STAMP)

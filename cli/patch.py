@@ -41,12 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..models.checkpoint import save_pretrained
     from ..models.loading import from_pretrained, load_config, load_tokenizer
-    from ..patching.plan import apply_plan, plan_patch
+    from ..patching.plan import apply_plan, check_method_args, plan_patch
 
     _from_search(args)
     kw = scaling_kwargs(args)
     if args.config_only and not args.output:
         raise ValueError("--config-only needs --output")
+    # the method and its parameters fail here, before the model is resolved (an embedded one converted)
+    check_method_args(kw["method"], kw["factor"], **kw["params"])
     out = check_output_dir(args.output, args.overwrite) if args.output else None
     config = load_config(args.model)
     plan = plan_patch(
@@ -143,6 +145,8 @@ def summary(model: str, plan) -> str:
     _, attention = method.compute(spec, extended)
     params = ", ".join(f"{k}={v}" for k, v in method.resolved_params(spec).items() if v is not None and k != "factor")
     native = "native rope_parameters" if plan.native else "ropescale rotary module (not expressible in transformers)"
+    if plan.attention_mode == "kv_consistent":  # dynamic methods, LongRoPE's switch at L
+        native += " + KV-consistent attention (cached keys follow the current frequencies; sdpa/eager)"
     lines = [
         f"model:              {model}",
         f"method:             {method.name} (factor {method.factor:g}{', ' + params if params else ''})",

@@ -37,18 +37,14 @@ from typing import Any
 import yaml
 
 from .._io import atomic_write_json, atomic_write_text
-from ..errors import RopescaleError
 from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ..models.runtime import DTYPES as RUNTIME_DTYPES
+from .suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
 ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
 SUITES_DIR = Path(__file__).parent / "suites"
-
-
-class SuiteError(RopescaleError):
-    """A suite file or its combination of settings is invalid."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +104,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
+    check_raw(raw)  # types and task settings: nothing is loaded before the whole suite is valid
     methods = []
     for i, entry in enumerate(raw.get("methods") or []):
         if isinstance(entry, str):
@@ -216,6 +213,11 @@ class SuiteRunner:
             self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attn_implementation)
         return self._runtime
 
+    def runtime_for(self, entry: MethodEntry) -> dict[str, str]:
+        """The runtime ``entry``'s cells run on: the suite's, with the attention kernel its mode runs."""
+        kernel = entry_kernel(entry.method, entry.factor, entry.params, self.runtime.attention)
+        return {**self.runtime.to_dict(), "attention": kernel}
+
     def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_id(entry, task, length)}.json"
 
@@ -230,12 +232,12 @@ class SuiteRunner:
             return False
         # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU) is redone;
         # cells written before runtimes were recorded count as matching
-        runtime = record.get("runtime", self.runtime.to_dict())
+        runtime = record.get("runtime", self.runtime_for(entry))
         return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
             entry.method,
             entry.factor,
             entry.params,
-            self.runtime.to_dict(),
+            self.runtime_for(entry),
         )
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -245,7 +247,7 @@ class SuiteRunner:
         from tqdm.auto import tqdm
 
         from ..models.loading import from_pretrained, load_config, load_tokenizer
-        from ..patching.model import patch
+        from ..patching.model import attention_kernel, patch
         from ..patching.plan import original_geometry
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
@@ -255,6 +257,7 @@ class SuiteRunner:
         if todo:
             # everything that can fail on bad input is checked before the weights are loaded
             config = load_config(self.suite.model)
+            check_against_model(self.suite, config)  # each method planned on the config, before any weights
             check_lengths(self.suite, original_geometry(config)[2])
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
@@ -280,7 +283,8 @@ class SuiteRunner:
                     "params": entry.params,
                     "task": task,
                     "length": length,
-                    "runtime": self.runtime.to_dict(),
+                    # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
+                    "runtime": {**self.runtime.to_dict(), "attention": attention_kernel(model)},
                     "result": result,
                 }
                 atomic_write_json(self.cell_path(entry, task, length), record)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,15 +80,71 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+_BACKUP = ".{name}.old-"  # a replaced output waits here until the new one is in place
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step with Linux's ``renameat2(RENAME_EXCHANGE)``; False where unavailable.
+
+    Returns:
+        True when swapped; False when the platform, libc or file system cannot (then nothing moved).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False  # an old kernel, or a file system without the flag
+    raise OSError(code, os.strerror(code), str(a))
+
+
+def recover_directory(path: str | os.PathLike) -> bool:
+    """Finish a directory replacement that was interrupted (see :func:`atomic_directory`).
+
+    Where the portable replacement was cut between its two renames, ``path`` is missing and the old
+    output waits beside it as ``.<name>.old-*``: it is renamed back. A backup beside a complete
+    ``path`` (cut after the new one was in place) is removed.
+
+    Returns:
+        True if an output was restored at ``path``.
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return False
+    prefix = _BACKUP.format(name=path.name)
+    backups = sorted(
+        (p for p in path.parent.iterdir() if p.name.startswith(prefix) and p.is_dir()), key=lambda p: p.stat().st_mtime
+    )
+    restored = False
+    if backups and not path.exists():
+        os.replace(backups.pop(), path)  # the newest backup is the output that was being replaced
+        restored = True
+    for stale in backups:
+        shutil.rmtree(stale, ignore_errors=True)
+    return restored
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling directory that is renamed to ``path`` only if the block succeeds.
 
     If the block raises, the temporary directory is removed and ``path`` is left as it was.
-    With ``overwrite``, an existing ``path`` is replaced after the new one is complete.
+    With ``overwrite``, an existing ``path`` is replaced after the new one is complete: in one
+    atomic swap on Linux (``renameat2``), elsewhere by moving the old one aside first; an
+    interruption between those two renames is undone by the next call (:func:`recover_directory`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    recover_directory(path)
     if path.exists() and not overwrite and any(path.iterdir()):
         raise FileExistsError(f"{path} exists and is not empty")
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
@@ -96,7 +154,10 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     try:
         yield tmp
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            if _exchange(tmp, path):
+                shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old output
+                return
+            old = path.with_name(_BACKUP.format(name=path.name) + f"{os.getpid()}-{secrets.token_hex(4)}")
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)

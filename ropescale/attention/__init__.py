@@ -1,7 +1,8 @@
 """Attention-level modes, installed through transformers' attention interface.
 
-* ``kv_consistent`` (:mod:`.consistent`): dynamic methods rotate every cached key with the current
-  frequencies, so cached generation equals recomputation. On by default for dynamic methods;
+* ``kv_consistent`` (:mod:`.consistent`): methods whose frequencies follow the current length
+  (dynamic methods, LongRoPE's switch at L) rotate every cached key with the current frequencies,
+  so cached generation equals recomputation. On by default for them;
   ``patch(..., kv_consistent=False)`` (CLI ``--param kv_consistent=false``) gives transformers'
   behaviour.
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
@@ -10,7 +11,8 @@ Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps 
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
 ``config._attn_implementation`` to the mode's registered name; removing it restores the model's
 own implementation. Only the default ``DynamicCache`` (and its sliding-window layers) is
-supported: a static cache does not keep keys in position order.
+supported: a static cache does not keep keys in position order, and is refused in one line
+(:mod:`.cache_guard`) rather than giving wrong results.
 """
 
 from __future__ import annotations
@@ -26,17 +28,22 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import consistent, self_extend
+    from . import cache_guard, consistent, self_extend
     from .rotary import LAYER_ATTR, AttentionRotary
 
     if mode not in MODES:
         raise ValueError(f"unknown attention mode {mode!r}; known: {', '.join(MODES)}")
-    inner = model.config._attn_implementation or "sdpa"
-    if mode == "kv_consistent" and inner not in consistent.NAMES:
-        warnings.warn(f"kv_consistent runs on sdpa or eager attention; using sdpa instead of {inner!r}", stacklevel=3)
-        inner = "sdpa"
-    native = model.config if plan.native and plan.method.dynamic else None
+    requested = model.config._attn_implementation or "sdpa"
+    inner = kernel_for(mode, requested)
+    if inner != requested and requested not in consistent.NAMES:
+        warnings.warn(
+            f"{mode} runs on sdpa or eager attention; using {inner} instead of {requested!r} "
+            "(restored when the mode is removed)",
+            stacklevel=3,
+        )
+    native = model.config if plan.native and plan.method.varies_with_length() else None
     rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
+    rotary.restore = requested  # the user's kernel, given back by uninstall
     if mode == "self_extend":
         rotary.group_size = plan.method.resolved_group_size(plan.spec)
         rotary.window = plan.method.resolved_window(plan.spec)
@@ -49,6 +56,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
         layer.__dict__[LAYER_ATTR] = rotary  # a plain reference, not a submodule
     _set_implementation(model, name)
     rotary._config, rotary.attention_name = model.config, name  # switched away later: layers rotate again
+    rotary._cache_hook = cache_guard.install_hook(owner, rotary)  # a static cache is refused, not misread
     return rotary
 
 
@@ -61,7 +69,24 @@ def uninstall(model: Any, owner: Any) -> None:
         return
     for layer in _attention_layers(owner):
         layer.__dict__.pop(LAYER_ATTR, None)
-    _set_implementation(model, rotary.inner)
+    hook = getattr(rotary, "_cache_hook", None)
+    if hook is not None:
+        hook.remove()
+    _set_implementation(model, getattr(rotary, "restore", rotary.inner))
+
+
+def kernel_for(mode: str | None, requested: str) -> str:
+    """The attention kernel that runs when ``mode`` is installed on a model asked to run ``requested``.
+
+    The KV-consistent mode wraps SDPA or eager (flash-attn and other kernels cannot take rotated
+    cached keys from it: SDPA runs instead); Self-Extend always runs SDPA; without a mode, the
+    requested kernel runs.
+    """
+    from .consistent import NAMES
+
+    if mode is None:
+        return requested
+    return requested if mode == "kv_consistent" and requested in NAMES else "sdpa"
 
 
 def _attention_layers(owner: Any) -> list[Any]:
@@ -78,4 +103,4 @@ def _set_implementation(model: Any, name: str) -> None:
         model.config._attn_implementation = name
 
 
-__all__ = ["MODES", "install", "uninstall"]
+__all__ = ["MODES", "install", "kernel_for", "uninstall"]

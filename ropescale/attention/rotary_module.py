@@ -17,9 +17,9 @@ from ..rotary import cos_sin
 class ScaledRotaryEmbedding(nn.Module):
     """Rotary embedding driven by a ropescale :class:`ScalingMethod`.
 
-    For dynamic methods the frequencies are a function of the current length
-    ℓ = max(position_ids) + 1 (recomputed only when ℓ changes), so results do not depend on
-    the order of earlier calls.
+    For methods whose frequencies depend on the current length ℓ = max(position_ids) + 1 (dynamic
+    methods, LongRoPE's switch at L) they are recomputed when ℓ changes, so results do not depend
+    on the order of earlier calls.
     """
 
     def __init__(self, method: ScalingMethod, spec: RotarySpec, device: torch.device | None = None):
@@ -31,7 +31,7 @@ class ScaledRotaryEmbedding(nn.Module):
         self._seq_len: int | None = None
 
     def _update(self, seq_len: int, device: torch.device) -> None:
-        if not self.method.dynamic:
+        if not self.method.varies_with_length():
             return
         if seq_len <= self.spec.original_max_position_embeddings:
             seq_len = self.spec.original_max_position_embeddings  # all lengths up to L are identical

@@ -150,6 +150,11 @@ class ScalingMethod:
         """The context this scaling targets: factor × L."""
         return int(round(self.factor * spec.original_max_position_embeddings))
 
+    def varies_with_length(self) -> bool:
+        """Whether the frequencies depend on the current length ℓ, so that keys cached (rotated) at one
+        length are stale at another: dynamic methods, and LongRoPE's switch at L."""
+        return self.dynamic
+
     def max_position_embeddings(self, spec: RotarySpec) -> int:
         """What patching writes to ``config.max_position_embeddings``.
 

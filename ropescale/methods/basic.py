@@ -4,7 +4,9 @@
 - Position Interpolation (Chen et al., arXiv 2306.15595): θ'_i = θ_i / s.
 - NTK-aware (bloc97, r/LocalLLaMA 2023): b' = b · s^(d/(d−2)).
 - Dynamic NTK (emozilla, r/LocalLLaMA 2023; transformers ``_compute_dynamic_ntk_parameters``):
-  b' = b · ((s·ℓ/L) − (s−1))^(d/(d−2)) for ℓ > L.
+  b' = b · α(ℓ)^(d/(d−2)) for ℓ > L, with α(ℓ) = s·ℓ/L − (s−1) (``alpha="transformers"``, the
+  default: at ℓ = 4L and s = 4 the base is static NTK's at s = 13) or α(ℓ) = ℓ/L
+  (``alpha="length"``: the base at ℓ is static NTK's at s = ℓ/L, whatever the target s).
 """
 
 from __future__ import annotations
@@ -67,21 +69,46 @@ class NTK(ScalingMethod):
         return {"rope_type": "default", "rope_theta": self.scaled_base(spec)}
 
 
+#: dynamic NTK's schedules of α(ℓ): what each means (``ropescale methods`` shows them)
+DYNAMIC_NTK_ALPHAS = {
+    "transformers": "alpha=transformers: base as static NTK at s·ℓ/L−(s−1) (x4: 13 at 4L)",
+    "length": "alpha=length: as static NTK at ℓ/L",
+}
+
+
 @dataclass(frozen=True)
 class DynamicNTK(ScalingMethod):
-    """NTK-aware base recomputed from the current length ℓ; plain RoPE while ℓ ≤ L."""
+    """NTK-aware base recomputed from the current length ℓ; plain RoPE while ℓ ≤ L.
+
+    ``alpha`` picks the schedule (module docstring). Both save natively: transformers' ``dynamic``
+    rope type computes α(ℓ) = f·ℓ/L − (f−1) from its ``factor`` f, which is s for ``transformers``
+    and 1 for ``length``; ``factor`` itself stays the target s = extended context / L.
+    """
 
     name = "dynamic_ntk"
-    summary = "dynamic NTK: base recomputed from the current length, plain RoPE up to L"
+    summary = "dynamic NTK: base recomputed from the current length ℓ, plain RoPE up to L; " + "; ".join(
+        DYNAMIC_NTK_ALPHAS.values()
+    )
     dynamic = True
+
+    alpha: str = "transformers"
+
+    def validate(self) -> None:
+        if self.alpha not in DYNAMIC_NTK_ALPHAS:
+            raise ValueError(f"alpha must be one of {', '.join(DYNAMIC_NTK_ALPHAS)}, got {self.alpha!r}")
+
+    @property
+    def native_factor(self) -> float:
+        """transformers' ``factor`` f that gives this schedule: α(ℓ) = f·ℓ/L − (f−1)."""
+        return self.factor if self.alpha == "transformers" else 1.0
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         L = spec.original_max_position_embeddings
         length = max(seq_len or L, L)
-        d, s = spec.dim, self.factor
-        base = spec.base * ((s * length / L) - (s - 1)) ** (d / (d - 2))
+        d, f = spec.dim, self.native_factor
+        base = spec.base * ((f * length / L) - (f - 1)) ** (d / (d - 2))
         return spec.base_inv_freq(base=base, device=device), 1.0
 
     def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
         # transformers reads L from max_position_embeddings, which patching keeps at L.
-        return {"rope_type": "dynamic", "rope_theta": spec.base, "factor": self.factor}
+        return {"rope_type": "dynamic", "rope_theta": spec.base, "factor": self.native_factor}

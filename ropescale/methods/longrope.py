@@ -3,6 +3,13 @@ microsoft/LongRoPE and transformers ``_compute_longrope_parameters``, as used by
 
 θ'_i = θ_i / λ_i with ``short_factor`` while ℓ ≤ L and ``long_factor`` beyond;
 attention factor sqrt(1 + ln s / ln L) unless given.
+
+The switch at L makes the frequencies depend on the current length: a generation that crosses L
+holds keys cached with the short factors while new ones use the long factors (transformers' own
+module does exactly that). Patching therefore installs the KV-consistent mode for LongRoPE by
+default (``ropescale.attention``: cached keys rotated with the current factors, so cached
+generation equals recomputation); ``kv_consistent=False`` gives transformers' behaviour. With
+``short_factor`` equal to ``long_factor`` nothing switches and no mode is needed.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ class LongRope(ScalingMethod):
             value = getattr(self, name)
             if value is not None and len(value) != n:
                 raise ValueError(f"{name} must have {n} entries (rotary dim {spec.dim} / 2), got {len(value)}")
+
+    def varies_with_length(self) -> bool:
+        short = self.short_factor or tuple(1.0 for _ in self.long_factor)
+        return tuple(short) != tuple(self.long_factor)
 
     def factors(self, spec: RotarySpec, seq_len: int | None) -> tuple[float, ...]:
         self.validate_for(spec)

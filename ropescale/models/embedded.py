@@ -3,19 +3,27 @@
 
 The GGUF loads de-quantized to dense fp32 in 15–25 s; it is converted once to a safetensors
 directory in the cache (about 3 s to load afterwards) with an atomic rename, so an interrupted
-conversion never leaves a broken cache. Cache root: ``$ROPESCALE_CACHE`` (default
-``~/.cache/ropescale``).
+conversion never leaves a broken cache. The conversion writes a manifest (size, modification time
+and sha256 of every file); each use checks the sizes, re-hashes a file whose modification time
+changed, and converts again from the GGUF when anything differs (a disk that filled up, a copy cut
+short, an edit). Cache root: ``$ROPESCALE_CACHE`` (default ``~/.cache/ropescale``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._io import atomic_directory, cache_root
+from .._io import atomic_directory, atomic_write_json, cache_root, recover_directory
 from ..errors import MissingDependencyError
+
+MANIFEST = "ropescale-manifest.json"
+MANIFEST_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,20 @@ def gguf_path(name: str = DEFAULT_MODEL) -> Path:
 
 
 def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
-    """The converted safetensors directory of an embedded model, converting it on first use."""
+    """The converted safetensors directory of an embedded model, converting it on first use.
+
+    A converted directory is verified against its manifest on every call (see the module doc) and
+    converted again from the GGUF, with a one-line notice on stderr, when it is damaged.
+    """
     target = cache_root() / "models" / name
+    recover_directory(target)  # a re-conversion interrupted between its two renames
     if (target / "config.json").is_file():
-        return target
+        problem = cache_problem(target)
+        if problem is None:
+            return target
+        print(
+            f"ropescale: the converted {name} in {target} is damaged ({problem}); converting it again", file=sys.stderr
+        )
     source = gguf_path(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -69,12 +87,58 @@ def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
         model = AutoModelForCausalLM.from_pretrained(source.parent, **kwargs)
     drop_gguf_quantizer(model)
     try:
-        with atomic_directory(target) as tmp:
+        with atomic_directory(target, overwrite=target.exists()) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
+            write_manifest(tmp, source)
     except FileExistsError:  # another process finished first; its copy is as good as ours
         pass
     return target
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, source: Path) -> None:
+    """Record size, modification time and sha256 of every file of a converted directory."""
+    files = {
+        p.name: {"bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "sha256": _sha256(p)}
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
+    atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "source": source.name, "files": files})
+
+
+def cache_problem(directory: Path) -> str | None:
+    """What is wrong with a converted directory (None when it matches its manifest).
+
+    Sizes are compared always; a file whose modification time differs from the manifest's is
+    re-hashed (moving the cache keeps the times; an edit or a copy does not, and costs one hash).
+    """
+    path = directory / MANIFEST
+    if not path.is_file():
+        return f"no {MANIFEST}: converted by an older ropescale or cut short"
+    try:
+        files = json.loads(path.read_text())["files"]
+        entries = [
+            (directory / name, int(e["bytes"]), int(e["mtime_ns"]), str(e["sha256"])) for name, e in files.items()
+        ]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"{MANIFEST} is unreadable"
+    for file, size, mtime_ns, digest in entries:
+        if not file.is_file():
+            return f"{file.name} is missing"
+        stat = file.stat()
+        if stat.st_size != size:
+            return f"{file.name}: {stat.st_size} bytes, the manifest says {size}"
+        if stat.st_mtime_ns != mtime_ns and _sha256(file) != digest:
+            return f"{file.name} does not match its sha256"
+    return None
 
 
 def drop_gguf_quantizer(model) -> None:

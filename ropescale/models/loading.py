@@ -8,7 +8,6 @@ of an embedded model (``smollm2-135m``).
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 import warnings
@@ -22,6 +21,7 @@ from ..patching.plan import (
     KEEP,
     NON_NATIVE_PREFIX,
     apply_plan,
+    check_method_args,
     check_supported,
     plan_from_provenance,
     plan_patch,
@@ -29,6 +29,7 @@ from ..patching.plan import (
 )
 from .checkpoint import unmark_config_dict
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
+from .integrity import check_checkpoint_dir, check_gguf, read_json_file
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # from_pretrained keyword arguments that also apply to AutoConfig / AutoTokenizer.
@@ -51,10 +52,12 @@ def resolve_model(name_or_path: str | os.PathLike) -> ResolvedModel:
         return ResolvedModel(str(embedded_model_dir(text)), {}, text)
     path = Path(text).expanduser()
     if path.is_file() and path.suffix == ".gguf":
+        check_gguf(path)  # a damaged file is named here, not by a reshape error deep in the reader
         return ResolvedModel(str(path.parent), {"gguf_file": path.name}, text)
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise RopescaleError(f"model directory '{text}' has no config.json")
+        check_checkpoint_dir(path)  # headers only: a truncated weight file or broken config, by name
         return ResolvedModel(str(path), {}, text)
     if path.exists():
         raise RopescaleError(f"model path '{text}' is neither a checkpoint directory nor a .gguf file")
@@ -81,7 +84,7 @@ def _read_config(resolved: ResolvedModel, **kwargs: Any) -> Any:
 
     local = Path(resolved.path) / "config.json"
     if "gguf_file" not in resolved.kwargs and local.is_file():
-        data = json.loads(local.read_text())
+        data = read_json_file(local, "config")
         if str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX):  # saved by ropescale, non-native
             data = unmark_config_dict(data)
             with quiet_transformers():  # it warns that it cannot validate rope_type "ropescale_*"
@@ -147,6 +150,8 @@ def from_pretrained(
     """
     from transformers import AutoModelForCausalLM
 
+    if method is not None:  # a wrong name or parameter fails before any conversion or download
+        check_method_args(method, factor if target_length is None else None, **(method_params or {}))
     resolved = resolve_model(name_or_path)
     shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
     config = _read_config(resolved, **shared)

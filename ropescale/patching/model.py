@@ -81,10 +81,22 @@ def patch(
     return model
 
 
+def attention_kernel(model: Any) -> str:
+    """The attention kernel a (patched) model runs now: an attention-level mode's inner SDPA/eager
+    kernel while it is installed, otherwise the model's own implementation."""
+    from ..attention.rotary import AttentionRotary
+
+    rotary = getattr(rotary_owner(model), "rotary_emb", None)
+    name = model.config._attn_implementation or "sdpa"
+    if isinstance(rotary, AttentionRotary) and name == rotary.attention_name:
+        return rotary.inner
+    return name
+
+
 def describe(model_or_config: Any) -> dict[str, Any]:
     """The provenance block of a patched model or config (empty dict if unpatched)."""
     config = getattr(model_or_config, "config", model_or_config)
     return json.loads(json.dumps(getattr(config, "ropescale", None) or {}))
 
 
-__all__ = ["patch", "describe", "install_rotary"]
+__all__ = ["attention_kernel", "patch", "describe", "install_rotary"]

@@ -63,12 +63,17 @@ class PatchPlan:
     @property
     def attention_mode(self) -> str | None:
         """The attention-level mode patching installs (``ropescale.attention``), or None."""
-        return getattr(self.method, "attention", None) or ("kv_consistent" if self.kv_consistent else None)
+        return attention_mode(self.method, self.kv_consistent)
 
     @property
     def custom_rotary(self) -> bool:
         """Whether ropescale installs its own rotary module (otherwise transformers builds it)."""
         return not self.native or self.attention_mode is not None
+
+
+def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
+    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
+    return getattr(method, "attention", None) or ("kv_consistent" if kv_consistent else None)
 
 
 @contextlib.contextmanager
@@ -213,15 +218,35 @@ def plan_patch(
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
 
 
+def check_method_args(method: str | ScalingMethod, factor: Any = None, **params: Any) -> None:
+    """Validate a method name and its parameters before any model is resolved, converted or loaded.
+
+    What needs the model (list lengths against its rotary dim, a target length against its
+    context) is checked later by :func:`plan_patch`; a missing ``factor`` is checked with the
+    method's default.
+
+    Raises:
+        ValueError: an unknown method or parameter, or a bad value, in one line naming it.
+    """
+    if isinstance(method, ScalingMethod):
+        return
+    params = dict(params)
+    kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
+    scaling = get_method(method, **params, **({"factor": factor} if factor is not None else {}))
+    kv_consistent_option(scaling, kv_consistent)
+
+
 def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
-    """``kv_consistent``: default on for dynamic methods; only they have anything to make consistent."""
+    """``kv_consistent``: default on for methods whose frequencies follow the current length (dynamic
+    methods, LongRoPE with short ≠ long factors); only they have anything to make consistent."""
     if value is None:
-        return method.dynamic
+        return method.varies_with_length()
     value = coerce("kv_consistent", value, bool)
-    if value and not method.dynamic:
+    if value and not method.varies_with_length():
         raise ValueError(
-            f"kv_consistent applies to dynamic methods (dynamic_ntk, dynamic_yarn); '{method.name}' has fixed "
-            "frequencies, so its cached keys are already consistent"
+            "kv_consistent applies to methods whose frequencies change with the length (dynamic_ntk, "
+            f"dynamic_yarn, longrope with short_factor != long_factor); '{method.name}' has fixed frequencies "
+            "here, so its cached keys are already consistent"
         )
     return value
 

@@ -70,6 +70,7 @@ class SearchOptions:
             reach the target length themselves.
         attention: longrope's attention factor: ``search``, each ``seed``'s own, ``yarn`` (0.1 ln s + 1
             for every candidate) or a number for every candidate.
+        short: longrope's short factors, ``long`` (the searched schedule) or ``original`` (ones).
         baselines: methods reported beside the searched one (at factor s; ``none`` unscaled).
         report_lengths: extra held-out contiguous windows (one window of each length).
         heldout: also score everything with the calibration protocol on the held-out text.
@@ -90,6 +91,7 @@ class SearchOptions:
     max_ratio: float = 1.25
     floor: bool | None = None
     attention: str | float = "search"
+    short: str = "long"
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     report_lengths: tuple[int, ...] = ()
     heldout: bool = True
@@ -183,7 +185,8 @@ def search_model(
     target = options.target_length
     space_options: dict[str, Any] = {}
     if options.method.strip().lower() == "longrope":
-        space_options = {"max_ratio": options.max_ratio, "floor": floor, "attention": options.attention}
+        space_options = {"max_ratio": options.max_ratio, "floor": floor}
+        space_options.update(attention=options.attention, short=options.short)
     space = make_space(options.method, spec, factor, **space_options)
     windows = make_windows(
         calibration.tokens, eval_length, options.windows, options.layout, target, options.chunks, bos_token_id

@@ -10,7 +10,12 @@ length fixes). Two spaces:
   λ_i ≥ s for the pairs whose wavelength exceeds the trained context L (see ``floor``).
   LongRoPE's n̂ (first positions left unscaled) is not part of the space: it is a position-dependent
   rotation that ``rope_parameters`` cannot express, so the result would no longer load in plain
-  transformers.
+  transformers. The short factors (used while ℓ ≤ L) are a choice of the space, ``short``:
+  ``"long"`` (default) uses the searched schedule at every length — the schedule the search
+  measured, with the attention factor it was measured with; nothing switches at L, so cached
+  generation across L is consistent even in plain transformers — and ``"original"`` keeps the
+  model's own frequencies up to L (short factors 1; the switch at L then needs ropescale's
+  KV-consistent mode, on by default, for cached generation to equal recomputation).
 * :class:`YarnSpace` — YaRN's own parameters: beta_fast, beta_slow, attention_factor.
 
 Seeds are the closed-form methods expressed exactly in the space: for LongRoPE, λ_i = θ_i/θ'_i of
@@ -29,6 +34,8 @@ import numpy as np
 
 from ..methods import RotarySpec, get_method
 
+#: LongRoPE's short factors: the searched schedule itself, or the model's own frequencies (ones)
+SHORT_CHOICES = ("long", "original")
 #: candidates are rounded to these steps (LongRoPE searches λ on a 0.01 grid; ours is finer)
 FACTOR_STEP = 1e-3
 ATTENTION_STEP = 1e-4
@@ -64,6 +71,8 @@ class LongRopeSpace:
             or ``"yarn"`` for 0.1 ln s + 1. Fixing it suits a search on windows shorter than the
             target: fewer keys per query than at the target length under-rate the temperature.
         attention_bounds: (low, high) of a searched attention factor.
+        short: the short factors (ℓ ≤ L): ``"long"`` the searched schedule, ``"original"`` ones
+            (see the module docstring).
     """
 
     spec: RotarySpec
@@ -72,6 +81,7 @@ class LongRopeSpace:
     floor: bool = True
     attention: str | float = "search"
     attention_bounds: tuple[float, float] = (1.0, 1.35)
+    short: str = "long"
 
     method = "longrope"
 
@@ -80,6 +90,8 @@ class LongRopeSpace:
             raise ValueError(f"target length must exceed the original context (factor > 1), got factor {self.factor:g}")
         if not self.max_ratio >= 1:
             raise ValueError(f"max_ratio must be >= 1, got {self.max_ratio:g}")
+        if self.short not in SHORT_CHOICES:
+            raise ValueError(f"short must be one of {', '.join(SHORT_CHOICES)}, got {self.short!r}")
         low, high = self.attention_bounds
         if not 0 < low <= high:
             raise ValueError(f"attention bounds must satisfy 0 < low <= high, got {self.attention_bounds}")
@@ -207,11 +219,12 @@ class LongRopeSpace:
 
     # -- the method ----------------------------------------------------------------------------------
     def method_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Keyword arguments of ``ropescale.patch`` for a candidate (short factors: the model's own)."""
+        """Keyword arguments of ``ropescale.patch`` for a candidate (short factors as ``short`` says)."""
+        long = list(params["long_factor"])
         return {
             "factor": self.factor,
-            "long_factor": list(params["long_factor"]),
-            "short_factor": [1.0] * self.n_pairs,
+            "long_factor": long,
+            "short_factor": list(long) if self.short == "long" else [1.0] * self.n_pairs,
             "attention_factor": float(params["attention_factor"]),
         }
 

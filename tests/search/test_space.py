@@ -127,3 +127,32 @@ def test_seed_attention_keeps_each_seeds_own():
     assert [p["attention_factor"] for _, p in space.seeds()] == [1.0, 1.0, pytest.approx(1.138629)]
     with pytest.raises(ValueError, match="attention must be"):
         LongRopeSpace(SPEC, 4.0, attention="sometimes")
+
+
+def test_short_factors_are_a_choice_not_ones():
+    """short="long" (default): the searched schedule at every length; "original": the model's own."""
+    spec = TINY
+    candidate = LongRopeSpace(spec, 4.0).seeds()[2][1]  # the YaRN seed: not all ones
+    default = LongRopeSpace(spec, 4.0).method_params(candidate)
+    assert default["short_factor"] == default["long_factor"] != [1.0] * 8
+    assert LongRopeSpace(spec, 4.0, short="original").method_params(candidate)["short_factor"] == [1.0] * 8
+    with pytest.raises(ValueError, match="short must be one of long, original, got 'ones'"):
+        LongRopeSpace(spec, 4.0, short="ones")
+
+
+@pytest.mark.parametrize("short", ["long", "original"])
+def test_searched_longrope_generates_across_L_as_it_recomputes(short):
+    """Either choice gives cached generation equal to recomputation across L: "long" because
+    nothing switches (even in transformers' own mode), "original" through the KV-consistent mode."""
+    from tests.attention.decoding import cached_vs_full, max_diff
+
+    spec = TINY
+    space = LongRopeSpace(spec, 4.0, short=short)
+    params = space.method_params(space.seeds()[2][1])
+    model = ropescale.patch(tiny_model(num_hidden_layers=1), "longrope", **params)
+    torch.manual_seed(2)
+    ids = torch.randint(0, 128, (1, 100))
+    assert max_diff(*cached_vs_full(model, ids, prompt=48)) < 2e-6
+    if short == "long":
+        plain = ropescale.patch(tiny_model(num_hidden_layers=1), "longrope", **params, kv_consistent=False)
+        assert max_diff(*cached_vs_full(plain, ids, prompt=48)) < 2e-6

@@ -1,0 +1,137 @@
+"""Checks of a suite that :mod:`ropescale.evals.suite` runs before it loads anything.
+
+:func:`check_raw` takes the suite as read from YAML (types, known keys, task settings);
+:func:`check_against_model` takes the parsed suite and the model's config and plans every method's
+patch on it, so a parameter the model cannot take (a ``long_factor`` of the wrong length, a
+Self-Extend window wider than the context) fails before the tokenizer and the weights load.
+Every failure is one line naming the key.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from ..errors import RopescaleError
+
+#: the keys each task's settings may have
+TASK_KEYS = {
+    "perplexity": ("lengths", "mode", "stride", "max_tokens"),
+    "passkey": ("lengths", "depths", "trials"),
+    "needle": ("task", "lengths", "depths", "trials"),
+}
+METHOD_KEYS = ("method", "factor", "params", "label", "only")
+STRING_KEYS = ("name", "model", "dtype", "device", "attn_implementation", "data", "note")
+
+
+class SuiteError(RopescaleError):
+    """A suite file or its combination of settings is invalid (also ``ropescale.evals.suite.SuiteError``)."""
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _positive_int(name: str, value: Any, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if not _int(value) or value <= 0:
+        raise SuiteError(f"{name} must be a positive integer{' or null' if optional else ''}, got {value!r}")
+
+
+def _depths(name: str, value: Any) -> None:
+    ok = isinstance(value, list) and value
+    ok = ok and all(isinstance(d, numbers.Real) and not isinstance(d, bool) and 0 <= d <= 1 for d in value)
+    if not ok:
+        raise SuiteError(f"{name} must be a non-empty list of numbers in [0, 1], got {value!r}")
+
+
+def check_task(task: str, settings: Any) -> None:
+    """The settings of one task: known keys, and each value of the type its runner takes."""
+    from ..scoring.perplexity import MODES
+
+    if not isinstance(settings, dict):
+        return  # "must be a mapping with at least 'lengths'" is the suite's own message
+    unknown = sorted(set(settings) - set(TASK_KEYS[task]))
+    if unknown:
+        raise SuiteError(f"unknown {task} key '{unknown[0]}'; known: {', '.join(TASK_KEYS[task])}")
+    if task == "perplexity":
+        mode = settings.get("mode", "yarn")
+        if mode not in MODES:
+            raise SuiteError(f"perplexity.mode must be one of {', '.join(MODES)}, got {mode!r}")
+        _positive_int("perplexity.stride", settings.get("stride"), optional=True)
+        _positive_int("perplexity.max_tokens", settings.get("max_tokens"), optional=True)
+        return
+    if "depths" in settings:
+        _depths(f"{task}.depths", settings["depths"])
+    if "trials" in settings:
+        _positive_int(f"{task}.trials", settings["trials"])
+    if task == "needle" and "task" in settings:
+        from .needle import TASKS
+
+        if settings["task"] not in TASKS:
+            raise SuiteError(f"needle.task must be one of {', '.join(TASKS)}, got {settings['task']!r}")
+
+
+def check_method(i: int, entry: Any) -> None:
+    """One ``methods`` entry: a name, or a mapping of known keys with a number factor and mapping params."""
+    if isinstance(entry, str) or not isinstance(entry, dict):
+        return  # names and non-mappings: the suite's own messages
+    unknown = sorted(set(entry) - set(METHOD_KEYS))
+    if unknown:
+        raise SuiteError(f"unknown key '{unknown[0]}' in methods[{i}]; known: {', '.join(METHOD_KEYS)}")
+    factor = entry.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (numbers.Real, str))):
+        raise SuiteError(f"methods[{i}].factor must be a number, got {factor!r}")
+    params = entry.get("params")
+    if params is not None and not isinstance(params, dict):
+        raise SuiteError(f"methods[{i}].params must be a mapping of method parameters, got {params!r}")
+    for key in ("factor", "method"):
+        if key in (params or {}):
+            raise SuiteError(f"methods[{i}].params: give {key} as methods[{i}].{key}, not among the params")
+    label = entry.get("label")
+    if label is not None and not isinstance(label, (str, numbers.Real)):
+        raise SuiteError(f"methods[{i}].label must be a string, got {label!r}")
+
+
+def check_raw(raw: dict[str, Any]) -> None:
+    """Everything about a suite mapping that needs no model: types, keys, task settings."""
+    for key in STRING_KEYS:
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise SuiteError(f"{key} must be a string, got {raw[key]!r}")
+    if raw.get("seed") is not None and not _int(raw["seed"]):
+        raise SuiteError(f"seed must be an integer, got {raw['seed']!r}")
+    methods = raw.get("methods")
+    if methods is not None and not isinstance(methods, list):
+        raise SuiteError(f"methods must be a list of methods (names or mappings), got {methods!r}")
+    for i, entry in enumerate(methods or []):
+        check_method(i, entry)
+    for task in TASK_KEYS:
+        if raw.get(task) is not None:
+            check_task(task, raw[task])
+
+
+def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: str) -> str:
+    """The attention kernel a suite method runs on when the suite asks for ``requested``: an
+    attention-level mode (Self-Extend, the KV-consistent mode) runs SDPA (or eager) whatever was asked."""
+    from ..attention import kernel_for
+    from ..methods import get_method
+    from ..patching.plan import attention_mode, kv_consistent_option
+
+    method_params = {k: v for k, v in params.items() if k != "kv_consistent"}
+    scaling = get_method(method, **method_params, **({"factor": factor} if factor is not None else {}))
+    return kernel_for(attention_mode(scaling, kv_consistent_option(scaling, params.get("kv_consistent"))), requested)
+
+
+def check_against_model(suite: Any, config: Any) -> None:
+    """Plan every method's patch on the model's config (no weights): what needs its geometry fails here."""
+    from ..patching.plan import plan_patch
+
+    for i, entry in enumerate(suite.methods):
+        try:
+            plan_patch(config, entry.method, factor=entry.factor, replace=True, **entry.params)
+        except (ValueError, RopescaleError) as exc:
+            raise SuiteError(f"methods[{i}] ('{entry.label}'): {' '.join(str(exc).split())}") from None
+
+
+__all__ = ["SuiteError", "check_against_model", "entry_kernel", "check_method", "check_raw", "check_task"]

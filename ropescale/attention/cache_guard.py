@@ -1,0 +1,64 @@
+"""Refusing KV caches that attention-level modes cannot read correctly.
+
+The modes keep keys unrotated in the cache and give every cached key j the position
+``first query position − (kv − q − j)`` (:func:`ropescale.attention.rotary.key_positions`): the
+cache must hold exactly the keys seen so far, in order, as transformers' ``DynamicCache`` (and its
+sliding-window layers) does. A static cache (``cache_implementation="static"``, a ``StaticCache``
+passed in) returns its whole preallocated buffer, so keys would be rotated at the wrong positions
+and generation would run and be wrong. A forward pre-hook on the decoder refuses it instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import RopescaleError
+
+
+class UnsupportedCacheError(RopescaleError, ValueError):
+    """A KV cache whose layout an attention-level mode cannot read (a static cache)."""
+
+
+def unsupported_layers(cache: Any) -> list[str]:
+    """Names of the cache's layer types that do not keep keys in arrival order (empty when all do)."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = list(getattr(cache, "layers", None) or [])
+    kinds = [type(layer) for layer in layers]
+    replicate = getattr(cache, "layer_class_to_replicate", None)
+    if replicate is not None:
+        kinds.append(replicate)
+    return sorted({kind.__name__ for kind in kinds if not issubclass(kind, DynamicLayer)})
+
+
+def check_cache(rotary: Any, cache: Any) -> None:
+    """Raise :class:`UnsupportedCacheError` if ``cache`` cannot serve ``rotary``'s mode."""
+    if cache is None or not hasattr(cache, "layers"):
+        return
+    bad = unsupported_layers(cache)
+    if bad:
+        what = "Self-Extend" if rotary.mode == "self_extend" else "the KV-consistent mode"
+        other = "" if rotary.mode == "self_extend" else ", or patch with kv_consistent=false"
+        raise UnsupportedCacheError(
+            f"{what} needs a KV cache that holds the keys seen so far in order; {type(cache).__name__} "
+            f"({', '.join(bad)}) does not: use the default dynamic cache (no cache_implementation='static', "
+            f"no StaticCache){other}"
+        )
+
+
+def install_hook(owner: Any, rotary: Any) -> Any:
+    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns the handle."""
+
+    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+        config = rotary._config
+        if config is not None and config._attn_implementation != rotary.attention_name:
+            return  # attention switched away (S²-Attn, set_attn_implementation): the layers rotate again
+        cache = kwargs.get("past_key_values")
+        if cache is None:
+            cache = next((a for a in args if hasattr(a, "layers") and hasattr(a, "get_seq_length")), None)
+        check_cache(rotary, cache)
+
+    return owner.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+__all__ = ["UnsupportedCacheError", "check_cache", "install_hook", "unsupported_layers"]

@@ -1,0 +1,120 @@
+"""Checking model files before a library reads them, so damage is one line that names the file.
+
+A truncated ``model.safetensors`` otherwise surfaces as safetensors' ``SafetensorError: Error while
+deserializing header: incomplete metadata``, a truncated ``.gguf`` as a numpy reshape error, a
+broken ``config.json`` as a bare ``JSONDecodeError`` — none says which file. The checks here read
+headers only (a few KB per file), so they run on every load.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import RopescaleError
+
+_REMEDY = "re-download or re-save the checkpoint"
+
+
+class DamagedFileError(RopescaleError):
+    """A model file is truncated or not in its format."""
+
+
+def read_json_file(path: str | Path, what: str = "file") -> dict[str, Any]:
+    """A JSON object from ``path``.
+
+    Raises:
+        DamagedFileError: the file is not JSON, or not a JSON object, naming the file and the position.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {_REMEDY}") from None
+    except json.JSONDecodeError as exc:
+        raise DamagedFileError(
+            f"{what} '{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {_REMEDY}"
+        ) from None
+    if not isinstance(data, dict):
+        raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {_REMEDY}")
+    return data
+
+
+def check_safetensors(path: str | Path) -> None:
+    """Check that a ``.safetensors`` file is complete: its header parses and its data fills the file.
+
+    The format: an 8-byte little-endian header length N, N bytes of JSON (tensor name → dtype,
+    shape, ``data_offsets`` [begin, end] into the data), then the data, which must end the file.
+
+    Raises:
+        DamagedFileError: naming the file, with the size it has and the size its header describes.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise DamagedFileError(f"model file '{path}' is truncated ({size} bytes, no safetensors header); {_REMEDY}")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise DamagedFileError(
+                f"model file '{path}' is truncated ({size} bytes; its header alone is {n + 8}); {_REMEDY}"
+            )
+        try:
+            header = json.loads(f.read(n))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            raise DamagedFileError(f"model file '{path}' has a damaged safetensors header; {_REMEDY}") from None
+    expected = 8 + n + max(ends, default=0)
+    if size != expected:
+        state = "truncated" if size < expected else "damaged"
+        raise DamagedFileError(
+            f"model file '{path}' is {state} ({size} bytes, its header describes {expected}); {_REMEDY}"
+        )
+
+
+def check_checkpoint_dir(directory: str | Path) -> None:
+    """``config.json`` parses and every ``*.safetensors`` (and each shard an index names) is complete."""
+    directory = Path(directory)
+    read_json_file(directory / "config.json", "config")
+    index = directory / "model.safetensors.index.json"
+    shards: set[str] = set()
+    if index.is_file():
+        weight_map = read_json_file(index, "weight index").get("weight_map") or {}
+        shards = {str(name) for name in weight_map.values()} if isinstance(weight_map, dict) else set()
+        for name in sorted(shards):
+            if not (directory / name).is_file():
+                raise DamagedFileError(f"model file '{directory / name}' named by '{index}' is missing; {_REMEDY}")
+    for path in sorted(directory.glob("*.safetensors")):
+        check_safetensors(path)
+
+
+def check_gguf(path: str | Path) -> None:
+    """Check that a ``.gguf`` file parses to its end (metadata and every tensor's data).
+
+    Raises:
+        DamagedFileError: naming the file (cached per path, size and modification time).
+    """
+    path = Path(path)
+    stat = path.stat()
+    problem = _gguf_problem(str(path), stat.st_size, stat.st_mtime_ns)
+    if problem:
+        raise DamagedFileError(f"GGUF file '{path}' is truncated or damaged ({problem}); {_REMEDY}")
+
+
+@lru_cache(maxsize=8)
+def _gguf_problem(path: str, size: int, mtime_ns: int) -> str | None:
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path)
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader trips on, the file is the cause
+        return " ".join(str(exc).split())[:120] or type(exc).__name__
+    return f"{size} bytes, its tensors end at {end}" if end > size else None
+
+
+__all__ = ["DamagedFileError", "check_checkpoint_dir", "check_gguf", "check_safetensors", "read_json_file"]
