@@ -72,6 +72,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="contiguous positions, or the window cut into --chunks pieces spread over positions up to the "
         "target (a cheap proxy for the target length)",
     )
+    p.add_argument(
+        "--short",
+        choices=("long", "original"),
+        default="long",
+        help="longrope's short factors (used up to the trained context): 'long' = the searched schedule at every "
+        "length (default, nothing switches at L), 'original' = plain RoPE up to L",
+    )
     p.add_argument("--chunks", type=int, default=4, help="pieces of a spread window (default 4)")
     p.add_argument("--max-ratio", type=float, default=1.25, help="longrope: factors at most this × s (default 1.25)")
     p.add_argument(
@@ -132,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         max_ratio=args.max_ratio,
         floor={"auto": None, "on": True, "off": False}[args.floor],
         attention=args.attention_factor,
+        short=args.short,
         baselines=tuple(b.strip() for b in args.baselines.split(",") if b.strip()),
         report_lengths=_lengths(args.report_lengths),
         data=args.data,

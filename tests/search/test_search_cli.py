@@ -148,3 +148,17 @@ def test_patch_from_search_errors(capsys, setup, tmp_path):
     assert_one_line_error(code, err, "is not a search output")
     code, _, err = run(capsys, "patch", "--model", model_dir, "--from-search", tmp_path, "--factor", "4")
     assert_one_line_error(code, err, "--from-search sets the method, factor and parameters; drop --factor")
+
+
+@pytest.mark.parametrize("short", ["long", "original"])
+def test_short_flag_reaches_the_search(monkeypatch, tmp_path, short):
+    seen = {}
+
+    def fake_job(options, output, overwrite=False, progress=True):
+        seen["short"] = options.short
+        raise SystemExit(0)
+
+    monkeypatch.setattr("ropescale.search.run_search_job", fake_job)
+    with pytest.raises(SystemExit):
+        main(["search", "--target-length", "32768", "--short", short, "--output", str(tmp_path / "s")])
+    assert seen == {"short": short}
