@@ -59,10 +59,8 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
-    p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
-    add_factor_args(p)
-    p.set_defaults(factor_required=factor_required)
+def add_original_context_arg(p: argparse.ArgumentParser) -> None:
+    """``--original-max-position-embeddings N``: the trained context, where the config does not say it."""
     p.add_argument(
         "--original-max-position-embeddings",
         type=_positive_int,
@@ -70,6 +68,13 @@ def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -
         metavar="N",
         help="the context the model was trained at, if its config does not say it",
     )
+
+
+def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
+    p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
+    add_factor_args(p)
+    p.set_defaults(factor_required=factor_required)
+    add_original_context_arg(p)
     p.add_argument(
         "--param",
         action="append",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from .common import _positive_int, add_factor_args, add_model_args, parse_params
+from .common import add_factor_args, add_model_args, add_original_context_arg, parse_params
 
 EXAMPLES = """examples:
   ropescale plot --methods linear,ntk,yarn,llama3 --factor 4 --output freq.png
@@ -45,13 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=["wavelength", "rotations"],
         help="y axis: wavelength in tokens (default) or full turns over the original context",
     )
-    p.add_argument(
-        "--original-max-position-embeddings",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="the context the model was trained at, if its config does not say it",
-    )
+    add_original_context_arg(p)
     p.add_argument(
         "--output",
         default=None,

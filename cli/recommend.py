@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import _positive_int, add_model_args
+from .common import _positive_int, add_model_args, add_original_context_arg
 
 EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
@@ -43,13 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="results.json (or its folder) to draw the trade-offs from, repeatable "
         "(default: runs/*/results.json and benchmarks/results/*.json here)",
     )
-    p.add_argument(
-        "--original-max-position-embeddings",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="the context the model was trained at, if its config does not say it",
-    )
+    add_original_context_arg(p)
     p.set_defaults(func=run)
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import hashlib
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._io import atomic_directory, cache_root, recover_directory
+from .._io import atomic_directory, cache_root, recover_directory, sha256_file
 from ..errors import RopescaleError
 
 # The pieces live in their own modules; their names stay importable from here.
@@ -163,14 +162,6 @@ def _obtain_packages(spec: CorpusSpec, work: Path, source: str | os.PathLike | N
 # --------------------------------------------------------------------------- manifest & install
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "document"
 
@@ -199,7 +190,7 @@ def _write_corpus(directory: Path, spec: CorpusSpec, packages: list[dict], docum
                 "chars": len(doc.text),
                 "words": len(doc.text.split()),
                 "bytes": path.stat().st_size,
-                "sha256": _sha256(path),
+                "sha256": sha256_file(path),
             }
         )
     manifest = {
@@ -247,7 +238,7 @@ def _validate(directory: Path, name: str, check_hashes: bool = True) -> dict:
             raise _Invalid(f"{MANIFEST} has a malformed document entry") from None
         if Path(entry["file"]).name != entry["file"] or not file.is_file():
             raise _Invalid(f"missing document file {entry['file']}")
-        if file.stat().st_size != size or (check_hashes and _sha256(file) != digest):
+        if file.stat().st_size != size or (check_hashes and sha256_file(file) != digest):
             raise _Invalid(f"{entry['file']} does not match its sha256 in {MANIFEST}")
     return manifest
 

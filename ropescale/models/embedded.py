@@ -11,7 +11,6 @@ short, an edit). Cache root: ``$ROPESCALE_CACHE`` (default ``~/.cache/ropescale`
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import sys
@@ -19,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._io import atomic_directory, atomic_write_json, cache_root, recover_directory
+from .._io import atomic_directory, atomic_write_json, cache_root, recover_directory, sha256_file
 from ..errors import MissingDependencyError
 
 MANIFEST = "ropescale-manifest.json"
@@ -96,18 +95,10 @@ def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
     return target
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_manifest(directory: Path, source: Path) -> None:
     """Record size, modification time and sha256 of every file of a converted directory."""
     files = {
-        p.name: {"bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "sha256": _sha256(p)}
+        p.name: {"bytes": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "sha256": sha256_file(p)}
         for p in sorted(directory.iterdir())
         if p.is_file() and p.name != MANIFEST
     }
@@ -136,7 +127,7 @@ def cache_problem(directory: Path) -> str | None:
         stat = file.stat()
         if stat.st_size != size:
             return f"{file.name}: {stat.st_size} bytes, the manifest says {size}"
-        if stat.st_mtime_ns != mtime_ns and _sha256(file) != digest:
+        if stat.st_mtime_ns != mtime_ns and sha256_file(file) != digest:
             return f"{file.name} does not match its sha256"
     return None
 
