@@ -343,9 +343,11 @@ def validate(c: TrainConfig) -> None:
     _positive("train.mlp_tile_tokens", c.train.mlp_tile_tokens, allow_zero=True)
     if c.train.offload_activations and not c.train.gradient_checkpointing:
         raise ConfigError("train.offload_activations needs train.gradient_checkpointing=true (it offloads its inputs)")
-    from .parallel import check_context_parallel
+    from .parallel import context_parallel_problem
 
-    check_context_parallel(c)
+    problem = context_parallel_problem(c)
+    if problem:
+        raise ConfigError(problem)
     _one_of("train.mixed_precision", c.train.mixed_precision, MIXED_PRECISION)
     _positive("eval.every", c.eval.every, allow_zero=True)
     _one_of("eval.mode", c.eval.mode, EVAL_MODES)

@@ -36,34 +36,27 @@ from ..scoring.nll import IGNORE_INDEX
 CP_ATTENTION = ("auto", "sdpa")  # auto resolves to sdpa under CP
 
 
-def check_context_parallel(config: Any) -> None:
-    """Recipe-level checks of ``train.context_parallel`` (no model, no processes needed).
-
-    Raises:
-        ValueError (ConfigError): one line naming the key and value.
-    """
-    from .config import ConfigError
-
+def context_parallel_problem(config: Any) -> str | None:
+    """What is wrong with ``train.context_parallel`` in a recipe (None when nothing is): recipe-level
+    checks that need no model and no processes (:func:`ropescale.training.config.validate` raises it)."""
     cp = config.train.context_parallel
     if cp < 1:
-        raise ConfigError(f"train.context_parallel must be a positive integer, got {cp!r}")
+        return f"train.context_parallel must be a positive integer, got {cp!r}"
     if cp == 1:
-        return
+        return None
     where = f"train.context_parallel={cp}"
     if config.data.seq_len % (2 * cp):
-        raise ConfigError(
-            f"{where}: data.seq_len {config.data.seq_len} must be divisible by 2 x {cp} = {2 * cp} "
-            "(the load-balanced shards)"
-        )
+        return f"{where}: data.seq_len {config.data.seq_len} must be divisible by 2 x {cp} = {2 * cp} (load-balanced shards)"
     if config.model.attn_implementation not in CP_ATTENTION:
-        raise ConfigError(
+        return (
             f"{where} needs model.attn_implementation sdpa (torch's context parallel replaces SDPA), "
             f"got {config.model.attn_implementation}"
         )
     if config.s2attn.enabled:
-        raise ConfigError(f"{where} cannot be combined with s2attn.enabled (CP attends with full causal SDPA)")
+        return f"{where} cannot be combined with s2attn.enabled (CP attends with full causal SDPA)"
     if config.model.sliding_window not in (None, "keep"):
-        raise ConfigError(f"{where} needs full attention: set model.sliding_window=null")
+        return f"{where} needs full attention: set model.sliding_window=null"
+    return None
 
 
 def check_accelerate_config(path: str | Path, config: Any) -> list[str]:
