@@ -186,9 +186,10 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.optimizer, lr_lambda(c))
         if state is not None:
             self._restore_training_state(state)
-        elif acc.is_main_process:  # a fresh start: no metrics of an earlier, checkpoint-less attempt
+        if acc.is_main_process:  # the recipe in force (a resume may have raised train.max_steps)
             atomic_write_text(self.output_dir / "config.yaml", dump_config(c))
-            (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
+            if state is None:  # a fresh start: no metrics of an earlier, checkpoint-less attempt
+                (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
         acc.wait_for_everyone()
         self._ready = True
 

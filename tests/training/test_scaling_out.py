@@ -14,7 +14,7 @@ import yaml
 
 from ropescale.cli.main import main
 from ropescale.errors import RopescaleError
-from ropescale.training.config import CONFIGS_DIR, ConfigError, load_config
+from ropescale.training.config import CONFIGS_DIR, ConfigError, load_config, load_run_config
 from ropescale.training.modeling import chunked_causal_lm_loss, summed_shifted_nll
 from ropescale.training.optim import lr_lambda
 from ropescale.training.parallel import (
@@ -45,6 +45,7 @@ def test_resume_with_more_steps_trains_on_with_the_recomputed_schedule(tmp_path,
     assert [lrs[s] for s in (1, 2, 3, 4)] == pytest.approx([1e-2 * f4(k) for k in range(4)])  # the first session
     assert [lrs[s] for s in (5, 6, 7)] == pytest.approx([1e-2 * f7(k) for k in (4, 5, 6)])  # recomputed decay
     assert lrs[4] == 0.0 and lrs[5] > 0  # the old schedule had decayed to 0 at its end
+    assert load_run_config(longer.output_dir).train.max_steps == 7  # the run folder records the recipe in force
 
     shorter = recipe(tmp_path, optim=sections["optim"], train={"max_steps": 5})
     with pytest.raises(RopescaleError, match="past train.max_steps=5"):
