@@ -16,7 +16,8 @@ layer, activation checkpointing on, loss in chunks of ``--loss-chunk``) per leng
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` (absolute, weights included) in this process;
 on the CPU every option runs in a fresh child process, lengths in increasing order, and the peak is the
 growth of the resident set (``VmHWM`` after the step minus ``VmRSS`` before it, the peak reset through
-``/proc/self/clear_refs`` and ``malloc_trim`` between lengths). On the CPU the activations already live
+``/proc/self/clear_refs`` and ``malloc_trim`` between lengths; glibc's mmap threshold is fixed at 64 KiB so
+freed tensors leave the resident set). On the CPU the activations already live
 in host memory: offloading cannot lower the peak there. Writes ``results.json`` in ``--output``.
 """
 
@@ -150,7 +151,10 @@ def run_cpu_child(args) -> None:
 def measure_cpu(args, option: str, argv: list[str]) -> list[dict]:
     """One fresh child process for ``option`` (the same settings ``argv``), all lengths."""
     cmd = [sys.executable, os.path.abspath(__file__), *argv, "--child", option]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # A fixed mmap threshold turns off glibc's dynamic one, under which freed multi-MiB tensors stay in the
+    # heap: then RSS would count what the allocator keeps, not what the step holds.
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_", "65536")}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     cells = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
     done = {c["length"] for c in cells}
     for length in (int(x) for x in args.lengths.split(",")):
