@@ -9,8 +9,10 @@ TRAIN_EXAMPLES = """examples:
   ropescale train --config configs/train/llama2-7b/yarn_x16.yaml model.name=./Llama-2-7b-hf
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu lora.r=16 optim.lr=1e-4 train.max_steps=60
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume        # continue after an interruption
+  ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume train.max_steps=80   # train longer
   ropescale train --config llama2-7b/pi_x4_longlora --dry-run           # validate and print the recipe
   accelerate launch --config_file configs/accelerate/ddp.yaml -m ropescale.cli.main train --config ...
+  ropescale train --config llama2-7b/yarn_x16_cp --dry-run --accelerate-config configs/accelerate/fsdp2_cp.yaml
 
 recipes: a YAML path, or a name under configs/train/ (see README, "Fine-tuning")
 """
@@ -31,7 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", required=True, metavar="RECIPE", help="recipe YAML path or name under configs/train/")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides, e.g. lora.r=16 optim.lr=1e-4")
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides anywhere on the line, e.g. lora.r=16"
+    )
     p.add_argument("--output-dir", default=None, metavar="DIR", help="shortcut for train.output_dir=DIR")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the output folder")
     p.add_argument(
@@ -40,9 +44,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--merge", action="store_true", help="after training, write the merged model to OUTPUT_DIR/merged")
     p.add_argument("--dry-run", action="store_true", help="validate the recipe, print it and exit (loads nothing)")
     p.add_argument(
+        "--accelerate-config",
+        default=None,
+        metavar="FILE",
+        help="with --dry-run: check that this accelerate config fits the recipe (FSDP2 and process count for "
+        "train.context_parallel)",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (metrics.jsonl still records every step)"
     )
     p.set_defaults(func=run_train)
+    p.parse_known_args = _overrides_anywhere(p.parse_known_args)
 
     e = sub.add_parser(
         "export",
@@ -63,6 +75,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
     e.set_defaults(func=run_export)
+
+
+def _overrides_anywhere(parse_known_args):
+    """Wrap a parser's ``parse_known_args`` so ``KEY=VALUE`` words after a flag (``--resume
+    train.max_steps=600``) join the overrides: argparse fills the positional list once, at its first
+    position, and would call the later ones unrecognized."""
+
+    def parse(args=None, namespace=None):
+        ns, extra = parse_known_args(args, namespace)
+        late = [a for a in extra if "=" in a and not a.startswith("-")]
+        if late:
+            ns.overrides = [*(getattr(ns, "overrides", None) or []), *late]
+        return ns, [a for a in extra if a not in late]
+
+    return parse
+
+
+def _memory_line(t) -> str:
+    parts = [f"activation checkpointing {'on' if t.gradient_checkpointing else 'off'}"]
+    if t.offload_activations:
+        parts.append("offloaded to host memory")
+    if t.mlp_tile_tokens:
+        parts.append(f"MLP in tiles of {t.mlp_tile_tokens} tokens")
+    parts.append(f"loss in chunks of {t.loss_chunk}")
+    if t.context_parallel > 1:
+        parts.append(f"context parallel over {t.context_parallel} ranks (FSDP2)")
+    return "memory:        " + ", ".join(parts)
 
 
 def _summary(config) -> str:
@@ -87,6 +126,7 @@ def _summary(config) -> str:
         f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
         f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len} tokens per device per step), "
         f"precision {c.train.mixed_precision}",
+        _memory_line(c.train),
         f"output:        {c.output_dir}",
     ]
     return "\n".join(lines)
@@ -101,6 +141,10 @@ def run_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides)
     if args.dry_run:
         print(_summary(config))
+        if args.accelerate_config:
+            from ..training.parallel import check_accelerate_config
+
+            print("\n".join(check_accelerate_config(args.accelerate_config, config)))
         print("---")
         print(dump_config(config), end="")
         return 0

@@ -4,6 +4,12 @@
 * :mod:`.data`    — documents packed with BOS/EOS into one stream, cut into (PoSE) windows
 * :mod:`.pose`    — positional skip-wise training layouts (PoSE)
 * :mod:`.s2attn`  — LongLoRA's shifted sparse attention, registered with transformers
+* :mod:`.modeling` — base model, scaling, LoRA, the loss module accelerate wraps
+* :mod:`.memory`  — activation checkpointing (offloaded), MLP tiles: longer windows, same math
+* :mod:`.optim`   — AdamW and the LR schedule (a function of step and ``train.max_steps``)
+* :mod:`.checkpoints` — fingerprints, RNG, trainable weights gathered under DDP/FSDP
+* :mod:`.parallel` — context parallelism (accelerate ``ParallelismConfig``, FSDP2)
+* :mod:`.evaluation` — perplexity on held-out text during training
 * :mod:`.trainer` — the accelerate-driven loop, atomic checkpoints, exact resume
 * :mod:`.export`  — merge LoRA and save a checkpoint that carries its RoPE scaling
 

@@ -119,6 +119,9 @@ class TrainSection:
     keep_checkpoints: int = 2
     log_every: int = 1
     loss_chunk: int = 1024  # positions per lm_head+loss chunk (full logits are never materialised)
+    offload_activations: bool = False  # checkpointed layer inputs in pinned host memory (training/memory.py)
+    mlp_tile_tokens: int = 0  # >0: each decoder MLP runs over checkpointed tiles of this many tokens
+    context_parallel: int = 1  # >1: the window is sharded over this many ranks (FSDP2; training/parallel.py)
 
 
 @dataclass
@@ -337,6 +340,14 @@ def validate(c: TrainConfig) -> None:
     for key in ("max_steps", "batch_size", "grad_accum", "keep_checkpoints", "log_every", "loss_chunk"):
         _positive(f"train.{key}", getattr(c.train, key))
     _positive("train.save_every", c.train.save_every, allow_zero=True)
+    _positive("train.mlp_tile_tokens", c.train.mlp_tile_tokens, allow_zero=True)
+    if c.train.offload_activations and not c.train.gradient_checkpointing:
+        raise ConfigError("train.offload_activations needs train.gradient_checkpointing=true (it offloads its inputs)")
+    from .parallel import context_parallel_problem
+
+    problem = context_parallel_problem(c)
+    if problem:
+        raise ConfigError(problem)
     _one_of("train.mixed_precision", c.train.mixed_precision, MIXED_PRECISION)
     _positive("eval.every", c.eval.every, allow_zero=True)
     _one_of("eval.mode", c.eval.mode, EVAL_MODES)
@@ -400,3 +411,12 @@ def load_config(path_or_name: str | Path, overrides: list[str] | None = None) ->
 
 def dump_config(config: TrainConfig) -> str:
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+def load_run_config(output_dir: str | Path) -> TrainConfig:
+    """The resolved recipe a run wrote to its output folder (``config.yaml``)."""
+    path = Path(output_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"'{output_dir}' is not a training run folder (no config.yaml)")
+    raw = yaml.safe_load(path.read_text())
+    return config_from_dict(raw, name=raw.get("name") or Path(output_dir).name)

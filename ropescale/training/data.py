@@ -104,6 +104,27 @@ def cached_stream(path: Path, key: dict[str, Any], build) -> np.ndarray:
     return stream
 
 
+def training_stream(config: Any, tokenizer: Any, path: Path) -> np.ndarray:
+    """The recipe's packed training stream (``data.source`` minus ``data.holdout``), tokenized once
+    into ``path`` and read back while the recipe's data section and the tokenizer are unchanged."""
+    from ..data.documents import load_documents
+
+    d = config.data
+
+    def build() -> np.ndarray:
+        train, _ = split_holdout(load_documents(d.source, text_field=d.text_field), d.holdout)
+        return tokenize_stream(tokenizer, train, d.max_tokens)
+
+    key = {
+        "source": d.source,
+        "holdout": d.holdout,
+        "max_tokens": d.max_tokens,
+        "tokenizer": getattr(tokenizer, "name_or_path", "?"),
+        "vocab": len(tokenizer),
+    }
+    return cached_stream(path, key, build)
+
+
 @dataclass
 class WindowSpec:
     """How windows are cut: length, BOS, and PoSE settings (``target_length`` None: no PoSE)."""

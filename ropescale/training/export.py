@@ -14,15 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
-from .trainer import (
-    TRAINABLE_FILE,
-    list_checkpoints,
-    load_base_model,
-    load_run_config,
-    load_trainable,
-    scale_model,
-    wrap_lora,
-)
+from .checkpoints import TRAINABLE_FILE, list_checkpoints
+from .config import load_run_config
+from .modeling import load_base_model, load_trainable, scale_model, wrap_lora
 
 
 def find_checkpoint(run_dir: str | Path, checkpoint: str | None = None) -> Path:

@@ -5,7 +5,10 @@ never materialises ``[tokens, vocab]`` logits, an attention function switched be
 evaluation (S²-Attn), checkpoints holding only the trainable weights, and an exact resume (data
 position = step count). Each is a few lines here and a callback or subclass there; the loop below
 reads top to bottom (``setup → train → save_checkpoint``), and accelerate still provides devices,
-DDP/FSDP wrapping, mixed precision and gradient synchronisation.
+DDP/FSDP wrapping, context parallelism, mixed precision and gradient synchronisation.
+
+The model (:mod:`.modeling`), memory options (:mod:`.memory`), optimizer and schedule (:mod:`.optim`),
+checkpoint helpers (:mod:`.checkpoints`) and context parallelism (:mod:`.parallel`) live beside it.
 
 Output folder (``train.output_dir``, default ``runs/<recipe>``)::
 
@@ -24,10 +27,8 @@ import importlib.util
 import json
 import math
 import os
-import random
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,268 +36,52 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
-from ..scoring.nll import summed_nll
-from .config import TrainConfig, config_from_dict, dump_config
-from .data import (
-    WindowDataset,
-    WindowSpec,
-    cached_stream,
-    micro_batch_indices,
-    split_holdout,
-    tokenize_stream,
+from .checkpoints import (
+    CHECKPOINTS,
+    TRAINABLE_FILE,
+    check_resumable,
+    fingerprint,
+    gather_trainable,
+    list_checkpoints,
+    prepare_output_dir,
+    rng_state,
+    set_rng_state,
+    write_adapter,
 )
+from .config import TrainConfig, dump_config, load_run_config
+from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
+from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: re-exported (older imports)
+    CausalLMLoss,
+    apply_memory_options,
+    check_lengths,
+    chunked_causal_lm_loss,
+    load_base_model,
+    load_trainable,
+    resolve_attn_implementation,
+    scale_model,
+    target_length,
+    wrap_lora,
+)
+from .optim import build_optimizer, lr_lambda, sync_lr
+from .parallel import context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 
-CHECKPOINTS = "checkpoints"
-TRAINABLE_FILE = "trainable.safetensors"
-# Sections a resumed run must share with the checkpoint (eval/log/save cadence may change).
-FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "optim")
-FINGERPRINT_TRAIN_KEYS = ("max_steps", "batch_size", "grad_accum", "seed", "mixed_precision")
+__all__ = [
+    "Trainer",
+    "TrainResult",
+    "chunked_causal_lm_loss",
+    "list_checkpoints",
+    "load_run_config",
+    "resolve_attn_implementation",
+]
 
 
 def _require_training_deps() -> None:
     for name in ("peft", "accelerate"):
         if importlib.util.find_spec(name) is None:
             raise MissingDependencyError(f"training needs {name}: pip install 'ropescale[train]'")
-
-
-# ----------------------------------------------------------------------------------- the model
-
-
-def resolve_attn_implementation(requested: str, dtype: str = "bfloat16") -> str:
-    """``auto`` → flash_attention_2 when flash-attn is installed, a GPU is present and the weights
-    are 16-bit (flash-attn has no fp32 kernel), else sdpa — as for evaluation
-    (:func:`ropescale.models.runtime.resolve_runtime`)."""
-    if requested != "auto":
-        return requested
-    from ..models.runtime import auto_attention
-
-    return auto_attention(torch.cuda.is_available(), dtype)
-
-
-def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
-    """The recipe's base model, scaled by its method (the rotary module is patched before LoRA)."""
-    from ..models.loading import from_pretrained
-
-    s = config.scaling
-    return from_pretrained(
-        config.model.name,
-        method=s.method,
-        factor=s.factor,
-        method_params=dict(s.params),
-        replace=True,
-        original_max_position_embeddings=s.original_max_position_embeddings,
-        sliding_window=config.model.sliding_window,
-        dtype=getattr(torch, dtype or config.model.dtype),
-        attn_implementation=resolve_attn_implementation(config.model.attn_implementation, dtype or config.model.dtype),
-    )
-
-
-def scale_model(model: Any, config: TrainConfig) -> Any:
-    """Apply the recipe's scaling to an already loaded model (kept if it already carries exactly it)."""
-    from ..methods import get_method
-    from ..patching.model import patch
-    from ..patching.plan import provenance
-
-    s = config.scaling
-    wanted = get_method(s.method, factor=s.factor, **s.params)
-    block = provenance(model.config)
-    if block is not None and block["method"] == wanted.name and block["params"] == wanted.params():
-        return model
-    return patch(
-        model,
-        s.method,
-        s.factor,
-        s.original_max_position_embeddings,
-        replace=True,
-        sliding_window=config.model.sliding_window,
-        **s.params,
-    )
-
-
-def extra_trainable_names(model: nn.Module, kinds: list[str]) -> list[str]:
-    """Names of the non-LoRA parameters made fully trainable: embeddings and/or norms (LongLoRA)."""
-    names = []
-    for name, _ in model.named_parameters():
-        if "lora_" in name:
-            continue
-        leaf = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
-        if ("embed" in kinds and "embed" in leaf) or ("norm" in kinds and "norm" in leaf):
-            names.append(name)
-    return names
-
-
-def wrap_lora(model: Any, config: TrainConfig) -> Any:
-    """LoRA (peft) around a scaled model, plus optionally trainable embeddings and norms."""
-    from peft import LoraConfig, get_peft_model
-
-    lc = config.lora
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = [m for m in lc.target_modules if m not in present]
-    if missing:
-        raise RopescaleError(f"lora.target_modules: the model has no module named '{missing[0]}'")
-    peft_config = LoraConfig(
-        r=lc.r,
-        lora_alpha=lc.alpha,
-        lora_dropout=lc.dropout,
-        target_modules=list(lc.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    with warnings.catch_warnings():  # peft reads the deprecated `is_gradient_checkpointing`
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        peft_model = get_peft_model(model, peft_config)
-    extra = set(extra_trainable_names(peft_model, lc.trainable))
-    for name, param in peft_model.named_parameters():
-        if name in extra:
-            param.requires_grad_(True)
-            if param.dtype != torch.float32:  # trainable weights stay fp32 (autocast computes in bf16)
-                param.data = param.data.float()
-    return peft_model
-
-
-def enable_activation_checkpointing(model: Any) -> None:
-    """Recompute each decoder layer's activations in the backward pass (non-reentrant: frozen
-    embeddings need no ``enable_input_require_grads``)."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The trainable parameters by name (tied parameters appear once)."""
-    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def load_trainable(model: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy saved trainable parameters into ``model``; every trainable parameter must be present."""
-    params = dict(model.named_parameters())
-    wanted = {n for n, p in params.items() if p.requires_grad}
-    missing, unexpected = sorted(wanted - set(tensors)), sorted(set(tensors) - set(params))
-    if missing or unexpected:
-        raise RopescaleError(
-            f"checkpoint does not match the model: {len(missing)} trainable parameters missing "
-            f"({missing[:1]}), {len(unexpected)} unexpected ({unexpected[:1]})"
-        )
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
-
-
-def chunked_causal_lm_loss(hidden: torch.Tensor, lm_head: nn.Module, labels: torch.Tensor, chunk: int) -> torch.Tensor:
-    """Mean next-token cross entropy, ``chunk`` positions through ``lm_head`` at a time.
-
-    Each chunk's logits are recomputed in the backward pass (:func:`ropescale.scoring.nll.summed_nll`),
-    so peak memory is ``chunk × vocab`` logits instead of ``tokens × vocab`` (4 GB in fp32 for 32k
-    tokens and a 32k vocabulary). Labels follow transformers: position ``t`` predicts ``labels[:, t + 1]``.
-    """
-    total, n = summed_nll(hidden, lm_head, labels, chunk)
-    return (total / max(n, 1)).float()  # []
-
-
-class CausalLMLoss(nn.Module):
-    """``forward(input_ids, position_ids, labels) -> loss`` around a peft-wrapped causal LM.
-
-    This is the module accelerate wraps (DDP/FSDP), so the loss is computed inside the wrapped
-    forward. An all-ones attention mask is passed on purpose: with ``attention_mask=None``
-    transformers reads non-consecutive ``position_ids`` (PoSE skips) as several packed sequences
-    and would block attention between the chunks.
-    """
-
-    def __init__(self, peft_model: nn.Module, loss_chunk: int = 1024):
-        super().__init__()
-        self.model = peft_model
-        self.loss_chunk = loss_chunk
-        causal_lm = peft_model.get_base_model()
-        self._no_split_modules = getattr(causal_lm, "_no_split_modules", None)  # FSDP auto-wrap
-
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        causal_lm = self.model.get_base_model()
-        out = causal_lm.get_decoder()(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids), use_cache=False
-        )
-        return chunked_causal_lm_loss(out.last_hidden_state, causal_lm.lm_head, labels, self.loss_chunk)  # []
-
-
-# ------------------------------------------------------------------------------- optimization
-
-
-def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
-    """LR multiplier after ``k`` scheduler steps: linear warm-up, then linear/cosine/constant.
-
-    The first optimizer step runs at ``lr / warmup_steps`` (HF's schedules start at 0 and waste it).
-    """
-    o, total = config.optim, config.train.max_steps
-    warm, floor = o.warmup_steps, o.min_lr_ratio
-
-    def f(k: int) -> float:
-        if k < warm:
-            return (k + 1) / warm
-        if o.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (k - warm + 1) / max(1, total - warm))
-        if o.schedule == "linear":
-            return floor + (1.0 - floor) * (1.0 - progress)
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return f
-
-
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW; weight decay only on LoRA matrices (never on norms, biases or embeddings)."""
-    o = config.optim
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 and "lora_" in name else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=o.lr, betas=tuple(o.betas), eps=o.eps)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def fingerprint(config: TrainConfig) -> dict[str, Any]:
-    """What a checkpoint's recipe must share with the run that resumes it."""
-    d = config.to_dict()
-    return {**{s: d[s] for s in FINGERPRINT_SECTIONS}, "train": {k: d["train"][k] for k in FINGERPRINT_TRAIN_KEYS}}
-
-
-def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b)):
-            if a.get(k) != b.get(k):
-                return _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
-    return f"{prefix.rstrip('.')}: {a!r} -> {b!r}"
-
-
-def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (partial ones are hidden dot-folders)."""
-    root = Path(output_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "state.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-# ---------------------------------------------------------------------------------- the trainer
 
 
 @dataclass
@@ -351,11 +136,19 @@ class Trainer:
         from accelerate.utils import set_seed
 
         c = self.config
-        self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision)
+        pc = parallelism_config(c.train.context_parallel)
+        self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision, parallelism_config=pc)
+        self.fsdp_version = acc.state.fsdp_plugin.fsdp_version if self._fsdp() else None
         if self._fsdp() and (c.eval.every or c.eval.at_end):
             raise RopescaleError(
                 "evaluation during training is not supported under FSDP: set eval.every=0 "
                 "eval.at_end=false and evaluate the export"
+            )
+        self.cp = cp_size(acc)
+        if self.cp != c.train.context_parallel:
+            raise RopescaleError(
+                f"train.context_parallel={c.train.context_parallel} but the launch has {self.cp} context-parallel "
+                "ranks: set train.context_parallel to the accelerate config's parallelism_config_cp_size"
             )
         self._check_output_dir(resume, overwrite)
         set_seed(c.train.seed)
@@ -367,11 +160,10 @@ class Trainer:
             self.tokenizer = load_tokenizer(c.model.name)
         base.config.use_cache = False
         self.base_attn = base.config._attn_implementation
-        self.target_length = self._target_length(base)
-        self._check_lengths(base)
+        self.target_length = target_length(base, c)
+        check_lengths(base, c)
         self.peft_model = wrap_lora(base, c)
-        if c.train.gradient_checkpointing:
-            enable_activation_checkpointing(self.peft_model.get_base_model())
+        apply_memory_options(self.peft_model.get_base_model(), c)
         if c.s2attn.enabled:
             from .s2attn import enable_s2attn
 
@@ -379,76 +171,38 @@ class Trainer:
         with acc.main_process_first():
             self.dataset = self._build_dataset()
         state = self._restore_weights() if resume else None
-        self.module = acc.prepare(CausalLMLoss(self.peft_model, c.train.loss_chunk))
-        self.trainable = [p for p in self.module.parameters() if p.requires_grad]
-        self.optimizer = acc.prepare(build_optimizer(self.module, c))
+        # names in the unwrapped peft model: FSDP1 inserts `_fsdp_wrapped_module.` into them
+        self.trainable_names = [n for n, p in self.peft_model.named_parameters() if p.requires_grad]
+        module = CausalLMLoss(self.peft_model, c.train.loss_chunk)
+        if self.fsdp_version == 2:  # FSDP2 replaces the parameters: model and optimizer are prepared together
+            self.module, self.optimizer = acc.prepare(module, build_optimizer(module, c))
+        else:
+            self.module = acc.prepare(module)
+            self.optimizer = acc.prepare(build_optimizer(self.module, c))
+        # FSDP1 computes the global gradient norm only when given all of the model's parameters
+        trainable = [p for p in self.module.parameters() if p.requires_grad]
+        self.clip_params = list(self.module.parameters()) if self.fsdp_version == 1 else trainable
         # The scheduler is stepped by hand: accelerate's wrapper steps it once per process.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer.optimizer, lr_lambda(c))
         if state is not None:
             self._restore_training_state(state)
-        elif acc.is_main_process:  # a fresh start: no metrics of an earlier, checkpoint-less attempt
+        if acc.is_main_process:  # the recipe in force (a resume may have raised train.max_steps)
             atomic_write_text(self.output_dir / "config.yaml", dump_config(c))
-            (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
+            if state is None:  # a fresh start: no metrics of an earlier, checkpoint-less attempt
+                (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
         acc.wait_for_everyone()
         self._ready = True
 
-    def _target_length(self, base: Any) -> int:
-        from ..patching.plan import provenance
-
-        block = provenance(base.config) or {}
-        extended = int(block.get("extended_context") or base.config.max_position_embeddings)
-        return int(self.config.pose.target_length or extended)
-
-    def _check_lengths(self, base: Any) -> None:
-        c = self.config
-        if c.pose.enabled and c.pose.target_length and c.pose.target_length > base.config.max_position_embeddings:
-            raise RopescaleError(
-                f"pose.target_length {c.pose.target_length} exceeds the scaled context "
-                f"{base.config.max_position_embeddings}; raise scaling.factor"
-            )
-        if not c.pose.enabled and c.data.seq_len > base.config.max_position_embeddings:
-            raise RopescaleError(
-                f"data.seq_len {c.data.seq_len} exceeds the scaled context {base.config.max_position_embeddings}"
-            )
-
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
-        out = self.output_dir
         if self.accelerator.is_main_process:
-            if list_checkpoints(out) and not resume:
-                if not overwrite:
-                    raise RopescaleError(
-                        f"output directory '{out}' already holds checkpoints: pass --resume to continue "
-                        "or --overwrite to start again"
-                    )
-                shutil.rmtree(out / CHECKPOINTS)
-                for name in ("metrics.jsonl", "adapter", "merged"):
-                    target = out / name
-                    if target.is_dir():
-                        shutil.rmtree(target)
-                    elif target.exists():
-                        target.unlink()
-            out.mkdir(parents=True, exist_ok=True)
+            prepare_output_dir(self.output_dir, resume, overwrite)
         self.accelerator.wait_for_everyone()
 
     def _build_dataset(self) -> WindowDataset:
         c = self.config
         stream = self._train_tokens
         if stream is None:
-            from ..data.documents import load_documents
-
-            def build() -> np.ndarray:
-                docs = load_documents(c.data.source, text_field=c.data.text_field)
-                train, _ = split_holdout(docs, c.data.holdout)
-                return tokenize_stream(self.tokenizer, train, c.data.max_tokens)
-
-            key = {
-                "source": c.data.source,
-                "holdout": c.data.holdout,
-                "max_tokens": c.data.max_tokens,
-                "tokenizer": getattr(self.tokenizer, "name_or_path", "?"),
-                "vocab": len(self.tokenizer),
-            }
-            stream = cached_stream(self.output_dir / "data" / "train_tokens.npy", key, build)
+            stream = training_stream(c, self.tokenizer, self.output_dir / "data" / "train_tokens.npy")
         bos = None
         if c.data.bos_each_window and self.tokenizer is not None:
             bos = self.tokenizer.bos_token_id
@@ -469,12 +223,7 @@ class Trainer:
             return None  # --resume on a fresh directory starts from scratch
         path = found[-1]
         state = json.loads((path / "state.json").read_text())
-        if state.get("fingerprint") != fingerprint(self.config):
-            raise RopescaleError(
-                f"checkpoint {path} was made with a different recipe ("
-                f"{_first_difference(state.get('fingerprint'), fingerprint(self.config))}); "
-                "use another train.output_dir or the original settings"
-            )
+        check_resumable(state, self.config, path)
         from safetensors.torch import load_file
 
         load_trainable(self.peft_model, load_file(path / TRAINABLE_FILE))
@@ -492,9 +241,10 @@ class Trainer:
                 torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
             )
         self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+        sync_lr(self.scheduler)  # a larger train.max_steps recomputes the decay from here on
         rng = path / f"rng-{acc.process_index}.pt"
         if rng.is_file():
-            _set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(torch.load(rng, weights_only=False))
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens"], state["elapsed"]
         if acc.is_main_process:
             self._trim_metrics(self.step)
@@ -515,16 +265,13 @@ class Trainer:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
         acc.wait_for_everyone()
-        if self._fsdp():  # every rank takes part in gathering
+        # every rank takes part in gathering; under FSDP the names are matched unwrapped
+        weights = gather_trainable(acc, self.module, self.trainable_names, self.fsdp_version)
+        if self._fsdp():
             from accelerate.utils import save_fsdp_optimizer
 
-            full = acc.get_state_dict(self.module)
-            names = {f"model.{n}" for n, p in self.peft_model.named_parameters() if p.requires_grad}
-            weights = {k[len("model.") :]: v for k, v in full.items() if k in names}
             save_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(staging), 0)
-        else:
-            weights = trainable_state(self.peft_model)
-        torch.save(_rng_state(), staging / f"rng-{acc.process_index}.pt")
+        torch.save(rng_state(), staging / f"rng-{acc.process_index}.pt")
         if acc.is_main_process:
             save_file({k: v.contiguous().cpu() for k, v in weights.items()}, staging / TRAINABLE_FILE)
             if not self._fsdp():
@@ -564,62 +311,20 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def _eval_documents(self) -> list[list[int]]:
-        if self.eval_tokens is None:
-            from ..data.documents import load_documents, tokenize_documents
-
-            c = self.config
-            if c.eval.data is not None:
-                docs = load_documents(c.eval.data, text_field=c.data.text_field)
-            else:
-                if not c.data.holdout:
-                    raise RopescaleError(
-                        "evaluation needs held-out text: set data.holdout (titles or a count) or eval.data"
-                    )
-                _, docs = split_holdout(load_documents(c.data.source, text_field=c.data.text_field), c.data.holdout)
-            length = c.eval.length or self.target_length
-            self.eval_tokens = tokenize_documents(
-                self.tokenizer, docs, max_tokens=c.eval.max_tokens or length, min_tokens=length
-            )
-            if not self.eval_tokens:
-                raise RopescaleError(f"no held-out document has the {length} tokens an evaluation window needs")
-        return self.eval_tokens
-
     def evaluate(self) -> dict[str, Any]:
         """Perplexity at the target length on held-out text, with full attention, in eval mode."""
-        from ..scoring.perplexity import evaluate_perplexity
-        from .s2attn import disable_s2attn, enable_s2attn
+        from .evaluation import eval_documents, evaluate_peft_model
 
         c, acc = self.config, self.accelerator
         record: dict[str, Any] = {}
         if acc.is_main_process:
-            hf = self.peft_model.get_base_model()
-            if c.s2attn.enabled:
-                disable_s2attn(hf, self.base_attn)
-            self.peft_model.eval()
-            try:
-                length = c.eval.length or self.target_length
-                with acc.autocast():
-                    result = evaluate_perplexity(
-                        self.peft_model,
-                        self._eval_documents(),
-                        window=length,
-                        mode=c.eval.mode,
-                        bos_token_id=self.bos_token_id,
-                        max_tokens=c.eval.max_tokens,
-                        progress=False,
-                    )
-                record = {
-                    "step": self.step,
-                    "eval_length": length,
-                    "eval_ppl": result.ppl,
-                    "eval_tokens": result.tokens_scored,
-                    "eval_seconds": result.elapsed_s,
-                }
-            finally:
-                self.peft_model.train()
-                if c.s2attn.enabled:
-                    enable_s2attn(hf, c.s2attn.group_ratio)
+            length = c.eval.length or self.target_length
+            if self.eval_tokens is None:
+                self.eval_tokens = eval_documents(c, self.tokenizer, length)
+            result = evaluate_peft_model(
+                self.peft_model, c, self.eval_tokens, length, self.bos_token_id, self.base_attn, acc.autocast
+            )
+            record = {"step": self.step, **result}
             self._log(record)
         acc.wait_for_everyone()
         return record
@@ -642,7 +347,8 @@ class Trainer:
         if not self._ready:
             self.setup(resume=resume, overwrite=overwrite)
         c, acc = self.config, self.accelerator
-        world, accum, bs = acc.num_processes, c.train.grad_accum, c.train.batch_size
+        accum, bs = c.train.grad_accum, c.train.batch_size
+        dp_rank, world = data_parallel_rank(acc)  # the ranks of a context-parallel group read the same windows
         step_tokens = bs * accum * world * c.data.seq_len
         result = TrainResult(step=self.step, output_dir=self.output_dir)
         bar = tqdm(
@@ -659,16 +365,16 @@ class Trainer:
             t0 = time.perf_counter()
             loss_sum = torch.zeros((), device=acc.device)
             for micro in range(accum):
-                batch = self.dataset.batch(micro_batch_indices(self.step, micro, (bs, accum, world), acc.process_index))
+                batch = self.dataset.batch(micro_batch_indices(self.step, micro, (bs, accum, world), dp_rank))
                 batch = {k: v.to(acc.device) for k, v in batch.items()}
                 sync = contextlib.nullcontext() if micro == accum - 1 else acc.no_sync(self.module)
-                with sync:
-                    loss = self.module(**batch)
+                with sync, self._inputs(batch) as inputs:
+                    loss = self.module(**inputs)
                     acc.backward(loss / accum)
                 loss_sum += loss.detach().float()
             grad_norm = None
             if c.optim.max_grad_norm is not None:
-                grad_norm = float(acc.clip_grad_norm_(self.trainable, c.optim.max_grad_norm))
+                grad_norm = float(acc.clip_grad_norm_(self.clip_params, c.optim.max_grad_norm))
             lr = self.scheduler.get_last_lr()[0]
             self.optimizer.step()
             self.scheduler.step()
@@ -709,37 +415,20 @@ class Trainer:
         result.tokens = self.tokens_seen
         return result
 
+    def _inputs(self, batch: dict[str, torch.Tensor]) -> contextlib.AbstractContextManager:
+        """The module's keyword arguments for one micro-batch: the batch itself, or under context
+        parallelism this rank's shards (the forward and backward run inside the context)."""
+        if self.cp > 1:
+            return context_parallel_batch(self.accelerator, batch, self.cp)
+        return contextlib.nullcontext(batch)
+
     def save_adapter(self) -> Path | None:
         """``adapter/``: the LoRA adapter in peft format plus the other trainable weights."""
-        from safetensors.torch import save_file
-
         acc, out = self.accelerator, self.output_dir / "adapter"
         if self._fsdp():
             return None  # the last checkpoint holds the gathered weights; export reads it
         acc.wait_for_everyone()
         if acc.is_main_process:
-            from .._io import atomic_directory
-
-            with atomic_directory(out, overwrite=True) as tmp:
-                self.peft_model.save_pretrained(tmp)
-                extra = {
-                    n: p.detach().contiguous().cpu()
-                    for n, p in self.peft_model.named_parameters()
-                    if p.requires_grad and "lora_" not in n
-                }
-                if extra:
-                    save_file(extra, tmp / "trainable_params.safetensors")
-                atomic_write_text(tmp / "ropescale_train.yaml", dump_config(self.config))
+            write_adapter(self.peft_model, self.config, out)
         acc.wait_for_everyone()
         return out
-
-
-def load_run_config(output_dir: str | Path) -> TrainConfig:
-    """The resolved recipe a run wrote to its output folder."""
-    import yaml
-
-    path = Path(output_dir) / "config.yaml"
-    if not path.is_file():
-        raise RopescaleError(f"'{output_dir}' is not a training run folder (no config.yaml)")
-    raw = yaml.safe_load(path.read_text())
-    return config_from_dict(raw, name=raw.get("name") or Path(output_dir).name)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "bench_gpu_perplexity.py"
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 40
@@ -51,7 +52,8 @@ def test_both_variants_score_the_same_tokens(bench, model_dir, tmp_path, capsys)
     assert "ropescale/native tokens/s" in out
 
 
-def test_no_gpu_and_non_native_methods_fail_in_one_line(bench, model_dir, tmp_path, capsys):
+def test_no_gpu_and_non_native_methods_fail_in_one_line(bench, model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the no-GPU path, on any machine
     assert bench.main(["--model", str(model_dir)]) == 2  # device auto on a machine without CUDA
     data = tmp_path / "t.txt"
     data.write_text(TEXT)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from ropescale.cli.main import main
 from ropescale.evals import suite as suite_mod
@@ -23,6 +24,7 @@ def suite_dict(model_dir, tmp_path):
     return {
         "name": "tiny",
         "model": str(model_dir),
+        "device": "cpu",  # explicit: the recorded runtimes are compared with cpu ones
         "data": str(data),
         "methods": [{"method": "none"}, {"method": "yarn", "factor": 4}, {"method": "linear", "factor": 4}],
         "perplexity": {"lengths": [64, 200], "mode": "nonoverlap", "max_tokens": 400},
@@ -176,7 +178,8 @@ def test_shipped_suites_parse():
         assert load_suite(name).cells()
 
 
-def test_cli_eval_commands(model_dir, tmp_path, capsys):
+def test_cli_eval_commands(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the no-GPU path: cpu runs, cuda refused
     data = tmp_path / "t.txt"
     data.write_text(TEXT)
     code = main(

@@ -124,7 +124,8 @@ def test_search_yarn_method(capsys, setup, tmp_path):
         (["--target-length", "256", "--attn-implementation", "flash_attention_2"], ["CUDA device only"]),
     ],
 )
-def test_bad_search_input(capsys, setup, tmp_path, argv, fragments):
+def test_bad_search_input(capsys, setup, tmp_path, argv, fragments, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the no-GPU messages, on any machine
     _, model_dir, data = setup
     code, _, err = run(capsys, "search", "--model", model_dir, "--data", data, "--output", tmp_path / "o", *argv)
     assert_one_line_error(code, err, *fragments)

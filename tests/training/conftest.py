@@ -70,6 +70,13 @@ def model_dir(tmp_path):
 
 
 @pytest.fixture(autouse=True)
+def _cpu_accelerator(monkeypatch):
+    """The trainer's Accelerator places the model on the CPU on every machine: the tests feed CPU
+    tensors to it and compare with CPU numbers (GPU training is tested in test_gpu.py)."""
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+
+
+@pytest.fixture(autouse=True)
 def _one_thread():
     """Tiny models gain nothing from intra-op threads, and on a busy machine spinning OpenMP threads
     make them many times slower; restored after each test."""

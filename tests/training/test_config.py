@@ -80,8 +80,10 @@ def test_accelerate_configs(path):
     data = yaml.safe_load(path.read_text())
     assert data["distributed_type"] in ("MULTI_GPU", "FSDP")
     if data["distributed_type"] == "FSDP":
-        assert data["fsdp_config"]["fsdp_use_orig_params"] is True  # required for LoRA
-    assert {p.name for p in ACCELERATE} >= {"ddp.yaml", "fsdp.yaml"}
+        fsdp = data["fsdp_config"]
+        # LoRA mixes frozen and trainable parameters in a unit: FSDP2, or FSDP1 with use_orig_params
+        assert fsdp["fsdp_version"] == 2 or fsdp["fsdp_use_orig_params"] is True
+    assert {p.name for p in ACCELERATE} >= {"ddp.yaml", "fsdp.yaml", "fsdp2_cp.yaml"}
 
 
 def test_overrides_are_typed():

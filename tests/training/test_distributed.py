@@ -50,7 +50,7 @@ def test_ddp_matches_single_process_and_resumes(tmp_path, model_dir):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     cpu = {"ACCELERATE_USE_CPU": "true"}
     _run([*torchrun, *cli, "--output-dir", str(tmp_path / "ddp")], cpu)  # 2 ranks x 1 window
-    _run([sys.executable, *cli, "--output-dir", str(tmp_path / "one"), "train.batch_size=2"])  # 1 rank x 2 windows
+    _run([sys.executable, *cli, "--output-dir", str(tmp_path / "one"), "train.batch_size=2"], cpu)  # 1 rank x 2 windows
     weights = lambda run: load_file(Path(run) / "checkpoints" / "step-00000004" / "trainable.safetensors")  # noqa: E731
     ddp, one = weights(tmp_path / "ddp"), weights(tmp_path / "one")
     for name in one:

@@ -97,3 +97,47 @@ def test_registered_attention_in_a_model(arch):
     disable_s2attn(model)
     assert model.config._attn_implementation == "sdpa"
     assert not hasattr(model.config, "ropescale_s2attn_group_ratio")
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padded_batch_matches_the_oracle_with_padding(side):
+    """A padding mask (as transformers builds it: causal and key-not-padding, [b, 1, n, n]) combines with
+    the groups exactly as the dense oracle with the same mask; no NaN (fully masked rows of pad queries
+    give zeros), so the backward through a padded batch is finite."""
+    q, k, v = (t.requires_grad_() for t in qkv(b=2, h=4, n=16))
+    valid = torch.ones(2, 16, dtype=torch.bool)
+    valid[0, 11:] = False if side == "right" else True
+    valid[0, :5] = True if side == "right" else False
+    i = torch.arange(16)
+    mask = ((i[:, None] >= i[None, :])[None] & valid[:, None, :])[:, None]  # [b, 1, n, n]
+    got = s2_attention(q, k, v, 4, attention_mask=mask)
+    plain = (i[:, None] // 4) == (i[None, :] // 4)
+    shifted = ((i[:, None] + 2) // 4) == ((i[None, :] + 2) // 4)
+    groups = torch.stack([plain, plain, shifted, shifted])  # [h, n, n]
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask & groups[None])
+    keep = valid[:, None, :, None].expand_as(got)
+    torch.testing.assert_close(got[keep], want[keep])
+    assert torch.isfinite(got).all()
+    got[keep].sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_padded_batch_through_a_model_ignores_the_pad_tokens():
+    """Training mode, S²-Attn on, a left-padded row: what the real tokens see does not depend on the
+    pad tokens before them (they would if the mask were dropped), and the unpadded row is the same as alone."""
+    model = tiny_model("llama", attn_implementation="sdpa").train()
+    enable_s2attn(model, group_ratio=0.25)
+    ids = torch.randint(4, 128, (2, 32), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 32, dtype=torch.long)
+    mask[1, :12] = 0
+    other = ids.clone()
+    other[1, :12] = 3  # different pad ids
+    with torch.no_grad():
+        a = model(ids, attention_mask=mask).logits
+        b = model(other, attention_mask=mask).logits
+        alone = model(ids[:1]).logits
+    torch.testing.assert_close(a[1, 12:], b[1, 12:])
+    unmasked = model(other, attention_mask=torch.ones_like(mask)).logits.detach()
+    assert (unmasked[1, 12:] - a[1, 12:]).abs().amax() > 1e-4  # without the mask the pads would matter
+    torch.testing.assert_close(a[0], alone[0], rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(a).all()

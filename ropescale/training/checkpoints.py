@@ -1,0 +1,185 @@
+"""Training checkpoints: what a run may resume from, and the trainable weights under any wrapper.
+
+``checkpoints/step-N/`` holds ``trainable.safetensors`` (LoRA + trainable embeddings/norms, names as
+in the unwrapped peft model), the optimizer (``optimizer.pt``, or accelerate's FSDP file), the
+scheduler, every rank's RNG state and ``state.json`` (step, tokens, elapsed, the recipe's
+fingerprint). A checkpoint is staged in a hidden folder and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._io import atomic_directory, atomic_write_text
+from ..errors import RopescaleError
+from .config import TrainConfig, dump_config
+
+CHECKPOINTS = "checkpoints"
+TRAINABLE_FILE = "trainable.safetensors"
+# Sections a resumed run must share with the checkpoint (eval/log/save cadence, the memory options
+# and train.max_steps may change: the schedule is a function of max_steps, see optim.py).
+FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "optim")
+FINGERPRINT_TRAIN_KEYS = ("batch_size", "grad_accum", "seed", "mixed_precision")
+# What wrappers insert into parameter names: FSDP1 units, activation-checkpoint wrappers, torch.compile.
+WRAPPER_TOKENS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def fingerprint(config: TrainConfig) -> dict[str, Any]:
+    """What a checkpoint's recipe must share with the run that resumes it."""
+    d = config.to_dict()
+    return {**{s: d[s] for s in FINGERPRINT_SECTIONS}, "train": {k: d["train"][k] for k in FINGERPRINT_TRAIN_KEYS}}
+
+
+def first_difference(a: Any, b: Any, prefix: str = "") -> str:
+    """``key: old -> new`` for the first key (sorted, depth first) where two nested dicts differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
+    return f"{prefix.rstrip('.')}: {a!r} -> {b!r}"
+
+
+def check_resumable(state: dict[str, Any], config: TrainConfig, path: Path) -> None:
+    """Refuse to resume ``path`` (its ``state.json``) under a recipe that changes what was trained.
+
+    Raises:
+        RopescaleError: the fingerprint differs (first difference named), or the checkpoint is
+            already past ``train.max_steps``.
+    """
+    saved = state.get("fingerprint") or {}
+    saved = {**saved, "train": {k: v for k, v in (saved.get("train") or {}).items() if k != "max_steps"}}
+    if saved != fingerprint(config):
+        raise RopescaleError(
+            f"checkpoint {path} was made with a different recipe ("
+            f"{first_difference(saved, fingerprint(config))}); use another train.output_dir or the original settings"
+        )
+    if state["step"] > config.train.max_steps:
+        raise RopescaleError(
+            f"checkpoint {path} is at step {state['step']}, past train.max_steps={config.train.max_steps}; "
+            "raise train.max_steps to train longer"
+        )
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (partial ones are hidden dot-folders)."""
+    root = Path(output_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "state.json").is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch (and CUDA) RNG states of this process."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def unwrapped_name(name: str) -> str:
+    """A parameter name without what DDP/FSDP/checkpoint wrappers/torch.compile insert into it."""
+    for token in WRAPPER_TOKENS:
+        name = name.replace(token, "")
+    return name
+
+
+def select_trainable(state_dict: dict[str, torch.Tensor], names: list[str], prefix: str = "") -> dict[str, Any]:
+    """The entries of a (gathered) state dict that are trainable parameters, keyed by their names in
+    the unwrapped peft model.
+
+    Args:
+        state_dict: the full model state dict (keys may carry wrapper prefixes).
+        names: trainable parameter names taken from the peft model before it was wrapped.
+        prefix: what the wrapped module puts before the peft model's names (``model.`` for
+            :class:`~ropescale.training.modeling.CausalLMLoss`).
+
+    Raises:
+        RopescaleError: a trainable parameter is not in the state dict (a checkpoint without it
+            would silently resume or export that weight from its initial value).
+    """
+    wanted = {prefix + n: n for n in names}
+    found = {wanted[unwrapped_name(k)]: v for k, v in state_dict.items() if unwrapped_name(k) in wanted}
+    missing = sorted(set(names) - set(found))
+    if missing:
+        raise RopescaleError(f"{len(missing)} trainable parameters missing from the gathered weights ({missing[0]})")
+    return found
+
+
+def gather_trainable(accelerator: Any, module: nn.Module, names: list[str], fsdp_version: int | None) -> dict[str, Any]:
+    """The full trainable weights of a (possibly sharded) module, on the main process.
+
+    Every rank must call it. FSDP2: each trainable DTensor is gathered on its own (the frozen base
+    weights are never gathered); FSDP1: accelerate's full state dict, keys unwrapped; otherwise the
+    parameters themselves.
+
+    Returns:
+        ``{name in the peft model: tensor}`` on the main process (possibly empty elsewhere).
+    """
+    if fsdp_version == 2:
+        from torch.distributed.tensor import DTensor
+
+        state = {}
+        for name, p in module.named_parameters():
+            if p.requires_grad:
+                full = p.detach().full_tensor() if isinstance(p, DTensor) else p.detach()
+                state[name] = full.cpu()
+        state = select_trainable(state, names, prefix="model.")
+    elif fsdp_version == 1:
+        full = accelerator.get_state_dict(module)
+        state = select_trainable(full, names, prefix="model.") if accelerator.is_main_process else {}
+    else:
+        params = dict(accelerator.unwrap_model(module).named_parameters())  # DDP: without its `module.`
+        state = {k: v.detach() for k, v in select_trainable(params, names, prefix="model.").items()}
+    return state if accelerator.is_main_process else {}
+
+
+def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
+    """Create the output folder; refuse to start over existing checkpoints unless ``overwrite``
+    (which removes the earlier run's checkpoints, metrics, adapter and merged model)."""
+    if list_checkpoints(out) and not resume:
+        if not overwrite:
+            raise RopescaleError(
+                f"output directory '{out}' already holds checkpoints: pass --resume to continue "
+                "or --overwrite to start again"
+            )
+        shutil.rmtree(out / CHECKPOINTS)
+        for name in ("metrics.jsonl", "adapter", "merged"):
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def write_adapter(peft_model: nn.Module, config: TrainConfig, out: Path) -> None:
+    """``out``: the LoRA adapter (peft format), the other trainable weights and the recipe, atomically."""
+    from safetensors.torch import save_file
+
+    with atomic_directory(out, overwrite=True) as tmp:
+        peft_model.save_pretrained(tmp)
+        extra = {
+            n: p.detach().contiguous().cpu()
+            for n, p in peft_model.named_parameters()
+            if p.requires_grad and "lora_" not in n
+        }
+        if extra:
+            save_file(extra, tmp / "trainable_params.safetensors")
+        atomic_write_text(tmp / "ropescale_train.yaml", dump_config(config))

@@ -1,0 +1,83 @@
+"""Perplexity on held-out text during training: full attention, eval mode, the target length."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import RopescaleError
+from .config import TrainConfig
+from .data import split_holdout
+
+
+def eval_documents(config: TrainConfig, tokenizer: Any, length: int) -> list[list[int]]:
+    """Token ids of the held-out documents (``eval.data`` or ``data.holdout``) long enough for one window.
+
+    Raises:
+        RopescaleError: no held-out text, or no document has ``length`` tokens.
+    """
+    from ..data.documents import load_documents, tokenize_documents
+
+    c = config
+    if c.eval.data is not None:
+        docs = load_documents(c.eval.data, text_field=c.data.text_field)
+    else:
+        if not c.data.holdout:
+            raise RopescaleError("evaluation needs held-out text: set data.holdout (titles or a count) or eval.data")
+        _, docs = split_holdout(load_documents(c.data.source, text_field=c.data.text_field), c.data.holdout)
+    tokens = tokenize_documents(tokenizer, docs, max_tokens=c.eval.max_tokens or length, min_tokens=length)
+    if not tokens:
+        raise RopescaleError(f"no held-out document has the {length} tokens an evaluation window needs")
+    return tokens
+
+
+def evaluate_peft_model(
+    peft_model: Any,
+    config: TrainConfig,
+    documents: list[list[int]],
+    length: int,
+    bos_token_id: int | None,
+    base_attn: str,
+    autocast: Any,
+) -> dict[str, Any]:
+    """Perplexity of the model being trained, with S²-Attn switched off and eval mode for the duration.
+
+    Args:
+        peft_model: the peft model (training mode is restored afterwards).
+        config: the recipe (``eval.mode``, ``eval.max_tokens``, ``s2attn``).
+        documents: held-out token documents (:func:`eval_documents`).
+        length: the evaluation window.
+        bos_token_id: BOS prepended to every window (None: none).
+        base_attn: the attention implementation S²-Attn replaced.
+        autocast: a context manager factory (``accelerator.autocast``).
+
+    Returns:
+        ``eval_length``, ``eval_ppl``, ``eval_tokens``, ``eval_seconds``.
+    """
+    from ..scoring.perplexity import evaluate_perplexity
+    from .s2attn import disable_s2attn, enable_s2attn
+
+    hf = peft_model.get_base_model()
+    if config.s2attn.enabled:
+        disable_s2attn(hf, base_attn)
+    peft_model.eval()
+    try:
+        with autocast():
+            result = evaluate_perplexity(
+                peft_model,
+                documents,
+                window=length,
+                mode=config.eval.mode,
+                bos_token_id=bos_token_id,
+                max_tokens=config.eval.max_tokens,
+                progress=False,
+            )
+    finally:
+        peft_model.train()
+        if config.s2attn.enabled:
+            enable_s2attn(hf, config.s2attn.group_ratio)
+    return {
+        "eval_length": length,
+        "eval_ppl": result.ppl,
+        "eval_tokens": result.tokens_scored,
+        "eval_seconds": result.elapsed_s,
+    }

@@ -1,0 +1,153 @@
+"""Beyond one GPU: context parallelism (CP) through accelerate's ``ParallelismConfig`` (``cp_size``).
+
+With ``train.context_parallel: N`` every training window is cut into ``N`` shards along the
+sequence, one per rank of a CP group, and attention runs as ring attention across the group
+(torch's ``context_parallel``, which accelerate enters with ``Accelerator.maybe_context_parallel``).
+The model is sharded over all ranks with FSDP2 (accelerate requires it for CP). What the trainer
+feeds it:
+
+* the shards of ``input_ids``, ``position_ids`` (PoSE windows' skipped positions travel with their
+  tokens) and of the *already shifted* labels: the shift that pairs position ``t`` with token
+  ``t + 1`` crosses shard boundaries, so it is done on the whole window first;
+* torch's load balancer cuts the window into ``2 N`` pieces (rank ``i`` gets pieces ``i`` and
+  ``2N-1-i``, so causal work is even), hence ``data.seq_len`` must be divisible by ``2 N``;
+* each rank's loss is its shard's summed NLL over the whole window's scored tokens ``/ N``: FSDP
+  averages gradients over all ranks, which makes the gradient that of the window's mean NLL;
+* the ranks of a CP group read the same windows: the data-parallel rank is ``rank // N`` of
+  ``world // N`` (accelerate's mesh puts ``cp`` innermost).
+
+Torch's CP replaces SDPA only (flash/memory-efficient/cuDNN kernels, i.e. CUDA): the attention must
+be ``sdpa``, S²-Attn and sliding windows are out (accelerate drops the mask and attends causally).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import RopescaleError
+from ..scoring.nll import IGNORE_INDEX
+
+CP_ATTENTION = ("auto", "sdpa")  # auto resolves to sdpa under CP
+
+
+def context_parallel_problem(config: Any) -> str | None:
+    """What is wrong with ``train.context_parallel`` in a recipe (None when nothing is): recipe-level
+    checks that need no model and no processes (:func:`ropescale.training.config.validate` raises it)."""
+    cp = config.train.context_parallel
+    if cp < 1:
+        return f"train.context_parallel must be a positive integer, got {cp!r}"
+    if cp == 1:
+        return None
+    where = f"train.context_parallel={cp}"
+    if config.data.seq_len % (2 * cp):
+        return f"{where}: data.seq_len {config.data.seq_len} must be divisible by 2 x {cp} = {2 * cp} (load-balanced shards)"
+    if config.model.attn_implementation not in CP_ATTENTION:
+        return (
+            f"{where} needs model.attn_implementation sdpa (torch's context parallel replaces SDPA), "
+            f"got {config.model.attn_implementation}"
+        )
+    if config.s2attn.enabled:
+        return f"{where} cannot be combined with s2attn.enabled (CP attends with full causal SDPA)"
+    if config.model.sliding_window not in (None, "keep"):
+        return f"{where} needs full attention: set model.sliding_window=null"
+    return None
+
+
+def check_accelerate_config(path: str | Path, config: Any) -> list[str]:
+    """Check an accelerate config file against the recipe; returns what it will run, line by line.
+
+    Raises:
+        RopescaleError: one line naming the file and the key that does not fit.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise RopescaleError(f"accelerate config '{path}' not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    kind = data.get("distributed_type", "NO")
+    procs = int(data.get("num_processes", 1) or 1)
+    fsdp_version = int((data.get("fsdp_config") or {}).get("fsdp_version", 1)) if kind == "FSDP" else None
+    pc = data.get("parallelism_config") or {}
+    cp_file = int(pc.get("parallelism_config_cp_size", 1) or 1)
+    cp = config.train.context_parallel
+    lines = [
+        f"launch:        {path.name}: {kind}, {procs} processes" + (f", FSDP{fsdp_version}" if fsdp_version else "")
+    ]
+    if cp_file not in (1, cp):
+        raise RopescaleError(f"{path}: parallelism_config_cp_size {cp_file} differs from train.context_parallel={cp}")
+    if cp > 1:
+        if fsdp_version != 2:
+            raise RopescaleError(
+                f"{path}: train.context_parallel={cp} needs FSDP2 (distributed_type: FSDP, fsdp_version: 2)"
+            )
+        if procs % cp:
+            raise RopescaleError(f"{path}: num_processes {procs} is not a multiple of train.context_parallel={cp}")
+        dp = procs // cp
+        lines.append(
+            f"parallelism:   {dp} data-parallel x {cp} context-parallel ranks; each rank holds "
+            f"{config.data.seq_len // cp} of {config.data.seq_len} tokens per window"
+        )
+    return lines
+
+
+def cp_size(accelerator: Any) -> int:
+    """The accelerator's context-parallel size (1 without a parallelism config)."""
+    pc = getattr(accelerator, "parallelism_config", None)
+    return int(pc.cp_size) if pc is not None and pc.cp_enabled else 1
+
+
+def parallelism_config(cp: int) -> Any:
+    """accelerate's ``ParallelismConfig`` for ``cp`` context-parallel ranks (None for 1), the rest of
+    the world sharding the model (FSDP2's ``dp_shard``).
+
+    Raises:
+        RopescaleError: the world size (``WORLD_SIZE``) is not a multiple of ``cp``.
+    """
+    if cp <= 1:
+        return None
+    from accelerate.parallelism_config import ParallelismConfig
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world % cp or world < cp:
+        raise RopescaleError(
+            f"train.context_parallel={cp} needs a multiple of {cp} processes, got {world} "
+            "(accelerate launch --config_file configs/accelerate/fsdp2_cp.yaml)"
+        )
+    return ParallelismConfig(dp_shard_size=world // cp, cp_size=cp)
+
+
+def data_parallel_rank(accelerator: Any) -> tuple[int, int]:
+    """``(rank, size)`` of this process among the data-parallel readers (CP groups share windows)."""
+    cp = cp_size(accelerator)
+    return accelerator.process_index // cp, accelerator.num_processes // cp
+
+
+def shift_labels(labels: torch.Tensor) -> torch.Tensor:
+    """``targets[:, t] = labels[:, t + 1]``, the last position unscored. # [B, T] -> [B, T]"""
+    pad = torch.full_like(labels[:, :1], IGNORE_INDEX)
+    return torch.cat([labels[:, 1:], pad], dim=1)
+
+
+@contextlib.contextmanager
+def context_parallel_batch(accelerator: Any, batch: dict[str, torch.Tensor], cp: int) -> Iterator[dict[str, Any]]:
+    """Shard a batch over the CP group for one forward + backward (both must run inside).
+
+    Yields the keyword arguments of :class:`~ropescale.training.modeling.CausalLMLoss`: this rank's
+    shards of ``input_ids``, ``position_ids`` and shifted ``targets``, and the ``normalizer``
+    (the window's scored tokens / ``cp``).
+    """
+    targets = shift_labels(batch["labels"])  # before sharding: the shift crosses shard boundaries
+    normalizer = (targets != IGNORE_INDEX).sum().clamp(min=1).to(torch.float32) / cp
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    buffers = [ids, pos, targets]
+    with accelerator.maybe_context_parallel(
+        buffers=buffers, buffer_seq_dims=[1, 1, 1], no_restore_buffers=set(buffers)
+    ):
+        yield {"input_ids": ids, "position_ids": pos, "targets": targets, "normalizer": normalizer}
