@@ -183,7 +183,7 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
         kind, why = caveat
     if intent.attention_mode == "kv_consistent" and kind in (KEEPS, APPROXIMATES):
         extra = f"; {why}" if kind == APPROXIMATES else ""
-        return verdict(CANNOT, f"plain dynamic NTK without KV-consistent rotation{extra}")
+        return verdict(CANNOT, f"plain {intent.method} without KV-consistent rotation{extra}")
     return verdict(kind, why)
 
 
@@ -227,7 +227,8 @@ def outside_note(intent: Intent) -> str | None:
     if intent.attention_mode == "kv_consistent":
         return (
             f"{intent.method} with KV-consistent rotation cannot be expressed outside ropescale: "
-            "transformers/vLLM load it as plain dynamic NTK without KV consistency"
+            f"transformers/vLLM load it as plain {intent.method}, whose cached keys keep the frequencies they were "
+            "rotated with"
         )
     return None
 

@@ -74,7 +74,7 @@ def test_old_ntk_checkpoint_loses_its_base(tmp_path, capsys):
         ("ntk", {}),
         ("yarn", {}),
         ("llama3", {}),
-        ("longrope", {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]}),
+        ("longrope", {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], "kv_consistent": False}),
         ("dynamic_ntk", {"kv_consistent": False}),
     ],
 )
@@ -156,3 +156,20 @@ def test_tgi_approximates_a_yarn_with_custom_betas(tmp_path, capsys):
     got = verdicts(capsys)
     assert got["tgi"]["verdict"] == engines.APPROXIMATES and "beta_fast" in got["tgi"]["why"]
     assert got["transformers4"]["verdict"] == engines.KEEPS
+
+
+@pytest.mark.parametrize(
+    "method,params",
+    [("dynamic_ntk", {}), ("longrope", {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]})],
+)
+def test_kv_consistent_checkpoints_say_what_other_loaders_do(tmp_path, capsys, method, params):
+    """The default KV-consistent mode of a method whose frequencies switch with the length (dynamic NTK,
+    LongRoPE with short != long factors) is ropescale's alone: elsewhere the plain method, named."""
+    with pytest.warns(UserWarning, match=f"transformers/vLLM load it as plain {method}"):
+        ropescale.save_pretrained(
+            ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
+        )
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    got = {e["engine"]: e for e in json.loads(capsys.readouterr().out)["engines"]}
+    assert got["transformers5"]["verdict"] == engines.CANNOT
+    assert got["transformers5"]["why"].startswith(f"plain {method} without KV-consistent rotation")

@@ -147,7 +147,7 @@ def test_non_native_checkpoint_has_no_rope_scaling(tmp_path):
 
 
 def test_kv_consistent_save_warns_what_other_loaders_get(tmp_path):
-    with pytest.warns(UserWarning, match="plain dynamic NTK without KV consistency"):
+    with pytest.warns(UserWarning, match="load it as plain dynamic_ntk, whose cached keys keep the frequencies"):
         ropescale.save_pretrained(
             ropescale.patch(tiny_model(), "dynamic_ntk", factor=4), tmp_path / "o", config_only=True
         )
