@@ -42,3 +42,12 @@ def test_refusals_are_one_line_and_write_nothing(capsys, checkpoint, tmp_path, a
     assert code == 2
     assert_one_line_error(code, err, *fragments)
     assert not list(tmp_path.glob("*x.gguf*"))
+
+
+def test_a_saved_dynamic_checkpoint_is_refused(capsys, checkpoint, tmp_path):
+    path, _, _ = checkpoint
+    saved = tmp_path / "dyn"
+    assert main(["patch", "--model", str(path), "--method", "dynamic_yarn", "--factor", "4", "--output", str(saved)]) == 0
+    code, _, err = run(capsys, "export-gguf", str(saved), "--output", str(tmp_path / "d.gguf"))
+    assert_one_line_error(code, err, "method 'dynamic_yarn' cannot be exported", "kv_consistent")
+    assert code == 2 and not (tmp_path / "d.gguf").exists()
