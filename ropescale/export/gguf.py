@@ -161,8 +161,9 @@ def _read_one(file: Path, name: str) -> torch.Tensor:
         return f.get_tensor(name)
 
 
-def _ggml_type(name: str, shape: tuple[int, ...], dtype: str):
-    """GGML type of one tensor: 1-D and rope tensors fp32; matrices per ``dtype`` (q8_0 needs rows of 32k)."""
+def _ggml_type(shape: tuple[int, ...], dtype: str):
+    """GGML type of one tensor: 1-D (norms, rope factors) fp32; matrices per ``dtype``, q8_0 only where a
+    row is a multiple of its 32-value blocks (f16 otherwise, as llama.cpp's converter falls back)."""
     from gguf import GGMLQuantizationType as Q
 
     if len(shape) == 1 or dtype == "f32":
@@ -184,7 +185,8 @@ def _encode(tensor: torch.Tensor, qtype) -> np.ndarray:
     return quantize(data, qtype)
 
 
-def _plan_tensors(config: Any, source: Any, rope: GGUFRope, dtype: str) -> list[tuple[str, Callable[[], np.ndarray], Any, tuple[int, ...]]]:
+def _plan_tensors(config: Any, source: Any, rope: GGUFRope,
+                  dtype: str) -> list[tuple[str, Callable[[], torch.Tensor], Any, tuple[int, ...]]]:
     """(gguf name, encoder, ggml type, logical shape) for every tensor, in writing order."""
     n_heads = config.num_attention_heads
     n_kv = getattr(config, "num_key_value_heads", None) or n_heads
@@ -203,11 +205,11 @@ def _plan_tensors(config: Any, source: Any, rope: GGUFRope, dtype: str) -> list[
                 tensor = permute_rotary_rows(tensor, n_kv)
             return tensor
 
-        planned.append((name, encoder, _ggml_type(name, shape, dtype), shape))
+        planned.append((name, encoder, _ggml_type(shape, dtype), shape))
     if not any(p[0] == "token_embd.weight" for p in planned):
         raise RopescaleError("the checkpoint has no model.embed_tokens.weight")
     for name, values in rope.tensors.items():
-        planned.append((f"{name}.weight", (lambda v=values: torch.from_numpy(v)), _ggml_type(name, (1,), dtype),
+        planned.append((f"{name}.weight", (lambda v=values: torch.from_numpy(v)), _ggml_type((1,), dtype),
                         tuple(values.shape)))
     return planned
 
