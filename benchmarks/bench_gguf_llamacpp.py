@@ -36,8 +36,11 @@ MODEL = "smollm2-135m"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--llama-perplexity", default=os.environ.get("LLAMA_PERPLEXITY"),
-                   help="path of llama.cpp's llama-perplexity (default: $LLAMA_PERPLEXITY)")
+    p.add_argument(
+        "--llama-perplexity",
+        default=os.environ.get("LLAMA_PERPLEXITY"),
+        help="path of llama.cpp's llama-perplexity (default: $LLAMA_PERPLEXITY)",
+    )
     p.add_argument("--lengths", default="16384,32768")
     p.add_argument("--methods", default="none,linear,ntk,yarn")
     p.add_argument("--output", default="runs/bench-gguf")
@@ -59,9 +62,14 @@ def check_tokens(binary: str, gguf: Path, text: Path, hf_ids: list[int], needed:
         return {"checked": False, "why": f"{tokenize} not found"}
     ids = llama_tokenize(tokenize, gguf, text)
     first_diff = next((i for i, (a, b) in enumerate(zip(ids, hf_ids)) if a != b), None)
-    return {"checked": True, "llama_cpp_tokens": len(ids), "hf_tokens": len(hf_ids), "first_difference": first_diff,
-            "identical_first_needed": (first_diff is None and min(len(ids), len(hf_ids)) >= needed)
-            or (first_diff is not None and first_diff >= needed)}
+    return {
+        "checked": True,
+        "llama_cpp_tokens": len(ids),
+        "hf_tokens": len(hf_ids),
+        "first_difference": first_diff,
+        "identical_first_needed": (first_diff is None and min(len(ids), len(hf_ids)) >= needed)
+        or (first_diff is not None and first_diff >= needed),
+    }
 
 
 def main(argv=None) -> int:
@@ -90,8 +98,14 @@ def main(argv=None) -> int:
     ids = tokenizer(emma.text)["input_ids"]  # add_special_tokens=True, as llama.cpp's common_tokenize
     adds_bos = len(ids) > len(tokenizer(emma.text, add_special_tokens=False)["input_ids"])
     bos = tokenizer.bos_token_id if adds_bos else None
-    results.update(model=MODEL, text="Emma (austen corpus)", hf_tokens=len(ids), bos_replaced=bos is not None,
-                   llama_perplexity=str(args.llama_perplexity), threads=args.threads)
+    results.update(
+        model=MODEL,
+        text="Emma (austen corpus)",
+        hf_tokens=len(ids),
+        bos_replaced=bos is not None,
+        llama_perplexity=str(args.llama_perplexity),
+        threads=args.threads,
+    )
 
     for length in lengths:
         for method in methods:
@@ -114,12 +128,22 @@ def main(argv=None) -> int:
             nll, n = perplexity_protocol_nll(model, ids, length, bos)
             ours_s = time.perf_counter() - start
             ppl_ours = math.exp(nll / n)
-            results["cells"][key] = {"method": method, "length": length, "factor": 1.0 if method == "none" else factor,
-                                     "ropescale_ppl": ppl_ours, "llama_cpp_ppl": ppl_cpp, "llama_cpp_pm": pm,
-                                     "ratio": ppl_cpp / ppl_ours, "scored_tokens": n,
-                                     "ropescale_s": round(ours_s, 1), "llama_cpp_s": round(cpp_s, 1)}
+            results["cells"][key] = {
+                "method": method,
+                "length": length,
+                "factor": 1.0 if method == "none" else factor,
+                "ropescale_ppl": ppl_ours,
+                "llama_cpp_ppl": ppl_cpp,
+                "llama_cpp_pm": pm,
+                "ratio": ppl_cpp / ppl_ours,
+                "scored_tokens": n,
+                "ropescale_s": round(ours_s, 1),
+                "llama_cpp_s": round(cpp_s, 1),
+            }
             atomic_write_json(results_path, results)
-            print(f"{key}: ropescale {ppl_ours:.4f}  llama.cpp {ppl_cpp:.4f}  ratio {ppl_cpp / ppl_ours:.4f}", flush=True)
+            print(
+                f"{key}: ropescale {ppl_ours:.4f}  llama.cpp {ppl_cpp:.4f}  ratio {ppl_cpp / ppl_ours:.4f}", flush=True
+            )
             if not args.keep_gguf:
                 gguf.unlink()
             del model
@@ -129,11 +153,15 @@ def main(argv=None) -> int:
 
 def table(results: dict) -> str:
     """method × length: ropescale PPL, llama.cpp PPL, ratio."""
-    rows = ["| method | length | factor | ropescale PPL | llama.cpp PPL | llama.cpp / ropescale |",
-            "|---|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| method | length | factor | ropescale PPL | llama.cpp PPL | llama.cpp / ropescale |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for cell in sorted(results["cells"].values(), key=lambda c: (c["length"], c["method"])):
-        rows.append(f"| {cell['method']} | {cell['length']} | {cell['factor']:g} | {cell['ropescale_ppl']:.3f} | "
-                    f"{cell['llama_cpp_ppl']:.3f} | {cell['ratio']:.4f} |")
+        rows.append(
+            f"| {cell['method']} | {cell['length']} | {cell['factor']:g} | {cell['ropescale_ppl']:.3f} | "
+            f"{cell['llama_cpp_ppl']:.3f} | {cell['ratio']:.4f} |"
+        )
     return "\n".join(rows)
 
 

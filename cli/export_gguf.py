@@ -28,17 +28,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("model", metavar="MODEL", help="checkpoint directory or embedded model name (smollm2-135m)")
     p.add_argument("--output", required=True, metavar="FILE", help="the .gguf file to write")
-    p.add_argument("--dtype", default="f16", choices=["f32", "f16", "q8_0"],
-                   help="matrices in f32, f16 (default) or q8_0; norms and rope tensors stay f32")
-    p.add_argument("--method", default=None,
-                   help="patch with this method before exporting (default: the checkpoint's own scaling)")
+    p.add_argument(
+        "--dtype",
+        default="f16",
+        choices=["f32", "f16", "q8_0"],
+        help="matrices in f32, f16 (default) or q8_0; norms and rope tensors stay f32",
+    )
+    p.add_argument(
+        "--method", default=None, help="patch with this method before exporting (default: the checkpoint's own scaling)"
+    )
     add_factor_args(p)
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="a method parameter, repeatable")
     p.add_argument("--replace", action="store_true", help="with --method: replace an existing scaling")
-    p.add_argument("--sliding-window", default="keep", metavar="keep|none|N",
-                   help="with --method: Mistral's sliding window (llama.cpp needs none or one >= the context)")
-    p.add_argument("--tokenizer-pre", default=None, metavar="NAME",
-                   help="llama.cpp pre-tokenizer name, when it cannot be read off the tokenizer (e.g. llama-bpe)")
+    p.add_argument(
+        "--sliding-window",
+        default="keep",
+        metavar="keep|none|N",
+        help="with --method: Mistral's sliding window (llama.cpp needs none or one >= the context)",
+    )
+    p.add_argument(
+        "--tokenizer-pre",
+        default=None,
+        metavar="NAME",
+        help="llama.cpp pre-tokenizer name, when it cannot be read off the tokenizer (e.g. llama-bpe)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -47,19 +60,30 @@ def run(args: argparse.Namespace) -> int:
     from ..export import export_gguf
 
     params = parse_params(args.param)
-    patching = {"factor": args.factor, "target_length": args.target_length, "replace": args.replace or None,
-                "sliding_window": None if args.sliding_window == "keep" else args.sliding_window, **params}
+    patching = {
+        "factor": args.factor,
+        "target_length": args.target_length,
+        "replace": args.replace or None,
+        "sliding_window": None if args.sliding_window == "keep" else args.sliding_window,
+        **params,
+    }
     given = [k for k, v in patching.items() if v is not None]
     if args.method is None and given:
         raise ValueError(f"--{given[0].replace('_', '-')} needs --method (it patches the model before exporting)")
     kwargs = {}
     if args.method is not None:
-        kwargs = {"method": args.method, "factor": args.factor, "replace": args.replace,
-                  "sliding_window": parse_sliding_window(args.sliding_window), **params}
+        kwargs = {
+            "method": args.method,
+            "factor": args.factor,
+            "replace": args.replace,
+            "sliding_window": parse_sliding_window(args.sliding_window),
+            **params,
+        }
         if args.target_length is not None:
             kwargs["target_length"] = args.target_length
-    path = export_gguf(args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre,
-                       overwrite=args.overwrite, **kwargs)
+    path = export_gguf(
+        args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre, overwrite=args.overwrite, **kwargs
+    )
     print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB, {args.dtype}): {rope_summary(path)}")
     return 0
 
@@ -73,7 +97,10 @@ def rope_summary(path) -> str:
     for key, f in reader.fields.items():
         if ".rope." in key:
             value = f.contents()
-            parts.append(f"{key.split('.rope.', 1)[1]}={value:g}" if isinstance(value, float) else
-                         f"{key.split('.rope.', 1)[1]}={value}")
+            parts.append(
+                f"{key.split('.rope.', 1)[1]}={value:g}"
+                if isinstance(value, float)
+                else f"{key.split('.rope.', 1)[1]}={value}"
+            )
     parts += [f"{t.name}[{t.shape[0]}]" for t in reader.tensors if t.name.startswith("rope_")]
     return " ".join(parts)

@@ -9,17 +9,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import config_path as config_path_cmd
 from . import eval as eval_cmd
 from . import export_gguf as export_gguf_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
-from . import train as train_cmd
-from . import search as search_cmd
 from . import plot as plot_cmd
 from . import recommend as recommend_cmd
+from . import search as search_cmd
+from . import train as train_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -46,8 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd,
-                   export_gguf_cmd, config_path_cmd):
+    for module in (
+        methods_cmd,
+        patch_cmd,
+        eval_cmd,
+        plot_cmd,
+        recommend_cmd,
+        search_cmd,
+        train_cmd,
+        export_gguf_cmd,
+        config_path_cmd,
+    ):
         module.register(sub)
     return parser
 

@@ -68,13 +68,18 @@ def installed(tmp_path_factory):
         pytest.skip("no setuptools >= 70.1 on sys.path to build the wheel without a download")
     build_env["PYTHONPATH"] = setuptools_site
     dist = tmp / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(dist)],
-         tmp, build_env)
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(src), "-w", str(dist)],
+        tmp,
+        build_env,
+    )
     wheel = next(dist.glob("ropescale-*.whl"))
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp, env)
     python = venv / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).strip())
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp, env).strip()
+    )
     (site / "_ropescale_test_deps.pth").write_text("\n".join(_site_packages()) + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)], tmp, env)
     work = tmp / "elsewhere"
@@ -84,8 +89,15 @@ def installed(tmp_path_factory):
 
 def test_ropescale_is_imported_from_the_fresh_venv(installed):
     python, _, env, work, venv = installed
-    out = _run([str(python), "-c", "import ropescale, ropescale.shipped as s; print(ropescale.__file__); "
-                "print(s.configs_root())"], work, env).split()
+    out = _run(
+        [
+            str(python),
+            "-c",
+            "import ropescale, ropescale.shipped as s; print(ropescale.__file__); print(s.configs_root())",
+        ],
+        work,
+        env,
+    ).split()
     assert all(Path(p).resolve().is_relative_to(venv.resolve()) for p in out), out
     assert not any(str(REPO) in p for p in out)
 
@@ -101,16 +113,23 @@ def test_console_script_lists_methods_and_finds_accelerate_configs(installed):
 
 def test_every_shipped_recipe_validates_by_name(installed):
     python, script, env, work, _ = installed
-    shipped = sorted(str(p.relative_to(REPO / "configs" / "train").with_suffix(""))
-                     for p in (REPO / "configs" / "train").rglob("*.yaml"))
-    listed = [line.split()[1] for line in _run([str(script), "config-path", "--list"], work, env).splitlines()
-              if line.startswith("recipe")]
+    shipped = sorted(
+        str(p.relative_to(REPO / "configs" / "train").with_suffix(""))
+        for p in (REPO / "configs" / "train").rglob("*.yaml")
+    )
+    listed = [
+        line.split()[1]
+        for line in _run([str(script), "config-path", "--list"], work, env).splitlines()
+        if line.startswith("recipe")
+    ]
     assert sorted(listed) == shipped
     # `ropescale train --config NAME --dry-run` for every recipe, in one interpreter to keep this fast
-    loop = ("import sys; from ropescale.cli.main import main\n"
-            "for name in sys.argv[1:]:\n"
-            "    code = main(['train', '--config', name, '--dry-run'])\n"
-            "    print('EXIT', name, code)\n")
+    loop = (
+        "import sys; from ropescale.cli.main import main\n"
+        "for name in sys.argv[1:]:\n"
+        "    code = main(['train', '--config', name, '--dry-run'])\n"
+        "    print('EXIT', name, code)\n"
+    )
     out = _run([str(python), "-c", loop, *shipped], work, env)
     assert [line for line in out.splitlines() if line.startswith("EXIT")] == [f"EXIT {n} 0" for n in shipped]
     assert out.count("recipe:") == len(shipped)

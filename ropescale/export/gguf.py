@@ -43,15 +43,30 @@ DTYPES = ("f32", "f16", "q8_0")
 #: model types written as llama.cpp's ``llama`` architecture
 EXPORTABLE = ("llama", "mistral")
 #: transformers rope_type → ropescale method, for checkpoints ropescale did not patch
-NATIVE_ROPE_TYPES = {"default": "default", "linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn",
-                     "llama3": "llama3", "longrope": "longrope"}
-_LAYER_TENSORS = {
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+NATIVE_ROPE_TYPES = {
+    "default": "default",
+    "linear": "linear",
+    "dynamic": "dynamic_ntk",
+    "yarn": "yarn",
+    "llama3": "llama3",
+    "longrope": "longrope",
 }
-_GLOBAL_TENSORS = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-                   "lm_head.weight": "output.weight"}
+_LAYER_TENSORS = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+}
+_GLOBAL_TENSORS = {
+    "model.embed_tokens.weight": "token_embd.weight",
+    "model.norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+}
 
 
 def permute_rotary_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -88,8 +103,9 @@ def scaling_of(config: Any) -> tuple[ScalingMethod, RotarySpec, bool]:
         return plan.method, plan.spec, plan.kv_consistent
     rope = dict(getattr(config, "rope_parameters", None) or {})
     original, _, L = original_geometry(config)
-    spec = RotarySpec(_head_dim(config), float(original["rope_theta"]), int(L),
-                      float(rope.get("partial_rotary_factor", 1.0)))
+    spec = RotarySpec(
+        _head_dim(config), float(original["rope_theta"]), int(L), float(rope.get("partial_rotary_factor", 1.0))
+    )
     rope_type = rope.get("rope_type", "default")
     if rope_type not in NATIVE_ROPE_TYPES:
         raise RopescaleError(f"rope_type '{rope_type}' in the model's config is not one ropescale can export")
@@ -125,7 +141,9 @@ def model_metadata(config: Any, rope: GGUFRope, name: str, file_type: int) -> di
         f"{ARCH}.feed_forward_length": int(config.intermediate_size),
         f"{ARCH}.block_count": int(config.num_hidden_layers),
         f"{ARCH}.attention.head_count": int(config.num_attention_heads),
-        f"{ARCH}.attention.head_count_kv": int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads),
+        f"{ARCH}.attention.head_count_kv": int(
+            getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        ),
         f"{ARCH}.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
     }
     if head_dim != config.hidden_size // config.num_attention_heads:  # Mistral Nemo & co.
@@ -185,8 +203,9 @@ def _encode(tensor: torch.Tensor, qtype) -> np.ndarray:
     return quantize(data, qtype)
 
 
-def _plan_tensors(config: Any, source: Any, rope: GGUFRope,
-                  dtype: str) -> list[tuple[str, Callable[[], torch.Tensor], Any, tuple[int, ...]]]:
+def _plan_tensors(
+    config: Any, source: Any, rope: GGUFRope, dtype: str
+) -> list[tuple[str, Callable[[], torch.Tensor], Any, tuple[int, ...]]]:
     """(gguf name, encoder, ggml type, logical shape) for every tensor, in writing order."""
     n_heads = config.num_attention_heads
     n_kv = getattr(config, "num_key_value_heads", None) or n_heads
@@ -209,13 +228,15 @@ def _plan_tensors(config: Any, source: Any, rope: GGUFRope,
     if not any(p[0] == "token_embd.weight" for p in planned):
         raise RopescaleError("the checkpoint has no model.embed_tokens.weight")
     for name, values in rope.tensors.items():
-        planned.append((f"{name}.weight", (lambda v=values: torch.from_numpy(v)), _ggml_type((1,), dtype),
-                        tuple(values.shape)))
+        planned.append(
+            (f"{name}.weight", (lambda v=values: torch.from_numpy(v)), _ggml_type((1,), dtype), tuple(values.shape))
+        )
     return planned
 
 
-def _resolve(model: Any, tokenizer: Any, method: str | None, factor: Any, replace: bool,
-             params: dict[str, Any]) -> tuple[Any, Any, Callable[[], Any], str]:
+def _resolve(
+    model: Any, tokenizer: Any, method: str | None, factor: Any, replace: bool, params: dict[str, Any]
+) -> tuple[Any, Any, Callable[[], Any], str]:
     """(config, weights source, tokenizer getter, display name) for a directory, embedded name or loaded model."""
     if isinstance(model, torch.nn.Module):
         if method is not None or factor is not None or params:
@@ -237,9 +258,19 @@ def _resolve(model: Any, tokenizer: Any, method: str | None, factor: Any, replac
     return config, resolved.path, (lambda: tokenizer or load_tokenizer(model)), Path(str(model)).name
 
 
-def export_gguf(model: Any, path: str | os.PathLike, dtype: str = "f16", *, tokenizer: Any = None,
-                method: str | None = None, factor: Any = None, replace: bool = False,
-                pre_tokenizer: str | None = None, overwrite: bool = False, **params: Any) -> Path:
+def export_gguf(
+    model: Any,
+    path: str | os.PathLike,
+    dtype: str = "f16",
+    *,
+    tokenizer: Any = None,
+    method: str | None = None,
+    factor: Any = None,
+    replace: bool = False,
+    pre_tokenizer: str | None = None,
+    overwrite: bool = False,
+    **params: Any,
+) -> Path:
     """Write a Llama/Mistral checkpoint with its RoPE scaling as one GGUF file.
 
     Args:
@@ -267,8 +298,11 @@ def export_gguf(model: Any, path: str | os.PathLike, dtype: str = "f16", *, toke
     config, source, get_tokenizer, name = _resolve(model, tokenizer, method, factor, replace, dict(params))
     check_exportable(config)
     rope = rope_for_gguf(*scaling_of(config))
-    file_type = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16,
-                 "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[dtype]
+    file_type = {
+        "f32": gguf.LlamaFileType.ALL_F32,
+        "f16": gguf.LlamaFileType.MOSTLY_F16,
+        "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    }[dtype]
     metadata = model_metadata(config, rope, name, int(file_type))
     metadata["ropescale.provenance"] = json.dumps(getattr(config, "ropescale", None) or {}, sort_keys=True)
     metadata["ropescale.version"] = __version__
@@ -293,8 +327,9 @@ def _write(path: Path, metadata: dict[str, Any], planned: list) -> None:
         for name, _, qtype, shape in planned:
             if qtype in (Q.F32, Q.F16):
                 np_dtype = np.float32 if qtype == Q.F32 else np.float16
-                writer.add_tensor_info(name, shape, np.dtype(np_dtype), int(np.prod(shape)) * np.dtype(np_dtype).itemsize,
-                                       raw_dtype=qtype)
+                writer.add_tensor_info(
+                    name, shape, np.dtype(np_dtype), int(np.prod(shape)) * np.dtype(np_dtype).itemsize, raw_dtype=qtype
+                )
             else:  # quantized: described by its byte shape
                 byte_shape = quant_shape_to_byte_shape(shape, qtype)
                 writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), raw_dtype=qtype)

@@ -92,23 +92,34 @@ def refuse(method: str, why: str) -> NotExpressibleError:
 def check_expressible(method: ScalingMethod, kv_consistent: bool = False) -> None:
     """Raise :class:`NotExpressibleError` (one line: which method and why) if llama.cpp cannot run it."""
     if getattr(method, "attention", None):
-        raise refuse(method.name, "it groups positions inside attention, which llama.cpp's rope metadata cannot "
-                     "express (llama.cpp's own Self-Extend is the --grp-attn-n/--grp-attn-w flags)")
+        raise refuse(
+            method.name,
+            "it groups positions inside attention, which llama.cpp's rope metadata cannot "
+            "express (llama.cpp's own Self-Extend is the --grp-attn-n/--grp-attn-w flags)",
+        )
     if method.dynamic:
         cache = " (and kv_consistent re-rotates the cached keys with them)" if kv_consistent else ""
-        raise refuse(method.name, f"its frequencies are recomputed from the current length{cache}, while llama.cpp's "
-                     "rope scaling types (none, linear, yarn, longrope) are fixed when the model loads and its "
-                     f"cache holds rotated keys; export the static {'yarn' if isinstance(method, Yarn) else 'ntk'} "
-                     "at the target factor instead")
+        raise refuse(
+            method.name,
+            f"its frequencies are recomputed from the current length{cache}, while llama.cpp's "
+            "rope scaling types (none, linear, yarn, longrope) are fixed when the model loads and its "
+            f"cache holds rotated keys; export the static {'yarn' if isinstance(method, Yarn) else 'ntk'} "
+            "at the target factor instead",
+        )
     if kv_consistent:
-        raise refuse(method.name, "kv_consistent re-rotates cached keys with the current frequencies; llama.cpp "
-                     "caches keys already rotated")
+        raise refuse(
+            method.name,
+            "kv_consistent re-rotates cached keys with the current frequencies; llama.cpp caches keys already rotated",
+        )
     if isinstance(method, Yarn):
         if not method.truncate:
             raise refuse(method.name, "truncate=false; llama.cpp always rounds YaRN's ramp ends to whole pairs")
         if (method.beta_fast, method.beta_slow) != LLAMA_CPP_YARN_BETAS:
-            raise refuse(method.name, f"beta_fast={method.beta_fast:g}, beta_slow={method.beta_slow:g}; llama.cpp's "
-                         "llama architecture ignores rope.scaling.yarn_beta_* and always uses 32 and 1")
+            raise refuse(
+                method.name,
+                f"beta_fast={method.beta_fast:g}, beta_slow={method.beta_slow:g}; llama.cpp's "
+                "llama architecture ignores rope.scaling.yarn_beta_* and always uses 32 and 1",
+            )
 
 
 def rope_for_gguf(method: ScalingMethod, spec: RotarySpec, kv_consistent: bool = False) -> GGUFRope:
@@ -136,15 +147,27 @@ def rope_for_gguf(method: ScalingMethod, spec: RotarySpec, kv_consistent: bool =
     if isinstance(method, Yarn):
         s = method.factor
         # llama.cpp multiplies cos/sin by 0.1 ln s + 1 itself; the key carries what is left
-        return GGUFRope(**common, scaling_type="yarn", factor=s, original_context=L,
-                        attn_factor=method.attention_scale(s) / yarn_mscale(s), yarn_betas=LLAMA_CPP_YARN_BETAS)
+        return GGUFRope(
+            **common,
+            scaling_type="yarn",
+            factor=s,
+            original_context=L,
+            attn_factor=method.attention_scale(s) / yarn_mscale(s),
+            yarn_betas=LLAMA_CPP_YARN_BETAS,
+        )
     if isinstance(method, LongRope):
         method.validate_for(spec)
         short = method.short_factor or (1.0,) * (d // 2)
-        return GGUFRope(**common, scaling_type="longrope", original_context=L,
-                        attn_factor=method.attention_scale(spec),
-                        tensors={"rope_factors_long": np.asarray(method.long_factor, dtype=np.float32),
-                                 "rope_factors_short": np.asarray(short, dtype=np.float32)})
+        return GGUFRope(
+            **common,
+            scaling_type="longrope",
+            original_context=L,
+            attn_factor=method.attention_scale(spec),
+            tensors={
+                "rope_factors_long": np.asarray(method.long_factor, dtype=np.float32),
+                "rope_factors_short": np.asarray(short, dtype=np.float32),
+            },
+        )
     return _per_pair(method, spec)
 
 

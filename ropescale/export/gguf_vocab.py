@@ -58,7 +58,9 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
     spec = tokenizer_json(tokenizer)
     model = spec.get("model") or {}
     if model.get("type") != "BPE":
-        raise RopescaleError(f"GGUF export supports BPE tokenizers (GPT-2 and SentencePiece style), got {model.get('type')!r}")
+        raise RopescaleError(
+            f"GGUF export supports BPE tokenizers (GPT-2 and SentencePiece style), got {model.get('type')!r}"
+        )
     spm = bool(model.get("byte_fallback"))
     tokens, types = _tokens_and_types(spec, vocab_size, spm, getattr(tokenizer, "unk_token_id", None))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
@@ -77,7 +79,9 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
     for role in ("bos", "eos", "unk", "pad"):
         token_id = getattr(tokenizer, f"{role}_token_id", None)
         if isinstance(token_id, int) and 0 <= token_id < vocab_size:
-            out[f"tokenizer.ggml.{'padding' if role == 'pad' else ('unknown' if role == 'unk' else role)}_token_id"] = token_id
+            out[f"tokenizer.ggml.{'padding' if role == 'pad' else ('unknown' if role == 'unk' else role)}_token_id"] = (
+                token_id
+            )
     add_bos, add_eos = added_specials(tokenizer)
     out["tokenizer.ggml.add_bos_token"] = add_bos
     out["tokenizer.ggml.add_eos_token"] = add_eos
@@ -87,7 +91,9 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
     return out
 
 
-def _tokens_and_types(spec: dict[str, Any], vocab_size: int, spm: bool, unk_id: int | None) -> tuple[list[str], list[int]]:
+def _tokens_and_types(
+    spec: dict[str, Any], vocab_size: int, spm: bool, unk_id: int | None
+) -> tuple[list[str], list[int]]:
     by_id: dict[int, str] = {int(i): t for t, i in spec["model"]["vocab"].items()}
     added = {int(a["id"]): a for a in spec.get("added_tokens", [])}
     for i, a in added.items():
@@ -173,5 +179,7 @@ def added_specials(tokenizer: Any) -> tuple[bool, bool]:
     full = tokenizer(text, add_special_tokens=True)["input_ids"]
     bos, eos = getattr(tokenizer, "bos_token_id", None), getattr(tokenizer, "eos_token_id", None)
     extra = len(full) > len(plain)
-    return (bool(extra and bos is not None and full[0] == bos and full[1:1 + len(plain)] == plain),
-            bool(extra and eos is not None and full[-1] == eos))
+    return (
+        bool(extra and bos is not None and full[0] == bos and full[1 : 1 + len(plain)] == plain),
+        bool(extra and eos is not None and full[-1] == eos),
+    )

@@ -23,8 +23,9 @@ FINAL_PPL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 RUNNING_PPL = re.compile(r"\[(\d+)\]([0-9.]+),")
 
 
-def perplexity_protocol_nll(model: Any, ids: Sequence[int], n_ctx: int, bos_token_id: int | None = None,
-                            chunks: int = 1) -> tuple[float, int]:
+def perplexity_protocol_nll(
+    model: Any, ids: Sequence[int], n_ctx: int, bos_token_id: int | None = None, chunks: int = 1
+) -> tuple[float, int]:
     """Summed NLL and scored token count of ``ids`` under llama-perplexity's protocol.
 
     Args:
@@ -42,15 +43,17 @@ def perplexity_protocol_nll(model: Any, ids: Sequence[int], n_ctx: int, bos_toke
     from ..evals.perplexity import IGNORE_INDEX, chunked_nll
 
     if len(ids) < 2 * n_ctx:  # llama-perplexity refuses shorter texts
-        raise ValueError(f"llama-perplexity needs at least {2 * n_ctx} tokens for n_ctx={n_ctx}, the text has {len(ids)}")
+        raise ValueError(
+            f"llama-perplexity needs at least {2 * n_ctx} tokens for n_ctx={n_ctx}, the text has {len(ids)}"
+        )
     first, total, count = n_ctx // 2, 0.0, 0
     for chunk in range(min(chunks, len(ids) // n_ctx)):
-        window = list(ids[chunk * n_ctx:(chunk + 1) * n_ctx])
+        window = list(ids[chunk * n_ctx : (chunk + 1) * n_ctx])
         if bos_token_id is not None:
             window[0] = bos_token_id
         x = torch.tensor([window])
         labels = torch.full_like(x, IGNORE_INDEX)
-        labels[0, first + 1:] = x[0, first + 1:]  # position t predicts labels[t + 1], t = n/2 .. n-2
+        labels[0, first + 1 :] = x[0, first + 1 :]  # position t predicts labels[t + 1], t = n/2 .. n-2
         with torch.inference_mode():
             nll, n = chunked_nll(model, x, labels)
         total, count = total + nll, count + n
@@ -76,8 +79,9 @@ def exit_delay_library() -> Path | None:
     partial = target.with_name(f".exit-delay-{os.getpid()}.so")
     try:
         source.write_text(_EXIT_DELAY_C)
-        proc = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source)],
-                              capture_output=True, check=False)
+        proc = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(source)], capture_output=True, check=False
+        )
         if proc.returncode != 0:
             return None
         os.replace(partial, target)
@@ -87,11 +91,31 @@ def exit_delay_library() -> Path | None:
         partial.unlink(missing_ok=True)
 
 
-def run_llama_perplexity(binary: str | Path, gguf: str | Path, text: str | Path, n_ctx: int, threads: int = 2,
-                         batch: int = 2048, chunks: int = 1) -> tuple[float, float, str]:
+def run_llama_perplexity(
+    binary: str | Path,
+    gguf: str | Path,
+    text: str | Path,
+    n_ctx: int,
+    threads: int = 2,
+    batch: int = 2048,
+    chunks: int = 1,
+) -> tuple[float, float, str]:
     """Run llama-perplexity with no rope flags; return (PPL, its ±, the full output)."""
-    cmd = [str(binary), "-m", str(gguf), "-f", str(text), "-c", str(n_ctx), "-b", str(min(batch, n_ctx)),
-           "--chunks", str(chunks), "-t", str(threads)]
+    cmd = [
+        str(binary),
+        "-m",
+        str(gguf),
+        "-f",
+        str(text),
+        "-c",
+        str(n_ctx),
+        "-b",
+        str(min(batch, n_ctx)),
+        "--chunks",
+        str(chunks),
+        "-t",
+        str(threads),
+    ]
     env = dict(os.environ)
     shim = exit_delay_library()
     if shim is not None:
@@ -111,8 +135,12 @@ def run_llama_perplexity(binary: str | Path, gguf: str | Path, text: str | Path,
 
 def llama_tokenize(binary: str | Path, gguf: str | Path, text: str | Path) -> list[int]:
     """llama.cpp's token ids for a text file (``llama-tokenize --ids``, special tokens added)."""
-    proc = subprocess.run([str(binary), "-m", str(gguf), "-f", str(text), "--ids", "--log-disable"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [str(binary), "-m", str(gguf), "-f", str(text), "--ids", "--log-disable"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("[")), None)
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"llama-tokenize failed (rc={proc.returncode}): {proc.stderr.strip()[-200:]}")

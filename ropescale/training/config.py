@@ -133,8 +133,14 @@ class EvalSection:
 
 
 SECTIONS = {
-    "model": ModelSection, "scaling": ScalingSection, "lora": LoraSection, "data": DataSection,
-    "pose": PoseSection, "s2attn": S2AttnSection, "optim": OptimSection, "train": TrainSection,
+    "model": ModelSection,
+    "scaling": ScalingSection,
+    "lora": LoraSection,
+    "data": DataSection,
+    "pose": PoseSection,
+    "s2attn": S2AttnSection,
+    "optim": OptimSection,
+    "train": TrainSection,
     "eval": EvalSection,
 }
 
@@ -290,7 +296,9 @@ def validate(c: TrainConfig) -> None:
         if t not in EXTRA_TRAINABLE:
             raise ConfigError(f"lora.trainable entries must be among {', '.join(EXTRA_TRAINABLE)}, got {t!r}")
     if isinstance(c.data.holdout, bool) or not isinstance(c.data.holdout, (int, list)):
-        raise ConfigError(f"data.holdout must be a list of document titles or a number of documents, got {c.data.holdout!r}")
+        raise ConfigError(
+            f"data.holdout must be a list of document titles or a number of documents, got {c.data.holdout!r}"
+        )
     if isinstance(c.data.holdout, int):
         _positive("data.holdout", c.data.holdout, allow_zero=True)
     if c.data.seq_len < 2:
@@ -304,7 +312,8 @@ def validate(c: TrainConfig) -> None:
         _one_of("pose.content", c.pose.content, POSE_CONTENT)
         if c.pose.target_length is not None and c.pose.target_length < c.data.seq_len:
             raise ConfigError(
-                f"pose.target_length ({c.pose.target_length}) must be at least data.seq_len ({c.data.seq_len})")
+                f"pose.target_length ({c.pose.target_length}) must be at least data.seq_len ({c.data.seq_len})"
+            )
     if c.s2attn.enabled:
         ratio = c.s2attn.group_ratio
         if not 0 < ratio <= 1:
@@ -313,7 +322,8 @@ def validate(c: TrainConfig) -> None:
         if not float(group).is_integer() or c.data.seq_len % int(group) or (ratio < 1 and int(group) % 2):
             raise ConfigError(
                 f"s2attn: data.seq_len {c.data.seq_len} x group_ratio {ratio:g} must give an even group size "
-                "that divides the sequence")
+                "that divides the sequence"
+            )
     _positive("optim.lr", c.optim.lr)
     if len(c.optim.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in c.optim.betas):
         raise ConfigError(f"optim.betas must be two numbers in [0, 1), got {c.optim.betas!r}")
@@ -355,7 +365,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         if not dot or not sub or "." in sub:
             raise ConfigError(f"override key must be SECTION.KEY (e.g. lora.r), got {key!r}")
         if section not in SECTIONS:
-            raise ConfigError(f"unknown section '{section}' in override {item!r}{_did_you_mean(section, list(SECTIONS))}")
+            raise ConfigError(
+                f"unknown section '{section}' in override {item!r}{_did_you_mean(section, list(SECTIONS))}"
+            )
         target = raw.get(section) or {}
         if not isinstance(target, dict):
             raise ConfigError(f"section '{section}' must be a mapping")

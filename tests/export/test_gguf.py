@@ -65,8 +65,10 @@ def test_tensors_names_shapes_and_permuted_qk(checkpoint, tmp_path):
     assert list(tensors["blk.1.attn_k.weight"].shape) == [64, 2 * HEAD_DIM]
     assert tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
     half = HEAD_DIM // 2
-    for name, hf_name, heads in (("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 4),
-                                 ("blk.1.attn_k.weight", "model.layers.1.self_attn.k_proj.weight", 2)):
+    for name, hf_name, heads in (
+        ("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight", 4),
+        ("blk.1.attn_k.weight", "model.layers.1.self_attn.k_proj.weight", 2),
+    ):
         got = np.asarray(tensors[name].data).reshape(heads * HEAD_DIM, 64)
         w = sd[hf_name].numpy()
         for h in range(heads):
@@ -94,13 +96,26 @@ def test_untied_output_and_dtypes(tmp_path):
     np.testing.assert_allclose(deq, model.lm_head.weight.detach().numpy(), atol=2e-3)
 
 
-@pytest.mark.parametrize("method, factor, expected", [
-    (None, None, {"freq_base": BASE, "dimension_count": HEAD_DIM, "scaling.type": "none"}),
-    ("linear", 4, {"freq_base": BASE, "scaling.type": "linear", "scaling.factor": 4.0}),
-    ("ntk", 4, {"freq_base": BASE * 4 ** (HEAD_DIM / (HEAD_DIM - 2)), "scaling.type": "none"}),
-    ("yarn", 4, {"scaling.type": "yarn", "scaling.factor": 4.0, "scaling.original_context_length": ORIGINAL_CONTEXT,
-                 "scaling.attn_factor": 1.0, "scaling.yarn_beta_fast": 32.0, "scaling.yarn_beta_slow": 1.0}),
-])
+@pytest.mark.parametrize(
+    "method, factor, expected",
+    [
+        (None, None, {"freq_base": BASE, "dimension_count": HEAD_DIM, "scaling.type": "none"}),
+        ("linear", 4, {"freq_base": BASE, "scaling.type": "linear", "scaling.factor": 4.0}),
+        ("ntk", 4, {"freq_base": BASE * 4 ** (HEAD_DIM / (HEAD_DIM - 2)), "scaling.type": "none"}),
+        (
+            "yarn",
+            4,
+            {
+                "scaling.type": "yarn",
+                "scaling.factor": 4.0,
+                "scaling.original_context_length": ORIGINAL_CONTEXT,
+                "scaling.attn_factor": 1.0,
+                "scaling.yarn_beta_fast": 32.0,
+                "scaling.yarn_beta_slow": 1.0,
+            },
+        ),
+    ],
+)
 def test_rope_metadata_per_method(checkpoint, tmp_path, method, factor, expected):
     kw = {} if method is None else {"method": method, "factor": factor}
     meta, tensors = export(checkpoint, tmp_path, **kw)
@@ -156,14 +171,17 @@ def test_a_natively_scaled_checkpoint_exports_its_own_scaling(tmp_path):
     assert rope_keys(meta)["scaling.type"] == "yarn" and rope_keys(meta)["scaling.factor"] == 2.0
 
 
-@pytest.mark.parametrize("method, kw, fragment", [
-    ("dynamic_yarn", {"factor": 4}, "recomputed from the current length"),
-    ("dynamic_ntk", {"factor": 4, "kv_consistent": False}, "recomputed from the current length"),
-    ("dynamic_ntk", {"factor": 4, "kv_consistent": True}, "kv_consistent"),
-    ("self_extend", {"factor": 2}, "inside attention"),
-    ("yarn", {"factor": 4, "beta_fast": 16}, "beta_fast=16"),
-    ("yarn", {"factor": 4, "truncate": False}, "truncate"),
-])
+@pytest.mark.parametrize(
+    "method, kw, fragment",
+    [
+        ("dynamic_yarn", {"factor": 4}, "recomputed from the current length"),
+        ("dynamic_ntk", {"factor": 4, "kv_consistent": False}, "recomputed from the current length"),
+        ("dynamic_ntk", {"factor": 4, "kv_consistent": True}, "kv_consistent"),
+        ("self_extend", {"factor": 2}, "inside attention"),
+        ("yarn", {"factor": 4, "beta_fast": 16}, "beta_fast=16"),
+        ("yarn", {"factor": 4, "truncate": False}, "truncate"),
+    ],
+)
 def test_refused_methods_write_nothing(checkpoint, tmp_path, method, kw, fragment):
     with pytest.raises(NotExpressibleError, match=fragment) as info:
         export(checkpoint, tmp_path, method=method, **kw)

@@ -18,8 +18,9 @@ from ropescale.export.llamacpp import llama_tokenize, perplexity_protocol_nll, r
 from tests.export.conftest import tiny_llama, tiny_tokenizer
 
 BINARY = os.environ.get("LLAMA_PERPLEXITY", "")
-pytestmark = pytest.mark.skipif(not Path(BINARY).is_file(),
-                                reason="set LLAMA_PERPLEXITY to llama.cpp's llama-perplexity binary to run")
+pytestmark = pytest.mark.skipif(
+    not Path(BINARY).is_file(), reason="set LLAMA_PERPLEXITY to llama.cpp's llama-perplexity binary to run"
+)
 N_CTX = 256  # 4x the tiny model's trained 64
 WORDS = ["the", "then", "an", "ant", "theatre", "hen", "ate", "cat", "tea", "net", "Zoë's", "3", "\n"]
 
@@ -43,15 +44,18 @@ def sharp_model(method=None, **kw):
     return patch(model, method, **kw) if method else model
 
 
-@pytest.mark.parametrize("method, kw", [
-    (None, {}),
-    ("linear", {"factor": 4}),
-    ("ntk", {"factor": 4}),
-    ("yarn", {"factor": 4}),
-    ("yarn", {"factor": 4, "attention_factor": 1.3}),
-    ("llama3", {"factor": 4}),
-    ("longrope", {"factor": 4, "long_factor": [1.0 + i for i in range(8)]}),
-])
+@pytest.mark.parametrize(
+    "method, kw",
+    [
+        (None, {}),
+        ("linear", {"factor": 4}),
+        ("ntk", {"factor": 4}),
+        ("yarn", {"factor": 4}),
+        ("yarn", {"factor": 4, "attention_factor": 1.3}),
+        ("llama3", {"factor": 4}),
+        ("longrope", {"factor": 4, "long_factor": [1.0 + i for i in range(8)]}),
+    ],
+)
 def test_llama_cpp_perplexity_matches_ropescale(tmp_path, text, method, kw):
     tokenizer = tiny_tokenizer("gpt2")
     model = sharp_model(method, **kw)

@@ -40,7 +40,8 @@ def test_added_bos_is_measured_from_the_tokenizer():
     tok = tiny_tokenizer("gpt2")
     bos = tok.bos_token
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", special_tokens=[(bos, tok.bos_token_id)])
+        single=f"{bos} $A", special_tokens=[(bos, tok.bos_token_id)]
+    )
     assert tok("the")["input_ids"][0] == tok.bos_token_id
     assert vocab_metadata(tok, VOCAB)["tokenizer.ggml.add_bos_token"] is True
 
@@ -70,8 +71,10 @@ def test_pre_tokenizer_names():
     split = {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False}
     llama3 = {"type": "Sequence", "pretokenizers": [split, {**byte_level, "use_regex": False}]}
     assert detect_pre_tokenizer(_spec(llama3)) == "llama-bpe"
-    other = {"type": "Sequence", "pretokenizers": [{**split, "pattern": {"Regex": r"\p{N}{1,2}"}},
-                                                    {**byte_level, "use_regex": False}]}
+    other = {
+        "type": "Sequence",
+        "pretokenizers": [{**split, "pattern": {"Regex": r"\p{N}{1,2}"}}, {**byte_level, "use_regex": False}],
+    }
     with pytest.raises(RopescaleError, match="--tokenizer-pre"):
         detect_pre_tokenizer(_spec(other))
     assert vocab_metadata(tiny_tokenizer("gpt2"), VOCAB, pre_tokenizer="smollm")["tokenizer.ggml.pre"] == "smollm"
