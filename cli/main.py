@@ -11,8 +11,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from . import config_path as config_path_cmd
 from . import doctor as doctor_cmd
 from . import eval as eval_cmd
+from . import export_gguf as export_gguf_cmd
 from . import methods as methods_cmd
 from . import patch as patch_cmd
 from . import plot as plot_cmd
@@ -45,7 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (methods_cmd, patch_cmd, eval_cmd, plot_cmd, recommend_cmd, search_cmd, train_cmd, doctor_cmd):
+    for module in (
+        methods_cmd,
+        patch_cmd,
+        eval_cmd,
+        plot_cmd,
+        recommend_cmd,
+        search_cmd,
+        train_cmd,
+        export_gguf_cmd,
+        config_path_cmd,
+        doctor_cmd,
+    ):
         module.register(sub)
     return parser
 

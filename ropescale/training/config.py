@@ -31,8 +31,9 @@ import yaml
 
 from ..errors import RopescaleError
 from ..models.runtime import ATTENTIONS, DTYPES
+from ..shipped import configs_root
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs" / "train"
+CONFIGS_DIR = configs_root() / "train"  # the installed package data (ropescale.configs), or the checkout's
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("no", "bf16", "fp16")
 ATTN = ("auto", *ATTENTIONS)

@@ -1,0 +1,40 @@
+"""``ropescale config-path``: where a shipped accelerate config or training recipe is installed."""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """examples:
+  accelerate launch --config_file "$(ropescale config-path fsdp)" --num_processes 8 \\
+      -m ropescale.cli.main train --config llama2-7b/yarn_x16
+  ropescale config-path --list
+  cp "$(ropescale config-path llama2-7b/yarn_x8)" my-recipe.yaml      # start a recipe of your own
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "config-path",
+        help="print the path of a shipped accelerate config (ddp, fsdp) or training recipe",
+        description="Print where a configuration file that ships with ropescale is installed, so it can be "
+        "used without a checkout of the repository.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="ddp, fsdp, or a recipe name such as llama2-7b/yarn_x8")
+    p.add_argument("--list", action="store_true", help="list every shipped config with its path")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..shipped import accelerate_configs, config_path, recipes
+
+    if args.list:
+        for kind, table in (("accelerate", accelerate_configs()), ("recipe", recipes())):
+            for name, path in table.items():
+                print(f"{kind:<10}  {name:<34}  {path}")
+        return 0
+    if not args.name:
+        raise ValueError("give a config name (ddp, fsdp, a recipe) or --list")
+    print(config_path(args.name))
+    return 0

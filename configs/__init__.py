@@ -1,0 +1,1 @@
+"""Shipped configuration files (package data): ``train/`` recipes and ``accelerate/`` configs."""
