@@ -29,7 +29,7 @@ from .. import __version__
 from .._io import _create_sibling
 from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
-from ..patching.config import (
+from ..patching.plan import (
     _head_dim,
     original_geometry,
     patch_config,

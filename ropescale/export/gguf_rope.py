@@ -109,7 +109,8 @@ def check_expressible(method: ScalingMethod, kv_consistent: bool = False) -> Non
     if kv_consistent:
         raise refuse(
             method.name,
-            "kv_consistent re-rotates cached keys with the current frequencies; llama.cpp caches keys already rotated",
+            "kv_consistent re-rotates cached keys with the current frequencies; llama.cpp caches keys already rotated "
+            "(patch with kv_consistent=false to export the plain method)",
         )
     if isinstance(method, Yarn):
         if not method.truncate:

@@ -40,7 +40,8 @@ def perplexity_protocol_nll(
     """
     import torch
 
-    from ..evals.perplexity import IGNORE_INDEX, chunked_nll
+    from ..scoring.nll import IGNORE_INDEX
+    from ..scoring.perplexity import chunked_nll
 
     if len(ids) < 2 * n_ctx:  # llama-perplexity refuses shorter texts
         raise ValueError(

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# The same as ropescale.patching.config's (not imported: that pulls in torch; the CLI stays fast).
+# The same as ropescale.patching.plan's (not imported: that pulls in torch; the CLI stays fast).
 NON_NATIVE_PREFIX = "ropescale_"
 PROVENANCE_KEY = "ropescale"
 

@@ -153,7 +153,9 @@ def test_llama3_writes_rope_freqs_as_transformers_computes_them(checkpoint, tmp_
 
 def test_longrope_writes_long_and_short_factors(checkpoint, tmp_path):
     long = [1.0 + i for i in range(HEAD_DIM // 2)]
-    meta, tensors = export(checkpoint, tmp_path, method="longrope", factor=4, long_factor=long)
+    with pytest.raises(NotExpressibleError, match="kv_consistent=false"):  # on by default when short != long
+        export(checkpoint, tmp_path, method="longrope", factor=4, long_factor=long)
+    meta, tensors = export(checkpoint, tmp_path, method="longrope", factor=4, long_factor=long, kv_consistent=False)
     np.testing.assert_allclose(tensors["rope_factors_long.weight"].data, long)
     np.testing.assert_allclose(tensors["rope_factors_short.weight"].data, [1.0] * (HEAD_DIM // 2))
     rope = rope_keys(meta)
