@@ -14,7 +14,15 @@ TF4 ?= .tf4
 TF4_PINS := transformers==4.57.6 tokenizers==0.22.2 huggingface_hub==0.36.2
 TF4_STAMP := $(TF4)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(TF4_PINS)))
 
-.PHONY: setup test lint demo bench clean tf4
+# llama.cpp's own llama-perplexity and llama-tokenize, built from the llama.cpp that PyPI's
+# llama-cpp-python sdist vendors (only those two targets: a few minutes on 2 cores), for the tests that
+# check exported GGUF files with llama.cpp itself (tests/export/test_gguf_llamacpp.py). Needs cmake, g++.
+LLAMACPP ?= .llamacpp
+LLAMACPP_VERSION := 0.3.36
+LLAMACPP_BIN := $(LLAMACPP)/build/bin/llama-perplexity
+LLAMACPP_STAMP := $(LLAMACPP)/.built-$(LLAMACPP_VERSION)-tokenize
+
+.PHONY: setup test lint demo bench clean tf4 llamacpp
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
@@ -40,11 +48,24 @@ $(TF4_STAMP): | $(STAMP)
 	$(PIP) install -q --no-deps --target $(TF4) $(TF4_PINS)
 	touch $(TF4_STAMP)
 
-test: $(STAMP) $(TF4_STAMP)
+llamacpp: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP): | $(STAMP)
+	rm -rf $(LLAMACPP) && mkdir -p $(LLAMACPP)/src
+	$(PIP) download -q --no-deps --no-binary :all: -d $(LLAMACPP) llama-cpp-python==$(LLAMACPP_VERSION)
+	tar xzf $(LLAMACPP)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP)/src --strip-components 3 \
+		llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp
+	cmake -S $(LLAMACPP)/src -B $(LLAMACPP)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BLAS=OFF \
+		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > $(LLAMACPP)/cmake.log 2>&1 || (tail -30 $(LLAMACPP)/cmake.log; exit 1)
+	cmake --build $(LLAMACPP)/build --target llama-perplexity llama-tokenize -j2 > $(LLAMACPP)/build.log 2>&1 \
+		|| (tail -30 $(LLAMACPP)/build.log; exit 1)
+	test -x $(LLAMACPP_BIN) && touch $(LLAMACPP_STAMP)
+
+test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m ropescale.data.corpus install
-	ROPESCALE_TF4=$(abspath $(TF4)) $(PY) -m pytest -q tests
+	ROPESCALE_TF4=$(abspath $(TF4)) LLAMA_PERPLEXITY=$(abspath $(LLAMACPP_BIN)) $(PY) -m pytest -q tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -60,4 +81,4 @@ bench: setup
 	$(PY) benchmarks/bench_forward.py
 
 clean:
-	rm -rf $(VENV) $(TF4) build *.egg-info
+	rm -rf $(VENV) $(TF4) $(LLAMACPP) build *.egg-info
