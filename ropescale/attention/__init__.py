@@ -5,6 +5,7 @@
   ``patch(..., kv_consistent=False)`` (CLI ``--param kv_consistent=false``) gives transformers'
   behaviour.
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
+* ``dca`` (:mod:`.dca`): Dual Chunk Attention, the ``dca`` method.
 
 Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
@@ -18,7 +19,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-MODES = ("kv_consistent", "self_extend")
+MODES = ("kv_consistent", "self_extend", "dca")
 
 
 def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) -> Any:
@@ -26,7 +27,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import consistent, self_extend
+    from . import consistent, dca, self_extend
     from .rotary import LAYER_ATTR, AttentionRotary
 
     if mode not in MODES:
@@ -42,6 +43,11 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
         rotary.window = plan.method.resolved_window(plan.spec)
         self_extend.register()
         name = self_extend.NAME
+    elif mode == "dca":
+        rotary.chunk_size = plan.method.resolved_chunk_size(plan.spec)
+        rotary.local_window = plan.method.resolved_local_window(plan.spec)
+        dca.register()
+        name = dca.NAME
     else:
         consistent.register()
         name = consistent.NAMES[inner]

@@ -119,6 +119,56 @@ def merge(parts: Sequence[tuple[torch.Tensor, torch.Tensor, int]], q_len: int) -
     return merged
 
 
+def blockwise(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    size: int,
+    scale: float,
+    *,
+    causal: bool = False,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query block i against key block i, for all blocks of ``size`` rows at once.
+
+    The whole blocks are folded into the batch for one :func:`attend` call; a shorter last query
+    block takes one more call, against as many keys (``causal``) or a whole key block (otherwise),
+    so no padded row or key costs work.
+
+    Args:
+        query: [b, h, nq, d]; key, value: [b, h_kv, nk, d] with nk ≥ nq (causal: nk = nq) or
+            nk ≥ ⌈nq / size⌉ · size.
+        size: rows per block; scale: softmax scale.
+        causal: causal attention within each block pair.
+        mask: boolean [1, 1, size, size] applied to every block pair.
+
+    Returns:
+        ``(out [b, h, nq, d], lse [b, h, nq])`` as :func:`attend`.
+    """
+    b, h, nq, _ = query.shape
+    whole = nq // size
+    parts = []
+    if whole:
+
+        def fold(x: torch.Tensor) -> torch.Tensor:  # [b, hx, whole · size, d] -> [b · whole, hx, size, d]
+            x = x[:, :, : whole * size]
+            return x.reshape(b, x.shape[1], whole, size, -1).transpose(1, 2).reshape(b * whole, x.shape[1], size, -1)
+
+        out, lse = attend(fold(query), fold(key), fold(value), scale, causal=causal, mask=mask)
+        out = out.view(b, whole, h, size, -1).transpose(1, 2).reshape(b, h, whole * size, -1)
+        parts.append((out, lse.view(b, whole, h, size).transpose(1, 2).reshape(b, h, whole * size)))
+    rest = nq - whole * size
+    if rest:
+        start = whole * size
+        end = start + (rest if causal else size)
+        tail_mask = None if mask is None else mask[..., :rest, :]
+        rows = query[:, :, start:]
+        parts.append(attend(rows, key[:, :, start:end], value[:, :, start:end], scale, causal=causal, mask=tail_mask))
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)
+
+
 def _resolve(backend: str, query: torch.Tensor, mask: torch.Tensor | None) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown attention backend {backend!r}; known: {', '.join(BACKENDS)}")
@@ -191,4 +241,4 @@ def _efficient(query, key, value, scale, causal, bias):
     return out, lse[..., : query.shape[2]]  # the LSE may be padded to a multiple of 32 rows
 
 
-__all__ = ["BACKENDS", "attend", "merge"]
+__all__ = ["BACKENDS", "attend", "blockwise", "merge"]

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from ..methods.self_extend import grouped_positions
-from .merge import MASK_BUDGET, attend, merge
+from .merge import MASK_BUDGET, attend, blockwise, merge
 from .rotary import key_positions, rotary_of, rotate
 
 NAME = "ropescale_self_extend"
@@ -107,11 +107,7 @@ def banded_attention(
     """
     q_len, kv_len = query.shape[2], key.shape[2]
     k_pos = key_positions(position_ids, kv_len)
-    cos, sin = rotary.table(max(kv_len, int(position_ids.max()) + 1), query.dtype, query.device)
-
-    def rot(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return rotate(x, *(_rows(t, positions) for t in (cos, sin)))
-
+    rot = _rotator(rotary, max(kv_len, int(position_ids.max()) + 1), query)
     if attention_mask is None and k_pos is None and q_len in (1, kv_len):
         n = kv_len
         pos = torch.arange(n, device=query.device)
@@ -146,31 +142,16 @@ def banded_attention(
 def band_parts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int, scale: float) -> list[Part]:
     """Partial attentions over the band i − width < j ≤ i of a fresh sequence (q = kv = n), rotated.
 
-    The sequence is cut into ``width``-token blocks (the last one padded): each query attends to
-    its own block causally, and to the previous block's keys after its own offset.
+    The sequence is cut into ``width``-token blocks: each query attends to its own block causally,
+    and to the previous block's keys after its own offset.
     """
-    b, h, n, d = query.shape
-    if n <= width:
-        return [(*attend(query, key, value, scale, causal=True), 0)]
-    blocks = -(-n // width)
-
-    def split(x: torch.Tensor) -> torch.Tensor:  # [b, hx, n, d] -> [b, blocks, hx, width, d]
-        x = torch.nn.functional.pad(x, (0, 0, 0, blocks * width - n))
-        return x.view(x.shape[0], x.shape[1], blocks, width, x.shape[-1]).transpose(1, 2)
-
-    def flat(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(-1, *x.shape[2:])
-
-    def join(out: torch.Tensor, lse: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        k = out.shape[0] // b  # blocks in this call
-        out = out.view(b, k, h, width, -1).transpose(1, 2).reshape(b, h, k * width, -1)[:, :, :rows]
-        return out, lse.view(b, k, h, width).transpose(1, 2).reshape(b, h, k * width)[..., :rows]
-
-    q, k, v = split(query), split(key), split(value)
-    own = join(*attend(flat(q), flat(k), flat(v), scale, causal=True), n)
-    after = torch.ones(width, width, dtype=torch.bool, device=query.device).triu_(1)  # key offset > query offset
-    prev = attend(flat(q[:, 1:]), flat(k[:, :-1]), flat(v[:, :-1]), scale, mask=after[None, None])
-    return [(*own, 0), (*join(*prev, n - width), width)]
+    n = query.shape[2]
+    parts = [(*blockwise(query, key, value, width, scale, causal=True), 0)]
+    if n > width:
+        after = torch.ones(width, width, dtype=torch.bool, device=query.device).triu_(1)  # key offset > query offset
+        prev = blockwise(query[:, :, width:], key, value, width, scale, mask=after[None, None])
+        parts.append((*prev, width))
+    return parts
 
 
 def _mask_blocks(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device: torch.device):
@@ -186,6 +167,17 @@ def _mask_blocks(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, d
             rows = torch.arange(kv_len - q_len + r0, kv_len - q_len + r1, device=device)[:, None]
             allowed = (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
         yield r0, r1, allowed
+
+
+def _rotator(rotary: Any, size: int, query: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``rot(x, positions)``: x rotated at positions [s] (shared by the batch) or [b, s], from the
+    rotary module's cos/sin table of at least ``size`` positions (query dtype and device)."""
+    cos, sin = rotary.table(size, query.dtype, query.device)
+
+    def rot(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return rotate(x, _rows(cos, positions), _rows(sin, positions))
+
+    return rot
 
 
 def _rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, DynamicNTK, Linear
+from .dca import DualChunk
 from .llama3 import Llama3
 from .longrope import LongRope
 from .self_extend import SelfExtend
@@ -37,7 +38,7 @@ def register_method(cls: type[ScalingMethod]) -> type[ScalingMethod]:
     return cls
 
 
-for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend):
+for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend, DualChunk):
     register_method(_cls)
 
 

@@ -51,3 +51,15 @@ def self_extend_regions(q_pos, k_pos, group_size, window):
         (lambda i, j: i - j < W, q_pos, k_pos),
         (lambda i, j: i - j >= W, q_pos // G + W - W // G, k_pos // G),
     ]
+
+
+def dca_regions(q_pos, k_pos, chunk_size, local_window):
+    """Dual Chunk Attention (arXiv 2402.17463): keys at j mod s; queries at i mod s (same chunk),
+    s + i mod s capped at chunk_size (previous chunk), the cap reached by the last offset (older)."""
+    s = chunk_size - local_window
+    top = min(2 * s - 1, chunk_size)
+    return [
+        (lambda i, j: i // s == j // s, q_pos % s, k_pos % s),
+        (lambda i, j: i // s - j // s == 1, (q_pos % s + s).clamp(max=chunk_size), k_pos % s),
+        (lambda i, j: i // s - j // s >= 2, torch.full_like(q_pos, top), k_pos % s),
+    ]

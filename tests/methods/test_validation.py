@@ -30,6 +30,7 @@ EXPECTED_NAMES = {
     "llama3",
     "longrope",
     "self_extend",
+    "dca",
 }
 
 
