@@ -62,7 +62,11 @@ class DualChunk(ScalingMethod):
         )
 
     def validate_for(self, spec: RotarySpec) -> None:
-        L, c, w = spec.original_max_position_embeddings, self.resolved_chunk_size(spec), self.resolved_local_window(spec)
+        L, c, w = (
+            spec.original_max_position_embeddings,
+            self.resolved_chunk_size(spec),
+            self.resolved_local_window(spec),
+        )
         if c >= L:
             raise ValueError(f"chunk_size must be smaller than the original context {L}, got {c}")
         if 2 * w >= c:
