@@ -6,6 +6,7 @@
   behaviour.
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
 * ``dca`` (:mod:`.dca`): Dual Chunk Attention, the ``dca`` method.
+* ``string`` (:mod:`.string`): STRING's shifted positions, the ``string`` method.
 
 Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
@@ -19,7 +20,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-MODES = ("kv_consistent", "self_extend", "dca")
+MODES = ("kv_consistent", "self_extend", "dca", "string")
 
 
 def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) -> Any:
@@ -27,7 +28,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import consistent, dca, self_extend
+    from . import consistent, dca, self_extend, string
     from .rotary import LAYER_ATTR, AttentionRotary
 
     if mode not in MODES:
@@ -48,6 +49,11 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
         rotary.local_window = plan.method.resolved_local_window(plan.spec)
         dca.register()
         name = dca.NAME
+    elif mode == "string":
+        rotary.shift = plan.method.resolved_shift(plan.spec)
+        rotary.local_window = plan.method.resolved_local_window(plan.spec)
+        string.register()
+        name = string.NAME
     else:
         consistent.register()
         name = consistent.NAMES[inner]

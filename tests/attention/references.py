@@ -63,3 +63,9 @@ def dca_regions(q_pos, k_pos, chunk_size, local_window):
         (lambda i, j: i // s - j // s == 1, (q_pos % s + s).clamp(max=chunk_size), k_pos % s),
         (lambda i, j: i // s - j // s >= 2, torch.full_like(q_pos, top), k_pos % s),
     ]
+
+
+def string_regions(q_pos, k_pos, shift, local_window):
+    """STRING (arXiv 2410.18745): distances >= S are moved back by S − W (the query's position)."""
+    S, W = shift, local_window
+    return [(lambda i, j: i - j < S, q_pos, k_pos), (lambda i, j: i - j >= S, q_pos - S + W, k_pos)]

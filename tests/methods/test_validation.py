@@ -31,6 +31,7 @@ EXPECTED_NAMES = {
     "longrope",
     "self_extend",
     "dca",
+    "string",
 }
 
 
