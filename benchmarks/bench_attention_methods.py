@@ -6,7 +6,8 @@ Methods (each a patch of the same weights, SDPA, fp32 by default):
   * self_extend_legacy  — the previous implementation (one SDPA call per 1024-query block over a
                           doubled head dimension), kept here only for the comparison
   * dca                 — ropescale.attention.dca: intra / successive / inter-chunk calls, merged
-  * string              — ropescale.attention.string (when installed)
+  * string              — ropescale.attention.string with YaRN frequencies (its plain-RoPE reach is
+                          L + shift, short of 4x)
 For every length: one prefill of ``n`` random tokens with the cache (tokens/s = n / time), then
 ``--decode`` single-token steps on that cache (tokens/s = steps / time). Methods alternate within
 each repeat so load from other jobs hits them alike; the best of ``--repeats`` is kept. Ratios are
@@ -113,7 +114,8 @@ def patch(model, method: str, factor: float) -> None:
         model.set_attn_implementation(LEGACY)
         model.model.rotary_emb.attention_name = LEGACY
         return
-    ropescale.patch(model, method, factor=factor, replace=True)
+    extra = {"frequencies": "yarn"} if method == "string" else {}  # plain RoPE reaches only L + shift
+    ropescale.patch(model, method, factor=factor, replace=True, **extra)
 
 
 @torch.inference_mode()

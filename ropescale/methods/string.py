@@ -28,10 +28,13 @@ from typing import Any
 import torch
 
 from .base import RotarySpec, ScalingMethod
+from .basic import NTK, Default, Linear
 from .self_extend import _check_int
+from .yarn import Yarn
 
 #: the frequency methods STRING can rotate with (static; ``default`` is plain RoPE)
-FREQUENCIES = ("default", "linear", "ntk", "yarn")
+FREQUENCIES: dict[str, type[ScalingMethod]] = {"default": Default, "linear": Linear, "ntk": NTK, "yarn": Yarn}
+_ALIASES = {"none": "default", "pi": "linear", "ntk_aware": "ntk"}  # the registry's spellings
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,8 @@ class String(ScalingMethod):
     def validate(self) -> None:
         object.__setattr__(self, "shift", _check_int("shift", self.shift))
         object.__setattr__(self, "local_window", _check_int("local_window", self.local_window))
-        from . import ALIASES
-
         key = str(self.frequencies).strip().lower()
-        key = ALIASES.get(key, key)
+        key = _ALIASES.get(key, key)
         if key not in FREQUENCIES:
             raise ValueError(f"frequencies must be one of {', '.join(FREQUENCIES)}, got {self.frequencies!r}")
         object.__setattr__(self, "frequencies", key)
@@ -87,9 +88,8 @@ class String(ScalingMethod):
 
     def frequency_method(self) -> ScalingMethod:
         """The frequency method STRING rotates with, at the same factor."""
-        from . import get_method
-
-        return get_method(self.frequencies, **({} if self.frequencies == "default" else {"factor": self.factor}))
+        cls = FREQUENCIES[self.frequencies]
+        return cls() if cls is Default else cls(factor=self.factor)
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return self.frequency_method().compute(spec, seq_len, device)

@@ -92,3 +92,21 @@ def test_merging_disjoint_key_sets_is_attention_over_their_union(device):
     got = merge([(*first, 0), (*early, 0), (*late, 6)], 10)
     torch.testing.assert_close(got.double(), naive(query, key, value, 0.3, causal)[0], rtol=0, atol=2e-6)
     assert not torch.allclose(got, first[0].float(), atol=1e-3)  # each part alone is not the answer
+
+
+@pytest.mark.parametrize("n", [8, 12, 21])
+def test_blockwise_pairs_each_query_block_with_its_key_block(n):
+    """Causal within blocks of 4 (the last one short), and query block i against a whole key block i
+    under a shared mask, as the band and chunk calls use them."""
+    query, key, value = inputs(q=n, kv=n + 4)
+    block = torch.arange(n + 4) // 4
+    own = (block[:n, None] == block[None, :]) & (torch.arange(n)[:, None] >= torch.arange(n + 4)[None, :])
+    out = merging.blockwise(query, key[:, :, :n], value[:, :, :n], 4, 0.3, causal=True)
+    torch.testing.assert_close(
+        (out[0].double(), out[1].double()), naive(query, key, value, 0.3, own), rtol=0, atol=2e-6
+    )
+    upper = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    paired = (block[:n, None] == block[None, :]) & upper.repeat(-(-n // 4) + 1, -(-n // 4) + 1)[:n, : n + 4]
+    out = merging.blockwise(query, key, value, 4, 0.3, mask=upper[None, None])
+    ref = naive(query, key, value, 0.3, paired)
+    torch.testing.assert_close((out[0].double(), out[1].double()), ref, rtol=0, atol=2e-6)
