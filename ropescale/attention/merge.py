@@ -234,7 +234,12 @@ def _efficient(query, key, value, scale, causal, bias):
     if n_rep > 1:
         key, value = key.repeat_interleave(n_rep, 1), value.repeat_interleave(n_rep, 1)
     if bias is not None:
-        bias = bias.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+        kv = key.shape[2]
+        if kv % 16:  # the kernel wants the bias rows 16-element aligned: pad the storage, slice the view
+            padded = bias.new_zeros(*bias.shape[:-1], -(-kv // 16) * 16)
+            padded[..., :kv] = bias
+            bias = padded[..., :kv]
+        bias = bias.expand(query.shape[0], query.shape[1], query.shape[2], kv)
     out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
         query, key, value, bias, True, 0.0, causal, scale=scale
     )
