@@ -14,8 +14,13 @@ each repeat so load from other jobs hits them alike; the best of ``--repeats`` i
 against YaRN at the same length. ``--layers K`` keeps the first K decoder layers (every layer costs
 the same, so ratios hold; absolute tokens/s are then K/num_layers of a full pass's cost, roughly).
 
+``--attention-only`` times one layer's attention function alone on random q/k/v of the model's
+shape (YaRN: rotating q and k, then the model's SDPA; decoding: SDPA of one query over a cache of
+rotated keys), which isolates what the methods change from the MLPs and projections they share.
+
     python benchmarks/bench_attention_methods.py --lengths 4096 8192 16384 --layers 6 --decode 8
     python benchmarks/bench_attention_methods.py --model random-1b --lengths 4096 --layers 2
+    python benchmarks/bench_attention_methods.py --attention-only --lengths 4096 8192 16384 32768
 """
 
 from __future__ import annotations
@@ -125,10 +130,79 @@ def measure(model, ids: torch.Tensor, decode: int) -> tuple[float, float]:
     out = model(ids, use_cache=True, logits_to_keep=1)
     prefill = time.perf_counter() - start
     cache, step_ids = out.past_key_values, ids[:, -1:]
+    cache = model(step_ids, past_key_values=cache, use_cache=True).past_key_values  # warm-up, untimed
     start = time.perf_counter()
     for _ in range(decode):
         cache = model(step_ids, past_key_values=cache, use_cache=True).past_key_values
     return ids.shape[1] / prefill, decode / max(time.perf_counter() - start, 1e-9)
+
+
+def attention_functions(model, methods: list[str], factor: float, n: int):
+    """method -> (prefill(), decode()) closures over random q/k/v of one layer of ``model`` at length n."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from ropescale.attention import dca, self_extend, string
+    from ropescale.attention.rotary import LAYER_ATTR, rotate
+
+    c = model.config
+    h, h_kv = c.num_attention_heads, c.num_key_value_heads
+    d = getattr(c, "head_dim", None) or c.hidden_size // h
+    q, k, v = torch.randn(1, h, n, d), torch.randn(1, h_kv, n, d), torch.randn(1, h_kv, n, d)
+    pos, last = torch.arange(n)[None], torch.tensor([[n - 1]])
+    kernels = {"self_extend": self_extend.self_extend_attention, "self_extend_legacy": legacy_self_extend_attention,
+               "dca": dca.dca_attention, "string": string.string_attention}  # fmt: skip
+    out = {}
+    for method in methods:
+        patch(model, method, factor)
+        rotary = model.model.rotary_emb
+        layer = SimpleNamespace(layer_idx=0, num_key_value_groups=h // h_kv, is_causal=True, training=False)
+        layer.__dict__[LAYER_ATTR] = rotary
+        scale = d**-0.5
+        if method in kernels:
+            fn = kernels[method]
+            out[method] = (
+                lambda fn=fn, layer=layer: fn(layer, q, k, v, None, scale, position_ids=pos),
+                lambda fn=fn, layer=layer: fn(layer, q[:, :, -1:], k, v, None, scale, position_ids=last),
+            )
+            continue
+        cos, sin = (t[None, None, :n] for t in rotary_table(rotary, n))
+        k_rot = rotate(k, cos, sin)
+
+        def prefill(layer=layer, cos=cos, sin=sin):
+            qr, kr = rotate(q, cos, sin), rotate(k, cos, sin)
+            return sdpa_attention_forward(layer, qr, kr, v, None, scaling=scale)
+
+        def decode(layer=layer, k_rot=k_rot, cos=cos, sin=sin):
+            qr = rotate(q[:, :, -1:], cos[:, :, -1:], sin[:, :, -1:])
+            return sdpa_attention_forward(layer, qr, k_rot, v, None, scaling=scale)
+
+        out[method] = (prefill, decode)
+    return out
+
+
+def rotary_table(rotary, n: int):
+    """cos and signed sin of positions 0..n−1 for a rotary module that rotates in the layers."""
+    from ropescale.rotary import cos_sin
+
+    cos, sin = cos_sin(rotary.inv_freq, torch.arange(n), rotary.attention_scaling)
+    half = cos.shape[-1] // 2
+    return cos, torch.cat((-sin[:, :half], sin[:, half:]), -1)
+
+
+@torch.inference_mode()
+def measure_attention(fns, n: int, decode: int) -> tuple[float, float]:
+    """(prefill tokens/s, decode tokens/s) of one layer's attention function."""
+    prefill, step = fns
+    start = time.perf_counter()
+    prefill()
+    elapsed = time.perf_counter() - start
+    step()  # warm-up, untimed (the first call at a new shape is slow)
+    start = time.perf_counter()
+    for _ in range(decode):
+        step()
+    return n / elapsed, decode / max(time.perf_counter() - start, 1e-9)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -141,6 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--layers", type=int, default=None, help="keep only the first K decoder layers")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--attention-only", action="store_true", help="time one layer's attention function alone")
     p.add_argument("--output", default=None, help="write the results as JSON here")
     args = p.parse_args(argv)
     if args.threads:
@@ -148,16 +223,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     model = load(args.model, args.layers)
     torch.manual_seed(0)
-    results: dict[str, Any] = {"model": args.model, "layers": model.config.num_hidden_layers, "rows": []}
-    print(f"model {args.model}, {model.config.num_hidden_layers} layers, fp32, {torch.get_num_threads()} threads")
+    layers = "one layer's attention" if args.attention_only else f"{model.config.num_hidden_layers} layers"
+    results: dict[str, Any] = {"model": args.model, "layers": layers, "rows": []}
+    print(f"model {args.model}, {layers}, fp32, {torch.get_num_threads()} threads")
     print(f"{'length':>7} {'method':<20} {'prefill tok/s':>14} {'vs yarn':>8} {'decode tok/s':>13} {'vs yarn':>8}")
     for n in args.lengths:
         ids = torch.randint(1, model.config.vocab_size, (1, n))
+        fns = attention_functions(model, methods, args.factor, n) if args.attention_only else None
         best: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeats):
             for method in methods:
-                patch(model, method, args.factor)
-                pre, dec = measure(model, ids, args.decode)
+                if fns is not None:
+                    pre, dec = measure_attention(fns[method], n, args.decode)
+                else:
+                    patch(model, method, args.factor)
+                    pre, dec = measure(model, ids, args.decode)
                 old = best.get(method, (0.0, 0.0))
                 best[method] = (max(old[0], pre), max(old[1], dec))
         base = best.get("yarn")
