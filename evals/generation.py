@@ -8,6 +8,7 @@ drawn, live here.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -162,17 +163,59 @@ def greedy_generate(
     return texts
 
 
+def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a proportion (95% for the default ``z``).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not degenerate at 0/n or n/n:
+    6 successes of 6 trials give about [0.61, 1], 0 of 6 about [0, 0.39].
+
+    Args:
+        successes: number of successes; a mean of fractional scores times ``trials`` is taken as is
+            (an approximation for partial-credit needle tasks).
+        trials: number of trials (0 gives the uninformative [0, 1]).
+        z: the normal quantile of the interval's confidence.
+
+    Returns:
+        ``(low, high)``.
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    p = min(1.0, max(0.0, successes / trials))
+    denominator = 1 + z * z / trials
+    center = (p + z * z / (2 * trials)) / denominator
+    half = z / denominator * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials))
+    low = 0.0 if p == 0 else max(0.0, center - half)  # exact ends: no 1e-17 from rounding
+    return low, 1.0 if p == 1 else min(1.0, center + half)
+
+
+def difference_interval(successes_a: float, trials_a: int, successes_b: float, trials_b: int) -> tuple[float, float]:
+    """95% interval of the difference of two proportions p_a − p_b, from their Wilson intervals
+    (Newcombe's hybrid score method): it excludes 0 only when the two differ beyond their noise.
+
+    6/6 against 5/6 gives about [−0.25, 0.56] (not different), 6/6 against 2/6 about [0.13, 0.90].
+
+    Returns:
+        ``(low, high)``.
+    """
+    pa, pb = successes_a / trials_a, successes_b / trials_b
+    (la, ua), (lb, ub) = wilson_interval(successes_a, trials_a), wilson_interval(successes_b, trials_b)
+    d = pa - pb
+    return d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+
+
 __all__ = [
     "GridResult",
     "bos_prefix",
     "check_depth",
     "check_grid",
     "check_positive_int",
+    "difference_interval",
     "encode",
     "greedy_generate",
     "model_device",
     "plot_accuracy_heatmap",
     "tokenizer_adds_bos",
+    "wilson_interval",
 ]
 
 
@@ -185,12 +228,22 @@ class GridResult:
     def score_of(record: Any) -> float:
         return float(record.score)
 
-    def accuracy(self, length: int, depth: float | None = None) -> float:
-        """Mean score at ``length`` (and ``depth``, or over all depths if None)."""
+    def scores(self, length: int, depth: float | None = None) -> list[float]:
+        """Every trial's score at ``length`` (and ``depth``, or over all depths if None)."""
         scores = [self.score_of(r) for r in self.records if r.length == length and (depth is None or r.depth == depth)]
         if not scores:
             raise ValueError(f"no trials at length {length}" + ("" if depth is None else f", depth {depth}"))
+        return scores
+
+    def accuracy(self, length: int, depth: float | None = None) -> float:
+        """Mean score at ``length`` (and ``depth``, or over all depths if None)."""
+        scores = self.scores(length, depth)
         return sum(scores) / len(scores)
+
+    def interval(self, length: int, depth: float | None = None) -> tuple[float, float]:
+        """95% Wilson interval of the accuracy at ``length`` (and ``depth``), from its trials."""
+        scores = self.scores(length, depth)
+        return wilson_interval(sum(scores), len(scores))
 
     @property
     def accuracy_grid(self) -> list[list[float]]:
@@ -211,7 +264,8 @@ class GridResult:
 
     def grid_dict(self) -> dict[str, Any]:
         """The JSON fields both results share: settings, ``accuracy`` grid (rows = lengths),
-        per-length accuracy (keys are strings), ``effective_context``, timing and the records."""
+        per-length accuracy (keys are strings), the number of trials and the 95% Wilson interval
+        of every cell and length, ``effective_context``, timing and the records."""
         return {
             "lengths": list(self.lengths),
             "depths": list(self.depths),
@@ -221,6 +275,10 @@ class GridResult:
             "threshold": self.threshold,
             "accuracy": self.accuracy_grid,
             "length_accuracy": {str(n): acc for n, acc in self.length_accuracy.items()},
+            "cell_trials": [[len(self.scores(n, d)) for d in self.depths] for n in self.lengths],
+            "interval": [[list(self.interval(n, d)) for d in self.depths] for n in self.lengths],
+            "length_trials": {str(n): len(self.scores(n)) for n in self.lengths},
+            "length_interval": {str(n): list(self.interval(n)) for n in self.lengths},
             "effective_context": self.effective_context,
             "elapsed_s": self.elapsed_s,
             "records": [asdict(r) for r in self.records],

@@ -133,16 +133,26 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
                 header + " context |",
                 rule + "---|",
             ]
+            stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
+            summary.setdefault("statistics", {})[task] = {
+                label: {str(n): st for n, st in rows.items()} for label, rows in stats.items()
+            }
             for label in labels:
-                accs = {n: _mean_accuracy(table[label][n]) for n in lengths if n in table[label]}
+                accs = {n: st["accuracy"] for n, st in stats[label].items()}
                 ok = [n for n, a in accs.items() if a >= _threshold(task, table[label][n])]
                 lines.append(
                     f"| {label} | "
-                    + " | ".join(_fmt(accs.get(n)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
+                    + " | ".join(
+                        _fmt_retrieval(stats[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
+                        for n in lengths
+                    )
                     + f" | {max(ok) if ok else '—'} |"
                 )
-            lines.append("")
+            lines += ["", "Cells: accuracy · successes/trials [95% Wilson interval].", ""]
             plots += _plot_grids(output, task, table, labels, lengths)
+    flags, flag_lines = short_context_regressions(suite, summary)
+    summary["regressions"] = flags
+    lines += flag_lines
     plots = [p for p in plots if p]
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).relative_to(output)})" for p in plots] + [""]
@@ -172,6 +182,120 @@ def _threshold(task: str, result: dict[str, Any]) -> float:
     from .needle import RULER_THRESHOLD
 
     return RULER_THRESHOLD
+
+
+def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
+    """Accuracy, trials, successes and the 95% Wilson interval of a passkey/needle cell.
+
+    Cells written before the intervals were recorded are recomputed from their records (or, lacking
+    those, from the accuracy grid and depths × trials).
+    """
+    from .generation import wilson_interval
+
+    key = str(length)
+    records = [r for r in result.get("records", []) if r.get("length", length) == length]
+    if key in result.get("length_trials", {}):
+        trials, accuracy = int(result["length_trials"][key]), float(result["length_accuracy"][key])
+    elif records:
+        scores = [float(r["score"]) if "score" in r else float(bool(r["correct"])) for r in records]
+        trials, accuracy = len(scores), sum(scores) / len(scores)
+    else:
+        trials = len(result.get("depths", [0.5])) * int(result.get("trials", 1))
+        accuracy = _mean_accuracy(result)
+    low, high = result.get("length_interval", {}).get(key) or wilson_interval(accuracy * trials, trials)
+    return {"accuracy": accuracy, "trials": trials, "successes": accuracy * trials, "wilson95": [low, high]}
+
+
+def _fmt_retrieval(stat: dict[str, Any] | None) -> str:
+    if stat is None:
+        return "—"
+    k, n = stat["successes"], stat["trials"]
+    count = f"{round(k)}/{n}" if abs(k - round(k)) < 1e-9 else f"n={n}"
+    low, high = stat["wilson95"]
+    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]"
+
+
+#: a perplexity more than this fraction above the unscaled model's (same tokens) is a regression
+PPL_MARGIN = 0.02
+
+
+def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Methods that lose what the unscaled model has at short contexts.
+
+    Flagged: retrieval (passkey, needle) at the shortest length both ran, when the 95% interval of
+    the accuracy difference (unscaled − method; Newcombe's, from both cells' Wilson intervals) lies
+    above 0; perplexity at a length within the trained context, when the method's is more than
+    :data:`PPL_MARGIN` above the unscaled model's on the same tokens (cells record summed NLLs, not
+    per-token ones, so a margin stands in for an interval).
+
+    Returns:
+        ``(flags, report lines)``; each flag has ``method``, ``task``, ``length``, ``value`` and
+        ``baseline`` (retrieval flags also the difference's ``interval``).
+    """
+    from ..methods import method_class
+    from .generation import difference_interval
+
+    base = next((m for m in suite.methods if method_class(m.method).name == "default"), None)
+    lines = ["## Short-context regressions", ""]
+    if base is None:
+        return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]
+    flags: list[dict[str, Any]] = []
+    trained = _trained_context(suite.model)
+    ppl = summary["tasks"].get("perplexity", {})
+    for m in suite.methods:
+        if m is base:
+            continue
+        for task in ("passkey", "needle"):
+            stats = summary.get("statistics", {}).get(task, {})
+            both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})), key=int)
+            if both:
+                ref, got = stats[base.label][both[0]], stats[m.label][both[0]]
+                gap = difference_interval(ref["successes"], ref["trials"], got["successes"], got["trials"])
+                if gap[0] > 0:  # the unscaled model is better beyond both cells' noise
+                    flags.append(_flag(m.label, task, both[0], got["accuracy"], ref["accuracy"], gap))
+        for n in sorted(set(ppl.get(base.label, {})) & set(ppl.get(m.label, {})), key=int):
+            if trained is not None and int(n) <= trained:
+                got, ref = ppl[m.label][n]["ppl"], ppl[base.label][n]["ppl"]
+                if got > ref * (1 + PPL_MARGIN):
+                    flags.append(_flag(m.label, "perplexity", n, got, ref))
+    context = f"{trained:,}" if trained else "(unknown)"
+    lines += [
+        f"Against `{base.label}`: retrieval at the shortest length (flagged when the 95% interval of the accuracy "
+        f"difference, from both cells' Wilson intervals, excludes 0) and perplexity at lengths ≤ the trained "
+        f"context {context} (flagged beyond +{PPL_MARGIN:.0%}).",
+        "",
+    ]
+    for f in flags:
+        if "interval" in f:
+            low, high = f["interval"]
+            detail = f"(difference {f['baseline'] - f['value']:+.2f}, 95% [{low:.2f}, {high:.2f}])"
+        else:
+            detail = f"({f['value'] / f['baseline'] - 1:+.1%})"
+        lines.append(
+            f"- ⚠ **{f['method']}**: {f['task']} at {int(f['length']):,} is {_fmt(f['value'])} {detail}; "
+            f"unscaled {_fmt(f['baseline'])}"
+        )
+    if not flags:
+        lines.append("- none flagged")
+    return flags, lines + [""]
+
+
+def _flag(method: str, task: str, length: str, value: float, baseline: float, interval=None) -> dict[str, Any]:
+    flag = {"method": method, "task": task, "length": int(length), "value": value, "baseline": baseline}
+    if interval is not None:
+        flag["interval"] = list(interval)
+    return flag
+
+
+def _trained_context(model: str) -> int | None:
+    """The model's trained context L, from its config (None if it cannot be read here)."""
+    try:
+        from ..models.loading import load_config
+        from ..patching.plan import original_geometry
+
+        return int(original_geometry(load_config(model))[2])
+    except Exception:  # noqa: BLE001 - a report is still written without the flag's perplexity half
+        return None
 
 
 def _mean_accuracy(result: dict[str, Any]) -> float:

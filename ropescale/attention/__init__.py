@@ -6,6 +6,8 @@
   ``patch(..., kv_consistent=False)`` (CLI ``--param kv_consistent=false``) gives transformers'
   behaviour.
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
+* ``dca`` (:mod:`.dca`): Dual Chunk Attention, the ``dca`` method.
+* ``string`` (:mod:`.string`): STRING's shifted positions, the ``string`` method.
 
 Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
@@ -20,7 +22,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-MODES = ("kv_consistent", "self_extend")
+MODES = ("kv_consistent", "self_extend", "dca", "string")
 
 
 def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) -> Any:
@@ -28,7 +30,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import cache_guard, consistent, self_extend
+    from . import cache_guard, consistent, dca, self_extend, string
     from .rotary import LAYER_ATTR, AttentionRotary
 
     if mode not in MODES:
@@ -49,6 +51,16 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
         rotary.window = plan.method.resolved_window(plan.spec)
         self_extend.register()
         name = self_extend.NAME
+    elif mode == "dca":
+        rotary.chunk_size = plan.method.resolved_chunk_size(plan.spec)
+        rotary.local_window = plan.method.resolved_local_window(plan.spec)
+        dca.register()
+        name = dca.NAME
+    elif mode == "string":
+        rotary.shift = plan.method.resolved_shift(plan.spec)
+        rotary.local_window = plan.method.resolved_local_window(plan.spec)
+        string.register()
+        name = string.NAME
     else:
         consistent.register()
         name = consistent.NAMES[inner]
@@ -79,7 +91,8 @@ def kernel_for(mode: str | None, requested: str) -> str:
     """The attention kernel that runs when ``mode`` is installed on a model asked to run ``requested``.
 
     The KV-consistent mode wraps SDPA or eager (flash-attn and other kernels cannot take rotated
-    cached keys from it: SDPA runs instead); Self-Extend always runs SDPA; without a mode, the
+    cached keys from it: SDPA runs instead); Self-Extend, DCA and STRING always run torch's SDPA
+    kernels that return the log-sum-exp (:mod:`.merge`), recorded as ``sdpa``; without a mode, the
     requested kernel runs.
     """
     from .consistent import NAMES

@@ -31,7 +31,7 @@ class AttentionRotary(ScaledRotaryEmbedding):
     Args:
         method, spec: as for :class:`ScaledRotaryEmbedding` (dynamic methods follow the current
             length ℓ = max(position_ids) + 1, as transformers does).
-        mode: ``"kv_consistent"`` or ``"self_extend"``.
+        mode: one of ``ropescale.attention.MODES``.
         inner: the model's own attention implementation, restored when the mode is removed.
     """
 

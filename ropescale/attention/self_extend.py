@@ -1,28 +1,42 @@
 """Self-Extend as an attention function (method and formula: :mod:`ropescale.methods.self_extend`).
 
-Every score needs one of two rotations: neighbour (query i, key j) when i − j < W, grouped
-(i // G + W − W // G, j // G) beyond. Rather than computing both score matrices and merging them
-(LongLM's eager path, O(q·kv) memory), this runs one SDPA call per block of queries over a
-doubled head dimension: queries are ``[q_neighbour, q_grouped]``, each key appears as
-``[k_neighbour, 0]`` and/or ``[0, k_grouped]``, and a boolean mask admits for every (i, j)
-exactly the copy of its region. The dot products, and so the softmax, are exactly Self-Extend's;
-memory stays O(block·kv), and a decoding step (one query) needs no mask at all.
+Self-Extend splits the (query i, key j) pairs in two: neighbours (i − j < W) keep their own
+positions, distant pairs (i − j ≥ W) use grouped ones. :func:`banded_attention` computes each
+region as its own attention call, with queries and keys rotated at that region's positions, and
+merges the partial outputs exactly by their log-sum-exp (:mod:`.merge`). STRING reuses it with
+other far positions (:mod:`.string`).
 
-Keys are cached before rotation (:mod:`ropescale.attention.rotary`), so decoding after a long
-prefill sees the same positions as a full forward pass.
+Without a padding mask and with positions 0..kv−1 (prefill of a fresh sequence, or one decoding
+step) the regions have shapes the kernels take without a mask:
+
+* far pairs, j ≤ i − W: the queries from W on against the keys up to n − W, a plain causal
+  attention on that sub-square;
+* neighbours, i − W < j ≤ i: cut the sequence into W-token blocks; a query sees the keys of its
+  own block up to itself (causal attention, all blocks batched) and the keys of the previous
+  block strictly after its own offset (all blocks batched, one W×W mask broadcast);
+* decoding (one query): the neighbours are the last W keys, the far keys all before them.
+
+Anything else (padding, chunked prefill, non-contiguous positions) takes a masked path, cut into
+row blocks to bound memory. Keys are cached before rotation (:mod:`.rotary`), so decoding after a
+long prefill sees the same positions as a full forward pass.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..methods.self_extend import grouped_positions
-from .rotary import at, key_positions, rotary_of, rotate
+from .merge import MASK_BUDGET, attend, blockwise, merge
+from .rotary import key_positions, rotary_of, rotate
 
 NAME = "ropescale_self_extend"
-QUERY_BLOCK = 1024  # queries per SDPA call in prefill: the mask is [block, ≤ kv + block]
+
+Positions = Callable[[torch.Tensor], torch.Tensor]
+Part = tuple[torch.Tensor, torch.Tensor, int]
 
 
 def self_extend_attention(
@@ -40,59 +54,145 @@ def self_extend_attention(
     Args:
         query: [b, h, q, head_dim]; key, value: [b, h_kv, kv, head_dim] (the whole cache).
         attention_mask: SDPA's boolean mask [b, 1, q, kv] (padding, sliding window) or None.
-        scaling: softmax scale of the layer (1/sqrt(head_dim)); kept although the SDPA head
-            dimension is doubled.
+        scaling: softmax scale of the layer (1/sqrt(head_dim) if None).
+        dropout: must be 0 (attention-level methods are for inference).
         **kwargs: ``position_ids`` [b, q] and the rest, as transformers passes them.
 
     Returns:
         ``(attn_output [b, q, h, head_dim], None)``.
     """
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     rotary = rotary_of(module)
     G, W = rotary.group_size, rotary.window
-    position_ids = kwargs.pop("position_ids")  # [b, q]
-    q_len, kv_len, head_dim = query.shape[2], key.shape[2], query.shape[-1]
-    k_pos = key_positions(position_ids, kv_len)
-    k_pos = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]
-    q_group, k_group = grouped_positions(position_ids, k_pos, G, W)
-    cos, sin = rotary.table(max(kv_len, int(position_ids.max()) + 1, W + 1), query.dtype, query.device)
-    query = torch.cat(
-        (
-            rotate(query, at(cos, position_ids, q_len), at(sin, position_ids, q_len)),
-            rotate(query, at(cos, q_group, q_len), at(sin, q_group, q_len)),
-        ),
-        dim=-1,
-    )  # [b, h, q, 2hd]
-    zeros = torch.zeros_like(key)
-    near = torch.cat((rotate(key, at(cos, k_pos, kv_len), at(sin, k_pos, kv_len)), zeros), dim=-1)  # [b, h_kv, kv, 2hd]
-    far = torch.cat((zeros, rotate(key, at(cos, k_group, kv_len), at(sin, k_group, kv_len))), dim=-1)
-    value = torch.cat((value, torch.zeros_like(value)), dim=-1)  # SDPA's fast kernels want equal head dims
+    out = banded_attention(
+        query,
+        key,
+        value,
+        attention_mask,
+        kwargs["position_ids"],
+        rotary,
+        width=W,
+        far_query=lambda p: grouped_positions(p, p, G, W)[0],
+        far_key=lambda p: p // G,
+        scale=_scale(scaling, query, dropout),
+    )
+    return out, None
 
-    outputs = []
-    for r0 in range(0, q_len, QUERY_BLOCK):
-        r1 = min(q_len, r0 + QUERY_BLOCK)
-        t = torch.arange(kv_len - q_len + r0, kv_len - q_len + r1, device=query.device)  # key index of each query
-        far_end = max(0, int(t[-1]) - W + 1)  # keys j <= t - W are grouped for some query
-        near_start = max(0, int(t[0]) - W + 1)  # keys j > t - W are neighbours for some query
-        near_end = int(t[-1]) + 1
-        keys = torch.cat((far[:, :, :far_end], near[:, :, near_start:near_end]), dim=2)
-        values = torch.cat((value[:, :, :far_end], value[:, :, near_start:near_end]), dim=2)
-        mask = None
-        if r1 - r0 > 1 or attention_mask is not None:
-            j_far = torch.arange(far_end, device=query.device)
-            j_near = torch.arange(near_start, near_end, device=query.device)
-            distance_near = t[:, None] - j_near[None, :]
-            mask = torch.cat((t[:, None] - j_far[None, :] >= W, (distance_near >= 0) & (distance_near < W)), dim=1)
-            mask = mask[None, None]  # [1, 1, block, keys]
-            if attention_mask is not None:
-                rows = attention_mask[:, :, r0:r1] if attention_mask.shape[2] > 1 else attention_mask
-                mask = mask & torch.cat((rows[..., :far_end], rows[..., near_start:near_end]), dim=-1)
-        out, _ = sdpa_attention_forward(
-            module, query[:, :, r0:r1], keys, values, mask, dropout=dropout, scaling=scaling, is_causal=False, **kwargs
-        )
-        outputs.append(out[..., :head_dim])  # [b, block, h, hd]
-    return torch.cat(outputs, dim=1).contiguous(), None
+
+def banded_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    rotary: Any,
+    *,
+    width: int,
+    far_query: Positions,
+    far_key: Positions,
+    scale: float,
+) -> torch.Tensor:
+    """Attention where pairs closer than ``width`` keep their positions and the rest are remapped.
+
+    Args:
+        query: [b, h, q, d]; key, value: [b, h_kv, kv, d], unrotated.
+        attention_mask: boolean [b, 1, q, kv] or None (causal, no padding).
+        position_ids: [b, q] positions of the queries (keys: :func:`.rotary.key_positions`).
+        rotary: the :class:`~.rotary.AttentionRotary` whose cos/sin table rotates.
+        width: pairs with position distance < ``width`` are neighbours.
+        far_query, far_key: positions → the positions far pairs rotate at (elementwise).
+        scale: softmax scale.
+
+    Returns:
+        ``[b, q, h, d]`` in the query's dtype, contiguous.
+    """
+    q_len, kv_len = query.shape[2], key.shape[2]
+    k_pos = key_positions(position_ids, kv_len)
+    rot = _rotator(rotary, max(kv_len, int(position_ids.max()) + 1), query)
+    if attention_mask is None and k_pos is None and q_len in (1, kv_len):
+        n = kv_len
+        pos = torch.arange(n, device=query.device)
+        if q_len == 1:  # decoding: the last `width` keys are neighbours, all before them far
+            split = max(0, n - width)
+            parts = [
+                (*attend(rot(query, pos[-1:]), rot(key[:, :, split:], pos[split:]), value[:, :, split:], scale), 0)
+            ]
+            if split:
+                far_q, far_k = rot(query, far_query(pos[-1:])), rot(key[:, :, :split], far_key(pos[:split]))
+                parts.append((*attend(far_q, far_k, value[:, :, :split], scale), 0))
+        else:
+            parts = band_parts(rot(query, pos), rot(key, pos), value, width, scale)
+            if n > width:  # far pairs j <= i − width: a causal attention on the sub-square
+                far_q = rot(query[:, :, width:], far_query(pos[width:]))
+                far_k = rot(key[:, :, : n - width], far_key(pos[: n - width]))
+                parts.append((*attend(far_q, far_k, value[:, :, : n - width], scale, causal=True), width))
+        return _finish(merge(parts, q_len), query.dtype)
+
+    p_k = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]
+    near_k, far_k = rot(key, p_k), rot(key, far_key(p_k))
+    parts = []
+    for r0, r1, allowed in _mask_blocks(attention_mask, q_len, kv_len, query.device):
+        p_q = position_ids[:, r0:r1]
+        near = (p_q[:, :, None] - p_k[:, None, :] < width)[:, None] & allowed  # [b, 1, rows, kv]
+        rows = query[:, :, r0:r1]
+        parts.append((*attend(rot(rows, p_q), near_k, value, scale, mask=near), r0))
+        parts.append((*attend(rot(rows, far_query(p_q)), far_k, value, scale, mask=allowed & ~near), r0))
+    return _finish(merge(parts, q_len), query.dtype)
+
+
+def band_parts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int, scale: float) -> list[Part]:
+    """Partial attentions over the band i − width < j ≤ i of a fresh sequence (q = kv = n), rotated.
+
+    The sequence is cut into ``width``-token blocks: each query attends to its own block causally,
+    and to the previous block's keys after its own offset.
+    """
+    n = query.shape[2]
+    parts = [(*blockwise(query, key, value, width, scale, causal=True), 0)]
+    if n > width:
+        after = torch.ones(width, width, dtype=torch.bool, device=query.device).triu_(1)  # key offset > query offset
+        prev = blockwise(query[:, :, width:], key, value, width, scale, mask=after[None, None])
+        parts.append((*prev, width))
+    return parts
+
+
+def _mask_blocks(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, device: torch.device):
+    """Row blocks ``(r0, r1, allowed [b or 1, 1, rows, kv] bool)`` of the admitted pairs."""
+    if attention_mask is not None and attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # additive mask
+    step = max(1, MASK_BUDGET // max(1, kv_len))
+    for r0 in range(0, q_len, step):
+        r1 = min(q_len, r0 + step)
+        if attention_mask is not None:
+            allowed = attention_mask[:, :, r0:r1] if attention_mask.shape[2] > 1 else attention_mask
+        else:  # causal, bottom-right aligned: query r is key kv − q + r
+            rows = torch.arange(kv_len - q_len + r0, kv_len - q_len + r1, device=device)[:, None]
+            allowed = (torch.arange(kv_len, device=device)[None, :] <= rows)[None, None]
+        yield r0, r1, allowed
+
+
+def _rotator(rotary: Any, size: int, query: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``rot(x, positions)``: x rotated at positions [s] (shared by the batch) or [b, s], from the
+    rotary module's cos/sin table of at least ``size`` positions (query dtype and device)."""
+    cos, sin = rotary.table(size, query.dtype, query.device)
+
+    def rot(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return rotate(x, _rows(cos, positions), _rows(sin, positions))
+
+    return rot
+
+
+def _rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Table rows for positions [s] (shared by the batch) or [b, s]. # [1 or b, 1, s, d]"""
+    return table[positions][None, None] if positions.dim() == 1 else table[positions][:, None]
+
+
+def _finish(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return out.to(dtype).transpose(1, 2).contiguous()
+
+
+def _scale(scaling: float | None, query: torch.Tensor, dropout: float) -> float:
+    if dropout:
+        raise ValueError(f"attention-level methods do not apply attention dropout (got {dropout}); use eval()")
+    return scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
 
 
 def register() -> None:

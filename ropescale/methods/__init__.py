@@ -13,9 +13,11 @@ from typing import Any
 
 from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, DynamicNTK, Linear
+from .dca import DualChunk
 from .llama3 import Llama3
 from .longrope import LongRope
 from .self_extend import SelfExtend
+from .string import String
 from .yarn import DynamicYarn, Yarn
 
 METHODS: dict[str, type[ScalingMethod]] = {}
@@ -37,7 +39,7 @@ def register_method(cls: type[ScalingMethod]) -> type[ScalingMethod]:
     return cls
 
 
-for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend):
+for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend, DualChunk, String):
     register_method(_cls)
 
 

@@ -114,3 +114,46 @@ def test_accuracy_heatmap_reads_the_grid(tmp_path, monkeypatch):
     lengths, depths, grid, path, title = seen["args"]
     assert out == path == tmp_path / "h.png" and (lengths, depths) == ([4096, 8192], [0.0, 0.5])
     assert grid == [[1.0, 0.0], [1.0, 0.0]] and title == "Passkey\n2 trials/cell, passkey context: 4k"
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    from ropescale.evals.generation import wilson_interval
+
+    for (k, n), (low, high) in {
+        (5, 10): (0.236593, 0.763407),
+        (1, 10): (0.017876, 0.404150),
+        (6, 6): (0.609666, 1.0),
+        (0, 6): (0.0, 0.390334),
+    }.items():
+        assert wilson_interval(k, n) == pytest.approx((low, high), abs=1e-6)
+    assert wilson_interval(0, 6)[0] == 0.0 and wilson_interval(6, 6)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    assert (
+        wilson_interval(30, 60)[1] - wilson_interval(30, 60)[0] < wilson_interval(5, 10)[1] - wilson_interval(5, 10)[0]
+    )
+
+
+def test_grid_results_carry_trials_and_intervals_per_cell_and_length():
+    from ropescale.evals.generation import wilson_interval
+    from ropescale.evals.passkey import PasskeyResult, PasskeyTrial
+
+    result = PasskeyResult([100, 200], [0.25, 0.75], trials=3, seed=0, max_new_tokens=4)
+    for length, depth, correct in [(100, 0.25, [1, 1, 1]), (100, 0.75, [1, 0, 1]), (200, 0.25, [0, 0, 0])]:
+        for t, ok in enumerate(correct):
+            result.records.append(PasskeyTrial(length, depth, t, 11111, "", bool(ok), 5))
+    result.records.append(PasskeyTrial(200, 0.75, 0, 11111, "", True, 5))  # an unequal cell: 1 trial
+    d = result.to_dict()
+    assert d["cell_trials"] == [[3, 3], [3, 1]] and d["length_trials"] == {"100": 6, "200": 4}
+    assert d["interval"][0][1] == pytest.approx(list(wilson_interval(2, 3)))
+    assert d["length_interval"]["100"] == pytest.approx(list(wilson_interval(5, 6)))
+    assert d["length_interval"]["200"] == pytest.approx(list(wilson_interval(1, 4)))
+    assert result.interval(100, 0.25) == (pytest.approx(0.438503, abs=1e-6), 1.0)
+
+
+def test_difference_interval_excludes_zero_only_beyond_the_noise():
+    from ropescale.evals.generation import difference_interval
+
+    assert difference_interval(6, 6, 5, 6) == pytest.approx((-0.2469, 0.5635), abs=1e-4)
+    assert difference_interval(6, 6, 2, 6)[0] == pytest.approx(0.1311, abs=1e-4)
+    low, high = difference_interval(5, 10, 5, 10)
+    assert low == pytest.approx(-high) and low < 0

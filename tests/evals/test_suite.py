@@ -265,5 +265,8 @@ def test_report_context_uses_each_results_threshold(tmp_path):
             path.write_text(json.dumps(record))
     report = write_report(suite, tmp_path)["markdown"]
     passkey, needle = report.split("## Passkey retrieval")[1].split("## Needle suite")
-    assert "| none | 1.00 | 0.85 | 200 |" in passkey and "accuracy ≥ 0.8." in passkey
-    assert "| none | 1.00 | 0.85 | 100 |" in needle and "accuracy ≥ 0.856." in needle
+    # cells without records: 1 depth x 1 trial; a fractional score has no whole success count
+    assert "| none | 1.00 · 1/1 [0.21, 1.00] | 0.85 · n=1 [0.15, 0.99] | 200 |" in passkey
+    assert "accuracy ≥ 0.8." in passkey
+    assert "| none | 1.00 · 1/1 [0.21, 1.00] | 0.85 · n=1 [0.15, 0.99] | 100 |" in needle
+    assert "accuracy ≥ 0.856." in needle

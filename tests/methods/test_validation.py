@@ -30,6 +30,8 @@ EXPECTED_NAMES = {
     "llama3",
     "longrope",
     "self_extend",
+    "dca",
+    "string",
 }
 
 

@@ -1,0 +1,133 @@
+"""Dual Chunk Attention as an attention function (positions: :mod:`ropescale.methods.dca`).
+
+With s = chunk_size − local_window, a query's keys fall in three regions, each an attention call
+of its own with the query rotated at that region's position (keys always rotate at j mod s, once);
+the partial outputs are merged exactly by their log-sum-exp (:mod:`.merge`):
+
+* intra-chunk, the query's own chunk up to itself: causal attention within each chunk, all chunks
+  batched in one call;
+* successive-chunk, the whole previous chunk: chunk c's queries against chunk c − 1's keys, all
+  chunks batched in one call, no mask;
+* inter-chunk, every key two chunks back or more: chunk c's queries against keys 0 .. (c − 1)s,
+  one unmasked call per chunk (n/s − 2 calls, as ChunkLlama's flash path).
+
+That is the prefill of a fresh sequence (positions 0..n−1, no padding). A decoding step (one query)
+takes three key slices. Anything else (padding, chunked prefill) takes a masked path, where the
+chunks follow the positions (so a left-padded row equals the row alone). Keys are cached before
+rotation (:mod:`.rotary`): cached decoding equals a full forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..methods.dca import chunk_positions
+from .merge import attend, blockwise, merge
+from .rotary import key_positions, rotary_of
+from .self_extend import _finish, _mask_blocks, _rotator, _scale
+
+NAME = "ropescale_dca"
+
+
+def dca_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+):
+    """Dual Chunk Attention over unrotated q/k (the layer's cos/sin were the identity).
+
+    Args:
+        query: [b, h, q, head_dim]; key, value: [b, h_kv, kv, head_dim] (the whole cache).
+        attention_mask: SDPA's boolean mask [b, 1, q, kv] (padding, sliding window) or None.
+        scaling: softmax scale of the layer (1/sqrt(head_dim) if None).
+        dropout: must be 0 (attention-level methods are for inference).
+        **kwargs: ``position_ids`` [b, q] and the rest, as transformers passes them.
+
+    Returns:
+        ``(attn_output [b, q, h, head_dim], None)``.
+    """
+    rotary = rotary_of(module)
+    scale = _scale(scaling, query, dropout)
+    out = dual_chunk_attention(
+        query, key, value, attention_mask, kwargs["position_ids"], rotary, rotary.chunk_size, rotary.local_window, scale
+    )
+    return out, None
+
+
+def dual_chunk_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    rotary: Any,
+    chunk_size: int,
+    local_window: int,
+    scale: float,
+) -> torch.Tensor:
+    """DCA over unrotated q [b, h, q, d] and k/v [b, h_kv, kv, d]. # [b, q, h, d], query dtype"""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    s = chunk_size - local_window
+    k_pos = key_positions(position_ids, kv_len)
+    rot = _rotator(rotary, max(kv_len, int(position_ids.max()) + 1, chunk_size + 1), query)
+
+    def positions(p: torch.Tensor) -> dict[str, torch.Tensor]:
+        return chunk_positions(p, chunk_size, local_window)
+
+    if attention_mask is None and k_pos is None and q_len in (1, kv_len):
+        n = kv_len
+        pos = torch.arange(n, device=query.device)
+        keys = rot(key, positions(pos)["key"])
+        if q_len == 1:  # decoding: own chunk, previous chunk, everything before
+            here = positions(pos[-1:])
+            start = (n - 1) // s * s
+            cuts = [(start, n, "intra"), (max(0, start - s), start, "successive"), (0, max(0, start - s), "inter")]
+            parts = [
+                (*attend(rot(query, here[region]), keys[:, :, a:b], value[:, :, a:b], scale), 0)
+                for a, b, region in cuts
+                if b > a
+            ]
+        else:
+            parts = _prefill_parts(query, keys, value, positions(pos), rot, s, scale)
+        return _finish(merge(parts, q_len), query.dtype)
+
+    p_k = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]
+    keys = rot(key, positions(p_k)["key"])
+    parts = []
+    for r0, r1, allowed in _mask_blocks(attention_mask, q_len, kv_len, query.device):
+        p_q = position_ids[:, r0:r1]
+        back = (p_q[:, :, None] // s - p_k[:, None, :] // s)[:, None]  # [b, 1, rows, kv]: chunks back
+        here, rows = positions(p_q), query[:, :, r0:r1]
+        for region, holds in (("intra", back == 0), ("successive", back == 1), ("inter", back >= 2)):
+            parts.append((*attend(rot(rows, here[region]), keys, value, scale, mask=allowed & holds), r0))
+    return _finish(merge(parts, q_len), query.dtype)
+
+
+def _prefill_parts(query, keys, value, pos, rot, s: int, scale: float):
+    """The three regions of a fresh sequence (q = kv = n), without masks."""
+    n = query.shape[2]
+    parts = [(*blockwise(rot(query, pos["intra"]), keys, value, s, scale, causal=True), 0)]
+    if n > s:  # chunk c's queries against the whole chunk c − 1
+        parts.append((*blockwise(rot(query[:, :, s:], pos["successive"][s:]), keys, value, s, scale), s))
+    if n > 2 * s:  # chunk c's queries against keys 0 .. (c − 1)s: one call per chunk
+        inter_q = rot(query[:, :, 2 * s :], pos["inter"][2 * s :])
+        for start in range(2 * s, n, s):
+            rows, end = inter_q[:, :, start - 2 * s : start - s], start - s
+            parts.append((*attend(rows, keys[:, :, :end], value[:, :, :end], scale), start))
+    return parts
+
+
+def register() -> None:
+    """Register the attention function and SDPA's mask function under :data:`NAME` (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(NAME, dca_attention)
+    AttentionMaskInterface.register(NAME, sdpa_mask)

@@ -1,0 +1,93 @@
+"""Dual Chunk Attention (An et al., "Training-Free Long-Context Scaling of Large Language Models",
+arXiv 2402.17463; reference code HKUNLP/ChunkLlama): training-free, attention-level.
+
+The sequence is cut into chunks of ``s = chunk_size − local_window`` tokens. Every key rotates at
+its offset in its chunk, ``j mod s``; a query rotates at one of three positions, depending on
+where the key it looks at lies (``r = i mod s`` is the query's own offset):
+
+* same chunk (intra-chunk): at ``r``, so the relative position is the true distance i − j < s;
+* the chunk just before (successive-chunk): at ``min(s + r, chunk_size)``, so the first
+  ``local_window`` queries of a chunk still see their true distance to the previous chunk's keys,
+  and later queries see a distance capped at ``chunk_size``;
+* two or more chunks back (inter-chunk): at ``min(2s − 1, chunk_size)``, the largest position a
+  successive-chunk query takes, for every query.
+
+So every relative position the model sees lies in ``[0, chunk_size]``, which the model was trained
+on as long as ``chunk_size`` < L, whatever the length. The paper writes the cap as L − 1;
+ChunkLlama's released code uses ``chunk_size`` (3/4 of L by default), as here. Frequencies stay
+plain RoPE; the attention function is :mod:`ropescale.attention.dca`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .base import RotarySpec, ScalingMethod
+from .self_extend import _check_int
+
+
+@dataclass(frozen=True)
+class DualChunk(ScalingMethod):
+    """Dual Chunk Attention with ``chunk_size`` (default 3L/4) and ``local_window`` (default L/16).
+
+    ``factor`` sets the target context factor × L written to the config (DCA itself has no reach:
+    its positions stay within ``chunk_size`` at any length).
+    """
+
+    name = "dca"
+    summary = "Dual Chunk Attention: intra-, successive- and inter-chunk positions, all < chunk_size (attention-level)"
+    #: patching installs ``ropescale.attention.dca`` instead of changing frequencies
+    attention = "dca"
+
+    chunk_size: int | None = None
+    local_window: int | None = None
+
+    def validate(self) -> None:
+        object.__setattr__(self, "chunk_size", _check_int("chunk_size", self.chunk_size))
+        object.__setattr__(self, "local_window", _check_int("local_window", self.local_window))
+
+    def resolved_chunk_size(self, spec: RotarySpec) -> int:
+        return self.chunk_size if self.chunk_size is not None else spec.original_max_position_embeddings * 3 // 4
+
+    def resolved_local_window(self, spec: RotarySpec) -> int:
+        L = spec.original_max_position_embeddings
+        return self.local_window if self.local_window is not None else max(1, L // 16)
+
+    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+        return dict(
+            self.params(), chunk_size=self.resolved_chunk_size(spec), local_window=self.resolved_local_window(spec)
+        )
+
+    def validate_for(self, spec: RotarySpec) -> None:
+        L, c, w = (
+            spec.original_max_position_embeddings,
+            self.resolved_chunk_size(spec),
+            self.resolved_local_window(spec),
+        )
+        if c >= L:
+            raise ValueError(f"chunk_size must be smaller than the original context {L}, got {c}")
+        if 2 * w >= c:
+            raise ValueError(f"local_window must be less than half of chunk_size {c}, got {w}")
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        return spec.base_inv_freq(device=device), 1.0  # plain RoPE; chunking happens in attention
+
+
+def chunk_positions(positions: torch.Tensor, chunk_size: int, local_window: int) -> dict[str, torch.Tensor]:
+    """DCA's rotary positions for ``positions`` (any shape), by region.
+
+    Returns:
+        ``key`` (j mod s), ``intra`` (i mod s), ``successive`` (min(s + i mod s, chunk_size)) and
+        ``inter`` (min(2s − 1, chunk_size), broadcast to the shape), with s = chunk_size − local_window.
+    """
+    s = chunk_size - local_window
+    offset = positions % s
+    return {
+        "key": offset,
+        "intra": offset,
+        "successive": (offset + s).clamp(max=chunk_size),
+        "inter": torch.full_like(positions, min(2 * s - 1, chunk_size)),
+    }

@@ -1,0 +1,77 @@
+"""Suite reports: trials and 95% Wilson intervals per retrieval cell, and the short-context
+regression flags (retrieval at the shortest length, perplexity within the trained context)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ropescale.evals.report import write_report
+from ropescale.evals.suite import cell_id, suite_from_dict
+
+
+def passkey_result(length: int, hits: list[bool]) -> dict:
+    records = [{"length": length, "depth": 0.5, "trial": t, "correct": ok} for t, ok in enumerate(hits)]
+    return {"depths": [0.5], "trials": len(hits), "accuracy": [[sum(hits) / len(hits)]], "records": records}
+
+
+def write_cells(out, suite, results) -> None:
+    entries = {m.label: m for m in suite.methods}
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    for (label, task, length), result in results.items():
+        record = {"method": label, "task": task, "length": length, "result": result}
+        (out / "cells" / f"{cell_id(entries[label], task, length)}.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def suite(model_dir):  # the tiny model's trained context: 256
+    return suite_from_dict(
+        {
+            "name": "t",
+            "model": str(model_dir),
+            "methods": ["none", {"method": "yarn", "factor": 4}, {"method": "dca", "factor": 4}],
+            "perplexity": {"lengths": [128, 512]},
+            "passkey": {"lengths": [100, 400]},
+        }
+    )
+
+
+def test_cells_show_trials_and_wilson_intervals_and_regressions_are_flagged(suite, tmp_path):
+    write_cells(
+        tmp_path,
+        suite,
+        {
+            ("none", "passkey", 100): passkey_result(100, [True] * 6),
+            ("yarn", "passkey", 100): passkey_result(100, [True] * 5 + [False]),  # one miss: within noise
+            ("dca", "passkey", 100): passkey_result(100, [True] * 2 + [False] * 4),  # beyond it
+            ("dca", "passkey", 400): passkey_result(400, [True] * 6),
+            ("none", "perplexity", 128): {"ppl": 10.0},
+            ("yarn", "perplexity", 128): {"ppl": 10.1},  # +1%: within the margin
+            ("dca", "perplexity", 128): {"ppl": 10.5},  # +5%
+            ("none", "perplexity", 512): {"ppl": 80.0},
+            ("yarn", "perplexity", 512): {"ppl": 90.0},  # beyond the trained context: not a short-context loss
+        },
+    )
+    summary = write_report(suite, tmp_path)
+    report = summary["markdown"]
+    assert "| none | 1.00 · 6/6 [0.61, 1.00] | — | 100 |" in report
+    assert "| dca | 0.33 · 2/6 [0.10, 0.70] | 1.00 · 6/6 [0.61, 1.00] | 400 |" in report
+    stats = summary["statistics"]["passkey"]["yarn"]["100"]
+    assert (
+        stats["trials"] == 6
+        and stats["successes"] == 5
+        and stats["wilson95"] == pytest.approx([0.4365, 0.9699], abs=1e-4)
+    )
+    flags = {(f["method"], f["task"], f["length"]) for f in summary["regressions"]}
+    assert flags == {("dca", "passkey", 100), ("dca", "perplexity", 128)}
+    assert "⚠ **dca**: passkey at 100 is 0.33 (difference +0.67, 95% [0.13, 0.90]); unscaled 1.00" in report
+    assert "⚠ **dca**: perplexity at 128 is 10.50 (+5.0%); unscaled 10.00" in report
+    assert "trained context 256" in report and json.loads((tmp_path / "results.json").read_text())["regressions"]
+
+
+def test_nothing_flagged_and_no_baseline(suite, tmp_path, model_dir):
+    write_cells(tmp_path, suite, {("none", "passkey", 100): passkey_result(100, [True, False])})
+    assert "- none flagged" in write_report(suite, tmp_path)["markdown"]
+    alone = suite_from_dict({"name": "t", "model": str(model_dir), "methods": ["yarn"], "passkey": {"lengths": [100]}})
+    assert "No unscaled method (`none`)" in write_report(alone, tmp_path / "other")["markdown"]
