@@ -1,6 +1,6 @@
 """Self-Extend: the positions formula, G = 1 equals plain attention, a naive reference, and the KV cache.
 
-The reference below follows ../shared/REFERENCE.md and LongLM's eager code literally: it builds
+The reference below follows the paper (arXiv 2401.01325, docs/methods.md) and LongLM's eager code literally: it builds
 both score matrices with ``ropescale.rotary`` (an independent rotation), merges them where
 i − j < W, and softmaxes; the log-sum-exp-merged path must match it (tensor-level checks of every
 path: test_self_extend_kernel.py).
