@@ -24,41 +24,21 @@ from typing import Any
 import torch
 
 from ..methods.dca import chunk_positions
+from .function import attention_function, register_attention
 from .merge import attend, blockwise, merge
-from .rotary import key_positions, rotary_of
-from .self_extend import _finish, _mask_blocks, _rotator, _scale
+from .rotary import key_positions
+from .self_extend import _finish, _mask_blocks, _rotator
 
 NAME = "ropescale_dca"
 
 
-def dca_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-):
-    """Dual Chunk Attention over unrotated q/k (the layer's cos/sin were the identity).
-
-    Args:
-        query: [b, h, q, head_dim]; key, value: [b, h_kv, kv, head_dim] (the whole cache).
-        attention_mask: SDPA's boolean mask [b, 1, q, kv] (padding, sliding window) or None.
-        scaling: softmax scale of the layer (1/sqrt(head_dim) if None).
-        dropout: must be 0 (attention-level methods are for inference).
-        **kwargs: ``position_ids`` [b, q] and the rest, as transformers passes them.
-
-    Returns:
-        ``(attn_output [b, q, h, head_dim], None)``.
-    """
-    rotary = rotary_of(module)
-    scale = _scale(scaling, query, dropout)
-    out = dual_chunk_attention(
-        query, key, value, attention_mask, kwargs["position_ids"], rotary, rotary.chunk_size, rotary.local_window, scale
+def _dca(query, key, value, attention_mask, position_ids, rotary, scale) -> torch.Tensor:
+    return dual_chunk_attention(
+        query, key, value, attention_mask, position_ids, rotary, rotary.chunk_size, rotary.local_window, scale
     )
-    return out, None
+
+
+dca_attention = attention_function(_dca, "dca")
 
 
 def dual_chunk_attention(
@@ -126,8 +106,4 @@ def _prefill_parts(query, keys, value, pos, rot, s: int, scale: float):
 
 def register() -> None:
     """Register the attention function and SDPA's mask function under :data:`NAME` (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, dca_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    register_attention(NAME, dca_attention)

@@ -23,15 +23,15 @@ long prefill sees the same positions as a full forward pass.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..methods.self_extend import grouped_positions
+from .function import attention_function, register_attention
 from .merge import MASK_BUDGET, attend, blockwise, merge
-from .rotary import key_positions, rotary_of, rotate
+from .rotary import key_positions, rotate
 
 NAME = "ropescale_self_extend"
 
@@ -39,43 +39,23 @@ Positions = Callable[[torch.Tensor], torch.Tensor]
 Part = tuple[torch.Tensor, torch.Tensor, int]
 
 
-def self_extend_attention(
-    module: Any,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-):
-    """Self-Extend attention over unrotated q/k (the layer's cos/sin were the identity).
-
-    Args:
-        query: [b, h, q, head_dim]; key, value: [b, h_kv, kv, head_dim] (the whole cache).
-        attention_mask: SDPA's boolean mask [b, 1, q, kv] (padding, sliding window) or None.
-        scaling: softmax scale of the layer (1/sqrt(head_dim) if None).
-        dropout: must be 0 (attention-level methods are for inference).
-        **kwargs: ``position_ids`` [b, q] and the rest, as transformers passes them.
-
-    Returns:
-        ``(attn_output [b, q, h, head_dim], None)``.
-    """
-    rotary = rotary_of(module)
+def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale) -> torch.Tensor:
     G, W = rotary.group_size, rotary.window
-    out = banded_attention(
+    return banded_attention(
         query,
         key,
         value,
         attention_mask,
-        kwargs["position_ids"],
+        position_ids,
         rotary,
         width=W,
         far_query=lambda p: grouped_positions(p, p, G, W)[0],
         far_key=lambda p: p // G,
-        scale=_scale(scaling, query, dropout),
+        scale=scale,
     )
-    return out, None
+
+
+self_extend_attention = attention_function(_self_extend, "self_extend")
 
 
 def banded_attention(
@@ -189,16 +169,6 @@ def _finish(out: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out.to(dtype).transpose(1, 2).contiguous()
 
 
-def _scale(scaling: float | None, query: torch.Tensor, dropout: float) -> float:
-    if dropout:
-        raise ValueError(f"attention-level methods do not apply attention dropout (got {dropout}); use eval()")
-    return scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
-
-
 def register() -> None:
     """Register the attention function and SDPA's mask function under :data:`NAME` (idempotent)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(NAME, self_extend_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    register_attention(NAME, self_extend_attention)
