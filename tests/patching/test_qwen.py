@@ -13,8 +13,9 @@ import torch
 import transformers
 
 import ropescale
+from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
-L, THETA, D = 64, 10000.0, 16  # original context, base, rotary dim of the tiny models
+L, THETA, D = ORIGINAL_CONTEXT, 10000.0, 16  # original context, base, rotary dim of the tiny models
 LONG = [1.0, 1.2, 1.6, 2.2, 3.0, 3.6, 4.0, 4.4]
 
 #: method → (ropescale kwargs, hand-written rope_parameters, max_position_embeddings)
@@ -55,25 +56,8 @@ NATIVE = {
 
 
 def qwen(arch: str, seed: int = 0, **overrides):
-    config_cls, model_cls = {
-        "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-    }[arch]
-    kwargs = dict(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=D,
-        max_position_embeddings=L,
-        rope_parameters={"rope_type": "default", "rope_theta": THETA},
-        attn_implementation="eager",
-    )
-    kwargs.update(overrides)
-    torch.manual_seed(seed)
-    return model_cls(config_cls(**kwargs)).eval()
+    """The tests' tiny random model (L = 64, base 1e4, head_dim 16) of a Qwen architecture."""
+    return tiny_model(arch, seed, **overrides)
 
 
 @pytest.fixture
