@@ -82,6 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     lm_eval_cmd.register(tasks)
 
+    from . import frontier as frontier_cmd
+
+    frontier_cmd.register(tasks)
+
 
 def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     p = tasks.add_parser(

@@ -16,8 +16,9 @@ Two sources, both files, never numbers typed into code:
                                "ppl": {"2048": 30.73}, "passkey": {"16384": 1.0}}]}]}
 
   ``ppl`` maps a window length to perplexity, ``passkey`` a prompt length to accuracy in [0, 1]
-  (the mean over the depths and trials the command ran). A length measured twice in one row is
-  an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``.
+  (the mean over the depths and trials the command ran), the optional ``passkey_trials`` a prompt
+  length to the number of prompts behind that accuracy (for its interval). A length measured twice
+  in one row is an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Measured:
     params: dict[str, Any] = field(default_factory=dict)
     ppl: dict[int, float] = field(default_factory=dict)
     passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
+    passkey_trials: dict[int, int] = field(default_factory=dict)  # prompts behind each accuracy, where known
     commands: tuple[str, ...] = ()  # the commands that produced the numbers (shipped measurements)
 
 
@@ -58,9 +60,12 @@ class Evidence:
     #: the trained context of the measured model; None: the model asked about (same-model results)
     original_context: int | None = None
 
-    def find(self, method: str, **params: Any) -> Measured | None:
-        """The row of ``method`` with exactly ``params`` (none: its defaults)."""
-        return next((r for r in self.rows if r.method == method and r.params == params), None)
+    def find(self, method: str, factor: float | None = None, **params: Any) -> Measured | None:
+        """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
+        measured there (else the first at any factor)."""
+        rows = [r for r in self.rows if r.method == method and r.params == params]
+        exact = [r for r in rows if factor is not None and r.factor is not None and abs(r.factor - factor) < 1e-9]
+        return (exact or rows or [None])[0]
 
     @property
     def commands(self) -> list[str]:
@@ -104,11 +109,14 @@ def load_results(path: str | Path) -> Evidence | None:
             for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
             if isinstance(r, dict) and r.get("ppl") is not None
         }
-        passkey = {}
+        passkey, trials = {}, {}
         for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
             grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
             if grid:
                 passkey[int(n)] = sum(grid) / len(grid)
+                count = (r.get("length_trials") or {}).get(str(n), len(r.get("depths") or []) * int(r.get("trials", 0)))
+                if count:
+                    trials[int(n)] = int(count)
         factor = entry.get("factor")
         rows.append(
             Measured(
@@ -118,6 +126,7 @@ def load_results(path: str | Path) -> Evidence | None:
                 dict(entry.get("params") or {}),
                 ppl,
                 passkey,
+                trials,
             )
         )
     done, total = summary.get("cells_finished"), summary.get("cells_total")
@@ -150,7 +159,7 @@ def _row(where: str, raw: Any) -> Measured:
         raise RopescaleError(f"{where} needs a label, a method and a non-empty 'measured' list")
     ppl: dict[int, float] = {}
     passkey: dict[int, float] = {}
-    commands = []
+    commands, trials = [], {}
     for j, entry in enumerate(raw["measured"]):
         at = f"{where}.measured[{j}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("command"), str) or not entry["command"].strip():
@@ -162,6 +171,12 @@ def _row(where: str, raw: Any) -> Measured:
             if again:
                 raise RopescaleError(f"{at}.{name}: length {again[0]} is measured twice in this row")
             table.update(numbers)
+        counts = _numbers(f"{at}.passkey_trials", entry.get("passkey_trials", {}), 1.0, None)
+        if set(counts) - set(passkey):
+            raise RopescaleError(
+                f"{at}.passkey_trials: length {min(set(counts) - set(passkey))} has no passkey accuracy"
+            )
+        trials.update({n: int(v) for n, v in counts.items()})
     factor = raw.get("factor")
     return Measured(
         str(raw.get("label") or raw.get("method")),
@@ -170,6 +185,7 @@ def _row(where: str, raw: Any) -> Measured:
         dict(raw.get("params") or {}),
         ppl,
         passkey,
+        trials,
         tuple(dict.fromkeys(commands)),
     )
 

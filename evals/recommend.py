@@ -50,6 +50,7 @@ class Recommendation:
     budget: str  # "training-free" | "fine-tune" | "none"
     method: str | None
     factor: float | None
+    params: dict[str, Any] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
     commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
@@ -118,6 +119,15 @@ def recommend(
         )
 
     out, patch = patch_command(method)
+    if budget == "training-free":
+        own = [ev for ev in evidence if same_model(ev.model, model)]
+        if _from_frontier(rec, own, patch_command, patch):
+            return rec
+        if s <= TRAINING_FREE_LIMIT:
+            rec.reasons.append(
+                f"no measured frontier of this model at ×{s:g} keeps both native perplexity and retrieval: the rule "
+                f"below; `ropescale eval frontier --model {model} --target-length {target_length}` measures one"
+            )
 
     if method == "dynamic_ntk":
         rec.reasons += [
@@ -185,6 +195,40 @@ def recommend(
     return rec
 
 
+def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
+    """Take the method the measured frontier of this model says keeps both (:mod:`.frontier`)."""
+    from .frontier import frontier_choice, label
+
+    pick = frontier_choice(evidence, rec.original_context, rec.target_length)
+    if pick is None:
+        return False
+    verdict, ev, ref = pick
+    row = verdict.row
+    rec.method, rec.factor, rec.params = row.method, row.factor, dict(row.params)
+    lengths = [n for n, *_ in verdict.passkey_cells]
+    prompts = sorted({t for _, _, t, _ in verdict.passkey_cells if t})
+    rec.reasons.append(
+        f"measured on this model ({ev.source}): {label(row)} keeps the native perplexity (worst "
+        f"{verdict.ppl_ratio:.3f}× native PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, up to {_k(rec.target_length)}) and "
+        f"its retrieval (passkey ≥ {verdict.passkey_min:.2f} at {'/'.join(_k(n) for n in lengths)}"
+        + (f", {'/'.join(map(str, prompts))} prompts per length" if prompts else "")
+        + f"; native {ref.passkey:.2f} at {_k(ref.passkey_length)}): see `ropescale eval frontier`"
+    )
+    from ropescale.methods import method_class
+
+    if getattr(method_class(row.method), "attention", None):
+        rec.reasons.append(
+            f"{row.method} works at the attention level: it runs where ropescale patches the model "
+            "(from_pretrained, patch, eval); vLLM, TGI and llama.cpp cannot express it (`ropescale doctor`), "
+            "so the alternative below is the one to serve elsewhere"
+        )
+    extra = "".join(f" --param {k}={v}" for k, v in row.params.items())
+    rec.commands.append(("training-free", patch_command(row.method, extra)[1]))
+    rec.commands.append(("alternative", rule_patch))
+    rec.tradeoffs = tradeoffs(row.method, evidence, rec.original_context, rec.target_length)
+    return True
+
+
 def tradeoffs(
     method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
 ) -> list[tuple[str, Evidence]]:
@@ -196,6 +240,12 @@ def tradeoffs(
     the longest measured if none is that short), passkey at the lengths ≤ s·L'.
     """
     scale = (target_length or math.inf) / original_context
+
+    def exact(ev: Evidence) -> bool:
+        row = ev.find(method, factor=scale)
+        return row is not None and row.factor is not None and abs(row.factor - scale) < 1e-9
+
+    evidence = sorted(evidence, key=lambda ev: not exact(ev))  # sources measured at this very factor first
 
     def upto(ev: Evidence, lengths) -> list[int]:
         inside = sorted(n for n in lengths if n <= scale * (ev.original_context or original_context))
@@ -215,7 +265,7 @@ def tradeoffs(
 
     # 1. short lengths: the cost against the unscaled model at the shortest common length <= L
     def short(ev):
-        row, base = ev.find(method), ev.find("default")
+        row, base = ev.find(method, factor=scale), ev.find("default")
         if not (row and base):
             return None
         common = sorted(n for n in row.ppl if n in base.ppl and n <= (ev.original_context or original_context))
@@ -235,7 +285,7 @@ def tradeoffs(
 
     # 2. long lengths: every method at the longest length measured for this one
     def long(ev):
-        row = ev.find(method)
+        row = ev.find(method, factor=scale)
         if not row or not row.ppl:
             return None
         n = max(upto(ev, row.ppl))
@@ -250,7 +300,7 @@ def tradeoffs(
 
     # 3. passkey retrieval at each measured length
     def passkey(ev):
-        row, base = ev.find(method), ev.find("default")
+        row, base = ev.find(method, factor=scale), ev.find("default")
         return (row, base) if row and row.passkey else None
 
     ev, hit = first(passkey)
@@ -304,7 +354,8 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
     else:
         exact = "" if abs(rec.factor - rec.ratio) < 1e-9 else f" (rounded up from {rec.ratio:.3g})"
         how = "training-free" if rec.budget == "training-free" else "then fine-tune (PoSE)"
-        lines.append(f"recommendation:  {rec.method} ×{rec.factor:g}{exact}, {how}")
+        params = "".join(f", {k}={v}" for k, v in rec.params.items())
+        lines.append(f"recommendation:  {rec.method} ×{rec.factor:g}{params}{exact}, {how}")
     lines += ["", "why:"] + [f"  - {r}" for r in rec.reasons]
     if rec.method is not None:
         heading = (

@@ -1,0 +1,100 @@
+"""``ropescale eval frontier``: which methods keep both native perplexity and retrieval at N / L.
+
+Runs (or resumes) a suite of candidate methods at the factor N / L, perplexity and passkey at
+several lengths up to N (:func:`ropescale.evals.frontier.frontier_suite`), then writes
+``frontier.md`` and ``frontier.png`` beside the suite's results. ``--results`` reads an existing
+suite run instead and runs nothing. ``ropescale recommend`` reads the same results.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .common import _positive_int, add_model_args, add_original_context_arg
+
+EXAMPLE = """examples:
+  ropescale eval frontier --target-length 16384 --output runs/frontier-16k      # runs the suite (resumable)
+  ropescale eval frontier --target-length 16384 --methods self_extend,dca --trials 2
+  ropescale eval frontier --results runs/smollm2-frontier-16k --target-length 16384   # report only
+"""
+
+
+def register(tasks: argparse._SubParsersAction) -> None:
+    p = tasks.add_parser(
+        "frontier",
+        help="which methods keep BOTH native perplexity and retrieval at a target length (Pareto report)",
+        description="Run candidate methods at N / L on perplexity and passkey up to N, mark which keep the native "
+        "model's perplexity (within 1%%) and retrieval (not shown below native at L, 95%% Wilson), and plot "
+        "perplexity against retrieval.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    add_original_context_arg(p)
+    p.add_argument("--target-length", type=_positive_int, required=True, metavar="N", help="the context to reach")
+    p.add_argument("--results", default=None, metavar="PATH", help="an existing suite run (folder or results.json)")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated candidates among yarn, ntk, dynamic_ntk, self_extend, dca, string-yarn (default: all)",
+    )
+    p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
+    p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")
+    p.add_argument("--data", default="austen", help="perplexity text and passkey haystack (as `eval perplexity`)")
+    p.add_argument("--output", default=None, help="results folder (default: runs/frontier-<model>-<N>)")
+    p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .._io import atomic_write_text
+    from ..evals.evidence import load_results
+    from ..evals.frontier import format_frontier, frontier_suite, plot_frontier
+    from ..evals.suite import run_suite, suite_from_dict
+
+    if args.results:
+        path = Path(args.results)
+        results = path / "results.json" if path.is_dir() else path
+    else:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+        original = _original_context(args.model, args.original_max_position_embeddings)
+        if args.target_length <= original:
+            raise ValueError(f"--target-length {args.target_length} is within the trained context {original}")
+        raw = frontier_suite(
+            args.model, original, args.target_length, methods, _depths(args.depths), args.trials, args.data
+        )
+        suite = suite_from_dict(raw)  # validated whole before anything loads
+        if args.dry_run:
+            print(yaml.safe_dump(raw, sort_keys=False).rstrip())
+            return 0
+        out = Path(args.output or f"runs/{suite.name}")
+        run_suite(suite, out, progress=not args.no_progress)
+        results = out / "results.json"
+    ev = load_results(results)
+    if ev is None:
+        raise ValueError(f"'{results}' is not a suite's results.json")
+    original = _original_context(ev.model, args.original_max_position_embeddings)
+    report = format_frontier(ev, original, args.target_length)
+    atomic_write_text(results.parent / "frontier.md", report + "\n")
+    plot = plot_frontier(ev, original, args.target_length, results.parent / "frontier.png")
+    print(report)
+    print(f"\nreport: {results.parent / 'frontier.md'}" + (f"\nplot:   {plot}" if plot else ""))
+    return 0
+
+
+def _depths(text: str) -> list[float]:
+    from .eval import _floats
+
+    return _floats("--depths", text)
+
+
+def _original_context(model: str, given: int | None) -> int:
+    if given:
+        return given
+    from .eval import _original_context as from_config
+
+    return from_config(model)

@@ -1,0 +1,331 @@
+"""The frontier: which methods keep BOTH the native model's perplexity and its retrieval at a factor.
+
+A measured method (a :class:`~.evidence.Measured` row at factor s = N / L, N the target length, L
+the trained context) is read against the unscaled model's row of the same evidence:
+
+* **perplexity kept**: at every measured length in (L, N] its perplexity is at most
+  ``1 + tolerance`` times the native perplexity at L (the longest native length ≤ L), and at every
+  measured length ≤ L at most ``1 + tolerance`` times the native perplexity at that same length
+  (no short-context regression). Default tolerance: 1%.
+* **retrieval kept**: at every measured passkey length ≤ N the method is not shown below the native
+  accuracy at L (the longest native passkey length ≤ L): the 95% Wilson interval of its accuracy
+  reaches that accuracy. With few trials the interval is wide, so the report prints trials and
+  intervals beside every verdict; "kept" means "not shown lost", never "shown equal".
+
+The Pareto view puts each method at (worst perplexity ratio, long or short, worst passkey accuracy
+over the lengths ≤ N); a method is on the front when no other is at least as good on both and
+better on one. :func:`frontier_choice` is what ``ropescale recommend`` reads: the method that keeps
+both with the lowest worst perplexity ratio.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .evidence import Evidence, Measured
+from .generation import wilson_interval
+
+#: perplexity allowed over native (fraction) for "perplexity kept"
+PPL_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One method read against the native model (None where the evidence does not say)."""
+
+    row: Measured
+    ppl_ratio: float | None  # worst long-length perplexity / native perplexity at L
+    short_ratio: float | None  # worst perplexity / native perplexity at the same length, lengths ≤ L
+    passkey_min: float | None  # worst passkey accuracy over the lengths ≤ N
+    passkey_cells: tuple[tuple[int, float, int | None, tuple[float, float] | None], ...]  # (n, acc, trials, ci)
+    keeps_ppl: bool | None
+    keeps_retrieval: bool | None
+    pareto: bool = False
+
+    @property
+    def keeps_both(self) -> bool:
+        return bool(self.keeps_ppl and self.keeps_retrieval)
+
+    @property
+    def worst_ratio(self) -> float | None:
+        """The Pareto view's perplexity axis: the worse of the long and the short ratio."""
+        ratios = [r for r in (self.ppl_ratio, self.short_ratio) if r is not None]
+        return max(ratios) if self.ppl_ratio is not None else None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The native model's numbers the verdicts are read against."""
+
+    ppl_length: int
+    ppl: float
+    passkey_length: int | None
+    passkey: float | None
+
+
+def reference(ev: Evidence, original_context: int) -> Reference | None:
+    """Native perplexity and passkey at the longest measured lengths ≤ L (None: no native perplexity ≤ L)."""
+    native = ev.find("default")
+    if native is None:
+        return None
+    inside = [n for n in native.ppl if n <= original_context]
+    if not inside:
+        return None
+    pk = [n for n in native.passkey if n <= original_context]
+    n_pk = max(pk) if pk else None
+    return Reference(max(inside), native.ppl[max(inside)], n_pk, native.passkey[n_pk] if n_pk else None)
+
+
+def _interval(row: Measured, n: int) -> tuple[float, float] | None:
+    trials = row.passkey_trials.get(n)
+    return wilson_interval(row.passkey[n] * trials, trials) if trials else None
+
+
+def verdicts(
+    ev: Evidence, original_context: int, target_length: int, tolerance: float = PPL_TOLERANCE
+) -> tuple[Reference | None, list[Verdict]]:
+    """Every scaled row of ``ev`` at factor N / L (rows without a factor: methods that need none,
+    e.g. STRING within its reach) read against the native row.
+
+    Args:
+        ev: one source of measurements (a suite's results or a shipped file).
+        original_context: the trained context L.
+        target_length: N; lengths above it are ignored.
+        tolerance: perplexity allowed over native, as a fraction.
+
+    Returns:
+        The native reference (None if the evidence has no native perplexity ≤ L) and the verdicts,
+        Pareto front marked.
+    """
+    ref = reference(ev, original_context)
+    if ref is None:
+        return None, []
+    native = ev.find("default")
+    s = target_length / original_context
+    out = []
+    for row in ev.rows:
+        if row.method == "default" or (row.factor is not None and abs(row.factor - s) > 1e-9):
+            continue
+        long = [row.ppl[n] / ref.ppl for n in row.ppl if original_context < n <= target_length]
+        short = [row.ppl[n] / native.ppl[n] for n in row.ppl if n <= original_context and n in native.ppl]
+        cells = tuple(
+            (n, row.passkey[n], row.passkey_trials.get(n), _interval(row, n))
+            for n in sorted(row.passkey)
+            if n <= target_length
+        )
+        short_ok = all(r <= 1 + tolerance for r in short)
+        keeps_ppl = False if not short_ok else (max(long) <= 1 + tolerance if long else None)
+        keeps_retrieval = None
+        if cells and ref.passkey is not None:
+            keeps_retrieval = all((ci[1] if ci else acc) >= ref.passkey for _, acc, _, ci in cells)
+        out.append(
+            Verdict(
+                row,
+                max(long) if long else None,
+                max(short) if short else None,
+                min(acc for _, acc, _, _ in cells) if cells else None,
+                cells,
+                keeps_ppl,
+                keeps_retrieval,
+            )
+        )
+    return ref, _mark_pareto(out)
+
+
+def _mark_pareto(items: list[Verdict]) -> list[Verdict]:
+    placed = [v for v in items if v.worst_ratio is not None and v.passkey_min is not None]
+
+    def dominated(v: Verdict) -> bool:
+        return any(
+            o.worst_ratio <= v.worst_ratio
+            and o.passkey_min >= v.passkey_min
+            and (o.worst_ratio < v.worst_ratio or o.passkey_min > v.passkey_min)
+            for o in placed
+        )
+
+    front = {id(v) for v in placed if not dominated(v)}
+    return [Verdict(**{**v.__dict__, "pareto": id(v) in front}) for v in items]
+
+
+def frontier_choice(
+    evidence: list[Evidence], original_context: int, target_length: int
+) -> tuple[Verdict, Evidence, Reference] | None:
+    """The first source (in ``evidence`` order) with a method at N / L that keeps both, and that
+    method (lowest worst perplexity ratio, then highest worst passkey); None if no source has one."""
+    for ev in evidence:
+        ref, found = verdicts(ev, original_context, target_length)
+        both = [v for v in found if v.keeps_both]
+        if both:
+            best = min(both, key=lambda v: (v.worst_ratio, -(v.passkey_min or 0)))
+            return best, ev, ref
+    return None
+
+
+def label(row: Measured) -> str:
+    """``self_extend ×2`` / ``string-yarn ×2``."""
+    return row.label + (f" ×{row.factor:g}" if row.factor else "")
+
+
+def _k(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
+
+
+def _yes(flag: bool | None) -> str:
+    return "n/m" if flag is None else ("yes" if flag else "no")
+
+
+def format_frontier(ev: Evidence, original_context: int, target_length: int, tolerance: float = PPL_TOLERANCE) -> str:
+    """A markdown report: the reference, one row per method with both verdicts, and the rule."""
+    ref, found = verdicts(ev, original_context, target_length, tolerance)
+    if ref is None:
+        return f"no native (unscaled) perplexity at or below {original_context:,} in {ev.source}: nothing to compare"
+    lengths = sorted({n for v in found for n, *_ in v.passkey_cells})
+    pk_ref = f"passkey {ref.passkey:.2f} at {_k(ref.passkey_length)}" if ref.passkey is not None else "no passkey"
+    lines = [
+        f"# Frontier at ×{target_length / original_context:g} ({_k(target_length)}): {ev.model}",
+        "",
+        f"Source: {ev.source} ({ev.note}). Native reference: PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, {pk_ref}.",
+        "",
+        "| method | worst PPL / native | short PPL / native | "
+        + " | ".join(f"passkey {_k(n)}" for n in lengths)
+        + " | keeps PPL | keeps retrieval | Pareto |",
+        "|---|---|---|" + "---|" * len(lengths) + "---|---|---|",
+    ]
+    for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
+        cells = {n: (acc, trials, ci) for n, acc, trials, ci in v.passkey_cells}
+        shown = []
+        for n in lengths:
+            if n not in cells:
+                shown.append("n/m")
+                continue
+            acc, trials, ci = cells[n]
+            shown.append(f"{acc:.2f}" + (f" · {trials} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
+        ratio = f"{v.ppl_ratio:.3f}" if v.ppl_ratio is not None else "n/m"
+        short = f"{v.short_ratio:.3f}" if v.short_ratio is not None else "n/m"
+        name = f"**{label(v.row)}**" if v.keeps_both else label(v.row)
+        lines.append(
+            f"| {name} | {ratio} | {short} | "
+            + " | ".join(shown)
+            + f" | {_yes(v.keeps_ppl)} | {_yes(v.keeps_retrieval)} | {'●' if v.pareto else ''} |"
+        )
+    both = [label(v.row) for v in found if v.keeps_both]
+    lines += [
+        "",
+        f"Keeps both: {', '.join(both) if both else 'none'}.",
+        "",
+        f"Rules: PPL kept = every measured length in ({_k(original_context)}, {_k(target_length)}] within "
+        f"{tolerance:.0%} of native at {_k(ref.ppl_length)}, and every length ≤ {_k(original_context)} within "
+        f"{tolerance:.0%} of native at that length. Retrieval kept = at every passkey length ≤ "
+        f"{_k(target_length)} the 95% Wilson interval (cells: accuracy · prompts [interval]) reaches the native "
+        "accuracy: not shown lost, which few prompts cannot tell from equal. n/m: not measured.",
+    ]
+    return "\n".join(lines)
+
+
+def plot_frontier(ev: Evidence, original_context: int, target_length: int, path: str | os.PathLike) -> Path | None:
+    """Worst passkey accuracy (with its interval) against worst perplexity ratio, front and goal marked.
+
+    Returns:
+        The PNG written, or None when no method has both numbers.
+    """
+    from ropescale.plots import figure, save_png
+
+    ref, found = verdicts(ev, original_context, target_length)
+    placed = [v for v in found if v.worst_ratio is not None and v.passkey_min is not None]
+    if ref is None or not placed:
+        return None
+    fig = figure(figsize=(7, 4.8), dpi=120)
+    ax = fig.add_subplot()
+    if ref.passkey is not None:
+        ax.axhspan(ref.passkey, 1.05, xmin=0, xmax=1, color="tab:green", alpha=0.06)
+        ax.axhline(ref.passkey, color="tab:green", lw=0.8, ls="--", label=f"native passkey at {_k(ref.passkey_length)}")
+    ax.axvline(1 + PPL_TOLERANCE, color="tab:red", lw=0.8, ls="--", label=f"native PPL +{PPL_TOLERANCE:.0%}")
+    for i, v in enumerate(sorted(placed, key=lambda v: v.worst_ratio)):
+        worst = min(v.passkey_cells, key=lambda c: c[1])
+        ci = worst[3]
+        yerr = [[v.passkey_min - ci[0]], [ci[1] - v.passkey_min]] if ci else None
+        color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
+        ax.errorbar(v.worst_ratio, v.passkey_min, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.9)
+        ax.annotate(
+            label(v.row),
+            (v.worst_ratio, v.passkey_min),
+            textcoords="offset points",
+            xytext=(6, 5 if i % 2 == 0 else -13),
+            fontsize=8,
+        )
+    front = sorted((v for v in placed if v.pareto), key=lambda v: v.worst_ratio)
+    if len(front) > 1:
+        ax.step([v.worst_ratio for v in front], [v.passkey_min for v in front], where="post", color="tab:blue", lw=1)
+    ratios = [v.worst_ratio for v in placed]
+    wide = max(ratios) / min(ratios) > 2  # a collapsed method far right: log, else the 1% matters
+    if wide:
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.3g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.margins(x=0.2)
+    ax.set_ylim(-0.05, 1.08)
+    ax.set_xlabel(
+        f"worst perplexity / native (beyond L: native at {_k(ref.ppl_length)}; within: same length)"
+        + (" (log)" if wide else "")
+    )
+    ax.set_ylabel(f"worst passkey accuracy up to {_k(target_length)}")
+    ax.set_title(f"{ev.model}: perplexity vs retrieval at ×{target_length / original_context:g} (green: keeps both)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    return save_png(fig, path, bbox_inches="tight")
+
+
+#: the candidates ``ropescale eval frontier`` runs by default, by label
+CANDIDATES = ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca", "string-yarn")
+
+
+def frontier_suite(
+    model: str,
+    original_context: int,
+    target_length: int,
+    candidates: list[str] | None = None,
+    depths: list[float] | None = None,
+    trials: int = 1,
+    data: Any = "austen",
+) -> dict[str, Any]:
+    """The suite ``ropescale eval frontier`` runs: the candidates at N / L, perplexity and passkey at
+    L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
+
+    Args:
+        candidates: labels among :data:`CANDIDATES` (default: all): YaRN, NTK, dynamic NTK,
+            Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L.
+        depths, trials: passkey grid per length (default depths 0.2/0.4/0.6/0.8, 1 trial).
+
+    Raises:
+        ValueError: an unknown candidate.
+    """
+    s = target_length / original_context
+    entries = {name: {"method": name, "factor": s} for name in ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca")}
+    entries["string-yarn"] = {
+        "method": "string",
+        "factor": s,
+        "params": {"frequencies": "yarn"},
+        "label": "string-yarn",
+    }
+    unknown = [c for c in candidates or [] if c not in entries]
+    if unknown:
+        raise ValueError(f"unknown frontier candidate '{unknown[0]}'; known: {', '.join(CANDIDATES)}")
+    lengths = [original_context // 4, original_context]
+    while lengths[-1] < target_length:
+        lengths.append(min(2 * lengths[-1], target_length))
+    pk_lengths = [original_context // 2, *lengths[1:]]
+    native = {"method": "none", "only": {"passkey": [n for n in pk_lengths if n <= original_context]}}
+    return {
+        "name": f"frontier-{Path(model).name}-{_k(target_length)}",
+        "model": model,
+        "data": data,
+        "seed": 0,
+        "methods": [native, *(entries[c] for c in candidates or CANDIDATES)],
+        "perplexity": {"lengths": lengths, "mode": "nonoverlap", "max_tokens": 4096},
+        "passkey": {"lengths": pk_lengths, "depths": depths or [0.2, 0.4, 0.6, 0.8], "trials": trials},
+    }

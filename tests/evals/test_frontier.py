@@ -1,0 +1,186 @@
+"""The frontier: verdicts against the native model, the Pareto front, the report, the suite it runs,
+and ``ropescale recommend`` choosing from a model's own measured frontier."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ropescale.cli.main import main
+from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
+from ropescale.evals.frontier import format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
+from ropescale.evals.recommend import format_recommendation, recommend
+from ropescale.evals.suite import suite_from_dict
+
+L = 8192
+
+
+def _row(label, ppl, passkey=None, trials=4, factor=2.0, method=None, **params):
+    passkey = passkey or {}
+    return Measured(
+        label, method or label, factor, params, ppl, passkey, {n: trials for n in passkey} if trials else {}
+    )
+
+
+NATIVE = _row("none", {2048: 28.0, 8192: 30.0, 16384: 60.0}, {4096: 1.0, 8192: 0.75}, factor=None, method="default")
+
+
+def _evidence(*rows, model="m"):
+    return Evidence("src.json", model, "note", (NATIVE, *rows))
+
+
+def _by_label(found):
+    return {v.row.label: v for v in found}
+
+
+def test_verdicts_read_each_method_against_native_at_L():
+    ev = _evidence(
+        _row("holds", {2048: 28.1, 8192: 30.1, 16384: 30.2}, {4096: 1.0, 8192: 1.0, 16384: 1.0}),
+        _row("drifts", {16384: 30.4}, {16384: 1.0}),  # 1.33% over native at 8k
+        _row("short_cost", {2048: 28.5, 16384: 30.0}, {16384: 1.0}),  # +1.8% at 2k
+        _row("forgets", {16384: 30.0}, {16384: 0.0}),  # 0/4: interval [0, 0.49] below native 0.75
+        _row("half", {16384: 30.0}, {16384: 0.5}),  # 2/4: interval reaches 0.75, not shown lost
+        _row("other_factor", {16384: 30.0}, {16384: 1.0}, factor=4.0),
+    )
+    ref, found = verdicts(ev, L, 16384)
+    assert (ref.ppl_length, ref.ppl, ref.passkey_length, ref.passkey) == (8192, 30.0, 8192, 0.75)
+    v = _by_label(found)
+    assert "other_factor" not in v  # measured at ×4, the question is ×2
+    assert v["holds"].keeps_both and v["holds"].ppl_ratio == pytest.approx(30.2 / 30.0)
+    assert v["drifts"].keeps_ppl is False and v["drifts"].keeps_retrieval
+    assert v["short_cost"].keeps_ppl is False and v["short_cost"].short_ratio == pytest.approx(28.5 / 28.0)
+    assert v["forgets"].keeps_ppl and v["forgets"].keeps_retrieval is False
+    assert v["half"].keeps_retrieval is True
+    # the front on (worst of long/short ratio, worst passkey): holds (1.007, 1.0) and half (1.0, 0.5);
+    # short_cost (1.018, 1.0) and drifts (1.013, 1.0) are beaten by holds, forgets (1.0, 0.0) by half
+    assert v["short_cost"].worst_ratio == pytest.approx(28.5 / 28.0)
+    assert {k for k, x in v.items() if x.pareto} == {"holds", "half"}
+
+
+def test_without_trials_the_point_estimate_decides_and_unmeasured_is_not_a_verdict():
+    ev = _evidence(
+        _row("point", {16384: 30.0}, {16384: 0.7}, trials=0),
+        _row("ppl_only", {16384: 30.0}),
+        _row("short_only", {2048: 28.0}, {4096: 1.0}, factor=None),
+    )
+    v = _by_label(verdicts(ev, L, 16384)[1])
+    assert v["point"].keeps_retrieval is False  # 0.7 < 0.75 and no interval to widen it
+    assert v["ppl_only"].keeps_retrieval is None and not v["ppl_only"].keeps_both
+    assert v["short_only"].keeps_ppl is None  # nothing beyond L measured: no verdict, not "kept"
+    assert verdicts(Evidence("s", "m", "n", (v["point"].row,)), L, 16384) == (None, [])  # no native row
+
+
+def test_frontier_choice_prefers_the_lowest_ratio_among_those_keeping_both():
+    a = _row("a", {16384: 30.25}, {16384: 1.0})
+    b = _row("b", {16384: 29.9}, {16384: 0.75})
+    c = _row("c", {16384: 29.0}, {16384: 0.0})  # best ratio, but loses retrieval
+    verdict, ev, ref = frontier_choice([_evidence(a, b, c)], L, 16384)
+    assert verdict.row.label == "b" and ref.ppl == 30.0
+    assert frontier_choice([_evidence(c)], L, 16384) is None
+    assert frontier_choice([_evidence(a)], L, 32768) is None  # no row at ×4
+
+
+def test_report_and_plot(tmp_path):
+    ev = _evidence(_row("holds", {16384: 30.1}, {4096: 1.0, 16384: 1.0}), _row("drifts", {16384: 33.0}, {16384: 1.0}))
+    text = format_frontier(ev, L, 16384)
+    assert "| **holds ×2** | 1.003 |" in text and "| drifts ×2 | 1.100 |" in text
+    assert "1.00 · 4 [0.51, 1.00]" in text and "Keeps both: holds ×2." in text
+    png = plot_frontier(ev, L, 16384, tmp_path / "f.png")
+    assert png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert plot_frontier(_evidence(), L, 16384, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_frontier_suite_lengths_candidates_and_validation():
+    raw = frontier_suite("smollm2-135m", L, 32768, ["self_extend", "string-yarn"], trials=2)
+    assert raw["perplexity"]["lengths"] == [2048, 8192, 16384, 32768]
+    assert raw["passkey"]["lengths"] == [4096, 8192, 16384, 32768] and raw["passkey"]["trials"] == 2
+    labels = [m.get("label", m["method"]) for m in raw["methods"]]
+    assert labels == ["none", "self_extend", "string-yarn"] and raw["methods"][1]["factor"] == 4.0
+    assert raw["methods"][0]["only"] == {"passkey": [4096, 8192]}  # native retrieval only where it is the reference
+    suite = suite_from_dict(raw)  # every method plans on the real registry
+    assert len(suite.cells()) == 4 + 2 + 2 * (4 + 4)
+    assert frontier_suite("m", L, 20000)["perplexity"]["lengths"] == [2048, 8192, 16384, 20000]
+    with pytest.raises(ValueError, match="unknown frontier candidate 'selfextend'"):
+        frontier_suite("m", L, 16384, ["selfextend"])
+
+
+def test_results_and_measurements_carry_passkey_trials(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    cell = {"accuracy": [[1.0, 0.0]], "depths": [0.2, 0.8], "trials": 3, "length_trials": {"4096": 6}}
+    (folder / "results.json").write_text(json.dumps({"model": "m", "tasks": {"passkey": {"none": {"4096": cell}}}}))
+    (row,) = load_results(folder / "results.json").rows
+    assert row.passkey == {4096: 0.5} and row.passkey_trials == {4096: 6}
+
+    bad = tmp_path / "m.json"
+    entry = {"command": "ropescale methods", "passkey": {"4096": 1.0}, "passkey_trials": {"8192": 4}}
+    bad.write_text(
+        json.dumps(
+            {"model": "m", "original_context": 1024, "note": "n", "rows": [{"method": "yarn", "measured": [entry]}]}
+        )
+    )
+    with pytest.raises(Exception, match=r"passkey_trials: length 8192 has no passkey accuracy"):
+        load_measured(bad)
+
+
+def test_recommend_takes_the_frontier_of_this_model_only():
+    own = _evidence(_row("self_extend", {16384: 30.1}, {4096: 1.0, 16384: 1.0}, group_size=3), model="me")
+    rec = recommend("me", L, 16384, evidence=[own])
+    assert (rec.method, rec.factor, rec.params) == ("self_extend", 2.0, {"group_size": 3})
+    text = format_recommendation(rec)
+    assert "recommendation:  self_extend ×2, group_size=3, training-free" in text
+    assert "--method self_extend --target-length 16384 --param group_size=3" in text
+    assert "alternative:" in text and "--method dynamic_ntk" in text and "cannot express it" in text
+
+    other = recommend("someone-else", L, 16384, evidence=[own])  # another model's frontier does not decide
+    assert other.method == "dynamic_ntk" and "ropescale eval frontier --model someone-else" in other.reasons[0]
+    assert recommend("me", L, 16384, budget="fine-tune", evidence=[own]).method == "yarn"
+
+
+def test_the_shipped_frontier_decides_the_embedded_models_2x(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no runs/ here: only the shipped measurements
+    assert main(["recommend", "--target-length", "16384"]) == 0
+    out = capsys.readouterr().out
+    assert "recommendation:  self_extend ×2, training-free" in out
+    assert "evals/measured/smollm2-135m-frontier.json" in out
+
+
+def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+
+    def cell(acc):
+        return {"accuracy": [acc], "depths": [0.2, 0.8], "trials": 1}
+
+    tasks = {
+        "perplexity": {"none": {"2048": {"ppl": 28.0}, "8192": {"ppl": 30.0}}, "se": {"16384": {"ppl": 30.1}}},
+        "passkey": {"none": {"8192": cell([1.0, 1.0])}, "se": {"16384": cell([1.0, 1.0])}},
+    }
+    (folder / "results.json").write_text(json.dumps({"model": "smollm2-135m", "tasks": tasks}))
+    (folder / "suite.yaml").write_text("methods:\n- {method: none}\n- {method: self_extend, factor: 2, label: se}\n")
+    assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384"]) == 0
+    out = capsys.readouterr().out
+    assert "| **se ×2** | 1.003 |" in out and (folder / "frontier.md").is_file() and (folder / "frontier.png").is_file()
+
+    assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "method: dca" in out and "self_extend" not in out
+    assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dcaa"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown frontier candidate 'dcaa'" in err[0]
+
+
+def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text("It is a truth universally acknowledged, that a single man must be in want of a wife. " * 80)
+    out = tmp_path / "frontier"
+    argv = ["eval", "frontier", "--model", str(model_dir), "--target-length", "512", "--methods", "self_extend"]
+    argv += ["--data", str(data), "--depths", "0.5", "--output", str(out), "--no-progress"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "# Frontier at ×2 (512)" in text and "self_extend ×2" in text
+    results = json.loads((out / "results.json").read_text())
+    assert results["cells_finished"] == results["cells_total"] == (3 + 2) + (3 + 3)
+    assert (out / "frontier.md").read_text().startswith("# Frontier at ×2")
