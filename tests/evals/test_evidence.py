@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_measurements_load_with_their_commands():
-    (smollm,) = shipped_evidence()
+    smollm, frontier = sorted(shipped_evidence(), key=lambda ev: "frontier" in ev.source)
+    assert frontier.source == "evals/measured/smollm2-135m-frontier.json" and frontier.original_context == 8192
+    assert all(row.commands and row.passkey_trials.keys() == row.passkey.keys() for row in frontier.rows if row.passkey)
+    assert frontier.find("self_extend", factor=2.0).ppl[16384] == 29.81
     assert smollm.source == "evals/measured/smollm2-135m.json" and smollm.model == "smollm2-135m"
     assert smollm.original_context == 8192 and smollm.note
     assert all(row.commands and (row.ppl or row.passkey) for row in smollm.rows)
@@ -33,7 +36,7 @@ def test_every_shipped_command_names_something_that_exists():
     from ropescale.evals.suite import load_suite
 
     parser = build_parser()
-    for command in shipped_evidence()[0].commands:
+    for command in (c for ev in shipped_evidence() for c in ev.commands):
         argv = shlex.split(command)
         if argv[0] == "python":
             assert (ROOT / argv[1]).is_file(), command
@@ -123,7 +126,8 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         json.dumps({"model": "mine", "tasks": {"perplexity": {"yarn": {"2048": {"ppl": 9.0}}}}})
     )
     found = find_evidence("mine", root=tmp_path)
-    assert [e.source for e in found] == [str(run / "results.json"), "evals/measured/smollm2-135m.json"]
+    shipped = ["evals/measured/smollm2-135m-frontier.json", "evals/measured/smollm2-135m.json"]
+    assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
-    assert [e.source for e in find_evidence("other", root=tmp_path)] == ["evals/measured/smollm2-135m.json"]
+    assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
     assert MEASURED_DIR == Path(evidence.__file__).parent / "measured"
