@@ -41,6 +41,9 @@ def register(tasks: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
     p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")
+    p.add_argument(
+        "--max-tokens", type=_positive_int, default=4096, help="tokens scored per perplexity length (at least a window)"
+    )
     p.add_argument("--data", default="austen", help="perplexity text and passkey haystack (as `eval perplexity`)")
     p.add_argument("--output", default=None, help="results folder (default: runs/frontier-<model>-<N>)")
     p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
@@ -65,7 +68,14 @@ def run(args: argparse.Namespace) -> int:
         if args.target_length <= original:
             raise ValueError(f"--target-length {args.target_length} is within the trained context {original}")
         raw = frontier_suite(
-            args.model, original, args.target_length, methods, _depths(args.depths), args.trials, args.data
+            args.model,
+            original,
+            args.target_length,
+            methods,
+            _depths(args.depths),
+            args.trials,
+            args.data,
+            args.max_tokens,
         )
         suite = suite_from_dict(raw)  # validated whole before anything loads
         if args.dry_run:

@@ -292,6 +292,7 @@ def frontier_suite(
     depths: list[float] | None = None,
     trials: int = 1,
     data: Any = "austen",
+    max_tokens: int = 4096,
 ) -> dict[str, Any]:
     """The suite ``ropescale eval frontier`` runs: the candidates at N / L, perplexity and passkey at
     L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
@@ -300,6 +301,7 @@ def frontier_suite(
         candidates: labels among :data:`CANDIDATES` (default: all): YaRN, NTK, dynamic NTK,
             Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L.
         depths, trials: passkey grid per length (default depths 0.2/0.4/0.6/0.8, 1 trial).
+        max_tokens: tokens scored per perplexity length (non-overlapping windows; at least one window).
 
     Raises:
         ValueError: an unknown candidate.
@@ -326,6 +328,6 @@ def frontier_suite(
         "data": data,
         "seed": 0,
         "methods": [native, *(entries[c] for c in candidates or CANDIDATES)],
-        "perplexity": {"lengths": lengths, "mode": "nonoverlap", "max_tokens": 4096},
+        "perplexity": {"lengths": lengths, "mode": "nonoverlap", "max_tokens": max_tokens},
         "passkey": {"lengths": pk_lengths, "depths": depths or [0.2, 0.4, 0.6, 0.8], "trials": trials},
     }

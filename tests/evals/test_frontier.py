@@ -139,12 +139,13 @@ def test_recommend_takes_the_frontier_of_this_model_only():
     assert recommend("me", L, 16384, budget="fine-tune", evidence=[own]).method == "yarn"
 
 
-def test_the_shipped_frontier_decides_the_embedded_models_2x(capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)  # no runs/ here: only the shipped measurements
-    assert main(["recommend", "--target-length", "16384"]) == 0
-    out = capsys.readouterr().out
-    assert "recommendation:  self_extend ×2, training-free" in out
-    assert "evals/measured/smollm2-135m-frontier.json" in out
+def test_the_shipped_frontier_decides_the_embedded_models_2x():
+    from ropescale.evals.evidence import shipped_evidence
+
+    rec = recommend("smollm2-135m", L, 16384, evidence=list(shipped_evidence()))
+    assert (rec.method, rec.factor) == ("self_extend", 2.0)
+    assert "evals/measured/smollm2-135m-frontier.json" in rec.reasons[0]
+    assert recommend("smollm2-135m", L, 32768, evidence=list(shipped_evidence())).method == "yarn"  # none at ×4 yet
 
 
 def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
@@ -177,7 +178,7 @@ def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
     data.write_text("It is a truth universally acknowledged, that a single man must be in want of a wife. " * 80)
     out = tmp_path / "frontier"
     argv = ["eval", "frontier", "--model", str(model_dir), "--target-length", "512", "--methods", "self_extend"]
-    argv += ["--data", str(data), "--depths", "0.5", "--output", str(out), "--no-progress"]
+    argv += ["--data", str(data), "--depths", "0.5", "--max-tokens", "64", "--output", str(out), "--no-progress"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "# Frontier at ×2 (512)" in text and "self_extend ×2" in text
