@@ -97,14 +97,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _depths(text: str) -> list[float]:
-    from .eval import _floats
+    from ..evals.generation import check_depth
 
-    return _floats("--depths", text)
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise ValueError(f"--depths must be comma-separated numbers in [0, 1], got {text!r}")
+    try:
+        return [check_depth(float(v)) for v in values]
+    except ValueError:
+        raise ValueError(f"--depths must be comma-separated numbers in [0, 1], got {text!r}") from None
 
 
 def _original_context(model: str, given: int | None) -> int:
+    """The trained context L: ``given``, or the model's config (no weights are loaded)."""
     if given:
         return given
-    from .eval import _original_context as from_config
+    from ..models.loading import load_config
+    from ..patching.plan import original_geometry
 
-    return from_config(model)
+    return original_geometry(load_config(model))[2]
