@@ -14,6 +14,9 @@ budget of tens of evaluations we keep the population to the best few and make sm
   probability 1/2) changed by the space's
   ``mutate`` with a step that shrinks as evaluations accumulate, σ_k = σ0 / sqrt(1 + k/8);
 * crossover (probability 1/4 once two candidates exist): a blend of two of the best four.
+
+A finite space (the attention-level methods' grids, :mod:`.grid`) falls back to a random point not
+yet evaluated when 64 moves in a row give known ones, and ends the search once every point is in.
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[
             origin = f"mutate({parent['index']}:{what})"
         if space.key(params) not in seen:
             return params, origin, None
+    if hasattr(space, "candidates"):  # a finite grid: any point not yet evaluated
+        unseen = [c for c in space.candidates() if space.key(c) not in seen]
+        if unseen:
+            return unseen[int(rng.integers(len(unseen)))], "unseen", None
     raise RopescaleError("the search space is exhausted around the best candidates (64 proposals were duplicates)")
 
 
@@ -140,6 +147,8 @@ def run_search(
             bar.set_postfix_str(f"best {best['score']['ppl']:.3f} (#{best['index']} {best['origin']})")
 
     show()
+    # a finite grid (attention-level methods) ends the search once every point is evaluated
+    budget = min(budget, getattr(space, "size", budget))
     while len(history) < budget:
         params, origin, note = propose(space, history, seed)
         score = objective(space.method_params(params))
