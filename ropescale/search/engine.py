@@ -125,7 +125,7 @@ def run_search(
 
     Args:
         space: a :mod:`ropescale.search.space` space.
-        objective: candidate's method parameters → :class:`Score` (calibration perplexity).
+        objective: candidate's method parameters → :class:`Score` (lower ``ppl`` is better: perplexity or needle).
         budget: total evaluations, seeds included; a resumed search counts the recorded ones.
         history_path: the JSON history, rewritten atomically after every evaluation.
         settings: what identifies this search; a history with other settings is refused.
