@@ -139,6 +139,8 @@ def run_search(
         raise ValueError(f"budget must be a positive number of evaluations, got {budget!r}")
     history_path = Path(history_path)
     history = load_history(history_path, settings)
+    # a finite grid (attention-level methods) ends the search once every point is evaluated
+    budget = min(budget, getattr(space, "size", budget))
     bar = tqdm(total=max(budget, len(history)), initial=len(history), desc="search", unit="eval", disable=not progress)
 
     def show() -> None:
@@ -147,8 +149,6 @@ def run_search(
             bar.set_postfix_str(f"best {best['score']['ppl']:.3f} (#{best['index']} {best['origin']})")
 
     show()
-    # a finite grid (attention-level methods) ends the search once every point is evaluated
-    budget = min(budget, getattr(space, "size", budget))
     while len(history) < budget:
         params, origin, note = propose(space, history, seed)
         score = objective(space.method_params(params))
