@@ -5,10 +5,11 @@
   ``best.json``     the best candidate as ``ropescale.patch`` arguments, with its rope_parameters
   ``scaling.yaml``  the same as a suite ``methods:`` entry / training ``scaling:`` section
   ``config.json``   the model's config patched with the best candidate (``rope_parameters`` of type
-                    ``longrope`` or ``yarn``): plain transformers builds the scaled model from it
+                    ``longrope`` or ``yarn``: plain transformers builds the scaled model from it; an
+                    attention-level method's ``ropescale_*`` type loads through ropescale)
   ``heldout.json``  held-out cells (resumable like the history)
   ``report.md``/``report.json``  calibration vs held-out, with the tokens each used
-  ``factors.png``   the found per-pair factors against PI / NTK / YaRN
+  ``factors.png``   the found per-pair factors against PI / NTK / YaRN (frequency methods only)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class SearchResult:
     """The best configuration a search found, ready for ``ropescale.patch``/``from_pretrained``.
 
     Attributes:
-        method: ``longrope`` or ``yarn``.
+        method: ``longrope``, ``yarn``, ``self_extend``, ``dca`` or ``string``.
         params: the method's parameters, ``factor`` included.
         model: the model the search ran on.
         calibration_ppl: its perplexity on the calibration windows.
@@ -97,6 +98,7 @@ def write_best(
             "model": settings["model"],
             "candidate": candidate["index"],
             "origin": candidate["origin"],
+            "objective": objective_of(settings),
             "calibration": {"ppl": candidate["score"]["ppl"], "tokens": candidate["score"]["tokens"]},
             "rope_parameters": config.rope_parameters,
             "max_position_embeddings": config.max_position_embeddings,
@@ -120,10 +122,49 @@ def load_search(directory: str | os.PathLike) -> SearchResult:
         raise RopescaleError(f"'{path}' is not a valid search result: {exc}") from None
 
 
+def objective_of(settings: dict[str, Any]) -> str:
+    """The search's objective (settings without one are perplexity searches, as before objectives existed)."""
+    return settings.get("objective", "perplexity")
+
+
+def _objective_title(settings: dict[str, Any]) -> str:
+    """What the calibration score is, for column titles."""
+    objective, needle = objective_of(settings), settings.get("needle") or {}
+    needles = f"needle ×{needle.get('prompts')} at {settings['target_length']}"
+    windows = f"{settings['layout']} {settings['eval_length']}"
+    return {"perplexity": windows, "needle": needles, "mixed": f"{windows} + {needles}"}[objective]
+
+
+def _objective_line(settings: dict[str, Any]) -> str:
+    objective, needle = objective_of(settings), settings.get("needle") or {}
+    if objective == "perplexity":
+        return "perplexity of the calibration windows"
+    depths = ", ".join(f"{d:g}" for d in needle.get("depths", []))
+    line = (
+        f"answer-token perplexity of {needle.get('prompts')} needle prompt(s) of {needle.get('length')} tokens "
+        f"(depths {depths}; keys from seed {needle.get('seed')})"
+    )
+    if objective == "mixed":
+        w = needle.get("weight", 0.5)
+        line = f"exp({1 - w:g}·text NLL + {w:g}·answer NLL): perplexity of the calibration windows and the " + line
+    return f"{objective}: " + line
+
+
+#: what the score a search minimises is called in the report
+SCORE_NAMES = {"perplexity": "PPL", "needle": "answer PPL", "mixed": "mixed PPL"}
+
+_SPACE_LINES = {
+    "yarn": "YaRN's beta_fast, beta_slow and attention factor",
+    "self_extend": "Self-Extend's group_size and window on a grid (reach ≥ target)",
+    "dca": "DCA's chunk_size and local_window on a grid",
+    "string": "STRING's shift, local_window and frequencies on a grid",
+}
+
+
 def _space_line(settings: dict[str, Any]) -> str:
     space = settings.get("space") or {}
     if settings["method"] != "longrope":
-        return "YaRN's beta_fast, beta_slow and attention factor"
+        return _SPACE_LINES.get(settings["method"], settings["method"])
     floor = "λ_i ≥ s on pairs with wavelength > L" if space.get("floor") else "no floor"
     return (
         f"per-pair factors λ non-decreasing in [1, {space.get('max_ratio', 1.25):g}·s], {floor}; "
@@ -136,7 +177,7 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
     columns = [
         {
             "key": "calibration",
-            "title": f"calibration ({settings['layout']} {settings['eval_length']})",
+            "title": f"calibration ({_objective_title(settings)})",
             "tokens": best["score"]["tokens"],
         }
     ]
@@ -155,9 +196,7 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
     for p in protocols:
         some = next((c for c in cells.values() if c["protocol"] == p), None)
         title = (
-            f"held-out ({settings['layout']} {settings['eval_length']})"
-            if p == "calibration-protocol"
-            else f"held-out {p.split('-')[1]}"
+            f"held-out ({_objective_title(settings)})" if p == "calibration-protocol" else f"held-out {p.split('-')[1]}"
         )
         columns.append({"key": p, "title": title, "tokens": some["tokens"] if some else None})
     # a seed's calibration score stands for its method only when the seed is that method exactly
@@ -204,16 +243,31 @@ def markdown_report(report: dict[str, Any]) -> str:
     """The human-readable account of a search: calibration, held-out table, tokens, time."""
     s = report["settings"]
     cal, held = report["calibration_text"], report["heldout_text"]
+    if objective_of(s) == "needle":  # the windows are not scored: the text is the prompts' haystack
+        calibration = (
+            f"- calibration: needle prompts with haystacks from '{cal['title']}' ({cal['source']}): "
+            f"{report['columns'][0]['tokens']} answer tokens scored per candidate"
+        )
+    else:
+        calibration = (
+            f"- calibration: {s['windows']} window(s) × {s['eval_length']} tokens, layout `{s['layout']}`"
+            + (
+                f" ({s['chunks']} chunks spread over positions 0..{s['target_length']})"
+                if s["layout"] == "spread"
+                else ""
+            )
+            + f", on '{cal['title']}' ({cal['source']}): {report['calibration_tokens']} tokens scored per candidate"
+        )
     lines = [
         f"# Search: {s['method']} for {s['model']} at {s['target_length']} tokens (factor {s['factor']:g})",
         "",
-        f"- calibration: {s['windows']} window(s) × {s['eval_length']} tokens, layout `{s['layout']}`"
-        + (f" ({s['chunks']} chunks spread over positions 0..{s['target_length']})" if s["layout"] == "spread" else "")
-        + f", on '{cal['title']}' ({cal['source']}): {report['calibration_tokens']} tokens scored per candidate",
+        calibration,
         f"- held-out text: '{held['title']}' ({held['source']}){' — ' + held['note'] if held.get('note') else ''}",
         f"- space: {_space_line(s)}",
+        f"- objective: {_objective_line(s)}",
         f"- budget: {report['evaluated']} candidates evaluated ({report['search_seconds']:.0f} s of evaluation); "
-        f"best #{report['best']['index']} ({report['best']['origin']}), calibration PPL {report['best']['ppl']:.3f}",
+        f"best #{report['best']['index']} ({report['best']['origin']}), calibration "
+        f"{SCORE_NAMES[objective_of(s)]} {report['best']['ppl']:.3f}",
         "",
         "| method | " + " | ".join(c["title"] for c in report["columns"]) + " |",
         "|---|" + "---|" * len(report["columns"]),

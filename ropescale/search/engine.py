@@ -14,6 +14,9 @@ budget of tens of evaluations we keep the population to the best few and make sm
   probability 1/2) changed by the space's
   ``mutate`` with a step that shrinks as evaluations accumulate, σ_k = σ0 / sqrt(1 + k/8);
 * crossover (probability 1/4 once two candidates exist): a blend of two of the best four.
+
+A finite space (the attention-level methods' grids, :mod:`.grid`) falls back to a random point not
+yet evaluated when 64 moves in a row give known ones, and ends the search once every point is in.
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[
             origin = f"mutate({parent['index']}:{what})"
         if space.key(params) not in seen:
             return params, origin, None
+    if hasattr(space, "candidates"):  # a finite grid: any point not yet evaluated
+        unseen = [c for c in space.candidates() if space.key(c) not in seen]
+        if unseen:
+            return unseen[int(rng.integers(len(unseen)))], "unseen", None
     raise RopescaleError("the search space is exhausted around the best candidates (64 proposals were duplicates)")
 
 
@@ -118,7 +125,7 @@ def run_search(
 
     Args:
         space: a :mod:`ropescale.search.space` space.
-        objective: candidate's method parameters → :class:`Score` (calibration perplexity).
+        objective: candidate's method parameters → :class:`Score` (lower ``ppl`` is better: perplexity or needle).
         budget: total evaluations, seeds included; a resumed search counts the recorded ones.
         history_path: the JSON history, rewritten atomically after every evaluation.
         settings: what identifies this search; a history with other settings is refused.
@@ -132,6 +139,8 @@ def run_search(
         raise ValueError(f"budget must be a positive number of evaluations, got {budget!r}")
     history_path = Path(history_path)
     history = load_history(history_path, settings)
+    # a finite grid (attention-level methods) ends the search once every point is evaluated
+    budget = min(budget, getattr(space, "size", budget))
     bar = tqdm(total=max(budget, len(history)), initial=len(history), desc="search", unit="eval", disable=not progress)
 
     def show() -> None:

@@ -96,13 +96,22 @@ def window_nll(model: Any, window: Window, chunk_size: int = 1024) -> tuple[floa
 
 @dataclass
 class Score:
+    """A candidate's score; the search minimises ``ppl``, the exponential of the objective's mean NLL
+    (the calibration perplexity, the answer-token perplexity of the needle prompts, or their mix)."""
+
     ppl: float
     nll: float  # summed over scored tokens
     tokens: int
     seconds: float
+    objective: str = "perplexity"
+    parts: dict[str, Any] | None = None  # per-objective details (needle: each prompt's answer NLL)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ppl": self.ppl, "nll": self.nll, "tokens": self.tokens, "seconds": round(self.seconds, 3)}
+        out = {"ppl": self.ppl, "nll": self.nll, "tokens": self.tokens, "seconds": round(self.seconds, 3)}
+        out["objective"] = self.objective
+        if self.parts:
+            out["parts"] = self.parts
+        return out
 
 
 class PerplexityObjective:
@@ -125,6 +134,10 @@ class PerplexityObjective:
         from ..patching.model import patch
 
         patch(self.model, self.method, replace=True, **method_params)
+        return self.evaluate()
+
+    def evaluate(self) -> Score:
+        """Score the model as it is patched now."""
         return score_windows(self.model, self.windows, self.chunk_size)
 
 

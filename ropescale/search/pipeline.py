@@ -34,7 +34,8 @@ from .artifacts import (
     write_best,
 )
 from .engine import best_of, run_search
-from .objective import LAYOUTS, PerplexityObjective, make_windows, score_windows
+from .needles import build_objective, needle_settings, tokens_needed
+from .objective import LAYOUTS, make_windows
 from .space import make_space, pair_factors
 
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
@@ -59,7 +60,14 @@ class SearchOptions:
 
     Attributes:
         target_length: the context to extend to; factor s = target_length / L.
-        method: ``longrope`` (per-pair factors) or ``yarn`` (beta_fast, beta_slow, attention factor).
+        method: ``longrope`` (per-pair factors), ``yarn`` (beta_fast, beta_slow, attention factor) or an
+            attention-level method's grid: ``self_extend``, ``dca``, ``string`` (:mod:`.grid`).
+        objective: what a candidate is scored by: ``perplexity`` on the windows, ``needle`` (answer-token
+            NLL of needle prompts at the target length) or ``mixed`` (:mod:`.needles`).
+        needles: needle prompts per candidate (default: as many as ``needle_depths``, else ``windows``).
+        needle_depths: needle depths in [0, 1] (default: spread evenly over the prompts).
+        needle_seed: the needle keys' seed (fixed: every candidate sees the same prompts).
+        needle_weight: the needle's weight w in ``mixed``: exp((1 − w)·text NLL + w·answer NLL).
         budget: evaluations in all, seeds included.
         eval_length: real tokens per calibration window (default: the target length).
         windows: calibration windows, consecutive from the start of the calibration text.
@@ -79,6 +87,11 @@ class SearchOptions:
     target_length: int
     model: str = "smollm2-135m"
     method: str = "longrope"
+    objective: str = "perplexity"
+    needles: int | None = None
+    needle_depths: tuple[float, ...] = ()
+    needle_seed: int = 0
+    needle_weight: float = 0.5
     budget: int = 20
     eval_length: int | None = None
     windows: int = 1
@@ -138,6 +151,8 @@ def validate(options: SearchOptions, spec: RotarySpec) -> tuple[float, int, bool
     floor = (
         options.floor if options.floor is not None else not (options.layout == "contiguous" and eval_length >= target)
     )
+    if options.objective == "mixed" and not 0 <= options.needle_weight <= 1:
+        raise ValueError(f"needle weight must be in [0, 1], got {options.needle_weight!r}")
     return target / L, eval_length, floor
 
 
@@ -158,6 +173,7 @@ def search_model(
     bos_token_id: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    tokenizer: Any = None,
 ) -> dict[str, Any]:
     """Search ``options.method``'s parameters for ``model`` at ``options.target_length``.
 
@@ -172,6 +188,7 @@ def search_model(
         bos_token_id: BOS prepended to every window.
         overwrite: discard an earlier search in ``output``.
         progress: progress bars.
+        tokenizer: the model's tokenizer; the ``needle`` and ``mixed`` objectives build their prompts with it.
 
     Returns:
         The report (also written to ``output/report.json`` and ``report.md``).
@@ -188,9 +205,17 @@ def search_model(
         space_options = {"max_ratio": options.max_ratio, "floor": floor}
         space_options.update(attention=options.attention, short=options.short)
     space = make_space(options.method, spec, factor, **space_options)
-    windows = make_windows(
-        calibration.tokens, eval_length, options.windows, options.layout, target, options.chunks, bos_token_id
-    )
+    needles = needle_settings(options)
+
+    def objective_on(text: Text) -> Any:
+        windows = None
+        if options.objective != "needle":
+            args = (eval_length, options.windows, options.layout, target, options.chunks, bos_token_id)
+            windows = make_windows(text.tokens, *args)
+        args = (options.objective, model, space.method, text.tokens, windows, needles, tokenizer, bos_token_id)
+        return build_objective(*args, weight=options.needle_weight)
+
+    objective = objective_on(calibration)
     n_cal = eval_length * options.windows
     settings = {
         "model": options.model,
@@ -213,6 +238,12 @@ def search_model(
             "sha256": calibration.fingerprint(n_cal),
         },
     }
+    if needles is not None:  # only then: a perplexity search's settings stay those of earlier versions
+        settings["objective"] = options.objective
+        n_hay = needles.tokens_needed
+        settings["needle"] = {**needles.as_dict(), "haystack_sha256": calibration.fingerprint(n_hay)}
+        if options.objective == "mixed":
+            settings["needle"]["weight"] = options.needle_weight
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     if overwrite:
@@ -229,7 +260,6 @@ def search_model(
             write_best(output, space, best, settings, base_config)
             written["index"] = best["index"]
 
-    objective = PerplexityObjective(model, windows, space.method)
     history = run_search(
         space, objective, options.budget, output / HISTORY, settings, options.seed, progress, on_record
     )
@@ -238,9 +268,8 @@ def search_model(
         raise RopescaleError("every candidate gave a non-finite perplexity; nothing to write")
     write_best(output, space, best, settings, base_config)
 
-    heldout_cells = _heldout(
-        model, space, best, heldout, options, settings, factor, eval_length, bos_token_id, output, progress
-    )
+    held_objective = objective_on(heldout) if options.heldout else None
+    heldout_cells = _heldout(model, space, best, heldout, options, settings, factor, held_objective, output, progress)
     patch(model, space.method, replace=True, **space.method_params(best["params"]))
 
     report = build_report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
@@ -252,13 +281,9 @@ def search_model(
         f"{options.model}: {space.method} search, {spec.original_max_position_embeddings} → {target} "
         f"(s={factor:g}); calibration PPL {best['score']['ppl']:.2f}"
     )
-    plot_factors(
-        output / PLOT,
-        space,
-        {"lam": space.factors(best["params"]), "label": f"searched (#{best['index']})"},
-        seeds,
-        title,
-    )
+    lam = space.factors(best["params"])
+    if lam is not None:  # attention-level methods keep their frequencies: nothing to plot
+        plot_factors(output / PLOT, space, {"lam": lam, "label": f"searched (#{best['index']})"}, seeds, title)
     return report
 
 
@@ -278,7 +303,7 @@ def _unscaled(config: Any) -> Any:
 
 
 def _heldout(
-    model, space, best, heldout: Text, options: SearchOptions, settings, factor, eval_length, bos, output, progress
+    model, space, best, heldout: Text, options: SearchOptions, settings, factor, held_objective, output, progress
 ):
     """Held-out cells, each recorded atomically in ``heldout.json`` and reused while its method,
     parameters and protocol are unchanged."""
@@ -316,11 +341,8 @@ def _heldout(
         if key in cells and cells[key]["method"] == method and cells[key]["params"] == params:
             continue
         patch(model, method, replace=True, **params)
-        if length is None:
-            windows = make_windows(
-                heldout.tokens, eval_length, options.windows, options.layout, options.target_length, options.chunks, bos
-            )
-            score = score_windows(model, windows)
+        if length is None:  # the search's own objective, on the held-out text
+            score = held_objective.evaluate()
             result = {"ppl": score.ppl, "tokens": score.tokens, "seconds": round(score.seconds, 3)}
         else:
             if len(heldout.tokens) < length:
@@ -332,7 +354,7 @@ def _heldout(
                 [heldout.tokens],
                 window=length,
                 mode="nonoverlap",
-                bos_token_id=bos,
+                bos_token_id=settings["bos_token_id"],
                 max_tokens=length,
                 progress=False,
             )
@@ -399,11 +421,12 @@ def run_search_job(
     spec = original_spec(config)
     _, eval_length, _ = validate(options, spec)  # fail on bad options before loading anything large
     tokenizer = load_tokenizer(options.model)
-    need_cal = eval_length * options.windows
+    need_cal = tokens_needed(options, eval_length)
     need_held = max([need_cal if options.heldout else 0, *options.report_lengths])
     calibration, heldout = select_texts(tokenizer, options, need_cal, need_held)
     model = runtime.place(from_pretrained(options.model, **runtime.load_kwargs()))
-    return search_model(model, calibration, heldout, options, output, tokenizer.bos_token_id, overwrite, progress)
+    bos = tokenizer.bos_token_id
+    return search_model(model, calibration, heldout, options, output, bos, overwrite, progress, tokenizer)
 
 
 __all__ = ["SearchOptions", "Text", "search_model", "run_search_job", "select_texts"]

@@ -310,10 +310,15 @@ class YarnSpace:
         return pair_factors("yarn", self.spec, self.factor, target, **params)[0]
 
 
-def make_space(method: str, spec: RotarySpec, factor: float, **options: Any) -> LongRopeSpace | YarnSpace:
-    """The search space of ``method`` (``longrope`` or ``yarn``)."""
+def make_space(method: str, spec: RotarySpec, factor: float, **options: Any) -> Any:
+    """The search space of ``method``: ``longrope``, ``yarn``, or an attention-level method's grid
+    (``self_extend``, ``dca``, ``string``: :class:`ropescale.search.grid.AttentionSpace`)."""
+    from .grid import ATTENTION_METHODS, AttentionSpace
+
     spaces = {"longrope": LongRopeSpace, "yarn": YarnSpace}
     key = str(method).strip().lower()
+    if key in ATTENTION_METHODS:
+        return AttentionSpace(key, spec, float(factor), **options)
     if key not in spaces:
-        raise ValueError(f"search method must be one of {', '.join(spaces)}, got {method!r}")
+        raise ValueError(f"search method must be one of {', '.join([*spaces, *ATTENTION_METHODS])}, got {method!r}")
     return spaces[key](spec, float(factor), **options)
