@@ -5,7 +5,8 @@ The modes keep keys unrotated in the cache and give every cached key j the posit
 cache must hold exactly the keys seen so far, in order, as transformers' ``DynamicCache`` (and its
 sliding-window layers) does. A static cache (``cache_implementation="static"``, a ``StaticCache``
 passed in) returns its whole preallocated buffer, so keys would be rotated at the wrong positions
-and generation would run and be wrong. A forward pre-hook on the decoder refuses it instead.
+and generation would run and be wrong. A forward pre-hook on the decoder refuses it instead. The
+same hook checks the rotated keys kept beside the cache (:func:`.rotated_cache.observe`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RopescaleError
+from .rotated_cache import observe
 
 
 class UnsupportedCacheError(RopescaleError, ValueError):
@@ -52,11 +54,13 @@ def install_hook(owner: Any, rotary: Any) -> Any:
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         config = rotary._config
         if config is not None and config._attn_implementation != rotary.attention_name:
+            rotary._rotated_cache = None
             return  # attention switched away (S²-Attn, set_attn_implementation): the layers rotate again
         cache = kwargs.get("past_key_values")
         if cache is None:
             cache = next((a for a in args if hasattr(a, "layers") and hasattr(a, "get_seq_length")), None)
         check_cache(rotary, cache)
+        observe(rotary, cache)  # rotated keys kept beside the cache: vouched for, or dropped if stale
 
     return owner.register_forward_pre_hook(hook, with_kwargs=True)
 
