@@ -162,8 +162,9 @@ def observe(rotary: Any, cache: Any) -> None:
         cache: the ``past_key_values`` the decoder was called with (None: none, or one it creates).
     """
     enabled = bool(getattr(rotary, "rotated_keys", True)) and getattr(rotary, "mode", None) in MODES
+    known = enabled and cache is not None and hasattr(cache, "layers")  # its layers may come with the first update
+    rotary._rotated_cache = weakref.ref(cache) if known else None
     layers = list(getattr(cache, "layers", None) or [])
-    rotary._rotated_cache = weakref.ref(cache) if enabled and layers else None
     for layer in layers:
         state = getattr(layer, "__dict__", {}).get(ATTR)
         if state is not None and not (enabled and state.vouch(getattr(layer, "keys", None))):
