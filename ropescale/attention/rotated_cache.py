@@ -122,6 +122,14 @@ class LayerState:
         self.version: int | None = -1  # its in-place version then (None: an inference tensor)
         self.vouched = False  # set by the pre-hook of the current forward pass, used up by one call
 
+    def __getstate__(self) -> dict:
+        # a copied or pickled cache (copy.deepcopy of a prompt cache) starts without buffers: its
+        # tensors are new objects, which nothing here could vouch for
+        return {"signature": self.signature}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, rotary=_gone, regions={}, source=None, version=-1, vouched=False)
+
     def region(self, name: str, window: int | None = None) -> RotatedKeys:
         """The buffer of region ``name`` (created empty on first use)."""
         if name not in self.regions:
@@ -221,6 +229,11 @@ def rotated(
     if state is None:
         return rotate_rows(begin, end)
     return state.region(name, window).get(key, begin, end, rotate_rows)
+
+
+def _gone() -> None:
+    """A dead weak reference (for a copied :class:`LayerState`)."""
+    return None
 
 
 @functools.cache

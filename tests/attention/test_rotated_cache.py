@@ -8,6 +8,9 @@ decoder's pre-hook vouching for the buffers) the crop, reorder and reset tests f
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -179,6 +182,18 @@ def test_kept_only_without_gradients_and_in_a_known_cache():
     assert states(cache) == [None, None]
     assert_matches(step(model, cache, ids[:, 30:]), full_logits(model, ids))
     assert all(state is not None for state in states(cache))
+
+
+def test_a_copied_cache_starts_without_buffers_and_decodes_the_same():
+    torch.manual_seed(9)
+    model = model_for("self_extend")
+    ids = torch.randint(1, 128, (1, 50))
+    cache = prefill(model, ids[:, :40])
+    copied = copy.deepcopy(cache)  # reusing a prompt's cache, as transformers' docs suggest
+    assert all(not state.regions for state in states(copied))
+    assert_matches(step(model, copied, ids[:, 40:]), full_logits(model, ids))
+    assert all(state.regions for state in states(copied))
+    pickle.loads(pickle.dumps(cache))  # weak references are not pickled
 
 
 def test_a_windowed_buffer_keeps_only_the_rows_still_read():
