@@ -31,16 +31,19 @@ keys are still those keys with others appended after them. That is proved withou
   length must be those the buffers were built with. Otherwise the kernel rotates as it always did
   (starting new buffers when the cache is known).
 
-A fingerprint of the last few raw keys was the alternative; identity costs no reads and cannot be
-fooled by beams that share their last tokens (layer 0's unrotated keys depend on the token only).
-Beam search reorders the cache at every step, so there the buffers are rebuilt every step: as fast
-as without them, not faster.
+Why identity rather than the alternatives: a fingerprint of the last few raw keys costs reads and
+can be fooled (beams share their prompt, and layer 0's unrotated keys depend on the token only, so
+two beams ending in the same tokens look alike); wrapping each cache layer's ``update`` would patch
+transformers' objects. Identity costs nothing, and a copied or pickled cache (``copy.deepcopy`` of
+a prompt's cache) simply starts without buffers. Beam search reorders the cache at every step, so
+there the buffers are rebuilt every step: as fast as without them, not faster. Padded batches and
+chunked prefill take the kernels' masked paths, which rotate the keys they read as before.
 
 **Memory**: one rotated copy of the cached keys per layer (Self-Extend: its far keys, plus at most
-2·W neighbours; DCA and STRING: all keys), i.e. the key half of the KV cache once more, and up to
-1/8 of that while a buffer grows. ``model.model.rotary_emb.rotated_keys = False`` turns them off
-(every step then rotates the whole cache again). Gradients never flow through them: with keys
-that require grad (training) they are not used.
+W + max(W, 256) neighbours; DCA and STRING: all keys), i.e. the key half of the KV cache once
+more, and up to 1/8 of that while a buffer grows. ``model.model.rotary_emb.rotated_keys = False``
+turns them off (every step then rotates the whole cache again). Keys that require grad (training)
+are never kept.
 """
 
 from __future__ import annotations
