@@ -49,7 +49,12 @@ def check_cache(rotary: Any, cache: Any) -> None:
 
 
 def install_hook(owner: Any, rotary: Any) -> Any:
-    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns the handle."""
+    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns a handle
+    whose ``remove()`` removes the hooks.
+
+    After the call (even a failed one) the cache is forgotten, so attention run outside the
+    decoder's forward never reads rotated keys the pre-hook did not vouch for.
+    """
 
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         config = rotary._config
@@ -62,7 +67,24 @@ def install_hook(owner: Any, rotary: Any) -> Any:
         check_cache(rotary, cache)
         observe(rotary, cache)  # rotated keys kept beside the cache: vouched for, or dropped if stale
 
-    return owner.register_forward_pre_hook(hook, with_kwargs=True)
+    def forget(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        rotary._rotated_cache = None
+
+    return _Handles(
+        owner.register_forward_pre_hook(hook, with_kwargs=True),
+        owner.register_forward_hook(forget, with_kwargs=True, always_call=True),
+    )
+
+
+class _Handles:
+    """Several hook handles removed as one."""
+
+    def __init__(self, *handles: Any):
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 __all__ = ["UnsupportedCacheError", "check_cache", "install_hook", "unsupported_layers"]

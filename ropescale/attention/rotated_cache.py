@@ -27,7 +27,8 @@ keys are still those keys with others appended after them. That is proved withou
 * the attention function (:func:`lookup`) reads a layer's buffers only if the pre-hook vouched for
   them in this very forward pass, and the key tensor it receives *is* that layer's tensor (so it
   reads this cache, and ``update`` appended to the vouched-for keys), of a plain ``DynamicLayer``.
-  The vouching is used up by the call. The rotary module, its parameters and its frequencies'
+  The vouching is used up by the call, and the decoder's forward hook forgets the cache after the
+  pass (even a failed one), so attention run outside a forward pass reads none. The rotary module, its parameters and its frequencies'
   length must be those the buffers were built with. Otherwise the kernel rotates as it always did
   (starting new buffers when the cache is known).
 

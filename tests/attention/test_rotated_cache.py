@@ -196,6 +196,19 @@ def test_a_copied_cache_starts_without_buffers_and_decodes_the_same():
     pickle.loads(pickle.dumps(cache))  # weak references are not pickled
 
 
+def test_the_cache_is_known_only_during_the_decoders_forward_and_the_hooks_go_with_the_mode():
+    model = model_for("string")
+    cache = prefill(model, torch.randint(1, 128, (1, 30)))
+    assert model.model.rotary_emb._rotated_cache is None  # attention called outside a forward reads no buffers
+    assert all(state is not None for state in states(cache))
+    with pytest.raises(RuntimeError):
+        with torch.no_grad():
+            model(torch.randint(1, 128, (1, 2, 3)), past_key_values=cache)  # a failing call forgets it too
+    assert model.model.rotary_emb._rotated_cache is None
+    ropescale.patch(model, "yarn", factor=2, replace=True)
+    assert not model.model._forward_hooks and not model.model._forward_pre_hooks
+
+
 def test_a_windowed_buffer_keeps_only_the_rows_still_read():
     key = torch.randn(1, 2, 3000, 4)
     calls = []
