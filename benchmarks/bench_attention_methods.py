@@ -8,6 +8,8 @@ Methods (each a patch of the same weights, SDPA, fp32 by default):
   * dca                 — ropescale.attention.dca: intra / successive / inter-chunk calls, merged
   * string              — ropescale.attention.string with YaRN frequencies (its plain-RoPE reach is
                           L + shift, short of 4x)
+  * <method>_rotating   — the method without its rotated keys kept beside the cache
+                          (``rotated_keys = False``): every decoding step rotates the whole cache
 For every length: one prefill of ``n`` random tokens with the cache (tokens/s = n / time), then
 ``--decode`` single-token steps on that cache (tokens/s = steps / time). Methods alternate within
 each repeat so load from other jobs hits them alike; the best of ``--repeats`` is kept. Ratios are
@@ -16,7 +18,9 @@ the same, so ratios hold; absolute tokens/s are then K/num_layers of a full pass
 
 ``--attention-only`` times one layer's attention function alone on random q/k/v of the model's
 shape (YaRN: rotating q and k, then the model's SDPA; decoding: SDPA of one query over a cache of
-rotated keys), which isolates what the methods change from the MLPs and projections they share.
+rotated keys; the methods decode over a one-layer DynamicCache, vouched for by the decoder's
+pre-hook at every step), which isolates what the methods change from the MLPs and projections they
+share.
 
     python benchmarks/bench_attention_methods.py --lengths 4096 8192 16384 --layers 6 --decode 8
     python benchmarks/bench_attention_methods.py --model random-1b --lengths 4096 --layers 2
@@ -119,15 +123,20 @@ def patch(model, method: str, factor: float) -> None:
         model.set_attn_implementation(LEGACY)
         model.model.rotary_emb.attention_name = LEGACY
         return
-    extra = {"frequencies": "yarn"} if method == "string" else {}  # plain RoPE reaches only L + shift
-    ropescale.patch(model, method, factor=factor, replace=True, **extra)
+    base = method.removesuffix("_rotating")
+    extra = {"frequencies": "yarn"} if base == "string" else {}  # plain RoPE reaches only L + shift
+    ropescale.patch(model, base, factor=factor, replace=True, **extra)
+    if base != method:
+        model.model.rotary_emb.rotated_keys = False
 
 
 @torch.inference_mode()
 def measure(model, ids: torch.Tensor, decode: int) -> tuple[float, float]:
     """(prefill tokens/s, decode tokens/s) for one prefill of ``ids`` and ``decode`` steps."""
-    start = time.perf_counter()
-    out = model(ids, use_cache=True, logits_to_keep=1)
+    from transformers import DynamicCache
+
+    start = time.perf_counter()  # a cache passed in, as generate() does (the methods keep rotated keys beside it)
+    out = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True, logits_to_keep=1)
     prefill = time.perf_counter() - start
     cache, step_ids = out.past_key_values, ids[:, -1:]
     cache = model(step_ids, past_key_values=cache, use_cache=True).past_key_values  # warm-up, untimed
@@ -141,10 +150,12 @@ def attention_functions(model, methods: list[str], factor: float, n: int):
     """method -> (prefill(), decode()) closures over random q/k/v of one layer of ``model`` at length n."""
     from types import SimpleNamespace
 
+    from transformers import DynamicCache
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from ropescale.attention import dca, self_extend, string
     from ropescale.attention.rotary import LAYER_ATTR, rotate
+    from ropescale.attention.rotated_cache import observe
 
     c = model.config
     h, h_kv = c.num_attention_heads, c.num_key_value_heads
@@ -160,12 +171,17 @@ def attention_functions(model, methods: list[str], factor: float, n: int):
         layer = SimpleNamespace(layer_idx=0, num_key_value_groups=h // h_kv, is_causal=True, training=False)
         layer.__dict__[LAYER_ATTR] = rotary
         scale = d**-0.5
-        if method in kernels:
-            fn = kernels[method]
-            out[method] = (
-                lambda fn=fn, layer=layer: fn(layer, q, k, v, None, scale, position_ids=pos),
-                lambda fn=fn, layer=layer: fn(layer, q[:, :, -1:], k, v, None, scale, position_ids=last),
-            )
+        if method.removesuffix("_rotating") in kernels:
+            fn = kernels[method.removesuffix("_rotating")]
+            cache = DynamicCache()  # decoding reads a real cache layer, as in a model
+            cache.update(k, v, 0)
+
+            def step(fn=fn, layer=layer, rotary=rotary, cache=cache):
+                observe(rotary, cache)  # the decoder's pre-hook: vouches for the rotated keys kept beside it
+                keys, values = cache.layers[0].keys, cache.layers[0].values
+                return fn(layer, q[:, :, -1:], keys, values, None, scale, position_ids=last)
+
+            out[method] = (lambda fn=fn, layer=layer: fn(layer, q, k, v, None, scale, position_ids=pos), step)
             continue
         cos, sin = (t[None, None, :n] for t in rotary_table(rotary, n))
         k_rot = rotate(k, cos, sin)

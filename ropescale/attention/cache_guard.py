@@ -5,7 +5,8 @@ The modes keep keys unrotated in the cache and give every cached key j the posit
 cache must hold exactly the keys seen so far, in order, as transformers' ``DynamicCache`` (and its
 sliding-window layers) does. A static cache (``cache_implementation="static"``, a ``StaticCache``
 passed in) returns its whole preallocated buffer, so keys would be rotated at the wrong positions
-and generation would run and be wrong. A forward pre-hook on the decoder refuses it instead.
+and generation would run and be wrong. A forward pre-hook on the decoder refuses it instead. The
+same hook checks the rotated keys kept beside the cache (:func:`.rotated_cache.observe`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RopescaleError
+from .rotated_cache import observe
 
 
 class UnsupportedCacheError(RopescaleError, ValueError):
@@ -47,18 +49,42 @@ def check_cache(rotary: Any, cache: Any) -> None:
 
 
 def install_hook(owner: Any, rotary: Any) -> Any:
-    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns the handle."""
+    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns a handle
+    whose ``remove()`` removes the hooks.
+
+    After the call (even a failed one) the cache is forgotten, so attention run outside the
+    decoder's forward never reads rotated keys the pre-hook did not vouch for.
+    """
 
     def hook(module: Any, args: tuple, kwargs: dict) -> None:
         config = rotary._config
         if config is not None and config._attn_implementation != rotary.attention_name:
+            rotary._rotated_cache = None
             return  # attention switched away (S²-Attn, set_attn_implementation): the layers rotate again
         cache = kwargs.get("past_key_values")
         if cache is None:
             cache = next((a for a in args if hasattr(a, "layers") and hasattr(a, "get_seq_length")), None)
         check_cache(rotary, cache)
+        observe(rotary, cache)  # rotated keys kept beside the cache: vouched for, or dropped if stale
 
-    return owner.register_forward_pre_hook(hook, with_kwargs=True)
+    def forget(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        rotary._rotated_cache = None
+
+    return _Handles(
+        owner.register_forward_pre_hook(hook, with_kwargs=True),
+        owner.register_forward_hook(forget, with_kwargs=True, always_call=True),
+    )
+
+
+class _Handles:
+    """Several hook handles removed as one."""
+
+    def __init__(self, *handles: Any):
+        self.handles = handles
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
 
 
 __all__ = ["UnsupportedCacheError", "check_cache", "install_hook", "unsupported_layers"]

@@ -12,9 +12,10 @@ the partial outputs are merged exactly by their log-sum-exp (:mod:`.merge`):
   one unmasked call per chunk (n/s − 2 calls, as ChunkLlama's flash path).
 
 That is the prefill of a fresh sequence (positions 0..n−1, no padding). A decoding step (one query)
-takes three key slices. Anything else (padding, chunked prefill) takes a masked path, where the
-chunks follow the positions (so a left-padded row equals the row alone). Keys are cached before
-rotation (:mod:`.rotary`): cached decoding equals a full forward pass.
+takes three key slices, of keys rotated once and kept beside the cache (:mod:`.rotated_cache`), so
+a step rotates only its query and its own key. Anything else (padding, chunked prefill) takes a
+masked path, where the chunks follow the positions (so a left-padded row equals the row alone).
+Keys are cached before rotation (:mod:`.rotary`): cached decoding equals a full forward pass.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from ..methods.dca import chunk_positions
 from .function import attention_function, register_attention
 from .merge import attend, blockwise, merge
 from .rotary import key_positions
+from .rotated_cache import LayerState, rotated
 from .self_extend import _finish, _mask_blocks, _rotator
 
 NAME = "ropescale_dca"
 
 
-def _dca(query, key, value, attention_mask, position_ids, rotary, scale) -> torch.Tensor:
+def _dca(query, key, value, attention_mask, position_ids, rotary, scale, cached=None) -> torch.Tensor:
     return dual_chunk_attention(
-        query, key, value, attention_mask, position_ids, rotary, rotary.chunk_size, rotary.local_window, scale
+        query, key, value, attention_mask, position_ids, rotary, rotary.chunk_size, rotary.local_window, scale, cached
     )
 
 
@@ -51,8 +53,13 @@ def dual_chunk_attention(
     chunk_size: int,
     local_window: int,
     scale: float,
+    cached: LayerState | None = None,
 ) -> torch.Tensor:
-    """DCA over unrotated q [b, h, q, d] and k/v [b, h_kv, kv, d]. # [b, q, h, d], query dtype"""
+    """DCA over unrotated q [b, h, q, d] and k/v [b, h_kv, kv, d]. # [b, q, h, d], query dtype
+
+    ``cached``: the layer's rotated-key buffers (:func:`.rotated_cache.lookup`), read and extended
+    by the mask-free paths; None rotates every key read.
+    """
     q_len, kv_len = query.shape[2], key.shape[2]
     s = chunk_size - local_window
     k_pos = key_positions(position_ids, kv_len)
@@ -62,20 +69,26 @@ def dual_chunk_attention(
         return chunk_positions(p, chunk_size, local_window)
 
     if attention_mask is None and k_pos is None and q_len in (1, kv_len):
-        n = kv_len
-        pos = torch.arange(n, device=query.device)
-        keys = rot(key, positions(pos)["key"])
+        n, device = kv_len, query.device
+
+        def key_rows(a: int, b: int) -> torch.Tensor:  # keys rotate at j mod s in every region
+            if a // s == (b - 1) // s:  # within one chunk: consecutive offsets (a decoding step's key)
+                return rot(key[:, :, a:b], slice(a % s, a % s + b - a))
+            return rot(key[:, :, a:b], positions(torch.arange(a, b, device=device))["key"])
+
+        keys = rotated(cached, "keys", key, 0, n, key_rows)
         if q_len == 1:  # decoding: own chunk, previous chunk, everything before
-            here = positions(pos[-1:])
+            here = positions(torch.arange(n - 1, n, device=device))
             start = (n - 1) // s * s
             cuts = [(start, n, "intra"), (max(0, start - s), start, "successive"), (0, max(0, start - s), "inter")]
+            cuts = [cut for cut in cuts if cut[1] > cut[0]]
+            rows = rot(query.expand(-1, -1, len(cuts), -1), torch.cat([here[region] for _, _, region in cuts]))
             parts = [
-                (*attend(rot(query, here[region]), keys[:, :, a:b], value[:, :, a:b], scale), 0)
-                for a, b, region in cuts
-                if b > a
-            ]
+                (*attend(rows[:, :, r : r + 1], keys[:, :, a:b], value[:, :, a:b], scale), 0)
+                for r, (a, b, _) in enumerate(cuts)
+            ]  # the query at each region's position, rotated in one call
         else:
-            parts = _prefill_parts(query, keys, value, positions(pos), rot, s, scale)
+            parts = _prefill_parts(query, keys, value, positions(torch.arange(n, device=device)), rot, s, scale)
         return _finish(merge(parts, q_len), query.dtype)
 
     p_k = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]

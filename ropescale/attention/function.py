@@ -14,9 +14,10 @@ from typing import Any
 import torch
 
 from .rotary import rotary_of
+from .rotated_cache import lookup
 
-#: ``(query, key, value, attention_mask, position_ids, rotary, scale) -> [b, q, h, d]``
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any, torch.Tensor, Any, float], torch.Tensor]
+#: ``(query, key, value, attention_mask, position_ids, rotary, scale, cached) -> [b, q, h, d]``
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Any, torch.Tensor, Any, float, Any], torch.Tensor]
 
 
 def softmax_scale(scaling: float | None, query: torch.Tensor, dropout: float) -> float:
@@ -34,6 +35,8 @@ def attention_function(kernel: Kernel, method: str) -> Callable[..., tuple[torch
     position_ids=[b, q], ...)`` — the layer's cos/sin were the identity, so q/k arrive unrotated —
     and returns ``(attn_output [b, q, h, d], None)``.
 
+    The kernel also gets the layer's rotated-key buffers (:func:`.rotated_cache.lookup`, or None).
+
     Args:
         kernel: the method's attention over unrotated q/k.
         method: the method's name, for the function's name and docstring.
@@ -50,7 +53,9 @@ def attention_function(kernel: Kernel, method: str) -> Callable[..., tuple[torch
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
         scale = softmax_scale(scaling, query, dropout)
-        return kernel(query, key, value, attention_mask, kwargs["position_ids"], rotary_of(module), scale), None
+        rotary = rotary_of(module)
+        cached = lookup(module, rotary, key)  # the layer's rotated keys, when they provably match its cache
+        return kernel(query, key, value, attention_mask, kwargs["position_ids"], rotary, scale, cached), None
 
     attention.__name__ = attention.__qualname__ = f"{method}_attention"
     attention.__doc__ = f"{method} attention over unrotated q/k (see :func:`attention_function`)."

@@ -105,6 +105,9 @@ def merge(parts: Sequence[tuple[torch.Tensor, torch.Tensor, int]], q_len: int) -
     Returns:
         ``out [b, h, q_len, d]`` (float32): Σ_r exp(lse_r − lse) · out_r with lse = log Σ_r exp(lse_r).
     """
+    if all(start == 0 and lse.shape[-1] == q_len for _, lse, start in parts):  # decoding: fewer ops
+        weights = torch.stack([lse for _, lse, _ in parts]).softmax(0).nan_to_num_(0.0)  # [R, b, h, q]
+        return (weights[..., None] * torch.stack([out.float() for out, _, _ in parts])).sum(0)
     out0, lse0, _ = parts[0]
     b, h, _, d = out0.shape
     total = lse0.new_full((b, h, q_len), -math.inf)

@@ -16,6 +16,9 @@ step) the regions have shapes the kernels take without a mask:
   block strictly after its own offset (all blocks batched, one W×W mask broadcast);
 * decoding (one query): the neighbours are the last W keys, the far keys all before them.
 
+Both paths read the keys' rotated forms from the cache layer's buffers (:mod:`.rotated_cache`)
+when there are any, so a decoding step rotates only its query and its own key.
+
 Anything else (padding, chunked prefill, non-contiguous positions) takes a masked path, cut into
 row blocks to bound memory. Keys are cached before rotation (:mod:`.rotary`), so decoding after a
 long prefill sees the same positions as a full forward pass.
@@ -32,6 +35,7 @@ from ..methods.self_extend import grouped_positions
 from .function import attention_function, register_attention
 from .merge import MASK_BUDGET, attend, blockwise, merge
 from .rotary import key_positions, rotate
+from .rotated_cache import LayerState, rotated
 
 NAME = "ropescale_self_extend"
 
@@ -39,7 +43,7 @@ Positions = Callable[[torch.Tensor], torch.Tensor]
 Part = tuple[torch.Tensor, torch.Tensor, int]
 
 
-def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale) -> torch.Tensor:
+def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale, cached=None) -> torch.Tensor:
     G, W = rotary.group_size, rotary.window
     return banded_attention(
         query,
@@ -52,6 +56,7 @@ def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale)
         far_query=lambda p: grouped_positions(p, p, G, W)[0],
         far_key=lambda p: p // G,
         scale=scale,
+        cached=cached,
     )
 
 
@@ -68,8 +73,9 @@ def banded_attention(
     *,
     width: int,
     far_query: Positions,
-    far_key: Positions,
+    far_key: Positions | None,
     scale: float,
+    cached: LayerState | None = None,
 ) -> torch.Tensor:
     """Attention where pairs closer than ``width`` keep their positions and the rest are remapped.
 
@@ -79,8 +85,11 @@ def banded_attention(
         position_ids: [b, q] positions of the queries (keys: :func:`.rotary.key_positions`).
         rotary: the :class:`~.rotary.AttentionRotary` whose cos/sin table rotates.
         width: pairs with position distance < ``width`` are neighbours.
-        far_query, far_key: positions → the positions far pairs rotate at (elementwise).
+        far_query, far_key: positions → the positions far pairs rotate at (elementwise); ``far_key``
+            None: the keys' own positions (the far region then reads the neighbours' rotated keys).
         scale: softmax scale.
+        cached: the layer's rotated-key buffers (:func:`.rotated_cache.lookup`), read and extended by
+            the mask-free paths; None rotates every key read.
 
     Returns:
         ``[b, q, h, d]`` in the query's dtype, contiguous.
@@ -89,26 +98,41 @@ def banded_attention(
     k_pos = key_positions(position_ids, kv_len)
     rot = _rotator(rotary, max(kv_len, int(position_ids.max()) + 1), query)
     if attention_mask is None and k_pos is None and q_len in (1, kv_len):
-        n = kv_len
-        pos = torch.arange(n, device=query.device)
+        n, device = kv_len, query.device
+
+        def near_rows(a: int, b: int) -> torch.Tensor:
+            return rot(key[:, :, a:b], slice(a, b))
+
+        def far_rows(a: int, b: int) -> torch.Tensor:
+            return rot(key[:, :, a:b], far_key(torch.arange(a, b, device=device)))
+
+        split = max(0, n - width)  # keys before `split` are far from the last query
+        if far_key is None:  # far keys rotate at their own positions too: one set of rotated keys
+            keys = rotated(cached, "keys", key, 0, n, near_rows)
+            near_k, far_k = keys[:, :, split if q_len == 1 else 0 :], keys[:, :, :split]
+        else:  # a decoding step reads only the last `width` keys at their own positions
+            near_k = rotated(cached, "near", key, split if q_len == 1 else 0, n, near_rows, window=width)
+            far_k = rotated(cached, "far", key, 0, split, far_rows) if split else None
         if q_len == 1:  # decoding: the last `width` keys are neighbours, all before them far
-            split = max(0, n - width)
-            parts = [
-                (*attend(rot(query, pos[-1:]), rot(key[:, :, split:], pos[split:]), value[:, :, split:], scale), 0)
-            ]
-            if split:
-                far_q, far_k = rot(query, far_query(pos[-1:])), rot(key[:, :, :split], far_key(pos[:split]))
-                parts.append((*attend(far_q, far_k, value[:, :, :split], scale), 0))
+            last = torch.arange(n - 1, n, device=device)
+            if split:  # the query at both positions in one rotation
+                both = rot(query.expand(-1, -1, 2, -1), torch.cat((last, far_query(last))))
+                near_q, far_q = both[:, :, :1], both[:, :, 1:]
+                parts = [(*attend(far_q, far_k, value[:, :, :split], scale), 0)]
+            else:
+                near_q, parts = rot(query, last), []
+            parts.append((*attend(near_q, near_k, value[:, :, split:], scale), 0))
         else:
-            parts = band_parts(rot(query, pos), rot(key, pos), value, width, scale)
+            pos = torch.arange(n, device=device)
+            parts = band_parts(rot(query, slice(0, n)), near_k, value, width, scale)
             if n > width:  # far pairs j <= i − width: a causal attention on the sub-square
                 far_q = rot(query[:, :, width:], far_query(pos[width:]))
-                far_k = rot(key[:, :, : n - width], far_key(pos[: n - width]))
-                parts.append((*attend(far_q, far_k, value[:, :, : n - width], scale, causal=True), width))
+                parts.append((*attend(far_q, far_k, value[:, :, :split], scale, causal=True), width))
         return _finish(merge(parts, q_len), query.dtype)
 
     p_k = torch.arange(kv_len, device=query.device)[None] if k_pos is None else k_pos  # [b or 1, kv]
-    near_k, far_k = rot(key, p_k), rot(key, far_key(p_k))
+    near_k = rot(key, p_k)
+    far_k = near_k if far_key is None else rot(key, far_key(p_k))
     parts = []
     for r0, r1, allowed in _mask_blocks(attention_mask, q_len, kv_len, query.device):
         p_q = position_ids[:, r0:r1]
@@ -149,19 +173,24 @@ def _mask_blocks(attention_mask: torch.Tensor | None, q_len: int, kv_len: int, d
         yield r0, r1, allowed
 
 
-def _rotator(rotary: Any, size: int, query: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``rot(x, positions)``: x rotated at positions [s] (shared by the batch) or [b, s], from the
-    rotary module's cos/sin table of at least ``size`` positions (query dtype and device)."""
+def _rotator(
+    rotary: Any, size: int, query: torch.Tensor
+) -> Callable[[torch.Tensor, torch.Tensor | slice], torch.Tensor]:
+    """``rot(x, positions)``: x rotated at positions [s] (shared by the batch), [b, s], or a ``slice``
+    of consecutive positions, from the rotary module's cos/sin table of at least ``size`` positions
+    (query dtype and device)."""
     cos, sin = rotary.table(size, query.dtype, query.device)
 
-    def rot(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def rot(x: torch.Tensor, positions: torch.Tensor | slice) -> torch.Tensor:
         return rotate(x, _rows(cos, positions), _rows(sin, positions))
 
     return rot
 
 
-def _rows(table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Table rows for positions [s] (shared by the batch) or [b, s]. # [1 or b, 1, s, d]"""
+def _rows(table: torch.Tensor, positions: torch.Tensor | slice) -> torch.Tensor:
+    """Table rows for positions [s] (shared by the batch), [b, s] or a slice. # [1 or b, 1, s, d]"""
+    if isinstance(positions, slice):  # consecutive positions: a view, no gather
+        return table[positions][None, None]
     return table[positions][None, None] if positions.dim() == 1 else table[positions][:, None]
 
 

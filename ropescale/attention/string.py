@@ -4,7 +4,8 @@ Pairs closer than the shift S are neighbours at their true positions; pairs at d
 rotate their query at i − S + W. That is Self-Extend's two-region structure with other far
 positions, so it runs on :func:`.self_extend.banded_attention`: the far region is one causal call
 on the sub-square (queries from S on, keys up to n − S), the band two batched block calls, merged
-exactly by their log-sum-exp; decoding takes two key slices.
+exactly by their log-sum-exp; decoding takes two key slices. Both regions rotate keys at their own
+positions, so one set of rotated keys (kept beside the cache, :mod:`.rotated_cache`) serves both.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .self_extend import banded_attention
 NAME = "ropescale_string"
 
 
-def _string(query, key, value, attention_mask, position_ids, rotary, scale) -> torch.Tensor:
+def _string(query, key, value, attention_mask, position_ids, rotary, scale, cached=None) -> torch.Tensor:
     S, W = rotary.shift, rotary.local_window
     return banded_attention(
         query,
@@ -28,8 +29,9 @@ def _string(query, key, value, attention_mask, position_ids, rotary, scale) -> t
         rotary,
         width=S,
         far_query=lambda p: (p - S + W).clamp(min=0),  # rows nearer than S have no far keys: any valid row
-        far_key=lambda p: p,
+        far_key=None,  # keys keep their positions: both regions read one set of rotated keys
         scale=scale,
+        cached=cached,
     )
 
 
