@@ -40,6 +40,8 @@ BUDGETS = ("auto", "training-free", "fine-tune")
 TRAINING_FREE_LIMIT = 8.0
 #: up to this factor dynamic NTK is the training-free choice
 DYNAMIC_LIMIT = 2.0
+#: passkey prompts per length that tell 0.8 from 0.4 (95% Wilson intervals apart)
+FEW_PROMPTS = 25
 
 
 @dataclass
@@ -213,6 +215,12 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
         f"its retrieval (passkey ≥ {verdict.passkey_min:.2f} at {'/'.join(_k(n) for n in lengths)}"
         + (f", {'/'.join(map(str, prompts))} prompts per length" if prompts else "")
         + f"; native {ref.passkey:.2f} at {_k(ref.passkey_length)}): see `ropescale eval frontier`"
+        + (
+            f"; with fewer than {FEW_PROMPTS} prompts per length retrieval is only not shown lost: confirm with "
+            "`ropescale eval passkey` (25 prompts per length by default)"
+            if not prompts or min(prompts) < FEW_PROMPTS
+            else ""
+        )
     )
     from ropescale.methods import method_class
 

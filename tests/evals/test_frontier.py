@@ -145,7 +145,10 @@ def test_the_shipped_frontier_decides_the_embedded_models_2x():
     rec = recommend("smollm2-135m", L, 16384, evidence=list(shipped_evidence()))
     assert (rec.method, rec.factor) == ("self_extend", 2.0)
     assert "evals/measured/smollm2-135m-frontier.json" in rec.reasons[0]
-    assert recommend("smollm2-135m", L, 32768, evidence=list(shipped_evidence())).method == "yarn"  # none at ×4 yet
+    at_4x = recommend("smollm2-135m", L, 32768, evidence=list(shipped_evidence()))
+    assert (at_4x.method, at_4x.factor) == ("self_extend", 4.0)  # DCA ×4 lost the 32k passkey (0/4)
+    assert "only not shown lost" in at_4x.reasons[0]  # 4 prompts per length
+    assert recommend("smollm2-135m", L, 65536, evidence=list(shipped_evidence())).method == "yarn"  # none at ×8
 
 
 def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
