@@ -253,12 +253,19 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
             label(v.row),
             (v.worst_ratio, v.passkey_min),
             textcoords="offset points",
-            xytext=(6, 5 if i % 2 == 0 else -13),
+            xytext=(6, 5 if i % 2 == 0 or v.passkey_min < 0.1 else -13),
             fontsize=8,
         )
     front = sorted((v for v in placed if v.pareto), key=lambda v: v.worst_ratio)
     if len(front) > 1:
-        ax.step([v.worst_ratio for v in front], [v.passkey_min for v in front], where="post", color="tab:blue", lw=1)
+        ax.step(
+            [v.worst_ratio for v in front],
+            [v.passkey_min for v in front],
+            where="post",
+            color="tab:blue",
+            lw=1,
+            label="Pareto front",
+        )
     ratios = [v.worst_ratio for v in placed]
     wide = max(ratios) / min(ratios) > 2  # a collapsed method far right: log, else the 1% matters
     if wide:
@@ -276,7 +283,7 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
     ax.set_ylabel(f"worst passkey accuracy up to {_k(target_length)}")
     ax.set_title(f"{ev.model}: perplexity vs retrieval at ×{target_length / original_context:g} (green: keeps both)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     return save_png(fig, path, bbox_inches="tight")
 
 
