@@ -17,6 +17,11 @@ training-free method holds up (8× training-free YaRN gave PPL > 25 in llama.cpp
 YaRN fine-tunes in few steps, PoSE on windows of L tokens (YaRN arXiv 2309.00071, PoSE arXiv
 2309.10400).
 
+Before the rule, a training-free recommendation reads the measured frontier of the same model
+(:mod:`.frontier`): if a source measured a method at exactly s that keeps both the native perplexity
+and the native retrieval, that method is recommended (the rule's method stays as the alternative
+for engines that cannot run it). Another model's measurements never decide, they only illustrate.
+
 The expected trade-offs are computed from measured results (:mod:`ropescale.evals.evidence`):
 every ``results.json`` written by ``ropescale eval`` for the same model, then the measurements
 shipped with ropescale (``evals/measured/*.json``: SmolLM2-135M, each number with the command
