@@ -3,11 +3,13 @@
 A measured method (a :class:`~.evidence.Measured` row at factor s = N / L, N the target length, L
 the trained context) is read against the unscaled model's row of the same evidence:
 
-* **perplexity kept**: at every measured length in (L, N] its perplexity is at most
+* **perplexity kept**: measured at the longest length in (L, N] the source measured, and at every
+  measured length in (L, N] its perplexity is at most
   ``1 + tolerance`` times the native perplexity at L (the longest native length ≤ L), and at every
   measured length ≤ L at most ``1 + tolerance`` times the native perplexity at that same length
   (no short-context regression). Default tolerance: 1%.
-* **retrieval kept**: at every measured passkey length ≤ N the method is not shown below the native
+* **retrieval kept**: measured at the source's longest passkey length ≤ N, and at every measured
+  passkey length ≤ N the method is not shown below the native
   accuracy at L (the longest native passkey length ≤ L): the 95% Wilson interval of its accuracy
   reaches that accuracy. With few trials the interval is wide, so the report prints trials and
   intervals beside every verdict; "kept" means "not shown lost", never "shown equal".
@@ -105,6 +107,9 @@ def verdicts(
         return None, []
     native = ev.find("default")
     s = target_length / original_context
+    # a verdict needs the row measured at the longest length this source measured (≤ N) for any method
+    top_ppl = max((n for r in ev.rows for n in r.ppl if original_context < n <= target_length), default=None)
+    top_pk = max((n for r in ev.rows for n in r.passkey if n <= target_length), default=None)
     out = []
     for row in ev.rows:
         if row.method == "default" or (row.factor is not None and abs(row.factor - s) > 1e-9):
@@ -117,9 +122,9 @@ def verdicts(
             if n <= target_length
         )
         short_ok = all(r <= 1 + tolerance for r in short)
-        keeps_ppl = False if not short_ok else (max(long) <= 1 + tolerance if long else None)
+        keeps_ppl = False if not short_ok else (max(long) <= 1 + tolerance if top_ppl in row.ppl else None)
         keeps_retrieval = None
-        if cells and ref.passkey is not None:
+        if top_pk in row.passkey and ref.passkey is not None:
             keeps_retrieval = all((ci[1] if ci else acc) >= ref.passkey for _, acc, _, ci in cells)
         out.append(
             Verdict(

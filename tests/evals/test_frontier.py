@@ -65,6 +65,11 @@ def test_without_trials_the_point_estimate_decides_and_unmeasured_is_not_a_verdi
         _row("short_only", {2048: 28.0}, {4096: 1.0}, factor=None),
     )
     v = _by_label(verdicts(ev, L, 16384)[1])
+    partial = _evidence(
+        _row("full", {32768: 30.0}, {32768: 1.0}, factor=4.0), _row("half_way", {16384: 30.0}, {16384: 1.0}, factor=4.0)
+    )
+    w = _by_label(verdicts(partial, L, 32768)[1])
+    assert w["full"].keeps_both and w["half_way"].keeps_ppl is None and w["half_way"].keeps_retrieval is None
     assert v["point"].keeps_retrieval is False  # 0.7 < 0.75 and no interval to widen it
     assert v["ppl_only"].keeps_retrieval is None and not v["ppl_only"].keeps_both
     assert v["short_only"].keeps_ppl is None  # nothing beyond L measured: no verdict, not "kept"
