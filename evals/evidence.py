@@ -50,6 +50,15 @@ class Measured:
     passkey_trials: dict[int, int] = field(default_factory=dict)  # prompts behind each accuracy, where known
     commands: tuple[str, ...] = ()  # the commands that produced the numbers (shipped measurements)
 
+    @property
+    def title(self) -> str:
+        """``self_extend ×2`` / ``none``: the label with the factor."""
+        return self.label + (f" ×{self.factor:g}" if self.factor else "")
+
+    def at_factor(self, factor: float | None) -> bool:
+        """Whether this row was measured at exactly ``factor`` (False for an unscaled row or None)."""
+        return factor is not None and self.factor is not None and abs(self.factor - factor) < 1e-9
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -64,13 +73,18 @@ class Evidence:
         """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
         measured there (else the first at any factor)."""
         rows = [r for r in self.rows if r.method == method and r.params == params]
-        exact = [r for r in rows if factor is not None and r.factor is not None and abs(r.factor - factor) < 1e-9]
+        exact = [r for r in rows if r.at_factor(factor)]
         return (exact or rows or [None])[0]
 
     @property
     def commands(self) -> list[str]:
         """Every command behind the rows, in the order they first appear."""
         return list(dict.fromkeys(c for r in self.rows for c in r.commands))
+
+
+def length_text(n: int) -> str:
+    """``16384 -> "16k"``, ``20000 -> "20,000"`` (reports and recommendations)."""
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
 
 
 def _method_name(name: str) -> str:

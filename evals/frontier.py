@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .evidence import Evidence, Measured
+from .evidence import length_text as _k
 from .generation import wilson_interval
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
@@ -112,7 +113,7 @@ def verdicts(
     top_pk = max((n for r in ev.rows for n in r.passkey if n <= target_length), default=None)
     out = []
     for row in ev.rows:
-        if row.method == "default" or (row.factor is not None and abs(row.factor - s) > 1e-9):
+        if row.method == "default" or (row.factor is not None and not row.at_factor(s)):
             continue
         long = [row.ppl[n] / ref.ppl for n in row.ppl if original_context < n <= target_length]
         short = [row.ppl[n] / native.ppl[n] for n in row.ppl if n <= original_context and n in native.ppl]
@@ -169,15 +170,6 @@ def frontier_choice(
     return None
 
 
-def label(row: Measured) -> str:
-    """``self_extend ×2`` / ``string-yarn ×2``."""
-    return row.label + (f" ×{row.factor:g}" if row.factor else "")
-
-
-def _k(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
-
-
 def _yes(flag: bool | None) -> str:
     return "n/m" if flag is None else ("yes" if flag else "no")
 
@@ -210,13 +202,13 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
             shown.append(f"{acc:.2f}" + (f" · {trials} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""))
         ratio = f"{v.ppl_ratio:.3f}" if v.ppl_ratio is not None else "n/m"
         short = f"{v.short_ratio:.3f}" if v.short_ratio is not None else "n/m"
-        name = f"**{label(v.row)}**" if v.keeps_both else label(v.row)
+        name = f"**{v.row.title}**" if v.keeps_both else v.row.title
         lines.append(
             f"| {name} | {ratio} | {short} | "
             + " | ".join(shown)
             + f" | {_yes(v.keeps_ppl)} | {_yes(v.keeps_retrieval)} | {'●' if v.pareto else ''} |"
         )
-    both = [label(v.row) for v in found if v.keeps_both]
+    both = [v.row.title for v in found if v.keeps_both]
     lines += [
         "",
         f"Keeps both: {', '.join(both) if both else 'none'}.",
@@ -255,7 +247,7 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
         ax.errorbar(v.worst_ratio, v.passkey_min, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.9)
         ax.annotate(
-            label(v.row),
+            v.row.title,
             (v.worst_ratio, v.passkey_min),
             textcoords="offset points",
             xytext=(6, 5 if i % 2 == 0 or v.passkey_min < 0.1 else -13),

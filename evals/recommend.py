@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
+from .evidence import length_text as _k
 
 __all__ = ["Evidence", "Measured", "find_evidence", "load_results", "recommend", "format_recommendation"]
 
@@ -66,10 +67,6 @@ class Recommendation:
     @property
     def ratio(self) -> float:
         return self.target_length / self.original_context
-
-
-def _k(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
 
 
 def _pct(new: float, old: float) -> str:
@@ -204,7 +201,7 @@ def recommend(
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
     """Take the method the measured frontier of this model says keeps both (:mod:`.frontier`)."""
-    from .frontier import frontier_choice, label
+    from .frontier import frontier_choice
 
     pick = frontier_choice(evidence, rec.original_context, rec.target_length)
     if pick is None:
@@ -215,7 +212,7 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     lengths = [n for n, *_ in verdict.passkey_cells]
     prompts = sorted({t for _, _, t, _ in verdict.passkey_cells if t})
     rec.reasons.append(
-        f"measured on this model ({ev.source}): {label(row)} keeps the native perplexity (worst "
+        f"measured on this model ({ev.source}): {row.title} keeps the native perplexity (worst "
         f"{verdict.ppl_ratio:.3f}× native PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, up to {_k(rec.target_length)}) and "
         f"its retrieval (passkey ≥ {verdict.passkey_min:.2f} at {'/'.join(_k(n) for n in lengths)}"
         + (f", {'/'.join(map(str, prompts))} prompts per length" if prompts else "")
@@ -256,7 +253,7 @@ def tradeoffs(
 
     def exact(ev: Evidence) -> bool:
         row = ev.find(method, factor=scale)
-        return row is not None and row.factor is not None and abs(row.factor - scale) < 1e-9
+        return row is not None and row.at_factor(scale)
 
     evidence = sorted(evidence, key=lambda ev: not exact(ev))  # sources measured at this very factor first
 
@@ -291,7 +288,7 @@ def tradeoffs(
         out.append(
             (
                 f"short inputs: PPL {row.ppl[n]:.2f} at {_k(n)} vs {base.ppl[n]:.2f} unscaled ({cost}; "
-                f"{_row_label(row)}, {cite(ev)})",
+                f"{row.title}, {cite(ev)})",
                 ev,
             )
         )
@@ -309,7 +306,7 @@ def tradeoffs(
     if hit:
         row, n, others = hit
         listed = ", ".join(f"{r.label} {_num(r.ppl[n])}" for r in sorted(others, key=lambda r: r.ppl[n]))
-        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({_row_label(row)}) vs {listed} ({cite(ev)})", ev))
+        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({row.title}) vs {listed} ({cite(ev)})", ev))
 
     # 3. passkey retrieval at each measured length
     def passkey(ev):
@@ -325,7 +322,7 @@ def tradeoffs(
             + (f" (unscaled {base.passkey[n]:.0%})" if base and n in base.passkey else "")
             for n in lengths
         )
-        out.append((f"passkey: {acc} ({_row_label(row)}, {cite(ev)})", ev))
+        out.append((f"passkey: {acc} ({row.title}, {cite(ev)})", ev))
 
     # 4. YaRN's temperature: attention_factor=1.0 against the default
     if method == "yarn":
@@ -396,13 +393,13 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
 def evidence_table(ev: Evidence) -> str:
     ppl_lengths = sorted({n for r in ev.rows for n in r.ppl})
     pk_lengths = sorted({n for r in ev.rows for n in r.passkey})
-    width = max(len(_row_label(r)) for r in ev.rows)
+    width = max(len(r.title) for r in ev.rows)
     head = f"  {'':<{width}}  " + "".join(f"{'PPL ' + _k(n):>10}" for n in ppl_lengths)
     if pk_lengths:
         head += "  " + "".join(f"{'passkey ' + _k(n):>12}" for n in pk_lengths)
     lines = [head]
     for r in ev.rows:
-        line = f"  {_row_label(r):<{width}}  " + "".join(
+        line = f"  {r.title:<{width}}  " + "".join(
             f"{_num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths
         )
         if pk_lengths:
@@ -413,7 +410,3 @@ def evidence_table(ev: Evidence) -> str:
 
 def _num(x: float) -> str:
     return f"{x:.2f}" if x < 1000 else f"{x:.4g}"
-
-
-def _row_label(r: Measured) -> str:
-    return r.label + (f" ×{r.factor:g}" if r.factor else "")
