@@ -161,3 +161,14 @@ def check_output_dir(path: str, overwrite: bool) -> Path:
     except OSError as exc:
         raise RopescaleError(f"output '{path}' is not writable: {exc.strerror}") from None
     return out
+
+
+def unit_floats(flag: str, text: str) -> list[float]:
+    """``"0.2,0.5"`` -> ``[0.2, 0.5]``: comma-separated numbers in [0, 1] (e.g. needle depths)."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not values or any(not 0 <= v <= 1 for v in values):
+        raise ValueError(f"{flag} must be numbers in [0, 1], got {text!r}")
+    return values

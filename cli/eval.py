@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from .. import options
-from .common import _positive_int, add_factor_args, add_model_args, add_runtime_args, parse_params, typed
+from .common import _positive_int, add_factor_args, add_model_args, add_runtime_args, parse_params, typed, unit_floats
 
 _LENGTHS = typed(options.positive_ints, "--lengths")
 
@@ -111,16 +111,6 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     return p
 
 
-def _floats(flag: str, text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{flag} must be comma-separated numbers, got {text!r}") from None
-    if not values or any(not 0 <= v <= 1 for v in values):
-        raise ValueError(f"{flag} must be numbers in [0, 1], got {text!r}")
-    return values
-
-
 def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.method and args.methods:
         raise ValueError("give --method or --methods, not both")
@@ -160,7 +150,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if task == "perplexity":
         settings.update(mode=args.mode, stride=args.stride, max_tokens=args.max_tokens)
     else:
-        settings.update(depths=_floats("--depths", args.depths), trials=args.trials)
+        settings.update(depths=unit_floats("--depths", args.depths), trials=args.trials)
         if args.trials <= 0:
             raise ValueError(f"--trials must be positive, got {args.trials}")
         if task == "needle":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import _positive_int, add_model_args, add_original_context_arg
+from .common import _positive_int, add_model_args, add_original_context_arg, unit_floats
 
 EXAMPLE = """examples:
   ropescale eval frontier --target-length 16384 --output runs/frontier-16k      # runs the suite (resumable)
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             original,
             args.target_length,
             methods,
-            _depths(args.depths),
+            unit_floats("--depths", args.depths),
             args.trials,
             args.data,
             args.max_tokens,
@@ -94,18 +94,6 @@ def run(args: argparse.Namespace) -> int:
     print(report)
     print(f"\nreport: {results.parent / 'frontier.md'}" + (f"\nplot:   {plot}" if plot else ""))
     return 0
-
-
-def _depths(text: str) -> list[float]:
-    from ..evals.generation import check_depth
-
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    if not values:
-        raise ValueError(f"--depths must be comma-separated numbers in [0, 1], got {text!r}")
-    try:
-        return [check_depth(float(v)) for v in values]
-    except ValueError:
-        raise ValueError(f"--depths must be comma-separated numbers in [0, 1], got {text!r}") from None
 
 
 def _original_context(model: str, given: int | None) -> int:
