@@ -8,6 +8,8 @@ drawn, live here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -109,6 +111,7 @@ def greedy_generate(
     batch_size: int = 1,
     progress: bool = False,
     desc: str = "generate",
+    journal: PromptJournal | None = None,
 ) -> list[str]:
     """Decode each prompt greedily with the model's KV cache and return the new text.
 
@@ -124,6 +127,8 @@ def greedy_generate(
         batch_size: most prompts per ``generate`` call.
         progress: show a tqdm bar over prompts.
         desc: the bar's label.
+        journal: where each prompt's text is recorded as soon as it is decoded, and read back:
+            a prompt the journal already holds is not decoded again (an interrupted run resumes).
 
     Returns:
         One string per prompt, in order: the generated tokens decoded with special tokens skipped.
@@ -141,14 +146,19 @@ def greedy_generate(
         pad_id = getattr(tokenizer, "eos_token_id", None)
     device = model_device(model)
 
-    texts: list[str] = []
-    bar = tqdm(total=len(prompts), desc=desc, disable=not progress, unit="prompt")
-    i = 0
-    while i < len(prompts):
-        j = i + 1  # a batch holds consecutive prompts of the same length
-        while j < len(prompts) and j - i < batch_size and len(prompts[j]) == len(prompts[i]):
-            j += 1
-        input_ids = torch.tensor(prompts[i:j], dtype=torch.long, device=device)  # [b, L]
+    done = journal.texts(prompts, max_new_tokens) if journal is not None else [None] * len(prompts)
+    todo = [i for i, text in enumerate(done) if text is None]
+    texts: list[str | None] = list(done)
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc=desc, disable=not progress, unit="prompt")
+    k = 0
+    while k < len(todo):
+        batch = [todo[k]]  # a batch holds prompts of the same length, consecutive among those left
+        while k + len(batch) < len(todo) and len(batch) < batch_size:
+            nxt = todo[k + len(batch)]
+            if len(prompts[nxt]) != len(prompts[batch[0]]):
+                break
+            batch.append(nxt)
+        input_ids = torch.tensor([prompts[i] for i in batch], dtype=torch.long, device=device)  # [b, L]
         out = model.generate(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -156,11 +166,82 @@ def greedy_generate(
             max_new_tokens=max_new_tokens,
             pad_token_id=pad_id,
         )  # [b, L + new]
-        texts += [tokenizer.decode(new.tolist(), skip_special_tokens=True) for new in out[:, input_ids.shape[1] :]]
-        bar.update(j - i)
-        i = j
+        for i, new in zip(batch, out[:, input_ids.shape[1] :]):
+            texts[i] = tokenizer.decode(new.tolist(), skip_special_tokens=True)
+            if journal is not None:
+                journal.record(prompts[i], max_new_tokens, texts[i])
+        bar.update(len(batch))
+        k += len(batch)
     bar.close()
-    return texts
+    return [t for t in texts if t is not None]
+
+
+class PromptJournal:
+    """The texts a retrieval run has decoded so far, one JSON line per prompt, so that an
+    interrupted run resumes at the first prompt it had not finished (a 32k-token prompt costs
+    minutes on a CPU; a cell of 25 of them, hours).
+
+    The first line holds a fingerprint of what decoded them (model, method settings, runtime):
+    a journal written under another fingerprint is set aside (renamed ``*.stale``), never mixed
+    in. Each later line is ``{"prompt": sha256 of the token ids, "max_new_tokens", "text"}``,
+    appended and flushed to disk as the prompt finishes; a torn last line (a crash mid-write) is
+    ignored. The caller removes the journal once the run's result is written.
+    """
+
+    def __init__(self, path: str | os.PathLike, fingerprint: dict[str, Any]):
+        self.path = Path(path)
+        self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True))  # as it reads back
+
+    @staticmethod
+    def digest(prompt: Sequence[int]) -> str:
+        """sha256 of a prompt's token ids."""
+        return hashlib.sha256(",".join(str(int(t)) for t in prompt).encode()).hexdigest()
+
+    def _read(self) -> dict[tuple[str, int], str]:
+        if not self.path.is_file():
+            return {}
+        text = self.path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        try:
+            head = json.loads(lines[0]) if lines else None
+        except ValueError:
+            head = None
+        if not isinstance(head, dict) or head.get("fingerprint") != self.fingerprint:
+            self.path.replace(self.path.with_name(self.path.name + ".stale"))
+            return {}
+        if not text.endswith("\n"):  # a torn last line: the next record starts on a line of its own
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("\n")
+        found = {}
+        for line in lines[1:]:
+            try:
+                row = json.loads(line)
+                found[(row["prompt"], row["max_new_tokens"])] = str(row["text"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line from an interrupted write
+        return found
+
+    def texts(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[str | None]:
+        """Each prompt's recorded text, or None where it has none; starts the file if absent."""
+        found = self._read()
+        if not self.path.is_file():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._append({"fingerprint": self.fingerprint})
+        return [found.get((self.digest(p), max_new_tokens)) for p in prompts]
+
+    def record(self, prompt: Sequence[int], max_new_tokens: int, text: str) -> None:
+        """Append one finished prompt's text."""
+        self._append({"prompt": self.digest(prompt), "max_new_tokens": max_new_tokens, "text": text})
+
+    def _append(self, row: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def remove(self) -> None:
+        """Delete the journal (the run's result has been written)."""
+        self.path.unlink(missing_ok=True)
 
 
 def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple[float, float]:

@@ -23,6 +23,7 @@ import torch
 
 from ropescale.evals.generation import (
     GridResult,
+    PromptJournal,
     check_grid,
     check_positive_int,
     greedy_generate,
@@ -143,6 +144,7 @@ def run_needle(
     progress: bool = True,
     add_bos: bool | None = None,
     batch_size: int = 1,
+    journal: PromptJournal | None = None,
 ) -> NeedleResult:
     """Run a needle task over a grid of prompt lengths and needle depths.
 
@@ -165,6 +167,8 @@ def run_needle(
         add_bos: as in :func:`build_needle_prompt`.
         batch_size: prompts of one length generated together (same length, no padding); 1
             reproduces single-prompt numerics exactly.
+        journal: records each prompt's text as it finishes and skips the prompts it holds
+            (:class:`~ropescale.evals.generation.PromptJournal`; the suite runner keeps one per cell).
 
     Returns:
         A :class:`NeedleResult`.
@@ -191,7 +195,14 @@ def run_needle(
     start = time.perf_counter()
     # Prompts of one length have exactly that many tokens, so batches never need padding.
     texts = greedy_generate(
-        model, tokenizer, [p.input_ids for p in prompts], max_new_tokens, batch_size, progress, desc=spec.name
+        model,
+        tokenizer,
+        [p.input_ids for p in prompts],
+        max_new_tokens,
+        batch_size,
+        progress,
+        desc=spec.name,
+        journal=journal,
     )
     for (n, d, t), p, text in zip(jobs, prompts, texts):
         s = score(text, p.expected)

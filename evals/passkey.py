@@ -37,6 +37,7 @@ import torch
 
 from ropescale.evals.generation import (
     GridResult,
+    PromptJournal,
     bos_prefix,
     check_depth,
     check_grid,
@@ -277,6 +278,7 @@ def run_passkey(
     progress: bool = True,
     add_bos: bool | None = None,
     batch_size: int = 1,
+    journal: PromptJournal | None = None,
 ) -> PasskeyResult:
     """Run passkey retrieval over a grid of prompt lengths and needle depths.
 
@@ -296,6 +298,8 @@ def run_passkey(
         add_bos: as in :func:`build_passkey_prompt`.
         batch_size: prompts of one length generated together (they all have the same length, so
             no padding is needed); 1 reproduces single-prompt numerics exactly.
+        journal: records each prompt's text as it finishes and skips the prompts it holds
+            (:class:`~ropescale.evals.generation.PromptJournal`; the suite runner keeps one per cell).
 
     Returns:
         A :class:`PasskeyResult` (per-cell accuracy, per-trial records, passkey context).
@@ -317,7 +321,14 @@ def run_passkey(
     start = time.perf_counter()
     # Prompts of one length have exactly that many tokens, so batches never need padding.
     texts = greedy_generate(
-        model, tokenizer, [p.input_ids for p in prompts], max_new_tokens, batch_size, progress, desc="passkey"
+        model,
+        tokenizer,
+        [p.input_ids for p in prompts],
+        max_new_tokens,
+        batch_size,
+        progress,
+        desc="passkey",
+        journal=journal,
     )
     for (n, d, t), p, text in zip(jobs, prompts, texts):
         result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))

@@ -240,6 +240,20 @@ class SuiteRunner:
             self.runtime_for(entry),
         )
 
+    def journal(self, entry: MethodEntry, task: str, length: int):
+        """The prompts a retrieval cell has finished, kept beside the cell until it is written, so
+        that an interrupted cell resumes at its first unfinished prompt."""
+        from .generation import PromptJournal
+
+        fingerprint = {
+            "model": self.suite.model,
+            "method_name": entry.method,
+            "factor": entry.factor,
+            "params": entry.params,
+            "runtime": self.runtime_for(entry),
+        }
+        return PromptJournal(self.cell_path(entry, task, length).with_suffix(".partial.jsonl"), fingerprint)
+
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]
 
@@ -288,6 +302,7 @@ class SuiteRunner:
                     "result": result,
                 }
                 atomic_write_json(self.cell_path(entry, task, length), record)
+                self.journal(entry, task, length).remove()
                 bar.update(1)
             bar.close()
         from .report import write_report
@@ -348,6 +363,7 @@ class SuiteRunner:
                 int(pk.get("trials", 1)),
                 seed=self.suite.seed,
                 progress=self.progress,
+                journal=self.journal(entry, task, length),
             )
             return result.to_dict()
         from .needle import run_needle
@@ -363,6 +379,7 @@ class SuiteRunner:
             seed=self.suite.seed,
             haystack=self.haystack,
             progress=self.progress,
+            journal=self.journal(entry, task, length),
         )
         return result.to_dict()
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ropescale.evals.generation import check_depth, check_grid, check_positive_int, greedy_generate, model_device
+from ropescale.evals.generation import (
+    PromptJournal,
+    check_depth,
+    check_grid,
+    check_positive_int,
+    greedy_generate,
+    model_device,
+)
 
 
 class EchoModel:
@@ -157,3 +164,62 @@ def test_difference_interval_excludes_zero_only_beyond_the_noise():
     assert difference_interval(6, 6, 2, 6)[0] == pytest.approx(0.1311, abs=1e-4)
     low, high = difference_interval(5, 10, 5, 10)
     assert low == pytest.approx(-high) and low < 0
+
+
+class CrashingEcho(EchoModel):
+    """An :class:`EchoModel` that raises on its ``crash_on``-th generate call."""
+
+    def __init__(self, crash_on=None):
+        super().__init__()
+        self.crash_on = crash_on
+
+    def generate(self, input_ids, **kwargs):
+        if len(self.shapes) + 1 == self.crash_on:
+            raise KeyboardInterrupt
+        return super().generate(input_ids, **kwargs)
+
+
+PROMPTS = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 2, 3, 4], [5, 6, 7, 8]]
+
+
+def test_an_interrupted_run_resumes_at_its_first_unfinished_prompt(tmp_path):
+    expected = greedy_generate(EchoModel(), DigitTokenizer(), PROMPTS, max_new_tokens=2)
+    journal = PromptJournal(tmp_path / "cell.partial.jsonl", {"method": "yarn", "factor": 4})
+    with pytest.raises(KeyboardInterrupt):
+        greedy_generate(CrashingEcho(crash_on=4), DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=journal)
+    model = EchoModel()
+    again = PromptJournal(tmp_path / "cell.partial.jsonl", {"factor": 4, "method": "yarn"})  # same fingerprint
+    assert greedy_generate(model, DigitTokenizer(), PROMPTS, max_new_tokens=2, batch_size=2, journal=again) == expected
+    assert model.shapes == [(2, 4)]  # only the prompts the crash left, batched among themselves
+
+    model = EchoModel()  # everything recorded: nothing is decoded again
+    assert greedy_generate(model, DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=again) == expected
+    assert model.shapes == []
+    model = EchoModel()  # another max_new_tokens is another prompt
+    greedy_generate(model, DigitTokenizer(), PROMPTS[:1], max_new_tokens=3, journal=again)
+    assert model.shapes == [(1, 3)]
+    again.remove()
+    assert not (tmp_path / "cell.partial.jsonl").exists()
+
+
+def test_a_journal_from_other_settings_is_set_aside_and_a_torn_line_ignored(tmp_path):
+    path = tmp_path / "cell.partial.jsonl"
+    greedy_generate(EchoModel(), DigitTokenizer(), PROMPTS[:2], max_new_tokens=2, journal=PromptJournal(path, {"f": 2}))
+    model = EchoModel()
+    greedy_generate(model, DigitTokenizer(), PROMPTS[:2], max_new_tokens=2, journal=PromptJournal(path, {"f": 4}))
+    assert model.shapes == [(1, 3), (1, 3)]  # another fingerprint: decoded again, the old file kept aside
+    assert (tmp_path / "cell.partial.jsonl.stale").is_file()
+
+    with open(path, "a") as f:
+        f.write('{"prompt": "ab')  # a crash in the middle of a write
+    model = EchoModel()
+    journal = PromptJournal(path, {"f": 4})
+    assert greedy_generate(model, DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=journal)[2:] == [
+        "99",
+        "44",
+        "88",
+    ]
+    assert model.shapes == [(1, 3), (1, 4), (1, 4)]
+    model = EchoModel()  # the records written after the torn line read back
+    greedy_generate(model, DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=PromptJournal(path, {"f": 4}))
+    assert model.shapes == []

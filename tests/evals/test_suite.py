@@ -270,3 +270,33 @@ def test_report_context_uses_each_results_threshold(tmp_path):
     assert "accuracy ≥ 0.8." in passkey
     assert "| none | 1.00 · 1/1 [0.21, 1.00] | 0.85 · n=1 [0.15, 0.99] | 100 |" in needle
     assert "accuracy ≥ 0.856." in needle
+
+
+def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suite_dict, tmp_path, monkeypatch):
+    from ropescale.evals.generation import PromptJournal
+
+    one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], perplexity=None)
+    one["passkey"] = {"lengths": [128], "depths": [0.0, 0.5, 1.0], "trials": 2}
+    run_suite(suite_from_dict(one), tmp_path / "full", progress=False)
+    expected = _strip_times(_cells(tmp_path / "full"))
+
+    real = PromptJournal.record
+    recorded = []
+
+    def crash_after_four(self, *args):
+        if len(recorded) == 4:
+            raise KeyboardInterrupt
+        recorded.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(PromptJournal, "record", crash_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
+    assert not _cells(tmp_path / "resumed") and len(list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))) == 1
+
+    recorded.clear()
+    monkeypatch.setattr(PromptJournal, "record", lambda self, *a: recorded.append(a) or real(self, *a))
+    run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
+    assert len(recorded) == 2  # the 6-prompt cell decoded only the two the crash left
+    assert _strip_times(_cells(tmp_path / "resumed")) == expected
+    assert not list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))  # gone once the cell is written
