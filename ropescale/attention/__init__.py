@@ -64,6 +64,8 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     else:
         consistent.register()
         name = consistent.NAMES[inner]
+    if getattr(plan.method, "logn", False):
+        rotary.logn_context = plan.spec.original_max_position_embeddings
     for layer in _attention_layers(owner):
         layer.__dict__[LAYER_ATTR] = rotary  # a plain reference, not a submodule
     _set_implementation(model, name)

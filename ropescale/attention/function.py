@@ -27,6 +27,24 @@ def softmax_scale(scaling: float | None, query: torch.Tensor, dropout: float) ->
     return scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
 
 
+def logn_scale(positions: torch.Tensor, context: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The log-length query scale: ``max(1, ln(p + 1) / ln(L))`` for a query at position p.
+
+    A query beyond the trained context L sees more keys than any query in training, so its softmax
+    spreads thinner over them and a single far key (a needle) draws less weight than it would at
+    L. Scaling the query (hence its scores) by ln(p + 1) / ln(L) keeps the softmax's entropy where
+    training left it (Chiang & Cholak, arXiv 2202.12172; Qwen's "logn attention"). Positions up to
+    L − 1 get exactly 1: every prompt within the trained context is computed as without it.
+
+    Args:
+        positions: query positions (any shape, 0-based).
+        context: the trained context L (> 1).
+        dtype: dtype of the result.
+    """
+    p = positions.to(torch.float64) + 1.0
+    return (p.log() / math.log(context)).clamp(min=1.0).to(dtype)
+
+
 def attention_function(kernel: Kernel, method: str) -> Callable[..., tuple[torch.Tensor, None]]:
     """An attention function with transformers' signature that runs ``kernel`` on unrotated q/k.
 
@@ -54,6 +72,8 @@ def attention_function(kernel: Kernel, method: str) -> Callable[..., tuple[torch
     ) -> tuple[torch.Tensor, None]:
         scale = softmax_scale(scaling, query, dropout)
         rotary = rotary_of(module)
+        if rotary.logn_context is not None:
+            query = query * logn_scale(kwargs["position_ids"], rotary.logn_context, query.dtype)[:, None, :, None]
         cached = lookup(module, rotary, key)  # the layer's rotated keys, when they provably match its cache
         return kernel(query, key, value, attention_mask, kwargs["position_ids"], rotary, scale, cached), None
 

@@ -53,6 +53,8 @@ class AttentionRotary(ScaledRotaryEmbedding):
         self.attention_name: str | None = None
         #: keep rotated keys beside the KV cache (:mod:`.rotated_cache`); False: rotate the cache every step
         self.rotated_keys = True
+        #: the trained context L when queries are scaled by :func:`.function.logn_scale`, else None
+        self.logn_context: int | None = None
         self._rotated_cache: Any = None  # weak reference to the cache of the current forward pass
 
     def _update(self, seq_len: int, device: torch.device) -> None:

@@ -44,6 +44,8 @@ class DualChunk(ScalingMethod):
 
     chunk_size: int | None = None
     local_window: int | None = None
+    #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
+    logn: bool = False
 
     def validate(self) -> None:
         object.__setattr__(self, "chunk_size", _check_int("chunk_size", self.chunk_size))

@@ -65,6 +65,8 @@ class SelfExtend(ScalingMethod):
 
     group_size: int | None = None
     window: int | None = None
+    #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
+    logn: bool = False
 
     def validate(self) -> None:
         object.__setattr__(self, "group_size", _check_int("group_size", self.group_size))

@@ -50,6 +50,8 @@ class String(ScalingMethod):
     shift: int | None = None
     local_window: int | None = None
     frequencies: str = "default"
+    #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
+    logn: bool = False
 
     def validate(self) -> None:
         object.__setattr__(self, "shift", _check_int("shift", self.shift))

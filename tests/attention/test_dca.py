@@ -88,12 +88,13 @@ def test_the_mask_free_and_masked_paths_agree():
 def test_defaults_and_validation():
     spec = RotarySpec(64, 1e5, 8192)  # SmolLM2-135M
     method = get_method("dca", factor=4)
-    assert method.resolved_params(spec) == {"factor": 4.0, "chunk_size": 6144, "local_window": 512}
+    assert method.resolved_params(spec) == {"factor": 4.0, "chunk_size": 6144, "local_window": 512, "logn": False}
     assert method.extended_context(spec) == 32768
     assert get_method("dca", chunk_size="48", local_window="8").params() == {
         "factor": 1.0,
         "chunk_size": 48,
         "local_window": 8,
+        "logn": False,
     }
     with pytest.raises(ValueError, match="chunk_size must be smaller than the original context 64, got 64"):
         ropescale.patch_config(tiny_model().config, "dca", chunk_size=64)
