@@ -68,7 +68,13 @@ def test_padding_matches_the_reference():
 def test_defaults_reach_and_validation():
     spec = RotarySpec(64, 1e5, 8192)
     method = get_method("string")
-    assert method.resolved_params(spec) == {"factor": 1.0, "shift": 2730, "local_window": 128, "frequencies": "default", "logn": False}
+    assert method.resolved_params(spec) == {
+        "factor": 1.0,
+        "shift": 2730,
+        "local_window": 128,
+        "frequencies": "default",
+        "logn": False,
+    }
     assert method.reach(spec) == 8192 + 2730 - 128
     yarn = get_method("string", factor=4, frequencies="YaRN")
     inv_freq, factor = yarn.compute(spec)
