@@ -35,6 +35,11 @@ from .generation import wilson_interval
 PPL_TOLERANCE = 0.01
 
 
+#: prompts per passkey length from which a retrieval verdict is a sample rather than a hint (25 tells
+#: 0.8 from 0.4: 20/25 reads [0.61, 0.91], 10/25 [0.23, 0.59]; `ropescale eval passkey`'s default grid)
+FEW_PROMPTS = 25
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One method read against the native model (None where the evidence does not say)."""
@@ -51,6 +56,12 @@ class Verdict:
     @property
     def keeps_both(self) -> bool:
         return bool(self.keeps_ppl and self.keeps_retrieval)
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether every passkey cell holds at least :data:`FEW_PROMPTS` prompts (enough to tell
+        0.8 from 0.4), so that "keeps retrieval" rests on a sample, not only on "not shown lost"."""
+        return bool(self.passkey_cells) and all((t or 0) >= FEW_PROMPTS for _, _, t, _ in self.passkey_cells)
 
     @property
     def worst_ratio(self) -> float | None:
@@ -160,12 +171,13 @@ def frontier_choice(
     evidence: list[Evidence], original_context: int, target_length: int
 ) -> tuple[Verdict, Evidence, Reference] | None:
     """The first source (in ``evidence`` order) with a method at N / L that keeps both, and that
-    method (lowest worst perplexity ratio, then highest worst passkey); None if no source has one."""
+    method: a :attr:`~Verdict.confirmed` one before one whose retrieval rests on a few prompts, then
+    the lowest worst perplexity ratio, then the highest worst passkey; None if no source has one."""
     for ev in evidence:
         ref, found = verdicts(ev, original_context, target_length)
         both = [v for v in found if v.keeps_both]
         if both:
-            best = min(both, key=lambda v: (v.worst_ratio, -(v.passkey_min or 0)))
+            best = min(both, key=lambda v: (not v.confirmed, v.worst_ratio, -(v.passkey_min or 0)))
             return best, ev, ref
     return None
 

@@ -46,8 +46,6 @@ BUDGETS = ("auto", "training-free", "fine-tune")
 TRAINING_FREE_LIMIT = 8.0
 #: up to this factor dynamic NTK is the training-free choice
 DYNAMIC_LIMIT = 2.0
-#: passkey prompts per length that tell 0.8 from 0.4 (95% Wilson intervals apart)
-FEW_PROMPTS = 25
 
 
 @dataclass
@@ -201,7 +199,7 @@ def recommend(
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
     """Take the method the measured frontier of this model says keeps both (:mod:`.frontier`)."""
-    from .frontier import frontier_choice
+    from .frontier import FEW_PROMPTS, frontier_choice
 
     pick = frontier_choice(evidence, rec.original_context, rec.target_length)
     if pick is None:

@@ -86,6 +86,16 @@ def test_frontier_choice_prefers_the_lowest_ratio_among_those_keeping_both():
     assert frontier_choice([_evidence(a)], L, 32768) is None  # no row at ×4
 
 
+def test_frontier_choice_prefers_a_sample_to_a_hint():
+    """A row whose every passkey length has >= 25 prompts beats a lower ratio resting on 4."""
+    hint = _row("hint", {16384: 29.9}, {16384: 0.75}, trials=4)
+    sample = _row("sample", {16384: 30.2}, {16384: 27 / 30}, trials=30)
+    verdict, _, _ = frontier_choice([_evidence(hint, sample)], L, 16384)
+    assert verdict.row.label == "sample" and verdict.confirmed
+    lost = _row("lost", {16384: 30.2}, {16384: 0.3}, trials=30)  # a sample that shows the loss does not win
+    assert frontier_choice([_evidence(hint, lost)], L, 16384)[0].row.label == "hint"
+
+
 def test_report_and_plot(tmp_path):
     ev = _evidence(_row("holds", {16384: 30.1}, {4096: 1.0, 16384: 1.0}), _row("drifts", {16384: 33.0}, {16384: 1.0}))
     text = format_frontier(ev, L, 16384)
