@@ -15,6 +15,7 @@ engine stop when the grid is used up. With L the trained context and T = s·L th
 * ``string``: ``shift`` S in fractions of L (1/8 … 3/4, the paper's L/3 included); ``local_window``
   W in powers of two from L/256 to L/16, W < S; ``frequencies`` the frequency method STRING rotates
   with at the same factor (``yarn``, ``ntk``, ``linear``; plain RoPE only where L + S − W reaches T).
+* all three: ``logn`` off or on (queries past L scaled by ln(p + 1) / ln(L)).
 
 Every grid also holds the method's own default (the seed), so the search starts from it. Validity is
 the method's own ``validate_for`` (Self-Extend's reach, DCA's and STRING's orderings) plus membership
@@ -36,6 +37,8 @@ from ..methods import RotarySpec, get_method
 ATTENTION_METHODS = ("self_extend", "dca", "string")
 #: STRING's frequency choices, in the order mutations walk them
 STRING_FREQUENCIES = ("yarn", "ntk", "linear", "default")
+#: the log-length query scale off and on (:func:`ropescale.attention.function.logn_scale`)
+LOGN = (False, True)
 JUMP = 0.2  # probability that a mutation redraws one parameter anywhere on its grid
 
 
@@ -107,15 +110,15 @@ class AttentionSpace:
             windows = _sorted_unique([*_powers_of_two(max(2, L / 64), L / 2), default["window"]])
             low = min(self._group_range(w)[0] for w in windows)
             high = max(self._group_range(w)[1] for w in windows)
-            return {"group_size": tuple(range(low, high + 1)), "window": windows}
+            return {"group_size": tuple(range(low, high + 1)), "window": windows, "logn": LOGN}
         if self.method == "dca":
             chunks = _sorted_unique([*(L * k // 8 for k in range(2, 8)), default["chunk_size"]])
             locals_ = _sorted_unique([*_powers_of_two(L / 128, L / 8), default["local_window"]])
-            return {"chunk_size": chunks, "local_window": locals_}
+            return {"chunk_size": chunks, "local_window": locals_, "logn": LOGN}
         fractions = ((1, 8), (1, 4), (1, 3), (1, 2), (2, 3), (3, 4))
         shifts = _sorted_unique([*(L * a // b for a, b in fractions), default["shift"]])
         locals_ = _sorted_unique([*_powers_of_two(L / 256, L / 16), default["local_window"]])
-        return {"shift": shifts, "local_window": locals_, "frequencies": STRING_FREQUENCIES}
+        return {"shift": shifts, "local_window": locals_, "frequencies": STRING_FREQUENCIES, "logn": LOGN}
 
     def _group_range(self, window: int) -> tuple[int, int]:
         """Self-Extend group sizes allowed with ``window``: the smallest that reaches the target, and a few more."""
@@ -147,12 +150,15 @@ class AttentionSpace:
         """The nearest grid point (log scale for the integers), then the constraints restored by moving
         the parameter that breaks them (Self-Extend: the group size; DCA, STRING: the local window)."""
         del round_values  # a grid is always rounded
+        params = {"logn": False, **params}  # absent: the methods' default
         grids = self.grids()
         out: dict[str, Any] = {}
         for name, grid in grids.items():
             value = params[name]
             if name == "frequencies":
                 out[name] = value if value in grid else "yarn"
+            elif name == "logn":
+                out[name] = bool(value) if value in grid else False
             else:
                 out[name] = min(grid, key=lambda g: (abs(math.log(g) - math.log(max(float(value), 1e-9))), g))
         if self.method == "self_extend":
@@ -171,6 +177,7 @@ class AttentionSpace:
     def violations(self, params: dict[str, Any], tol: float = 0.0) -> list[str]:
         """Which constraints ``params`` breaks (empty when valid): off the grid, or the method refuses it."""
         del tol
+        params = {"logn": False, **params}  # absent: the methods' default
         problems = []
         grids = self.grids()
         for name, grid in grids.items():
@@ -207,7 +214,7 @@ class AttentionSpace:
             index = grid.index(params[name]) if params[name] in grid else 0
             new[name] = grid[min(max(index + steps, 0), len(grid) - 1)]
             what = f"{name}{steps:+d}"
-        new[name] = new[name] if name == "frequencies" else int(new[name])
+        new[name] = new[name] if name in ("frequencies", "logn") else int(new[name])
         return self.project(new), what
 
     def crossover(self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:

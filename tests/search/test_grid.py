@@ -64,7 +64,7 @@ def test_self_extend_reach_shorter_than_the_target_is_a_violation():
     # G = 3: 3·(4096 + 4096 // 3) = 16383, one token short (the W // G term); G = 4 reaches
     assert "reaches 16383 tokens" in space.violations({"group_size": 3, "window": 4096})[0]
     assert space.violations({"group_size": 4, "window": 4096}) == []
-    assert space.project({"group_size": 2, "window": 4096}) == {"group_size": 4, "window": 4096}
+    assert space.project({"group_size": 2, "window": 4096}) == {"group_size": 4, "window": 4096, "logn": False}
     assert "not on the grid" in space.violations({"group_size": 3, "window": 1000})[0]
     for p in space.candidates():  # every point of the grid reaches the target
         assert get_method("self_extend", factor=2.0, **p).reach(SPEC) >= 16384
@@ -91,13 +91,26 @@ def test_a_seed_patches_the_tiny_model(method, long_input):
 def test_the_search_ends_when_the_grid_is_used_up(tmp_path):
     space = make_space("dca", TINY, 4.0)
     n = space.size
-    assert n == len(space.candidates()) and 10 < n < 40
+    assert n == len(space.candidates()) and 20 < n < 80  # logn doubles the grid
 
     def objective(params):  # a bowl around (40, 2): the moves head there, then fill the grid
-        value = abs(params["chunk_size"] - 40) + abs(params["local_window"] - 2)
+        value = abs(params["chunk_size"] - 40) + abs(params["local_window"] - 2) + 0.5 * params["logn"]
         return Score(1.0 + value, 0.0, 1, 0.0)
 
     history = run_search(space, objective, 1000, tmp_path / "h.json", {"s": 1}, progress=False)
     assert len(history) == n
     assert {space.key(c["params"]) for c in history} == {space.key(c) for c in space.candidates()}
-    assert min(history, key=lambda c: c["score"]["ppl"])["params"] == {"chunk_size": 40, "local_window": 2}
+    assert min(history, key=lambda c: c["score"]["ppl"])["params"] == {
+        "chunk_size": 40,
+        "local_window": 2,
+        "logn": False,
+    }
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_grid_holds_logn_off_and_on(method, long_input):
+    space = make_space(method, TINY, 4.0)
+    assert {p["logn"] for p in space.candidates()} == {False, True} and space.seeds()[0][1]["logn"] is False
+    on = next(p for p in space.candidates() if p["logn"])
+    model = ropescale.patch(tiny_model(), space.method, **space.method_params(on))
+    assert model.model.rotary_emb.logn_context == 64
