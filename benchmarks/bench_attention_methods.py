@@ -10,6 +10,7 @@ Methods (each a patch of the same weights, SDPA, fp32 by default):
                           L + shift, short of 4x)
   * <method>_rotating   — the method without its rotated keys kept beside the cache
                           (``rotated_keys = False``): every decoding step rotates the whole cache
+  * <method>_logn       — the method with ``logn=true`` (queries past L scaled by ln(p + 1) / ln(L))
 For every length: one prefill of ``n`` random tokens with the cache (tokens/s = n / time), then
 ``--decode`` single-token steps on that cache (tokens/s = steps / time). Methods alternate within
 each repeat so load from other jobs hits them alike; the best of ``--repeats`` is kept. Ratios are
@@ -123,11 +124,21 @@ def patch(model, method: str, factor: float) -> None:
         model.set_attn_implementation(LEGACY)
         model.model.rotary_emb.attention_name = LEGACY
         return
-    base = method.removesuffix("_rotating")
+    base, rotating, logn = variant(method)
     extra = {"frequencies": "yarn"} if base == "string" else {}  # plain RoPE reaches only L + shift
+    if logn:
+        extra["logn"] = True
     ropescale.patch(model, base, factor=factor, replace=True, **extra)
-    if base != method:
+    if rotating:
         model.model.rotary_emb.rotated_keys = False
+
+
+def variant(method: str) -> tuple[str, bool, bool]:
+    """``(base method, without rotated keys, with logn)`` of a name like ``self_extend_logn_rotating``."""
+    rotating = method.endswith("_rotating")
+    method = method.removesuffix("_rotating")
+    logn = method.endswith("_logn")
+    return method.removesuffix("_logn"), rotating, logn
 
 
 @torch.inference_mode()
@@ -171,8 +182,8 @@ def attention_functions(model, methods: list[str], factor: float, n: int):
         layer = SimpleNamespace(layer_idx=0, num_key_value_groups=h // h_kv, is_causal=True, training=False)
         layer.__dict__[LAYER_ATTR] = rotary
         scale = d**-0.5
-        if method.removesuffix("_rotating") in kernels:
-            fn = kernels[method.removesuffix("_rotating")]
+        if variant(method)[0] in kernels:
+            fn = kernels[variant(method)[0]]
             cache = DynamicCache()  # decoding reads a real cache layer, as in a model
             cache.update(k, v, 0)
 
