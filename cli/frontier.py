@@ -37,7 +37,8 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--methods",
         default=None,
-        help="comma-separated candidates among yarn, ntk, dynamic_ntk, self_extend, dca, string-yarn (default: all)",
+        help="comma-separated candidates among yarn, ntk, dynamic_ntk, self_extend, dca, string-yarn (default: all "
+        "of those), self_extend-logn, dca-logn (only when named)",
     )
     p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
     p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")

@@ -298,6 +298,8 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
 
 #: the candidates ``ropescale eval frontier`` runs by default, by label
 CANDIDATES = ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca", "string-yarn")
+#: candidates run only when named (``--methods``): the attention-level methods with ``logn=true``
+OPTIONAL = ("self_extend-logn", "dca-logn")
 
 
 def frontier_suite(
@@ -314,8 +316,9 @@ def frontier_suite(
     L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
 
     Args:
-        candidates: labels among :data:`CANDIDATES` (default: all): YaRN, NTK, dynamic NTK,
-            Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L.
+        candidates: labels among :data:`CANDIDATES` (default: all of those): YaRN, NTK, dynamic NTK,
+            Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L; or :data:`OPTIONAL`
+            (Self-Extend and DCA with the log-length query scale).
         depths, trials: passkey grid per length (default depths 0.2/0.4/0.6/0.8, 1 trial).
         max_tokens: tokens scored per perplexity length (non-overlapping windows; at least one window).
 
@@ -330,9 +333,11 @@ def frontier_suite(
         "params": {"frequencies": "yarn"},
         "label": "string-yarn",
     }
+    for name in ("self_extend", "dca"):
+        entries[f"{name}-logn"] = {"method": name, "factor": s, "params": {"logn": True}, "label": f"{name}-logn"}
     unknown = [c for c in candidates or [] if c not in entries]
     if unknown:
-        raise ValueError(f"unknown frontier candidate '{unknown[0]}'; known: {', '.join(CANDIDATES)}")
+        raise ValueError(f"unknown frontier candidate '{unknown[0]}'; known: {', '.join(CANDIDATES + OPTIONAL)}")
     lengths = [original_context // 4, original_context]
     while lengths[-1] < target_length:
         lengths.append(min(2 * lengths[-1], target_length))

@@ -119,6 +119,13 @@ def test_frontier_suite_lengths_candidates_and_validation():
     assert frontier_suite("m", L, 20000)["perplexity"]["lengths"] == [2048, 8192, 16384, 20000]
     with pytest.raises(ValueError, match="unknown frontier candidate 'selfextend'"):
         frontier_suite("m", L, 16384, ["selfextend"])
+    named = frontier_suite("m", L, 32768, ["self_extend-logn", "dca-logn"])["methods"][1:]  # only when named
+    assert [(m["label"], m["params"]) for m in named] == [
+        ("self_extend-logn", {"logn": True}),
+        ("dca-logn", {"logn": True}),
+    ]
+    assert "self_extend-logn" not in [m.get("label") for m in frontier_suite("m", L, 32768)["methods"]]
+    suite_from_dict(frontier_suite("smollm2-135m", L, 32768, ["self_extend-logn", "dca-logn"]))
 
 
 def test_results_and_measurements_carry_passkey_trials(tmp_path):
