@@ -64,6 +64,12 @@ class Verdict:
         return bool(self.passkey_cells) and all((t or 0) >= FEW_PROMPTS for _, _, t, _ in self.passkey_cells)
 
     @property
+    def passkey_floor(self) -> float:
+        """The lowest 95% Wilson lower bound over the passkey cells (the point estimate where a cell
+        has no trial count; 0 without cells): how much retrieval the evidence guarantees."""
+        return min((ci[0] if ci else acc for _, acc, _, ci in self.passkey_cells), default=0.0)
+
+    @property
     def worst_ratio(self) -> float | None:
         """The Pareto view's perplexity axis: the worse of the long and the short ratio."""
         ratios = [r for r in (self.ppl_ratio, self.short_ratio) if r is not None]
@@ -172,12 +178,14 @@ def frontier_choice(
 ) -> tuple[Verdict, Evidence, Reference] | None:
     """The first source (in ``evidence`` order) with a method at N / L that keeps both, and that
     method: a :attr:`~Verdict.confirmed` one before one whose retrieval rests on a few prompts, then
-    the lowest worst perplexity ratio, then the highest worst passkey; None if no source has one."""
+    the highest :attr:`~Verdict.passkey_floor` (all of them keep perplexity within the tolerance;
+    retrieval is what training-free methods lose), then the lowest worst perplexity ratio; None if
+    no source has one."""
     for ev in evidence:
         ref, found = verdicts(ev, original_context, target_length)
         both = [v for v in found if v.keeps_both]
         if both:
-            best = min(both, key=lambda v: (not v.confirmed, v.worst_ratio, -(v.passkey_min or 0)))
+            best = min(both, key=lambda v: (not v.confirmed, -v.passkey_floor, v.worst_ratio))
             return best, ev, ref
     return None
 

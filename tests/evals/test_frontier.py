@@ -76,12 +76,14 @@ def test_without_trials_the_point_estimate_decides_and_unmeasured_is_not_a_verdi
     assert verdicts(Evidence("s", "m", "n", (v["point"].row,)), L, 16384) == (None, [])  # no native row
 
 
-def test_frontier_choice_prefers_the_lowest_ratio_among_those_keeping_both():
-    a = _row("a", {16384: 30.25}, {16384: 1.0})
-    b = _row("b", {16384: 29.9}, {16384: 0.75})
+def test_frontier_choice_prefers_the_surest_retrieval_then_the_lowest_ratio_among_those_keeping_both():
+    a = _row("a", {16384: 30.25}, {16384: 1.0})  # 4/4: Wilson floor 0.51
+    b = _row("b", {16384: 29.9}, {16384: 0.75})  # 3/4: floor 0.30, though a lower ratio
     c = _row("c", {16384: 29.0}, {16384: 0.0})  # best ratio, but loses retrieval
     verdict, ev, ref = frontier_choice([_evidence(a, b, c)], L, 16384)
-    assert verdict.row.label == "b" and ref.ppl == 30.0
+    assert verdict.row.label == "a" and ref.ppl == 30.0 and verdict.passkey_floor == pytest.approx(0.51, abs=0.01)
+    a2 = _row("a2", {16384: 30.1}, {16384: 1.0})  # the same retrieval: the lower ratio decides
+    assert frontier_choice([_evidence(a, a2, b)], L, 16384)[0].row.label == "a2"
     assert frontier_choice([_evidence(c)], L, 16384) is None
     assert frontier_choice([_evidence(a)], L, 32768) is None  # no row at ×4
 
