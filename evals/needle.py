@@ -188,7 +188,9 @@ def run_needle(
     score = METRICS[spec.metric]
 
     builder = _PromptBuilder(tokenizer, haystack, add_bos)
-    jobs = [(n, d, t) for n in lengths for d in depths for t in range(trials)]
+    # decoded trial by trial (every depth once, then again), so that a cell interrupted half-way has
+    # sampled every depth alike; the records keep (length, depth, trial) order
+    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
     prompts = [builder.build(spec, n, d, seed, t) for n, d, t in jobs]
 
     result = NeedleResult(spec.name, lengths, depths, trials, seed, max_new_tokens)
@@ -224,6 +226,8 @@ def run_needle(
                 p.start_char,
             )
         )
+    grid = {(n, d): (i, j) for i, n in enumerate(lengths) for j, d in enumerate(depths)}
+    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
     result.elapsed_s = time.perf_counter() - start
     return result
 

@@ -314,7 +314,9 @@ def run_passkey(
     check_positive_int("batch_size", batch_size)
 
     builder = _PromptBuilder(tokenizer, add_bos)
-    jobs = [(n, d, t) for n in lengths for d in depths for t in range(trials)]
+    # decoded trial by trial (every depth once, then again), so that a cell interrupted half-way has
+    # sampled every depth alike; the records keep (length, depth, trial) order
+    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
     prompts = [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]  # validates lengths early
 
     result = PasskeyResult(lengths, depths, trials, seed, max_new_tokens)
@@ -332,6 +334,8 @@ def run_passkey(
     )
     for (n, d, t), p, text in zip(jobs, prompts, texts):
         result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
+    grid = {(n, d): (i, j) for i, n in enumerate(lengths) for j, d in enumerate(depths)}
+    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
     result.elapsed_s = time.perf_counter() - start
     return result
 

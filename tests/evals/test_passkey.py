@@ -255,3 +255,25 @@ def test_heatmap_gets_the_usual_permissions(bytelevel_tokenizer, tmp_path, umask
         os.umask(old)
     assert out.stat().st_mode & 0o777 == mode
     assert [p.name for p in tmp_path.iterdir()] == ["heat.png"]
+
+
+def test_a_cell_is_decoded_trial_by_trial_and_recorded_depth_by_depth(bytelevel_tokenizer, monkeypatch):
+    """Every depth once, then again: a cell cut short has sampled every depth alike."""
+    import ropescale.evals.passkey as passkey
+
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, max_new_tokens, *args, **kwargs):
+        seen.extend(prompts)
+        return [""] * len(prompts)
+
+    monkeypatch.setattr(passkey, "greedy_generate", fake_generate)
+    res = run_passkey(None, bytelevel_tokenizer, [110, 130], [0.25, 0.75], trials=2, progress=False)
+    keys = [passkey_key(0, n, d, t) for n in (110, 130) for t in range(2) for d in (0.25, 0.75)]
+    assert seen == [
+        build_passkey_prompt(bytelevel_tokenizer, n, d, k).input_ids
+        for (n, d), k in zip([(n, d) for n in (110, 130) for t in range(2) for d in (0.25, 0.75)], keys)
+    ]
+    assert [(r.length, r.depth, r.trial) for r in res.records] == [
+        (n, d, t) for n in (110, 130) for d in (0.25, 0.75) for t in range(2)
+    ]
