@@ -76,6 +76,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
     p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: write the report of the finished cells and, marked in progress, the prompts "
+        "unfinished passkey cells have so far (while a run goes on, or after one was cut short)",
+    )
     p.set_defaults(func=run_suite_cmd)
 
     from . import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
@@ -180,6 +186,14 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
     from ..evals.suite import load_suite
 
     suite = load_suite(args.suite)
+    if args.report_only:
+        from ..evals.suite import SuiteRunner
+
+        summary = SuiteRunner(suite, args.output or f"runs/{suite.name}", progress=False).report()
+        print(summary["markdown"])
+        print(f"\nreport: {summary['report']}")
+        print(f"finished {summary['cells_finished']}/{summary['cells_total']} cells (nothing run)")
+        return 0
     return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
 
 

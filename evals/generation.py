@@ -197,7 +197,7 @@ class PromptJournal:
         """sha256 of a prompt's token ids."""
         return hashlib.sha256(",".join(str(int(t)) for t in prompt).encode()).hexdigest()
 
-    def _read(self) -> dict[tuple[str, int], str]:
+    def _read(self, write: bool = True) -> dict[tuple[str, int], str]:
         if not self.path.is_file():
             return {}
         text = self.path.read_text(encoding="utf-8")
@@ -207,9 +207,10 @@ class PromptJournal:
         except ValueError:
             head = None
         if not isinstance(head, dict) or head.get("fingerprint") != self.fingerprint:
-            self.path.replace(self.path.with_name(self.path.name + ".stale"))
+            if write:
+                self.path.replace(self.path.with_name(self.path.name + ".stale"))
             return {}
-        if not text.endswith("\n"):  # a torn last line: the next record starts on a line of its own
+        if write and not text.endswith("\n"):  # a torn last line: the next record starts on a line of its own
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write("\n")
         found = {}
@@ -227,6 +228,11 @@ class PromptJournal:
         if not self.path.is_file():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._append({"fingerprint": self.fingerprint})
+        return [found.get((self.digest(p), max_new_tokens)) for p in prompts]
+
+    def peek(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[str | None]:
+        """As :meth:`texts`, without touching the file (a run may be writing it): for reports."""
+        found = self._read(write=False)
         return [found.get((self.digest(p), max_new_tokens)) for p in prompts]
 
     def record(self, prompt: Sequence[int], max_new_tokens: int, text: str) -> None:

@@ -313,12 +313,7 @@ def run_passkey(
     check_positive_int("max_new_tokens", max_new_tokens)
     check_positive_int("batch_size", batch_size)
 
-    builder = _PromptBuilder(tokenizer, add_bos)
-    # decoded trial by trial (every depth once, then again), so that a cell interrupted half-way has
-    # sampled every depth alike; the records keep (length, depth, trial) order
-    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
-    prompts = [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]  # validates lengths early
-
+    jobs, prompts = _jobs(tokenizer, lengths, depths, trials, seed, add_bos)  # validates lengths early
     result = PasskeyResult(lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()
     # Prompts of one length have exactly that many tokens, so batches never need padding.
@@ -332,11 +327,63 @@ def run_passkey(
         desc="passkey",
         journal=journal,
     )
-    for (n, d, t), p, text in zip(jobs, prompts, texts):
-        result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
-    grid = {(n, d): (i, j) for i, n in enumerate(lengths) for j, d in enumerate(depths)}
-    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
+    _score(result, jobs, prompts, texts)
     result.elapsed_s = time.perf_counter() - start
+    return result
+
+
+def _jobs(
+    tokenizer, lengths, depths, trials, seed, add_bos
+) -> tuple[list[tuple[int, float, int]], list[PasskeyPrompt]]:
+    """A grid's ``(length, depth, trial)`` jobs and prompts, in the order they are decoded: trial by
+    trial (every depth once, then again), so that a cell cut short has sampled every depth alike."""
+    builder = _PromptBuilder(tokenizer, add_bos)
+    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
+    return jobs, [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]
+
+
+def _score(result: PasskeyResult, jobs, prompts, texts) -> None:
+    """Append the scored trials that have a text, in (length, depth, trial) order."""
+    for (n, d, t), p, text in zip(jobs, prompts, texts):
+        if text is not None:
+            result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
+    grid = {(n, d): (i, j) for i, n in enumerate(result.lengths) for j, d in enumerate(result.depths)}
+    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
+
+
+def partial_passkey(
+    tokenizer: Any,
+    journal: PromptJournal,
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    trials: int,
+    seed: int = 0,
+    max_new_tokens: int = 10,
+    add_bos: bool | None = None,
+) -> PasskeyResult | None:
+    """What an unfinished :func:`run_passkey` (same arguments) has so far: the trials its journal
+    holds, scored; the grid keeps the lengths that have any and the depths that have some at every
+    one of those (the suite runner asks for one length: a cell). The journal is only read. None
+    when it holds none.
+    """
+    lengths, depths = check_grid(lengths, depths)
+    jobs, prompts = _jobs(tokenizer, lengths, depths, trials, seed, add_bos)
+    texts = journal.peek([p.input_ids for p in prompts], max_new_tokens)
+    done = [(n, d) for (n, d, _), text in zip(jobs, texts) if text is not None]
+    if not done:
+        return None
+    kept = [n for n in lengths if any(n == m for m, _ in done)]
+    result = PasskeyResult(
+        kept,
+        [d for d in depths if all((n, d) in done for n in kept)],
+        trials,
+        seed,
+        max_new_tokens,
+    )
+    if not result.depths:
+        return None
+    keep = set(result.depths)
+    _score(result, jobs, prompts, [t if d in keep else None for (_, d, _), t in zip(jobs, texts)])
     return result
 
 

@@ -32,10 +32,16 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
 
 
-def write_report(suite, output: str | Path) -> dict[str, Any]:
-    """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary."""
+def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary.
+
+    ``partial``: records of unfinished retrieval cells (:meth:`~.suite.SuiteRunner.partial_cells`),
+    shown with their prompts so far and marked in progress; they do not count as finished.
+    """
     output = Path(output)
     cells = _load_cells(output)
+    finished = list(cells)
+    cells = cells + list(partial or [])
     labels = [m.label for m in suite.methods]
     entries = {m.label: m for m in suite.methods}
     runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
@@ -143,7 +149,9 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
                 lines.append(
                     f"| {label} | "
                     + " | ".join(
-                        _fmt_retrieval(stats[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
+                        _fmt_retrieval(stats[label].get(n), table[label].get(n))
+                        if entries[label].runs(task, n)
+                        else NOT_RUN
                         for n in lengths
                     )
                     + f" | {max(ok) if ok else '—'} |"
@@ -156,7 +164,7 @@ def write_report(suite, output: str | Path) -> dict[str, Any]:
     plots = [p for p in plots if p]
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).relative_to(output)})" for p in plots] + [""]
-    done = sum(1 for c in cells if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
+    done = sum(1 for c in finished if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
     total = len(suite.cells())
     if total < sum(len(getattr(suite, t)["lengths"]) for t in suite.tasks()) * len(labels):
         lines.append(f"{NOT_RUN}: not run for that method (the suite's `only`).")
@@ -206,13 +214,15 @@ def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
     return {"accuracy": accuracy, "trials": trials, "successes": accuracy * trials, "wilson95": [low, high]}
 
 
-def _fmt_retrieval(stat: dict[str, Any] | None) -> str:
+def _fmt_retrieval(stat: dict[str, Any] | None, result: dict[str, Any] | None = None) -> str:
     if stat is None:
         return "—"
     k, n = stat["successes"], stat["trials"]
     count = f"{round(k)}/{n}" if abs(k - round(k)) < 1e-9 else f"n={n}"
     low, high = stat["wilson95"]
-    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]"
+    partial = (result or {}).get("partial")
+    running = f" (in progress: {partial['prompts']} of {partial['of']} prompts)" if partial else ""
+    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
 
 
 #: a perplexity more than this fraction above the unscaled model's (same tokens) is a regression

@@ -294,6 +294,24 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
         run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
     assert not _cells(tmp_path / "resumed") and len(list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))) == 1
 
+    # what the cut-short cell has so far: reported, marked in progress, the journal untouched, no weights
+    journal = next((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))
+    before = journal.read_bytes()
+    monkeypatch.setattr("ropescale.models.loading.from_pretrained", lambda *a, **k: pytest.fail("loaded weights"))
+    path = tmp_path / "one.yaml"
+    path.write_text(json.dumps(one))
+    assert main(["eval", "suite", str(path), "--output", str(tmp_path / "resumed"), "--report-only"]) == 0
+    assert journal.read_bytes() == before
+    summary = json.loads((tmp_path / "resumed" / "results.json").read_text())
+    cell = summary["tasks"]["passkey"]["yarn"]["128"]
+    assert summary["cells_finished"] == 0 and cell["partial"] == {"prompts": 4, "of": 6}
+    full = {(r["depth"], r["trial"]): r for r in expected["yarn__passkey__128.json"]["records"]}
+    assert cell["depths"] == [0.0, 0.5, 1.0]  # decoded trial by trial: every depth has one after 3
+    assert [(r["depth"], r["trial"]) for r in cell["records"]] == [(0.0, 0), (0.0, 1), (0.5, 0), (1.0, 0)]
+    assert all(r == full[(r["depth"], r["trial"])] for r in cell["records"])
+    assert "(in progress: 4 of 6 prompts)" in (tmp_path / "resumed" / "report.md").read_text()
+    monkeypatch.undo()
+
     recorded.clear()
     monkeypatch.setattr(PromptJournal, "record", lambda self, *a: recorded.append(a) or real(self, *a))
     run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
