@@ -145,7 +145,11 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
             }
             for label in labels:
                 accs = {n: st["accuracy"] for n, st in stats[label].items()}
-                ok = [n for n, a in accs.items() if a >= _threshold(task, table[label][n])]
+                ok = [  # a cell in progress says nothing yet about the context
+                    n
+                    for n, a in accs.items()
+                    if a >= _threshold(task, table[label][n]) and not table[label][n].get("partial")
+                ]
                 lines.append(
                     f"| {label} | "
                     + " | ".join(
@@ -327,7 +331,15 @@ def _plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
         rows = [n for n in lengths if n in table[label]]
         if not rows:
             continue
-        depths = table[label][rows[0]]["depths"]
-        grid = [[table[label][n]["accuracy"][0][j] for n in rows] for j in range(len(depths))]  # [depth][length]
-        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", f"{task}: {label}")))
+        # the union of the cells' depths: a cell in progress may have sampled only some of them
+        depths = sorted({d for n in rows for d in table[label][n]["depths"]})
+
+        def acc(n: int, d: float) -> float:
+            cell = table[label][n]
+            return cell["accuracy"][0][cell["depths"].index(d)] if d in cell["depths"] else math.nan
+
+        grid = [[acc(n, d) for n in rows] for d in depths]  # [depth][length]
+        running = any(table[label][n].get("partial") for n in rows)
+        title = f"{task}: {label}" + (" (cells in progress)" if running else "")
+        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title)))
     return paths

@@ -24,7 +24,7 @@ def plot_accuracy_grid(
     Args:
         lengths: prompt lengths in tokens (the columns).
         depths: needle depths in 0..1 (the rows).
-        grid: accuracy per depth row and length column.
+        grid: accuracy per depth row and length column; NaN where not measured (drawn blank, "n/m").
         path: output file; the format follows its suffix (png if none).
         title: the title (may hold two lines).
 
@@ -37,6 +37,9 @@ def plot_accuracy_grid(
     image = ax.imshow(grid, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
     for r, row in enumerate(grid):
         for c, acc in enumerate(row):
+            if acc != acc:  # NaN: not measured (yet)
+                ax.text(c, r, "n/m", ha="center", va="center", fontsize=8, color="grey")
+                continue
             # The colour map is dark at both ends: white text there, black in the light middle.
             colour = "white" if acc < 0.2 or acc > 0.8 else "black"
             ax.text(c, r, f"{acc:.2f}", ha="center", va="center", fontsize=9, color=colour)

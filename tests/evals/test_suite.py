@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -309,7 +310,9 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     assert cell["depths"] == [0.0, 0.5, 1.0]  # decoded trial by trial: every depth has one after 3
     assert [(r["depth"], r["trial"]) for r in cell["records"]] == [(0.0, 0), (0.0, 1), (0.5, 0), (1.0, 0)]
     assert all(r == full[(r["depth"], r["trial"])] for r in cell["records"])
-    assert "(in progress: 4 of 6 prompts)" in (tmp_path / "resumed" / "report.md").read_text()
+    report = (tmp_path / "resumed" / "report.md").read_text()
+    assert re.search(r"\| yarn \| [0-9.]+ · [0-9]/4 \[[0-9., ]+\] \(in progress: 4 of 6 prompts\) \| — \|", report)
+    assert (tmp_path / "resumed" / "passkey_yarn.png").stat().st_size > 1000
     monkeypatch.undo()
 
     recorded.clear()
@@ -318,3 +321,30 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     assert len(recorded) == 2  # the 6-prompt cell decoded only the two the crash left
     assert _strip_times(_cells(tmp_path / "resumed")) == expected
     assert not list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))  # gone once the cell is written
+
+
+def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
+    """A cell in progress may have sampled some depths only: each cell is read at its own depths."""
+    from ropescale.evals.report import _plot_grids
+
+    full = {"depths": [0.0, 0.5, 1.0], "accuracy": [[1.0, 0.5, 0.0]]}
+    partial = {"depths": [0.5], "accuracy": [[1.0]], "partial": {"prompts": 1, "of": 3}}
+    seen = {}
+
+    def fake_plot(lengths, depths, grid, path, title):
+        seen.update(lengths=lengths, depths=depths, grid=grid, title=title)
+        return path
+
+    import ropescale.evals.report as report
+
+    real, report.plot_accuracy_grid = report.plot_accuracy_grid, fake_plot
+    try:
+        _plot_grids(tmp_path, "passkey", {"m": {100: full, 200: partial}}, ["m"], [100, 200])
+    finally:
+        report.plot_accuracy_grid = real
+    assert seen["depths"] == [0.0, 0.5, 1.0] and seen["title"] == "passkey: m (cells in progress)"
+    assert seen["grid"][1] == [0.5, 1.0] and seen["grid"][0][0] == 1.0 and seen["grid"][0][1] != seen["grid"][0][1]
+    from ropescale.plots.grids import plot_accuracy_grid
+
+    png = plot_accuracy_grid([100, 200], [0.0, 0.5], [[1.0, float("nan")], [0.5, 0.0]], tmp_path / "g.png", "t")
+    assert png.read_bytes()[:4] == b"\x89PNG"  # a cell not measured is drawn blank, not as a crash
