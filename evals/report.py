@@ -35,7 +35,7 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary.
 
-    ``partial``: records of unfinished retrieval cells (:meth:`~.suite.SuiteRunner.partial_cells`),
+    ``partial``: records of unfinished retrieval cells (:func:`.in_progress.partial_cells`),
     shown with their prompts so far and marked in progress; they do not count as finished.
     """
     output = Path(output)

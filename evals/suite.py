@@ -254,51 +254,13 @@ class SuiteRunner:
         }
         return PromptJournal(self.cell_path(entry, task, length).with_suffix(".partial.jsonl"), fingerprint)
 
-    def partial_cells(self) -> list[dict[str, Any]]:
-        """Cell records (as :meth:`run` writes them, result flagged ``partial``) of the unfinished
-        passkey cells whose journals hold some prompts: what a run cut short has so far. Reads the
-        tokenizer, never the weights; the journals are only read."""
-        from ..models.loading import load_tokenizer
-        from .passkey import partial_passkey
-
-        todo = [c for c in self.pending() if c[1] == "passkey" and self.journal(*c).path.is_file()]
-        if not todo:
-            return []
-        tokenizer = load_tokenizer(self.suite.model)
-        pk = self.suite.passkey
-        records = []
-        for entry, task, length in todo:
-            result = partial_passkey(
-                tokenizer,
-                self.journal(entry, task, length),
-                [length],
-                pk.get("depths", [0.5]),
-                int(pk.get("trials", 1)),
-                seed=self.suite.seed,
-            )
-            if result is None:
-                continue
-            total = len(pk.get("depths", [0.5])) * int(pk.get("trials", 1))
-            records.append(
-                {
-                    "method": entry.label,
-                    "method_name": entry.method,
-                    "factor": entry.factor,
-                    "params": entry.params,
-                    "task": task,
-                    "length": length,
-                    "runtime": self.runtime_for(entry),
-                    "result": {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}},
-                }
-            )
-        return records
-
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones
-        (:meth:`partial_cells`), without running anything."""
+        (:func:`.in_progress.partial_cells`), without running anything."""
+        from .in_progress import partial_cells
         from .report import write_report
 
-        return write_report(self.suite, self.output, partial=self.partial_cells())
+        return write_report(self.suite, self.output, partial=partial_cells(self))
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]

@@ -1,0 +1,50 @@
+"""What a suite's unfinished retrieval cells hold so far, for ``ropescale eval suite --report-only``.
+
+A passkey cell records each decoded prompt in its journal (:class:`.generation.PromptJournal`) until
+the cell is written; these helpers read the journals (never write them) and score what is there,
+so a run cut short, or one still going, can be reported with its cells in progress marked as such.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def partial_cells(runner: Any) -> list[dict[str, Any]]:
+    """Cell records (as :meth:`.suite.SuiteRunner.run` writes them, result flagged ``partial``) of the unfinished
+    passkey cells whose journals hold some prompts: what a run cut short has so far. Reads the
+    tokenizer, never the weights; the journals are only read. ``runner``: a :class:`.suite.SuiteRunner`."""
+    from ..models.loading import load_tokenizer
+    from .passkey import partial_passkey
+
+    todo = [c for c in runner.pending() if c[1] == "passkey" and runner.journal(*c).path.is_file()]
+    if not todo:
+        return []
+    tokenizer = load_tokenizer(runner.suite.model)
+    pk = runner.suite.passkey
+    records = []
+    for entry, task, length in todo:
+        result = partial_passkey(
+            tokenizer,
+            runner.journal(entry, task, length),
+            [length],
+            pk.get("depths", [0.5]),
+            int(pk.get("trials", 1)),
+            seed=runner.suite.seed,
+        )
+        if result is None:
+            continue
+        total = len(pk.get("depths", [0.5])) * int(pk.get("trials", 1))
+        records.append(
+            {
+                "method": entry.label,
+                "method_name": entry.method,
+                "factor": entry.factor,
+                "params": entry.params,
+                "task": task,
+                "length": length,
+                "runtime": runner.runtime_for(entry),
+                "result": {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}},
+            }
+        )
+    return records
