@@ -104,3 +104,12 @@ def test_left_padded_batch_equals_rows_alone():
     torch.manual_seed(6)
     model = ropescale.patch(tiny_model(), "self_extend", factor=4, logn=True, **METHODS["self_extend"])
     assert_padded_batch_equals_rows_alone(model, short=50, long=90, new_tokens=20)
+
+
+def test_it_survives_save_and_reload(tmp_path, long_input):
+    model = ropescale.patch(tiny_model(), "self_extend", factor=4, logn=True, **METHODS["self_extend"])
+    with pytest.warns(UserWarning, match="cannot be expressed outside ropescale"):
+        ropescale.save_pretrained(model, tmp_path / "ckpt")
+    again = ropescale.from_pretrained(tmp_path / "ckpt")
+    assert again.model.rotary_emb.logn_context == L
+    torch.testing.assert_close(logits(again, long_input), logits(model, long_input), rtol=0, atol=0)
