@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def partial_cells(runner: Any) -> list[dict[str, Any]]:
-    """Cell records (as :meth:`.suite.SuiteRunner.run` writes them, result flagged ``partial``) of the unfinished
+def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
+    """``(entry, task, length, result flagged "partial")`` of the unfinished
     passkey cells whose journals hold some prompts: what a run cut short has so far. Reads the
     tokenizer, never the weights; the journals are only read. ``runner``: a :class:`.suite.SuiteRunner`."""
     from ..models.loading import load_tokenizer
@@ -35,16 +35,6 @@ def partial_cells(runner: Any) -> list[dict[str, Any]]:
         if result is None:
             continue
         total = len(pk.get("depths", [0.5])) * int(pk.get("trials", 1))
-        records.append(
-            {
-                "method": entry.label,
-                "method_name": entry.method,
-                "factor": entry.factor,
-                "params": entry.params,
-                "task": task,
-                "length": length,
-                "runtime": runner.runtime_for(entry),
-                "result": {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}},
-            }
-        )
+        done = {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}}
+        records.append((entry, task, length, done))
     return records

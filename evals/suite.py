@@ -180,6 +180,20 @@ def load_suite(path_or_name: str | Path) -> Suite:
     return suite_from_dict(raw, default_name=path.stem)
 
 
+def cell_record(entry: MethodEntry, task: str, length: int, runtime: dict[str, str], result: dict[str, Any]) -> dict:
+    """A cell file's content: which method, task and length, on which runtime, and its result."""
+    return {
+        "method": entry.label,
+        "method_name": entry.method,
+        "factor": entry.factor,
+        "params": entry.params,
+        "task": task,
+        "length": length,
+        "runtime": runtime,
+        "result": result,
+    }
+
+
 def cell_id(entry: MethodEntry, task: str, length: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
 
@@ -260,7 +274,8 @@ class SuiteRunner:
         from .in_progress import partial_cells
         from .report import write_report
 
-        return write_report(self.suite, self.output, partial=partial_cells(self))
+        partial = [cell_record(e, t, n, self.runtime_for(e), r) for e, t, n, r in partial_cells(self)]
+        return write_report(self.suite, self.output, partial=partial)
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]
@@ -298,17 +313,9 @@ class SuiteRunner:
                     current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 result = self._run_cell(model, tokenizer, entry, task, length)
-                record = {
-                    "method": entry.label,
-                    "method_name": entry.method,
-                    "factor": entry.factor,
-                    "params": entry.params,
-                    "task": task,
-                    "length": length,
-                    # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
-                    "runtime": {**self.runtime.to_dict(), "attention": attention_kernel(model)},
-                    "result": result,
-                }
+                # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
+                runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
+                record = cell_record(entry, task, length, runtime, result)
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 self.journal(entry, task, length).remove()
                 bar.update(1)
