@@ -127,7 +127,10 @@ def load_results(path: str | Path) -> Evidence | None:
         for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
             grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
             if grid:
-                passkey[int(n)] = sum(grid) / len(grid)
+                # pooled over the cell's prompts; the mean of the depths' accuracies only where a cell
+                # predates the pooled figure (equal for a finished cell, not for one in progress)
+                pooled = (r.get("length_accuracy") or {}).get(str(n))
+                passkey[int(n)] = float(pooled) if pooled is not None else sum(grid) / len(grid)
                 count = (r.get("length_trials") or {}).get(str(n), len(r.get("depths") or []) * int(r.get("trials", 0)))
                 if count:
                     trials[int(n)] = int(count)

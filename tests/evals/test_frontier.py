@@ -137,6 +137,12 @@ def test_results_and_measurements_carry_passkey_trials(tmp_path):
     (folder / "results.json").write_text(json.dumps({"model": "m", "tasks": {"passkey": {"none": {"4096": cell}}}}))
     (row,) = load_results(folder / "results.json").rows
     assert row.passkey == {4096: 0.5} and row.passkey_trials == {4096: 6}
+    # a cell in progress: depth 0.2 has 2 of 2, depth 0.8 0 of 1: pooled 2/3, not the depths' mean 0.5
+    cell = {"accuracy": [[1.0, 0.0]], "depths": [0.2, 0.8], "trials": 2, "length_trials": {"4096": 3}}
+    cell.update(length_accuracy={"4096": 2 / 3}, partial={"prompts": 3, "of": 4})
+    (folder / "results.json").write_text(json.dumps({"model": "m", "tasks": {"passkey": {"none": {"4096": cell}}}}))
+    (row,) = load_results(folder / "results.json").rows
+    assert row.passkey == {4096: 2 / 3} and row.passkey_trials == {4096: 3}
 
     bad = tmp_path / "m.json"
     entry = {"command": "ropescale methods", "passkey": {"4096": 1.0}, "passkey_trials": {"8192": 4}}
