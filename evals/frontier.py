@@ -341,8 +341,8 @@ def frontier_suite(
         "params": {"frequencies": "yarn"},
         "label": "string-yarn",
     }
-    for name in ("self_extend", "dca"):
-        entries[f"{name}-logn"] = {"method": name, "factor": s, "params": {"logn": True}, "label": f"{name}-logn"}
+    for label in OPTIONAL:
+        entries[label] = {"method": label.removesuffix("-logn"), "factor": s, "params": {"logn": True}, "label": label}
     unknown = [c for c in candidates or [] if c not in entries]
     if unknown:
         raise ValueError(f"unknown frontier candidate '{unknown[0]}'; known: {', '.join(CANDIDATES + OPTIONAL)}")

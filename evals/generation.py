@@ -306,10 +306,22 @@ __all__ = [
 ]
 
 
+def grid_jobs(lengths: Sequence[int], depths: Sequence[float], trials: int) -> list[tuple[int, float, int]]:
+    """A retrieval grid's ``(length, depth, trial)`` jobs in the order they are decoded: per length,
+    trial by trial (every depth once, then again), so that a cell cut short has sampled every depth
+    alike. :meth:`GridResult.sort_records` puts the records back in (length, depth, trial) order."""
+    return [(n, d, t) for n in lengths for t in range(trials) for d in depths]
+
+
 class GridResult:
     """Accuracy bookkeeping shared by the passkey and needle results (both dataclasses with
     ``lengths``, ``depths``, ``records`` and ``threshold``; each record has ``length``, ``depth``
     and a score from :meth:`score_of`)."""
+
+    def sort_records(self) -> None:
+        """Order the records by (length, depth) as the grid lists them, then by trial."""
+        grid = {(n, d): (i, j) for i, n in enumerate(self.lengths) for j, d in enumerate(self.depths)}
+        self.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
 
     @staticmethod
     def score_of(record: Any) -> float:

@@ -21,20 +21,14 @@ def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
     if not todo:
         return []
     tokenizer = load_tokenizer(runner.suite.model)
-    pk = runner.suite.passkey
+    depths, trials = runner.suite.passkey.get("depths", [0.5]), int(runner.suite.passkey.get("trials", 1))
     records = []
     for entry, task, length in todo:
-        result = partial_passkey(
-            tokenizer,
-            runner.journal(entry, task, length),
-            [length],
-            pk.get("depths", [0.5]),
-            int(pk.get("trials", 1)),
-            seed=runner.suite.seed,
-        )
+        journal = runner.journal(entry, task, length)
+        result = partial_passkey(tokenizer, journal, [length], depths, trials, seed=runner.suite.seed)
         if result is None:
             continue
-        total = len(pk.get("depths", [0.5])) * int(pk.get("trials", 1))
+        total = len(depths) * trials
         done = {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}}
         records.append((entry, task, length, done))
     return records

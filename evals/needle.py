@@ -27,6 +27,7 @@ from ropescale.evals.generation import (
     check_grid,
     check_positive_int,
     greedy_generate,
+    grid_jobs,
     plot_accuracy_heatmap,
 )
 from ropescale.evals.needle_prompt import (
@@ -188,9 +189,7 @@ def run_needle(
     score = METRICS[spec.metric]
 
     builder = _PromptBuilder(tokenizer, haystack, add_bos)
-    # decoded trial by trial (every depth once, then again), so that a cell interrupted half-way has
-    # sampled every depth alike; the records keep (length, depth, trial) order
-    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
+    jobs = grid_jobs(lengths, depths, trials)  # trial by trial; the records are sorted back below
     prompts = [builder.build(spec, n, d, seed, t) for n, d, t in jobs]
 
     result = NeedleResult(spec.name, lengths, depths, trials, seed, max_new_tokens)
@@ -226,8 +225,7 @@ def run_needle(
                 p.start_char,
             )
         )
-    grid = {(n, d): (i, j) for i, n in enumerate(lengths) for j, d in enumerate(depths)}
-    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
+    result.sort_records()
     result.elapsed_s = time.perf_counter() - start
     return result
 

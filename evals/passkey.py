@@ -44,6 +44,7 @@ from ropescale.evals.generation import (
     check_positive_int,
     encode,
     greedy_generate,
+    grid_jobs,
     plot_accuracy_heatmap,
 )
 from ropescale.evals.generation import tokenizer_adds_bos as tokenizer_adds_bos  # public here since the start
@@ -335,10 +336,9 @@ def run_passkey(
 def _jobs(
     tokenizer, lengths, depths, trials, seed, add_bos
 ) -> tuple[list[tuple[int, float, int]], list[PasskeyPrompt]]:
-    """A grid's ``(length, depth, trial)`` jobs and prompts, in the order they are decoded: trial by
-    trial (every depth once, then again), so that a cell cut short has sampled every depth alike."""
+    """A grid's jobs (:func:`~ropescale.evals.generation.grid_jobs`, in decoding order) and prompts."""
     builder = _PromptBuilder(tokenizer, add_bos)
-    jobs = [(n, d, t) for n in lengths for t in range(trials) for d in depths]
+    jobs = grid_jobs(lengths, depths, trials)
     return jobs, [builder.build(n, d, passkey_key(seed, n, d, t)) for n, d, t in jobs]
 
 
@@ -347,8 +347,7 @@ def _score(result: PasskeyResult, jobs, prompts, texts) -> None:
     for (n, d, t), p, text in zip(jobs, prompts, texts):
         if text is not None:
             result.records.append(PasskeyTrial(n, d, t, p.key, text, score_passkey(text, p.key), p.needle_start))
-    grid = {(n, d): (i, j) for i, n in enumerate(result.lengths) for j, d in enumerate(result.depths)}
-    result.records.sort(key=lambda r: (*grid[(r.length, r.depth)], r.trial))
+    result.sort_records()
 
 
 def partial_passkey(
@@ -369,10 +368,10 @@ def partial_passkey(
     lengths, depths = check_grid(lengths, depths)
     jobs, prompts = _jobs(tokenizer, lengths, depths, trials, seed, add_bos)
     texts = journal.peek([p.input_ids for p in prompts], max_new_tokens)
-    done = [(n, d) for (n, d, _), text in zip(jobs, texts) if text is not None]
+    done = {(n, d) for (n, d, _), text in zip(jobs, texts) if text is not None}
     if not done:
         return None
-    kept = [n for n in lengths if any(n == m for m, _ in done)]
+    kept = [n for n in lengths if any((n, d) in done for d in depths)]
     result = PasskeyResult(
         kept,
         [d for d in depths if all((n, d) in done for n in kept)],
