@@ -49,7 +49,7 @@ def check_cache(rotary: Any, cache: Any) -> None:
 
 
 def install_hook(owner: Any, rotary: Any) -> Any:
-    """Check the ``past_key_values`` of every forward call of ``owner`` (the decoder); returns a handle
+    """Check the KV cache (``cache``, before transformers 5.24 ``past_key_values``) of every forward call of ``owner`` (the decoder); returns a handle
     whose ``remove()`` removes the hooks.
 
     After the call (even a failed one) the cache is forgotten, so attention run outside the
@@ -61,7 +61,7 @@ def install_hook(owner: Any, rotary: Any) -> Any:
         if config is not None and config._attn_implementation != rotary.attention_name:
             rotary._rotated_cache = None
             return  # attention switched away (S²-Attn, set_attn_implementation): the layers rotate again
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers >= 5.24 calls it `cache`
         if cache is None:
             cache = next((a for a in args if hasattr(a, "layers") and hasattr(a, "get_seq_length")), None)
         check_cache(rotary, cache)

@@ -171,7 +171,7 @@ def observe(rotary: Any, cache: Any) -> None:
 
     Args:
         rotary: the model's :class:`~.rotary.AttentionRotary`.
-        cache: the ``past_key_values`` the decoder was called with (None: none, or one it creates).
+        cache: the KV cache the decoder was called with (None: none, or one it creates).
     """
     enabled = bool(getattr(rotary, "rotated_keys", True)) and getattr(rotary, "mode", None) in MODES
     known = enabled and cache is not None and hasattr(cache, "layers")  # its layers may come with the first update
@@ -249,7 +249,7 @@ def _dynamic_layer() -> type:
 
 def _signature(rotary: Any) -> tuple:
     """What the rotated values depend on besides the raw keys: parameters and frequencies' length."""
-    names = ("mode", "group_size", "window", "chunk_size", "local_window", "shift", "_seq_len")
+    names = ("mode", "group_size", "window", "fractional", "chunk_size", "local_window", "shift", "_seq_len")
     return tuple(getattr(rotary, name, None) for name in names)
 
 
