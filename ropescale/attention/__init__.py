@@ -49,6 +49,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     if mode == "self_extend":
         rotary.group_size = plan.method.resolved_group_size(plan.spec)
         rotary.window = plan.method.resolved_window(plan.spec)
+        rotary.fractional = plan.method.fractional
         self_extend.register()
         name = self_extend.NAME
     elif mode == "dca":

@@ -103,6 +103,13 @@ class AttentionRotary(ScaledRotaryEmbedding):
             self._table = (key, size, torch.cat((cos, cos), -1).to(dtype), torch.cat((-sin, sin), -1).to(dtype))
         return self._table[2], self._table[3]
 
+    def rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin at arbitrary (fractional) ``positions`` [...], as :meth:`table` computes
+        them (the same fp32 product, so an integer position gets its table row bit for bit). # [..., d]"""
+        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device).float()
+        cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
+        return torch.cat((cos, cos), -1).to(dtype), torch.cat((-sin, sin), -1).to(dtype)
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, mode={self.mode}, inner={self.inner}"
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..methods.self_extend import grouped_positions
+from ..methods.self_extend import fractional_positions, grouped_positions
 from .function import attention_function, register_attention
 from .merge import MASK_BUDGET, attend, blockwise, merge
 from .rotary import key_positions, rotate
@@ -45,6 +45,10 @@ Part = tuple[torch.Tensor, torch.Tensor, int]
 
 def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale, cached=None) -> torch.Tensor:
     G, W = rotary.group_size, rotary.window
+    if rotary.fractional:  # p / G, no floor: every far key keeps a position of its own
+        far_query, far_key = (lambda p: fractional_positions(p, p, G, W)[0]), (lambda p: p / G)
+    else:
+        far_query, far_key = (lambda p: grouped_positions(p, p, G, W)[0]), (lambda p: p // G)
     return banded_attention(
         query,
         key,
@@ -53,8 +57,8 @@ def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale,
         position_ids,
         rotary,
         width=W,
-        far_query=lambda p: grouped_positions(p, p, G, W)[0],
-        far_key=lambda p: p // G,
+        far_query=far_query,
+        far_key=far_key,
         scale=scale,
         cached=cached,
     )
@@ -178,10 +182,13 @@ def _rotator(
 ) -> Callable[[torch.Tensor, torch.Tensor | slice], torch.Tensor]:
     """``rot(x, positions)``: x rotated at positions [s] (shared by the batch), [b, s], or a ``slice``
     of consecutive positions, from the rotary module's cos/sin table of at least ``size`` positions
-    (query dtype and device)."""
+    (query dtype and device); floating-point positions (fractional grouping) are computed, not looked up."""
     cos, sin = rotary.table(size, query.dtype, query.device)
 
     def rot(x: torch.Tensor, positions: torch.Tensor | slice) -> torch.Tensor:
+        if isinstance(positions, torch.Tensor) and positions.is_floating_point():  # fractional: no table rows
+            c, s = rotary.rows(positions, query.dtype)
+            return rotate(x, *((t[None, None] if positions.dim() == 1 else t[:, None]) for t in (c, s)))
         return rotate(x, _rows(cos, positions), _rows(sin, positions))
 
     return rot

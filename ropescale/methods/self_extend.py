@@ -48,6 +48,18 @@ def grouped_positions(
     return query_positions // group_size + window - window // group_size, key_positions // group_size
 
 
+def fractional_positions(
+    query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-Extend's far positions without the floor: (query / G + W − W / G, key / G), fp32.
+
+    A far pair's relative position is then W + (i − j − W) / G: continuous with the neighbours' at
+    i − j = W, and distinct for every key, so the order of the keys inside a group survives.
+    """
+    G, W = group_size, window
+    return query_positions.float() / G + (W - W / G), key_positions.float() / G
+
+
 @dataclass(frozen=True)
 class SelfExtend(ScalingMethod):
     """Self-Extend with neighbour window ``window`` (W) and group size ``group_size`` (G).
@@ -67,6 +79,8 @@ class SelfExtend(ScalingMethod):
     window: int | None = None
     #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
     logn: bool = False
+    #: far pairs at p / G instead of p // G (:func:`fractional_positions`): keys inside a group keep their order
+    fractional: bool = False
 
     def validate(self) -> None:
         object.__setattr__(self, "group_size", _check_int("group_size", self.group_size))
@@ -79,7 +93,10 @@ class SelfExtend(ScalingMethod):
     def reach(self, spec: RotarySpec, group_size: int | None = None) -> int:
         """The longest sequence whose grouped relative positions all stay below L."""
         G, W = group_size or self.resolved_group_size(spec), self.resolved_window(spec)
-        return G * (spec.original_max_position_embeddings - W + W // G)
+        L = spec.original_max_position_embeddings
+        if self.fractional:  # (n − 1) / G + W − W / G ≤ L − 1
+            return G * (L - 1 - W) + W + 1
+        return G * (L - W + W // G)
 
     def resolved_group_size(self, spec: RotarySpec) -> int:
         if self.group_size is not None:

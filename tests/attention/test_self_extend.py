@@ -80,6 +80,7 @@ def test_defaults_and_validation():
         "group_size": 8,
         "window": 1024,
         "logn": False,
+        "fractional": False,
     }  # CLI strings
     with pytest.raises(ValueError, match="use group_size >= 6"):
         ropescale.patch_config(tiny_model().config, "self_extend", factor=4, group_size=2, window=16)
@@ -167,7 +168,7 @@ def test_cli_selects_it(tmp_path):
     )
     assert code == 0
     block = json.loads((tmp_path / "out" / "config.json").read_text())["ropescale"]
-    assert block["params"] == {"factor": 4.0, "group_size": 8, "window": 16, "logn": False}
+    assert block["params"] == {"factor": 4.0, "group_size": 8, "window": 16, "logn": False, "fractional": False}
     assert ropescale.from_pretrained(tmp_path / "out").config._attn_implementation == "ropescale_self_extend"
 
 
