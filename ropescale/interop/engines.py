@@ -8,7 +8,7 @@ engines' own code, at the versions named in each row:
 * transformers 4.45-4.57 ``modeling_rope_utils.py`` (4.57.6 read): ``config.rope_scaling`` and the
   top-level ``rope_theta`` (LlamaConfig/MistralConfig default 10000); longrope takes its original
   context from the top-level ``original_max_position_embeddings``, else ``max_position_embeddings``.
-* transformers 5.x (5.23 read): ``convert_rope_params_to_dict``: ``rope_scaling`` if set, else
+* transformers 5.x (5.23 and 5.24 read): ``convert_rope_params_to_dict``: ``rope_scaling`` if set, else
   ``rope_parameters``; ``rope_theta`` inside the dict, else the top-level one.
 * vLLM <= 0.11: models pass ``config.rope_scaling`` and ``config.rope_theta`` to ``get_rope``.
   vLLM 0.12-0.19.0 (still on transformers 4; ``patch_rope_parameters``, vllm-project/vllm#28542):
@@ -142,7 +142,7 @@ READERS: dict[str, Callable[[dict], tuple[dict | None, str]]] = {
 
 ENGINES: tuple[Engine, ...] = (
     Engine("transformers4", "transformers 4.x", "4.45-4.57", "tf4"),
-    Engine("transformers5", "transformers 5.x", "5.0-5.23", "tf5"),
+    Engine("transformers5", "transformers 5.x", "5.0-5.24", "tf5"),
     Engine("vllm-legacy", "vLLM", "<= 0.11", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
     Engine("vllm-tf4", "vLLM", "0.12-0.19.0 (transformers 4)", "vllm_tf4", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
     Engine("vllm-tf5", "vLLM", ">= 0.19.1 (transformers 5)", "tf5", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),

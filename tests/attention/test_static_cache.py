@@ -46,6 +46,13 @@ def test_a_static_cache_passed_in_is_refused(method, params, ids):
     model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True)
 
 
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])  # transformers 5.24 renamed the argument
+def test_the_decoder_is_checked_under_either_name_of_its_cache(name, ids):
+    model = ropescale.patch(tiny_model(num_hidden_layers=1), "self_extend", factor=4)
+    with pytest.raises(UnsupportedCacheError):
+        model.model(ids, use_cache=True, **{name: StaticCache(config=model.config, max_cache_len=128)})
+
+
 def test_without_the_mode_a_static_cache_is_fine_again(ids):
     """Re-patching with a static method removes the check with the mode; so does kv_consistent=false."""
     model = ropescale.patch(tiny_model(num_hidden_layers=1), "self_extend", factor=4)
