@@ -49,8 +49,8 @@ def check_cache(rotary: Any, cache: Any) -> None:
 
 
 def install_hook(owner: Any, rotary: Any) -> Any:
-    """Check the KV cache (``cache``, before transformers 5.24 ``past_key_values``) of every forward call of ``owner`` (the decoder); returns a handle
-    whose ``remove()`` removes the hooks.
+    """Check the KV cache of every forward call of ``owner`` (the decoder: ``cache``, before
+    transformers 5.24 ``past_key_values``); returns a handle whose ``remove()`` removes the hooks.
 
     After the call (even a failed one) the cache is forgotten, so attention run outside the
     decoder's forward never reads rotated keys the pre-hook did not vouch for.

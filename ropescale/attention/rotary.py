@@ -97,16 +97,14 @@ class AttentionRotary(ScaledRotaryEmbedding):
         key = (self._seq_len, dtype, device)
         if self._table is None or self._table[0] != key or self._table[1] < n:
             size = -(-n // _TABLE_STEP) * _TABLE_STEP
-            # transformers' cos(cat(f, f)) computed as cat(cos f, cos f): the same values, half the work
-            freqs = torch.arange(size, device=device)[:, None].float() * self.inv_freq.to(device).float()  # [size, d/2]
-            cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
-            self._table = (key, size, torch.cat((cos, cos), -1).to(dtype), torch.cat((-sin, sin), -1).to(dtype))
+            self._table = (key, size, *self.rows(torch.arange(size, device=device), dtype))
         return self._table[2], self._table[3]
 
     def rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin at arbitrary (fractional) ``positions`` [...], as :meth:`table` computes
-        them (the same fp32 product, so an integer position gets its table row bit for bit). # [..., d]"""
-        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device).float()
+        """cos and signed sin at any ``positions`` [...] (fractional ones too: Self-Extend's
+        ``fractional=true``), the values :meth:`table` holds for integer ones. # [..., d] each"""
+        freqs = positions.float()[..., None] * self.inv_freq.to(positions.device).float()  # [..., d/2]
+        # transformers' cos(cat(f, f)) computed as cat(cos f, cos f): the same values, half the work
         cos, sin = freqs.cos() * self.attention_scaling, freqs.sin() * self.attention_scaling
         return torch.cat((cos, cos), -1).to(dtype), torch.cat((-sin, sin), -1).to(dtype)
 

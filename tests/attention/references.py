@@ -45,12 +45,24 @@ def region_reference(query, key, value, q_pos, k_pos, regions, inv_freq, scale, 
     return scores.softmax(-1).nan_to_num(0.0) @ value
 
 
-def self_extend_regions(q_pos, k_pos, group_size, window):
+def random_qkv(n, q_len=None, seed=0):
+    """q [2, 4, q_len, 16], k and v [2, 2, n, 16] (grouped heads), query and key positions (the last
+    q_len of 0..n−1, and 0..n−1), for the kernel tests."""
+    torch.manual_seed(seed)
+    q_len = n if q_len is None else q_len
+    q, k, v = torch.randn(2, 4, q_len, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
+    return q, k, v, torch.arange(n - q_len, n).expand(2, -1), torch.arange(n).expand(2, -1)
+
+
+def self_extend_regions(q_pos, k_pos, group_size, window, fractional=False):
+    """Self-Extend (arXiv 2401.01325): far pairs at i // G + W − W // G and j // G; with
+    ``fractional`` at i / G + W − W / G and j / G (float64)."""
     G, W = group_size, window
-    return [
-        (lambda i, j: i - j < W, q_pos, k_pos),
-        (lambda i, j: i - j >= W, q_pos // G + W - W // G, k_pos // G),
-    ]
+    if fractional:
+        far = (q_pos.double() / G + W - W / G, k_pos.double() / G)
+    else:
+        far = (q_pos // G + W - W // G, k_pos // G)
+    return [(lambda i, j: i - j < W, q_pos, k_pos), (lambda i, j: i - j >= W, *far)]
 
 
 def dca_regions(q_pos, k_pos, chunk_size, local_window):

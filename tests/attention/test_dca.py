@@ -15,7 +15,7 @@ from ropescale.attention.dca import dual_chunk_attention
 from ropescale.attention.rotary import AttentionRotary
 from ropescale.methods import RotarySpec, get_method
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
-from tests.attention.references import dca_regions, region_reference
+from tests.attention.references import dca_regions, random_qkv, region_reference
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
 TOL = 2e-6
@@ -34,17 +34,10 @@ def reference(q, k, v, q_pos, k_pos, chunk_size, local_window, key_mask=None):
     return region_reference(q, k, v, q_pos, k_pos, regions, SPEC.base_inv_freq(), 0.25, key_mask)
 
 
-def tensors(n, q_len=None, seed=0):
-    torch.manual_seed(seed)
-    q_len = n if q_len is None else q_len
-    q, k, v = torch.randn(2, 4, q_len, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
-    return q, k, v, torch.arange(n - q_len, n).expand(2, -1), torch.arange(n).expand(2, -1)
-
-
 @pytest.mark.parametrize("n", [7, 12, 13, 24, 25, 61, 100])
 @pytest.mark.parametrize("chunk_size,local_window", [(16, 4), (13, 6)])
 def test_prefill_matches_the_reference(n, chunk_size, local_window):
-    q, k, v, q_pos, k_pos = tensors(n)
+    q, k, v, q_pos, k_pos = random_qkv(n)
     expected = reference(q, k, v, q_pos, k_pos, chunk_size, local_window)
     got = run(q, k, v, q_pos, None, chunk_size, local_window)
     torch.testing.assert_close(got.double(), expected, rtol=0, atol=TOL)
@@ -53,14 +46,14 @@ def test_prefill_matches_the_reference(n, chunk_size, local_window):
 @pytest.mark.parametrize("n", [1, 12, 13, 24, 25, 37, 100])
 @pytest.mark.parametrize("chunk_size,local_window", [(16, 4), (13, 6)])
 def test_decoding_step_matches_the_reference(n, chunk_size, local_window):
-    q, k, v, q_pos, k_pos = tensors(n, q_len=1)
+    q, k, v, q_pos, k_pos = random_qkv(n, q_len=1)
     expected = reference(q, k, v, q_pos, k_pos, chunk_size, local_window)
     torch.testing.assert_close(run(q, k, v, q_pos, None, chunk_size, local_window).double(), expected, rtol=0, atol=TOL)
 
 
 @pytest.mark.parametrize("q_len", [3, 30])
 def test_chunked_prefill_takes_the_masked_path(q_len, monkeypatch):
-    q, k, v, q_pos, k_pos = tensors(70, q_len=q_len)
+    q, k, v, q_pos, k_pos = random_qkv(70, q_len=q_len)
     expected = reference(q, k, v, q_pos, k_pos, 16, 4)
     torch.testing.assert_close(run(q, k, v, q_pos, None, 16, 4).double(), expected, rtol=0, atol=TOL)
     monkeypatch.setattr(merging, "MASK_BUDGET", 4 * 70)  # and in row blocks
@@ -68,7 +61,7 @@ def test_chunked_prefill_takes_the_masked_path(q_len, monkeypatch):
 
 
 def test_padding_follows_positions():
-    q, k, v, _, _ = tensors(50)
+    q, k, v, _, _ = random_qkv(50)
     pad = torch.tensor([0, 7])
     k_pos = (torch.arange(50)[None] - pad[:, None]).clamp(min=0)
     key_mask = torch.arange(50)[None] >= pad[:, None]
@@ -80,7 +73,7 @@ def test_padding_follows_positions():
 
 
 def test_the_mask_free_and_masked_paths_agree():
-    q, k, v, q_pos, _ = tensors(100)
+    q, k, v, q_pos, _ = random_qkv(100)
     causal = torch.ones(100, 100, dtype=torch.bool).tril()[None, None]
     torch.testing.assert_close(run(q, k, v, q_pos, causal, 16, 4), run(q, k, v, q_pos, None, 16, 4), rtol=0, atol=TOL)
 

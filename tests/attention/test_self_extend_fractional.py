@@ -18,7 +18,7 @@ from ropescale.attention.self_extend import _self_extend
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend import fractional_positions, grouped_positions
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
-from tests.attention.references import region_reference
+from tests.attention.references import random_qkv, region_reference, self_extend_regions
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
 TOL = 2e-6
@@ -32,19 +32,8 @@ def run(q, k, v, q_pos, mask, G, W):
 
 
 def reference(q, k, v, q_pos, k_pos, G, W, key_mask=None):
-    """Neighbours (i − j < W) at i and j; far pairs at i / G + W − W / G and j / G, in float64."""
-    regions = [
-        (lambda i, j: i - j < W, q_pos, k_pos),
-        (lambda i, j: i - j >= W, q_pos.double() / G + W - W / G, k_pos.double() / G),
-    ]
+    regions = self_extend_regions(q_pos, k_pos, G, W, fractional=True)
     return region_reference(q, k, v, q_pos, k_pos, regions, SPEC.base_inv_freq(), 0.25, key_mask)
-
-
-def tensors(n, q_len=None, seed=0):
-    torch.manual_seed(seed)
-    q_len = n if q_len is None else q_len
-    q, k, v = torch.randn(2, 4, q_len, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
-    return q, k, v, torch.arange(n - q_len, n).expand(2, -1), torch.arange(n).expand(2, -1)
 
 
 def test_positions():
@@ -72,25 +61,25 @@ def test_reach():
 @pytest.mark.parametrize("n", [5, 16, 17, 40, 97])
 @pytest.mark.parametrize("group_size,window", [(4, 16), (3, 10)])
 def test_prefill_matches_the_reference(n, group_size, window):
-    q, k, v, q_pos, k_pos = tensors(n)
+    q, k, v, q_pos, k_pos = random_qkv(n)
     got = run(q, k, v, q_pos, None, group_size, window)
     torch.testing.assert_close(got.double(), reference(q, k, v, q_pos, k_pos, group_size, window), rtol=0, atol=TOL)
 
 
 @pytest.mark.parametrize("n", [1, 16, 17, 97])
 def test_decoding_step_matches_the_reference(n):
-    q, k, v, q_pos, k_pos = tensors(n, q_len=1)
+    q, k, v, q_pos, k_pos = random_qkv(n, q_len=1)
     torch.testing.assert_close(
         run(q, k, v, q_pos, None, 3, 10).double(), reference(q, k, v, q_pos, k_pos, 3, 10), rtol=0, atol=TOL
     )
 
 
 def test_masked_paths_match_the_reference(monkeypatch):
-    q, k, v, q_pos, k_pos = tensors(70, q_len=30)  # chunked prefill over a cache
+    q, k, v, q_pos, k_pos = random_qkv(70, q_len=30)  # chunked prefill over a cache
     torch.testing.assert_close(
         run(q, k, v, q_pos, None, 4, 16).double(), reference(q, k, v, q_pos, k_pos, 4, 16), rtol=0, atol=TOL
     )
-    q, k, v, _, _ = tensors(50)  # left padding, in row blocks
+    q, k, v, _, _ = random_qkv(50)  # left padding, in row blocks
     monkeypatch.setattr(merging, "MASK_BUDGET", 4 * 50)
     pad = torch.tensor([0, 7])
     pos = (torch.arange(50)[None] - pad[:, None]).clamp(min=0)

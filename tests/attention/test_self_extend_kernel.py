@@ -11,7 +11,7 @@ from ropescale.attention.rotary import AttentionRotary
 from ropescale.attention.self_extend import banded_attention
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend import grouped_positions
-from tests.attention.references import region_reference, self_extend_regions
+from tests.attention.references import random_qkv, region_reference, self_extend_regions
 
 TOL = 2e-6
 SPEC = RotarySpec(16, 1e4, 64)
@@ -38,17 +38,10 @@ def reference(q, k, v, q_pos, k_pos, G, W, key_mask=None):
     return region_reference(q, k, v, q_pos, k_pos, regions, SPEC.base_inv_freq(), 0.25, key_mask)
 
 
-def tensors(n, q_len=None, seed=0):
-    torch.manual_seed(seed)
-    q_len = n if q_len is None else q_len
-    q, k, v = torch.randn(2, 4, q_len, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
-    return q, k, v, torch.arange(n - q_len, n).expand(2, -1), torch.arange(n).expand(2, -1)
-
-
 @pytest.mark.parametrize("n", [5, 16, 17, 40, 48, 97])
 @pytest.mark.parametrize("group_size,window", [(4, 16), (3, 10)])
 def test_prefill_matches_the_reference(n, group_size, window):
-    q, k, v, q_pos, k_pos = tensors(n)
+    q, k, v, q_pos, k_pos = random_qkv(n)
     got = run(q, k, v, q_pos, None, group_size, window)
     torch.testing.assert_close(got.double(), reference(q, k, v, q_pos, k_pos, group_size, window), rtol=0, atol=TOL)
 
@@ -56,14 +49,14 @@ def test_prefill_matches_the_reference(n, group_size, window):
 @pytest.mark.parametrize("n", [1, 9, 16, 17, 60, 97])
 @pytest.mark.parametrize("group_size,window", [(4, 16), (3, 10)])  # 3 ∤ 10: the window edge matters
 def test_decoding_step_matches_the_reference(n, group_size, window):
-    q, k, v, q_pos, k_pos = tensors(n, q_len=1)
+    q, k, v, q_pos, k_pos = random_qkv(n, q_len=1)
     expected = reference(q, k, v, q_pos, k_pos, group_size, window)
     torch.testing.assert_close(run(q, k, v, q_pos, None, group_size, window).double(), expected, rtol=0, atol=TOL)
 
 
 @pytest.mark.parametrize("q_len", [3, 30])
 def test_chunked_prefill_over_a_cache_takes_the_masked_path(q_len, monkeypatch):
-    q, k, v, q_pos, k_pos = tensors(70, q_len=q_len)
+    q, k, v, q_pos, k_pos = random_qkv(70, q_len=q_len)
     expected = reference(q, k, v, q_pos, k_pos, 4, 16)
     torch.testing.assert_close(run(q, k, v, q_pos, None, 4, 16).double(), expected, rtol=0, atol=TOL)
     monkeypatch.setattr(merging, "MASK_BUDGET", 4 * 70)  # and in row blocks
@@ -71,7 +64,7 @@ def test_chunked_prefill_over_a_cache_takes_the_masked_path(q_len, monkeypatch):
 
 
 def test_padding_mask_matches_the_reference():
-    q, k, v, _, _ = tensors(50)
+    q, k, v, _, _ = random_qkv(50)
     pad = torch.tensor([0, 7])
     k_pos = (torch.arange(50)[None] - pad[:, None]).clamp(min=0)
     key_mask = torch.arange(50)[None] >= pad[:, None]  # [b, kv]
@@ -83,6 +76,6 @@ def test_padding_mask_matches_the_reference():
 
 
 def test_the_mask_free_and_masked_paths_agree():
-    q, k, v, q_pos, _ = tensors(97)
+    q, k, v, q_pos, _ = random_qkv(97)
     causal = torch.ones(97, 97, dtype=torch.bool).tril()[None, None]
     torch.testing.assert_close(run(q, k, v, q_pos, causal, 4, 16), run(q, k, v, q_pos, None, 4, 16), rtol=0, atol=TOL)

@@ -12,7 +12,7 @@ from ropescale.attention.rotary import AttentionRotary
 from ropescale.attention.string import string_attention
 from ropescale.methods import RotarySpec, get_method
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
-from tests.attention.references import region_reference, string_regions
+from tests.attention.references import random_qkv, region_reference, string_regions
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
 TOL = 2e-6
@@ -39,23 +39,16 @@ def reference(q, k, v, q_pos, k_pos, shift, local_window, key_mask=None):
     return region_reference(q, k, v, q_pos, k_pos, regions, SPEC.base_inv_freq(), 0.25, key_mask)
 
 
-def tensors(n, q_len=None, seed=0):
-    torch.manual_seed(seed)
-    q_len = n if q_len is None else q_len
-    q, k, v = torch.randn(2, 4, q_len, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
-    return q, k, v, torch.arange(n - q_len, n).expand(2, -1), torch.arange(n).expand(2, -1)
-
-
 @pytest.mark.parametrize("n", [9, 21, 22, 50, 63])
 @pytest.mark.parametrize("q_len", [None, 1, 4])  # prefill, a decoding step, chunked prefill (masked path)
 def test_matches_the_reference(n, q_len):
-    q, k, v, q_pos, k_pos = tensors(n, q_len)
+    q, k, v, q_pos, k_pos = random_qkv(n, q_len)
     expected = reference(q, k, v, q_pos, k_pos, 21, 3)
     torch.testing.assert_close(run(q, k, v, q_pos, None, 21, 3).double(), expected, rtol=0, atol=TOL)
 
 
 def test_padding_matches_the_reference():
-    q, k, v, _, _ = tensors(50)
+    q, k, v, _, _ = random_qkv(50)
     pad = torch.tensor([0, 7])
     k_pos = (torch.arange(50)[None] - pad[:, None]).clamp(min=0)
     key_mask = torch.arange(50)[None] >= pad[:, None]
