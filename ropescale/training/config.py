@@ -3,16 +3,23 @@
 A recipe (``configs/train/<model>/<method>_<setting>.yaml``) has up to nine sections; every key is
 optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
 
-    model:    {name: smollm2-135m, dtype: float32, attn_implementation: auto}
+    model:    {name: smollm2-135m, dtype: auto, attn_implementation: auto}
     scaling:  {method: yarn, factor: 4, params: {}}
-    lora:     {r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
-               trainable: [embed, norm]}
+    lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
+               trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
     data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null}
     pose:     {enabled: true, target_length: 32768, chunks: 2, content: skip}
     s2attn:   {enabled: false, group_ratio: 0.25}
     optim:    {lr: 2.0e-5, betas: [0.9, 0.95], weight_decay: 0.0, warmup_steps: 20, schedule: linear}
-    train:    {max_steps: 400, batch_size: 1, grad_accum: 8, mixed_precision: bf16, ...}
+    train:    {max_steps: 400, batch_size: 1, grad_accum: 8, mixed_precision: auto, ...}
     eval:     {every: 0, length: null, max_tokens: null, mode: nonoverlap}
+
+``auto`` precision (the default) is resolved when the recipe is loaded, so the run's ``config.yaml``
+records what ran: ``train.mixed_precision`` becomes bf16 on a GPU with bf16 and on a CPU with
+AMX/AVX512-BF16 (2x the fp32 tokens/s there; benchmarks/bench_dtype.py), else ``no``; ``model.dtype``
+becomes bfloat16 for the frozen base of a LoRA run under bf16, else float32 (a full fine-tune keeps
+fp32 master weights and computes in bf16 under autocast). ``model.dtype=float32
+train.mixed_precision=no`` is the fp32 run.
 
 Overrides use dotted keys and YAML values: ``lora.r=16 optim.lr=1e-4 pose.enabled=false``.
 Unknown keys and wrong types fail with one line naming the key (and a "did you mean").
@@ -36,6 +43,7 @@ from ..shipped import configs_root
 CONFIGS_DIR = configs_root() / "train"  # the installed package data (ropescale.configs), or the checkout's
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("no", "bf16", "fp16")
+AUTO = "auto"
 ATTN = ("auto", *ATTENTIONS)
 POSE_CONTENT = ("skip", "contiguous")
 EXTRA_TRAINABLE = ("embed", "norm")
@@ -49,7 +57,7 @@ class ConfigError(RopescaleError, ValueError):
 @dataclass
 class ModelSection:
     name: str = ""  # checkpoint dir, .gguf, Hub id or embedded model (see ropescale.from_pretrained)
-    dtype: str = "float32"  # dtype of the frozen base weights
+    dtype: str = AUTO  # dtype of the base weights (auto: see the module docstring)
     attn_implementation: str = "auto"  # auto: flash_attention_2 if installed and on a GPU, else sdpa
     sliding_window: Any = "keep"  # Mistral-style models: keep, null (full attention) or a width
 
@@ -69,6 +77,7 @@ class LoraSection:
     dropout: float = 0.0
     target_modules: list = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     trainable: list = field(default_factory=list)  # "embed", "norm": fully trainable (LongLoRA)
+    enabled: bool = True  # false: full fine-tune (every weight trains; the other lora keys are unused)
 
 
 @dataclass
@@ -112,7 +121,7 @@ class TrainSection:
     max_steps: int = 400  # optimizer steps
     batch_size: int = 1  # windows per device per micro-batch
     grad_accum: int = 1
-    mixed_precision: str = "no"  # no | bf16 | fp16 (autocast; trainable weights stay fp32)
+    mixed_precision: str = AUTO  # auto | no | bf16 | fp16 (autocast; trainable weights stay fp32)
     gradient_checkpointing: bool = True
     seed: int = 0
     output_dir: str = ""  # default: runs/<recipe name>
@@ -251,11 +260,42 @@ def config_from_dict(raw: dict[str, Any], name: str = "run") -> TrainConfig:
         for k, v in value.items():
             if k not in fields:
                 raise ConfigError(f"unknown key '{key}.{k}'{_did_you_mean(str(k), list(fields))}")
+            if (key, k, v) == ("train", "mixed_precision", False):
+                v = "no"  # YAML reads an unquoted `no` as false
             kwargs[k] = _check_type(f"{key}.{k}", v, fields[k].type)
         sections[key] = cls(**kwargs)
     config = TrainConfig(**sections, name=str(raw.get("name") or name))
     validate(config)
+    resolve_precision(config)
     return config
+
+
+def resolve_precision(c: TrainConfig) -> None:
+    """Replace ``auto`` in ``train.mixed_precision`` and ``model.dtype`` (see the module docstring)."""
+    if c.train.mixed_precision == AUTO:
+        import torch
+
+        from ..models.runtime import cpu_has_bf16
+
+        fast = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else cpu_has_bf16()
+        c.train.mixed_precision = "bf16" if fast else "no"
+    if c.model.dtype == AUTO:
+        lora_bf16 = c.lora.enabled and c.train.mixed_precision == "bf16"
+        c.model.dtype = "bfloat16" if lora_bf16 else "float32"
+    _check_precision(c)
+
+
+def _check_precision(c: TrainConfig) -> None:
+    if not c.lora.enabled and c.model.dtype != "float32":
+        raise ConfigError(
+            f"model.dtype={c.model.dtype} with lora.enabled=false: a full fine-tune keeps float32 master "
+            "weights (set model.dtype=float32 or auto; train.mixed_precision=bf16 computes in bf16)"
+        )
+    if c.model.dtype != "float32" and c.train.mixed_precision == "no":
+        raise ConfigError(
+            f"model.dtype={c.model.dtype} with train.mixed_precision=no: the trainable weights stay float32 and "
+            f"cannot multiply {c.model.dtype} activations (set train.mixed_precision=bf16, or model.dtype=float32)"
+        )
 
 
 def _one_of(where: str, value: str, choices: tuple[str, ...]) -> None:
@@ -274,15 +314,19 @@ def validate(c: TrainConfig) -> None:
 
     if not c.model.name:
         raise ConfigError("model.name is required (a checkpoint directory, Hub id or smollm2-135m)")
-    _one_of("model.dtype", c.model.dtype, DTYPES)
+    _one_of("model.dtype", c.model.dtype, (AUTO, *DTYPES))
     _one_of("model.attn_implementation", c.model.attn_implementation, ATTN)
     sw = c.model.sliding_window
     if not (sw is None or sw == "keep" or (isinstance(sw, int) and not isinstance(sw, bool) and sw > 0)):
         raise ConfigError(f"model.sliding_window must be keep, null (full attention) or a positive integer, got {sw!r}")
     if not c.scaling.method:
         raise ConfigError("scaling.method is required (see `ropescale methods`)")
-    if c.scaling.method == "none":
-        raise ConfigError("scaling.method 'none' does not extend the context; pick a method (see `ropescale methods`)")
+    if c.scaling.method == "none":  # the control of an extension experiment: same text, no scaling
+        if c.pose.enabled and c.pose.target_length is None:
+            raise ConfigError(
+                "scaling.method=none with pose.enabled=true needs pose.target_length within the trained context "
+                "(an unscaled model cannot be trained at positions beyond it)"
+            )
     try:
         get_method(c.scaling.method, factor=c.scaling.factor, **c.scaling.params)
     except (ValueError, TypeError, RopescaleError) as exc:
@@ -349,7 +393,7 @@ def validate(c: TrainConfig) -> None:
     problem = context_parallel_problem(c)
     if problem:
         raise ConfigError(problem)
-    _one_of("train.mixed_precision", c.train.mixed_precision, MIXED_PRECISION)
+    _one_of("train.mixed_precision", c.train.mixed_precision, (AUTO, *MIXED_PRECISION))
     _positive("eval.every", c.eval.every, allow_zero=True)
     _one_of("eval.mode", c.eval.mode, EVAL_MODES)
     for key in ("length", "max_tokens"):

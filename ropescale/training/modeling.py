@@ -115,8 +115,44 @@ def extra_trainable_names(model: nn.Module, kinds: list[str]) -> list[str]:
     return names
 
 
+class FullFinetune(nn.Module):
+    """A causal LM with every weight trainable (``lora.enabled: false``), behind the calls the trainer
+    and the export make of a peft model (``get_base_model``, ``merge_and_unload``, ``save_pretrained``).
+
+    The weights are float32 master weights (autocast computes in bf16 under ``train.mixed_precision``);
+    checkpoints hold them all, so ``ropescale export`` loads the base and copies them in.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.base_model = model
+        for param in model.parameters():
+            param.requires_grad_(True)
+            if param.dtype != torch.float32:
+                param.data = param.data.float()
+
+    @property
+    def config(self) -> Any:
+        return self.base_model.config
+
+    def get_base_model(self) -> nn.Module:
+        return self.base_model
+
+    def merge_and_unload(self) -> nn.Module:
+        return self.base_model
+
+    def save_pretrained(self, path: Any) -> None:
+        """Nothing beside the trainable weights, which the caller writes (there is no adapter)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.base_model(*args, **kwargs)
+
+
 def wrap_lora(model: Any, config: TrainConfig) -> Any:
-    """LoRA (peft) around a scaled model, plus optionally trainable embeddings and norms."""
+    """LoRA (peft) around a scaled model, plus optionally trainable embeddings and norms; with
+    ``lora.enabled: false`` a :class:`FullFinetune` instead (every weight trains)."""
+    if not config.lora.enabled:
+        return FullFinetune(model)
     from peft import LoraConfig, get_peft_model
 
     lc = config.lora
@@ -203,7 +239,8 @@ def summed_shifted_nll(hidden: torch.Tensor, lm_head: nn.Module, targets: torch.
 
 
 class CausalLMLoss(nn.Module):
-    """``forward(input_ids, position_ids, labels) -> loss`` around a peft-wrapped causal LM.
+    """``forward(input_ids, position_ids, labels) -> loss`` around a peft-wrapped (or
+    :class:`FullFinetune`) causal LM.
 
     This is the module accelerate wraps (DDP/FSDP), so the loss is computed inside the wrapped
     forward. An all-ones attention mask is passed on purpose: with ``attention_mask=None``
