@@ -10,7 +10,7 @@ import pytest
 from ropescale.cli.main import main
 from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
 from ropescale.evals.frontier import format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
-from ropescale.evals.recommend import format_recommendation, recommend
+from ropescale.evals.recommend import format_recommendation, format_short, recommend
 from ropescale.evals.suite import suite_from_dict
 
 L = 8192
@@ -218,3 +218,18 @@ def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["cells_finished"] == results["cells_total"] == (3 + 2) + (3 + 3)
     assert (out / "frontier.md").read_text().startswith("# Frontier at ×2")
+
+
+def test_recommend_shipped_frontier_in_a_few_lines():
+    """The embedded model at 32k, default output: the method, why with its prompt count and source,
+    the caveat, the portable alternative for engines, in at most 15 lines."""
+    from ropescale.evals.evidence import shipped_evidence
+
+    rec = recommend("smollm2-135m", 8192, 32768, evidence=list(shipped_evidence()))
+    out = format_short(rec)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) <= 15, out
+    assert lines[0].startswith("recommendation:  self_extend ×4")
+    assert "prompts per length" in out and "evals/measured/smollm2-135m-frontier.json" in out
+    assert "caveat:" in out and "for vLLM, SGLang, TGI, llama.cpp" in out
+    assert "--method yarn --target-length 32768" in out and "measured with:" not in out
