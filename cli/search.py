@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..attention.modes import SEARCHED_MODES
 from .common import add_model_args, add_runtime_args
 
 EXAMPLES = """examples:
@@ -42,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--method",
         default="longrope",
-        choices=["longrope", "yarn", "self_extend", "dca", "string"],
-        help="what to search (default: longrope); self_extend, dca and string search their parameters on a grid",
+        choices=["longrope", "yarn", *SEARCHED_MODES],
+        help=f"what to search (default: longrope); {', '.join(SEARCHED_MODES)} search their parameters on a grid",
     )
     p.add_argument(
         "--objective",

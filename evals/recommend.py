@@ -252,7 +252,7 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     )
     from ropescale.methods import method_class
 
-    if getattr(method_class(row.method), "attention", None):
+    if method_class(row.method).attention:
         rec.reasons.append(
             f"{row.method} works at the attention level: it runs where ropescale patches the model "
             "(from_pretrained, patch, eval); vLLM, TGI and llama.cpp cannot express it (`ropescale doctor`), "
@@ -292,7 +292,7 @@ def format_short(rec: Recommendation) -> str:
         lines += wrap("caveat:", caveat)
     from ropescale.methods import method_class
 
-    attention = rec.method is not None and bool(getattr(method_class(rec.method), "attention", None))
+    attention = rec.method is not None and bool(method_class(rec.method).attention)
     for what, command in rec.commands:
         if what == "alternative" and attention:
             what = f"for vLLM, SGLang, TGI, llama.cpp ({rec.method} runs only where ropescale patches the model)"
