@@ -195,6 +195,12 @@ def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
     (folder / "results.json").write_text(json.dumps({"model": "smollm2-135m", "tasks": tasks}))
     (folder / "suite.yaml").write_text("methods:\n- {method: none}\n- {method: self_extend, factor: 2, label: se}\n")
     assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384"]) == 0
+    out = capsys.readouterr().out  # the answer first: who keeps both, the best with its numbers, where the rest is
+    out = "\n".join(line for line in out.splitlines() if not line.startswith("ropescale: converting"))  # first use
+    assert out.startswith("frontier at ×2 (16k), smollm2-135m: keeps perplexity and retrieval: se ×2\n")
+    assert "best:   se ×2 (worst PPL 1.003× native; passkey ≥ 1.00, 2 prompts per length)" in out
+    assert len(out.strip().splitlines()) <= 5 and "|" not in out and "--verbose" in out
+    assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384", "--verbose"]) == 0
     out = capsys.readouterr().out
     assert "| **se ×2** | 1.003 |" in out and (folder / "frontier.md").is_file() and (folder / "frontier.png").is_file()
 
@@ -212,6 +218,7 @@ def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
     out = tmp_path / "frontier"
     argv = ["eval", "frontier", "--model", str(model_dir), "--target-length", "512", "--methods", "self_extend"]
     argv += ["--data", str(data), "--depths", "0.5", "--max-tokens", "64", "--output", str(out), "--no-progress"]
+    argv += ["--verbose"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "# Frontier at ×2 (512)" in text and "self_extend ×2" in text
