@@ -71,11 +71,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# The main job: none / linear / ntk / dynamic_ntk / yarn x4 on the embedded SmolLM2-135M,
-# perplexity at 2k-16k and passkey to 16k (resumable: re-run to continue an interrupted run).
+# The main job: the embedded SmolLM2-135M unscaled against linear / ntk / dynamic_ntk / yarn x4,
+# perplexity at 2k-16k in bf16, a few minutes on 2 CPU cores (resumable: re-run to continue an
+# interrupted run). On a CPU without bf16 instructions: make demo DEMO_SUITE=smollm2-x4 (fp32, ~20 min).
+DEMO_SUITE ?= smollm2-demo
 demo: setup
 	$(VENV)/bin/ropescale patch --model smollm2-135m --factor 4
-	$(VENV)/bin/ropescale eval suite smollm2-x4 --output runs/smollm2-x4
+	$(VENV)/bin/ropescale eval suite $(DEMO_SUITE) --output runs/$(DEMO_SUITE)
 
 bench: setup
 	$(PY) benchmarks/bench_forward.py

@@ -49,6 +49,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument("--output", default=None, help="results folder (default: runs/frontier-<model>-<N>)")
     p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="print the whole report (every method, its cells, the rules)")
     p.set_defaults(func=run)
 
 
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .._io import atomic_write_text
     from ..evals.evidence import load_results
-    from ..evals.frontier import format_frontier, frontier_suite, plot_frontier
+    from ..evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier
     from ..evals.suite import run_suite, suite_from_dict
 
     if args.results:
@@ -92,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     report = format_frontier(ev, original, args.target_length)
     atomic_write_text(results.parent / "frontier.md", report + "\n")
     plot = plot_frontier(ev, original, args.target_length, results.parent / "frontier.png")
-    print(report)
-    print(f"\nreport: {results.parent / 'frontier.md'}" + (f"\nplot:   {plot}" if plot else ""))
+    print(report + "\n" if args.verbose else format_verdict(ev, original, args.target_length))
+    where = "" if args.verbose else " (every method, its cells and the rules; --verbose prints it)"
+    print(f"report: {results.parent / 'frontier.md'}{where}" + (f"\nplot:   {plot}" if plot else ""))
     return 0
 
 

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", default=None, metavar="DIR", help="write the patched checkpoint here")
     p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
+    p.add_argument(
+        "--verbose", action="store_true", help="without --output: add each rotary pair's wavelength before/after"
+    )
     p.set_defaults(func=run, model=None, method=None)  # defaults resolved in _from_search
 
 
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         **kw["params"],
     )
     if out is None:
-        print(summary(args.model, plan))
+        print(summary(args.model, plan, verbose=args.verbose))
         return 0
     from .doctor import print_saved, saving_quietly
 
@@ -136,8 +139,9 @@ def _maybe_tokenizer(loader, model: str):
         return None
 
 
-def summary(model: str, plan) -> str:
-    """The human-readable account of a patch plan."""
+def summary(model: str, plan, verbose: bool = False) -> str:
+    """The human-readable account of a patch plan: what changes first, one line per fact; with
+    ``verbose`` each rotary pair's wavelength before and after (a sample of the pairs)."""
     from ..patching.describe import pair_changes, sample_rows
 
     method, spec = plan.method, plan.spec
@@ -156,16 +160,21 @@ def summary(model: str, plan) -> str:
         f"attention scaling:  {attention:.4f} on cos/sin (logits x{attention**2:.4f})"
         + (f" at {extended} tokens" if method.dynamic else ""),
         f"implemented by:     {native}",
+    ]
+    rows = pair_changes(method, spec, extended)
+    counts = {s: sum(r.status == s for r in rows) for s in ("kept", "blended", "interpolated", "extrapolated")}
+    pairs = ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(rows)} pairs"
+    if not verbose:
+        return "\n".join([*lines, f"rotary pairs:       {pairs} (--verbose: each pair's wavelength)"])
+    lines += [
         "",
         f"per-pair wavelengths (tokens; L = {spec.original_max_position_embeddings}):",
         f"{'pair':>5} {'before':>12} {'after':>12} {'ratio':>7} {'turns in L':>11}  status",
     ]
-    rows = pair_changes(method, spec, extended)
     for r in sample_rows(rows):
         lines.append(
             f"{r.index:>5} {r.wavelength_before:>12.1f} {r.wavelength_after:>12.1f} "
             f"{r.wavelength_after / r.wavelength_before:>7.3f} {r.rotations_over_context:>11.2f}  {r.status}"
         )
-    counts = {s: sum(r.status == s for r in rows) for s in ("kept", "blended", "interpolated", "extrapolated")}
-    lines.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(rows)} pairs")
+    lines.append(f"  {pairs}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
   ropescale recommend --model ./llama-2-7b --target-length 65536 --budget fine-tune
   ropescale recommend --target-length 16384 --results runs/smollm2-x4
+  ropescale recommend --target-length 32768 --verbose           # + reasons, trade-offs, evidence
 """
 
 
@@ -43,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="results.json (or its folder) to draw the trade-offs from, repeatable "
         "(default: runs/*/results.json and benchmarks/results/*.json here)",
     )
+    detail = p.add_mutually_exclusive_group()
+    detail.add_argument(
+        "--verbose",
+        action="store_true",
+        help="add every reason, the measured trade-offs, the evidence tables and the commands that measured them",
+    )
+    detail.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
     add_original_context_arg(p)
     p.set_defaults(func=run)
 
@@ -51,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import importlib.util
 
     from ..evals.evidence import find_evidence
-    from ..evals.recommend import format_recommendation, recommend
+    from ..evals.recommend import format_recommendation, format_short, recommend, to_record
     from ..models.loading import load_config
     from ..patching.plan import is_scaled, plan_patch
 
@@ -67,7 +75,12 @@ def run(args: argparse.Namespace) -> int:
         train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
         patch_flags=" --replace" if is_scaled(config) else "",
     )
-    print(format_recommendation(rec, spec))
+    if args.json:
+        import json
+
+        print(json.dumps(to_record(rec), indent=2, ensure_ascii=False, default=str))
+    else:
+        print(format_recommendation(rec, spec) if args.verbose else format_short(rec))
     return 0
 
 

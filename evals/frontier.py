@@ -242,6 +242,29 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
     return "\n".join(lines)
 
 
+def format_verdict(ev: Evidence, original_context: int, target_length: int) -> str:
+    """The answer in a line per method that keeps both (or the one that came closest), for the terminal."""
+    ref, found = verdicts(ev, original_context, target_length)
+    head = f"frontier at ×{target_length / original_context:g} ({_k(target_length)}), {ev.model}:"
+    if ref is None:
+        return f"{head} no native (unscaled) perplexity at or below {original_context:,}: nothing to compare"
+
+    def facts(v: Verdict) -> str:
+        ratio = f"worst PPL {v.ppl_ratio:.3f}× native" if v.ppl_ratio is not None else "PPL n/m"
+        trials = sorted({t for _, _, t, _ in v.passkey_cells if t})
+        prompts = f", {'-'.join(map(str, sorted({trials[0], trials[-1]})))} prompts per length" if trials else ""
+        passkey = f"passkey ≥ {v.passkey_min:.2f}{prompts}" if v.passkey_min is not None else "passkey n/m"
+        return f"{v.row.title} ({ratio}; {passkey})"
+
+    both = [v for v in found if v.keeps_both]
+    if both:
+        best = min(both, key=lambda v: (not v.confirmed, -v.passkey_floor, v.worst_ratio))
+        lines = [f"{head} keeps perplexity and retrieval: " + ", ".join(v.row.title for v in both)]
+        return "\n".join([*lines, f"best:   {facts(best)}"])
+    closest = min(found, key=lambda v: v.worst_ratio or float("inf"), default=None)
+    return f"{head} no method keeps both" + (f"; closest in perplexity: {facts(closest)}" if closest else "")
+
+
 def plot_frontier(ev: Evidence, original_context: int, target_length: int, path: str | os.PathLike) -> Path | None:
     """Worst passkey accuracy (with its interval) against worst perplexity ratio, front and goal marked.
 

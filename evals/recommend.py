@@ -22,7 +22,7 @@ Before the rule, a training-free recommendation reads the measured frontier of t
 and the native retrieval, that method is recommended (the rule's method stays as the alternative
 for engines that cannot run it). Another model's measurements never decide, they only illustrate.
 
-The expected trade-offs are computed from measured results (:mod:`ropescale.evals.evidence`):
+The expected trade-offs are computed (:mod:`.tradeoffs`: typed records, then sentences) from measured results (:mod:`ropescale.evals.evidence`):
 every ``results.json`` written by ``ropescale eval`` for the same model, then the measurements
 shipped with ropescale (``evals/measured/*.json``: SmolLM2-135M, each number with the command
 that produced it), which fill in what the runs lack. Each trade-off names the file it was read
@@ -31,15 +31,24 @@ from, and the printed evidence lists the commands behind the shipped numbers.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from .evidence import length_text as _k
+from .tradeoffs import num, tradeoffs
 
-__all__ = ["Evidence", "Measured", "find_evidence", "load_results", "recommend", "format_recommendation"]
+__all__ = [
+    "Evidence",
+    "Measured",
+    "find_evidence",
+    "load_results",
+    "recommend",
+    "format_recommendation",
+    "format_short",
+    "to_record",
+]
 
 BUDGETS = ("auto", "training-free", "fine-tune")
 #: above this factor the default budget is a fine-tune
@@ -57,6 +66,8 @@ class Recommendation:
     method: str | None
     factor: float | None
     params: dict[str, Any] = field(default_factory=dict)
+    why: str = ""  # the one line that answers: what backs the choice, with its numbers
+    caveats: list[str] = field(default_factory=list)  # what the user must know before running it
     reasons: list[str] = field(default_factory=list)
     tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
     commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
@@ -65,10 +76,6 @@ class Recommendation:
     @property
     def ratio(self) -> float:
         return self.target_length / self.original_context
-
-
-def _pct(new: float, old: float) -> str:
-    return f"{100 * (new / old - 1):+.0f}%"
 
 
 def recommend(
@@ -101,10 +108,11 @@ def recommend(
     rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
     if s <= 1:
         rec.budget = "none"
-        rec.reasons.append(
+        rec.why = (
             f"the model was trained at {original_context:,} tokens, which covers {target_length:,}: "
             "no scaling needed (every method only changes positions beyond what the model has seen)"
         )
+        rec.reasons.append(rec.why)
         return rec
     if budget == "auto":
         budget = "training-free" if s <= TRAINING_FREE_LIMIT else "fine-tune"
@@ -132,32 +140,37 @@ def recommend(
             )
 
     if method == "dynamic_ntk":
-        rec.reasons += [
+        rec.why = (
             f"s = {s:.3g} ≤ {DYNAMIC_LIMIT:g}: dynamic NTK is exactly the original model up to {_k(original_context)} "
-            "(no cost at short lengths) and raises the base only as the input grows past it",
-            "caveat: during generation past L the KV cache keeps keys rotated with the earlier base "
-            "(transformers #25104); for long generation prefer yarn (alternative below)",
-        ]
+            "(no cost at short lengths) and raises the base only as the input grows past it"
+        )
+        rec.caveats.append(
+            "during generation past L the KV cache keeps keys rotated with the earlier base "
+            "(transformers #25104); for long generation prefer yarn (alternative below)"
+        )
+        rec.reasons += [rec.why, "caveat: " + rec.caveats[-1]]
         rec.commands.append(("training-free", patch))
         rec.commands.append(("alternative", patch_command("yarn")[1]))
     elif budget == "training-free":
-        rec.reasons.append(
+        rec.why = (
             f"s = {s:.3g}: YaRN keeps the fast rotary pairs as trained and interpolates only the slow ones, "
             "so without training its perplexity stays nearly flat up to s·L, where dynamic NTK drifts "
             "and linear interpolation pays at every length"
         )
+        rec.reasons.append(rec.why)
         measured = max((r.factor or 1.0 for ev in evidence for r in ev.rows if r.method == "yarn"), default=1.0)
         if s > measured:
-            rec.reasons.append(
+            rec.caveats.append(
                 f"beyond ×{measured:g} no YaRN result is at hand; training-free quality drops with the "
                 "factor (8× training-free YaRN gave PPL > 25 in llama.cpp tests): consider "
                 "--budget fine-tune"
             )
         if s > TRAINING_FREE_LIMIT:
-            rec.reasons.append(
+            rec.caveats.append(
                 f"s = {s:.3g} > {TRAINING_FREE_LIMIT:g}: a fine-tune is strongly recommended; "
                 "expect the training-free model to lose retrieval and fluency far beyond L"
             )
+        rec.reasons += rec.caveats
         rec.commands.append(("training-free", patch))
         rec.commands.append(("retrieval-heavy", patch_command("yarn", " --param attention_factor=1.0", "-af1")[1]))
     else:
@@ -170,15 +183,17 @@ def recommend(
             rec.reasons.append(
                 f"s = {s:.3g}: a fine-tune of the YaRN-scaled model removes most of the training-free trade-offs below"
             )
+        rec.why = rec.reasons[-1]
         rec.reasons += [
             "YaRN fine-tunes in few steps (Llama-2 s = 16: 400 steps, PPL 2.42 at 64k); PoSE trains on windows of "
             f"{_k(original_context)} tokens whose positions are spread over {_k(target_length)}, so memory stays that "
             "of a short window (PoSE: within ~1-3% of full-length fine-tuning)",
         ]
         if s <= DYNAMIC_LIMIT:
-            rec.reasons.append(
+            rec.caveats.append(
                 f"at s ≤ {DYNAMIC_LIMIT:g} training-free dynamic NTK is usually enough (--budget training-free)"
             )
+            rec.reasons.append(rec.caveats[-1])
         # the training recipe applies the scaling to the base model itself
         keys = (
             f"model.name={model} scaling.method=yarn scaling.factor={rec.factor:g} pose.enabled=true "
@@ -209,6 +224,19 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     rec.method, rec.factor, rec.params = row.method, row.factor, dict(row.params)
     lengths = [n for n, *_ in verdict.passkey_cells]
     prompts = sorted({t for _, _, t, _ in verdict.passkey_cells if t})
+    few = not prompts or min(prompts) < FEW_PROMPTS
+    backed = f"{'-'.join(map(str, sorted({prompts[0], prompts[-1]})))} prompts per length" if prompts else "few prompts"
+    rec.why = (
+        f"measured on this model: keeps the native perplexity (worst {verdict.ppl_ratio:.3f}× of {ref.ppl:.2f} "
+        f"at {_k(ref.ppl_length)}, up to {_k(rec.target_length)}) and retrieval (passkey ≥ {verdict.passkey_min:.2f} "
+        f"at {_k(lengths[0])}-{_k(lengths[-1])} on {backed}; native {ref.passkey:.2f} at {_k(ref.passkey_length)}), "
+        f"{ev.source}"
+    )
+    if few:
+        rec.caveats.append(
+            f"{backed} show retrieval not lost, not kept: confirm with `ropescale eval passkey` "
+            f"({FEW_PROMPTS} prompts per length by default)"
+        )
     rec.reasons.append(
         f"measured on this model ({ev.source}): {row.title} keeps the native perplexity (worst "
         f"{verdict.ppl_ratio:.3f}× native PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, up to {_k(rec.target_length)}) and "
@@ -218,13 +246,13 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
         + (
             f"; with fewer than {FEW_PROMPTS} prompts per length retrieval is only not shown lost: confirm with "
             "`ropescale eval passkey` (25 prompts per length by default)"
-            if not prompts or min(prompts) < FEW_PROMPTS
+            if few
             else ""
         )
     )
     from ropescale.methods import method_class
 
-    if getattr(method_class(row.method), "attention", None):
+    if method_class(row.method).attention:
         rec.reasons.append(
             f"{row.method} works at the attention level: it runs where ropescale patches the model "
             "(from_pretrained, patch, eval); vLLM, TGI and llama.cpp cannot express it (`ropescale doctor`), "
@@ -237,119 +265,71 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     return True
 
 
-def tradeoffs(
-    method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
-) -> list[tuple[str, Evidence]]:
-    """Sentences comparing ``method`` with the unscaled model and the alternatives, each with the
-    evidence it was read from (the first source that has the rows it needs).
+def headline(rec: Recommendation) -> str:
+    """``recommendation:  yarn ×4, training-free``: the method, its factor and parameters."""
+    if rec.method is None:
+        return "recommendation:  none"
+    exact = "" if abs(rec.factor - rec.ratio) < 1e-9 else f" (rounded up from {rec.ratio:.3g})"
+    how = "training-free" if rec.budget == "training-free" else "then fine-tune (PoSE)"
+    params = "".join(f", {k}={v}" for k, v in rec.params.items())
+    return f"recommendation:  {rec.method} ×{rec.factor:g}{params}{exact}, {how}"
 
-    Lengths are read relative to each source's own trained context L': short inputs at the
-    shortest length ≤ L', long ones at the longest length ≤ s·L' (s = target / original context;
-    the longest measured if none is that short), passkey at the lengths ≤ s·L'.
-    """
-    scale = (target_length or math.inf) / original_context
 
-    def exact(ev: Evidence) -> bool:
-        row = ev.find(method, factor=scale)
-        return row is not None and row.at_factor(scale)
+def format_short(rec: Recommendation) -> str:
+    """What ``ropescale recommend`` prints by default: the answer first, in a few lines — the method
+    with its parameters, one line of why (with its numbers and how many prompts back them), what to
+    know before running it, the commands, and where the detail is."""
+    import textwrap
 
-    evidence = sorted(evidence, key=lambda ev: not exact(ev))  # sources measured at this very factor first
+    def wrap(label: str, text: str) -> list[str]:
+        return textwrap.wrap(text, 100, initial_indent=f"{label:<9}", subsequent_indent=" " * 9, break_on_hyphens=False)
 
-    def upto(ev: Evidence, lengths) -> list[int]:
-        inside = sorted(n for n in lengths if n <= scale * (ev.original_context or original_context))
-        return inside or sorted(lengths)
+    lines = [
+        f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
+    ]
+    lines += wrap("why:", rec.why)
+    for caveat in rec.caveats:
+        lines += wrap("caveat:", caveat)
+    from ropescale.methods import method_class
 
-    out: list[tuple[str, Evidence]] = []
+    attention = rec.method is not None and bool(method_class(rec.method).attention)
+    for what, command in rec.commands:
+        if what == "alternative" and attention:
+            what = f"for vLLM, SGLang, TGI, llama.cpp ({rec.method} runs only where ropescale patches the model)"
+        lines += [f"{what}:", f"  {command}"]
+    lines.append("more:    --verbose (every reason, the measured trade-offs and their evidence), --json (the record)")
+    return "\n".join(lines)
 
-    def first(pred) -> tuple[Evidence, Any] | tuple[None, None]:
-        for ev in evidence:
-            value = pred(ev)
-            if value:
-                return ev, value
-        return None, None
 
-    def cite(ev: Evidence) -> str:
-        return ev.source
+def to_record(rec: Recommendation) -> dict[str, Any]:
+    """The whole recommendation as JSON-ready data (``ropescale recommend --json``)."""
+    from dataclasses import asdict
 
-    # 1. short lengths: the cost against the unscaled model at the shortest common length <= L
-    def short(ev):
-        row, base = ev.find(method, factor=scale), ev.find("default")
-        if not (row and base):
-            return None
-        common = sorted(n for n in row.ppl if n in base.ppl and n <= (ev.original_context or original_context))
-        return (row, base, common[0]) if common else None
+    def evidence(ev: Evidence) -> dict[str, Any]:
+        out = asdict(ev)
+        out["commands"] = ev.commands
+        return out
 
-    ev, hit = first(short)
-    if hit:
-        row, base, n = hit
-        cost = "no cost" if abs(row.ppl[n] / base.ppl[n] - 1) < 0.005 else _pct(row.ppl[n], base.ppl[n])
-        out.append(
-            (
-                f"short inputs: PPL {row.ppl[n]:.2f} at {_k(n)} vs {base.ppl[n]:.2f} unscaled ({cost}; "
-                f"{row.title}, {cite(ev)})",
-                ev,
-            )
-        )
-
-    # 2. long lengths: every method at the longest length measured for this one
-    def long(ev):
-        row = ev.find(method, factor=scale)
-        if not row or not row.ppl:
-            return None
-        n = max(upto(ev, row.ppl))
-        others = [r for r in ev.rows if n in r.ppl and r is not row and not r.params]
-        return (row, n, others) if others else None
-
-    ev, hit = first(long)
-    if hit:
-        row, n, others = hit
-        listed = ", ".join(f"{r.label} {_num(r.ppl[n])}" for r in sorted(others, key=lambda r: r.ppl[n]))
-        out.append((f"long inputs: PPL {_num(row.ppl[n])} at {_k(n)} ({row.title}) vs {listed} ({cite(ev)})", ev))
-
-    # 3. passkey retrieval at each measured length
-    def passkey(ev):
-        row, base = ev.find(method, factor=scale), ev.find("default")
-        return (row, base) if row and row.passkey else None
-
-    ev, hit = first(passkey)
-    if hit:
-        row, base = hit
-        lengths = upto(ev, row.passkey)
-        acc = ", ".join(
-            f"{row.passkey[n]:.0%} at {_k(n)}"
-            + (f" (unscaled {base.passkey[n]:.0%})" if base and n in base.passkey else "")
-            for n in lengths
-        )
-        out.append((f"passkey: {acc} ({row.title}, {cite(ev)})", ev))
-
-    # 4. YaRN's temperature: attention_factor=1.0 against the default
-    if method == "yarn":
-
-        def variant(ev):
-            row, alt = ev.find("yarn"), ev.find("yarn", attention_factor=1.0)
-            return (row, alt) if row and alt else None
-
-        ev, hit = first(variant)
-        if hit:
-            row, alt = hit
-            pk = ", ".join(f"{alt.passkey[n]:.0%}" for n in sorted(alt.passkey))
-            pk_default = ", ".join(f"{row.passkey[n]:.0%}" if n in row.passkey else "—" for n in sorted(alt.passkey))
-            lengths = sorted(n for n in alt.ppl if n in row.ppl)
-            ppl = ", ".join(f"{alt.ppl[n]:.1f} vs {row.ppl[n]:.1f} at {_k(n)}" for n in lengths)
-            out.append(
-                (
-                    f"YaRN's attention temperature ({1 + 0.1 * math.log(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
-                    f"retrieval for long-context PPL: attention_factor=1.0 gives passkey {pk} "
-                    f"at {'/'.join(_k(n) for n in sorted(alt.passkey))} (default {pk_default}) but PPL {ppl} "
-                    f"({cite(ev)}): use it for retrieval, the default for long-document language modelling",
-                    ev,
-                )
-            )
-    return out
+    return {
+        "model": rec.model,
+        "original_context": rec.original_context,
+        "target_length": rec.target_length,
+        "ratio": rec.ratio,
+        "budget": rec.budget,
+        "method": rec.method,
+        "factor": rec.factor,
+        "params": rec.params,
+        "why": rec.why,
+        "caveats": rec.caveats,
+        "reasons": rec.reasons,
+        "commands": [{"what": what, "command": command} for what, command in rec.commands],
+        "tradeoffs": [{"text": text, "source": ev.source} for text, ev in rec.tradeoffs],
+        "evidence": [evidence(ev) for ev in rec.evidence],
+    }
 
 
 def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
-    """The readable block ``ropescale recommend`` prints."""
+    """The whole readable block ``ropescale recommend --verbose`` prints."""
     geometry = (
         f" (head_dim {spec.head_dim}, base {spec.base:g}, trained context {rec.original_context:,})" if spec else ""
     )
@@ -357,13 +337,7 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
         f"model:           {rec.model}{geometry}",
         f"target:          {rec.target_length:,} tokens = {rec.ratio:.3g}× the trained context",
     ]
-    if rec.method is None:
-        lines.append("recommendation:  none")
-    else:
-        exact = "" if abs(rec.factor - rec.ratio) < 1e-9 else f" (rounded up from {rec.ratio:.3g})"
-        how = "training-free" if rec.budget == "training-free" else "then fine-tune (PoSE)"
-        params = "".join(f", {k}={v}" for k, v in rec.params.items())
-        lines.append(f"recommendation:  {rec.method} ×{rec.factor:g}{params}{exact}, {how}")
+    lines.append(headline(rec))
     lines += ["", "why:"] + [f"  - {r}" for r in rec.reasons]
     if rec.method is not None:
         heading = (
@@ -398,13 +372,9 @@ def evidence_table(ev: Evidence) -> str:
     lines = [head]
     for r in ev.rows:
         line = f"  {r.title:<{width}}  " + "".join(
-            f"{_num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths
+            f"{num(r.ppl[n]):>10}" if n in r.ppl else f"{'—':>10}" for n in ppl_lengths
         )
         if pk_lengths:
             line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
         lines.append(line)
     return "\n".join(lines)
-
-
-def _num(x: float) -> str:
-    return f"{x:.2f}" if x < 1000 else f"{x:.4g}"

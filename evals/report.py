@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,39 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
 
 
+@dataclass
+class TaskTable:
+    """One task of a suite, computed: every method's result per length (and, for retrieval tasks, its
+    statistics per length). Rendering and plotting read it; nothing here formats text."""
+
+    task: str
+    settings: dict[str, Any]
+    lengths: list[int]
+    table: dict[str, dict[int, dict[str, Any]]]  # label -> length -> cell result
+    stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
+
+    @property
+    def retrieval(self) -> bool:
+        return self.task != "perplexity"
+
+
+def collect(suite, cells: list[dict[str, Any]]) -> list[TaskTable]:
+    """Compute: the suite's cells arranged per task, method and length, with retrieval statistics."""
+    labels = [m.label for m in suite.methods]
+    tables = []
+    for task in suite.tasks():
+        settings = getattr(suite, task)
+        table: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in labels}
+        for cell in cells:
+            if cell["task"] == task and cell["method"] in table:
+                table[cell["method"]][cell["length"]] = cell["result"]
+        tt = TaskTable(task, settings, settings["lengths"], table)
+        if tt.retrieval:
+            tt.stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
+        tables.append(tt)
+    return tables
+
+
 def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary.
 
@@ -39,16 +73,11 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     shown with their prompts so far and marked in progress; they do not count as finished.
     """
     output = Path(output)
-    cells = _load_cells(output)
-    finished = list(cells)
-    cells = cells + list(partial or [])
-    labels = [m.label for m in suite.methods]
+    finished = _load_cells(output)
+    cells = finished + list(partial or [])
     entries = {m.label: m for m in suite.methods}
     runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
-    runtime = (
-        ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes)
-        or f"dtype {suite.dtype}"
-    )
+    tables = collect(suite, cells)  # compute
     summary: dict[str, Any] = {
         "suite": suite.name,
         "model": suite.model,
@@ -56,6 +85,45 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
         "runtimes": [json.loads(r) for r in runtimes],
         "tasks": {},
     }
+    for tt in tables:
+        summary["tasks"][tt.task] = {label: {str(n): r for n, r in rows.items()} for label, rows in tt.table.items()}
+        if tt.stats is not None:
+            summary.setdefault("statistics", {})[tt.task] = {
+                label: {str(n): st for n, st in rows.items()} for label, rows in tt.stats.items()
+            }
+    flags, flag_lines = short_context_regressions(suite, summary)
+    summary["regressions"] = flags
+    plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods]) if p]  # plot
+    done = sum(1 for c in finished if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
+    total = len(suite.cells())
+    lines = render(suite, tables, runtimes, flag_lines, [str(Path(p).relative_to(output)) for p in plots], done, total)
+    summary["plots"] = plots
+    summary["cells_finished"], summary["cells_total"] = done, total
+    atomic_write_json(output / "results.json", summary)
+    atomic_write_text(output / "report.md", "\n".join(lines) + "\n")
+    summary["report"] = str(output / "report.md")
+    summary["markdown"] = "\n".join(lines)
+    return summary
+
+
+def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> list[str | None]:
+    """Plot: perplexity against length, one accuracy grid per method and retrieval task."""
+    plots: list[str | None] = []
+    for tt in tables:
+        if tt.retrieval:
+            plots += _plot_grids(output, tt.task, tt.table, labels, tt.lengths)
+        else:
+            plots.append(_plot_ppl(output, tt.table, labels, tt.lengths))
+    return plots
+
+
+def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: int, total: int) -> list[str]:
+    """Render: the Markdown report's lines (header, one section per task, regressions, plots, progress)."""
+    labels = [m.label for m in suite.methods]
+    runtime = (
+        ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes)
+        or f"dtype {suite.dtype}"
+    )
     lines = [
         f"# {suite.name}: {suite.model}",
         "",
@@ -70,117 +138,82 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     ]
     if suite.note:
         lines += [suite.note, ""]
-    plots: list[str] = []
-    for task in suite.tasks():
-        settings = getattr(suite, task)
-        lengths = settings["lengths"]
-        table: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in labels}
-        for cell in cells:
-            if cell["task"] == task and cell["method"] in table:
-                table[cell["method"]][cell["length"]] = cell["result"]
-        summary["tasks"][task] = {label: {str(n): r for n, r in rows.items()} for label, rows in table.items()}
-        header = "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |"
-        rule = "|---|" + "---|" * len(lengths)
-        if task == "perplexity":
-            r0 = next((r for rows in table.values() for r in rows.values()), {})
-            mode = r0.get("mode", settings.get("mode", "yarn"))
-            lines += [
-                "## Perplexity",
-                "",
-                "Convention: "
-                + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
-                + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
-                "",
-                "Token-weighted perplexity (lower is better):",
-                "",
-                header,
-                rule,
-            ]
-            for label in labels:
-                lines.append(
-                    f"| {label} | "
-                    + " | ".join(
-                        _fmt(table[label].get(n, {}).get("ppl")) if entries[label].runs(task, n) else NOT_RUN
-                        for n in lengths
-                    )
-                    + " |"
-                )
-            if mode != "nonoverlap":
-                lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
-                for label in labels:
-                    lines.append(
-                        f"| {label} | "
-                        + " | ".join(
-                            _fmt(table[label].get(n, {}).get("mean_window_ppl"))
-                            if entries[label].runs(task, n)
-                            else NOT_RUN
-                            for n in lengths
-                        )
-                        + " |"
-                    )
-            scored = {
-                n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths
-            }
-            lines += ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
-            plots.append(_plot_ppl(output, table, labels, lengths))
-        else:
-            name = "Passkey retrieval" if task == "passkey" else f"Needle suite ({settings.get('task', 'niah_single')})"
-            thresholds = sorted({_threshold(task, r) for rows in table.values() for r in rows.values()})
-            at_least = " / ".join(f"{t:g}" for t in thresholds)
-            context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
-            lines += [
-                f"## {name}",
-                "",
-                f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
-                "per length; greedy decoding with the KV cache"
-                + ("; first integer must equal the key." if task == "passkey" else "; RULER string match.")
-                + context_rule,
-                "",
-                header + " context |",
-                rule + "---|",
-            ]
-            stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
-            summary.setdefault("statistics", {})[task] = {
-                label: {str(n): st for n, st in rows.items()} for label, rows in stats.items()
-            }
-            for label in labels:
-                accs = {n: st["accuracy"] for n, st in stats[label].items()}
-                ok = [  # a cell in progress says nothing yet about the context
-                    n
-                    for n, a in accs.items()
-                    if a >= _threshold(task, table[label][n]) and not table[label][n].get("partial")
-                ]
-                lines.append(
-                    f"| {label} | "
-                    + " | ".join(
-                        _fmt_retrieval(stats[label].get(n), table[label].get(n))
-                        if entries[label].runs(task, n)
-                        else NOT_RUN
-                        for n in lengths
-                    )
-                    + f" | {max(ok) if ok else '—'} |"
-                )
-            lines += ["", "Cells: accuracy · successes/trials [95% Wilson interval].", ""]
-            plots += _plot_grids(output, task, table, labels, lengths)
-    flags, flag_lines = short_context_regressions(suite, summary)
-    summary["regressions"] = flags
+    entries = {m.label: m for m in suite.methods}
+    for tt in tables:
+        lines += _render_retrieval(tt, labels, entries) if tt.retrieval else _render_perplexity(tt, labels, entries)
     lines += flag_lines
-    plots = [p for p in plots if p]
     if plots:
-        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({Path(p).relative_to(output)})" for p in plots] + [""]
-    done = sum(1 for c in finished if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
-    total = len(suite.cells())
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     if total < sum(len(getattr(suite, t)["lengths"]) for t in suite.tasks()) * len(labels):
         lines.append(f"{NOT_RUN}: not run for that method (the suite's `only`).")
         lines.append("")
     lines.append(f"_{done}/{total} cells finished._")
-    summary["plots"] = plots
-    summary["cells_finished"], summary["cells_total"] = done, total
-    atomic_write_json(output / "results.json", summary)
-    atomic_write_text(output / "report.md", "\n".join(lines) + "\n")
-    summary["report"] = str(output / "report.md")
-    summary["markdown"] = "\n".join(lines)
-    return summary
+    return lines
+
+
+def _header(lengths: list[int]) -> tuple[str, str]:
+    return "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)
+
+
+def _render_perplexity(tt: TaskTable, labels: list[str], entries) -> list[str]:
+    table, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
+    header, rule = _header(lengths)
+    r0 = next((r for rows in table.values() for r in rows.values()), {})
+    mode = r0.get("mode", settings.get("mode", "yarn"))
+    lines = [
+        "## Perplexity",
+        "",
+        "Convention: "
+        + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
+        + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
+        "",
+        "Token-weighted perplexity (lower is better):",
+        "",
+        header,
+        rule,
+    ]
+
+    def row(label: str, key: str) -> str:
+        cells = (_fmt(table[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    lines += [row(label, "ppl") for label in labels]
+    if mode != "nonoverlap":
+        lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
+        lines += [row(label, "mean_window_ppl") for label in labels]
+    scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+    return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
+
+
+def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
+    table, lengths, settings, task, stats = tt.table, tt.lengths, tt.settings, tt.task, tt.stats or {}
+    header, rule = _header(lengths)
+    name = "Passkey retrieval" if task == "passkey" else f"Needle suite ({settings.get('task', 'niah_single')})"
+    thresholds = sorted({_threshold(task, r) for rows in table.values() for r in rows.values()})
+    at_least = " / ".join(f"{t:g}" for t in thresholds)
+    context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
+    lines = [
+        f"## {name}",
+        "",
+        f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
+        "per length; greedy decoding with the KV cache"
+        + ("; first integer must equal the key." if task == "passkey" else "; RULER string match.")
+        + context_rule,
+        "",
+        header + " context |",
+        rule + "---|",
+    ]
+    for label in labels:
+        accs = {n: st["accuracy"] for n, st in stats[label].items()}
+        ok = [  # a cell in progress says nothing yet about the context
+            n for n, a in accs.items() if a >= _threshold(task, table[label][n]) and not table[label][n].get("partial")
+        ]
+        cells = (
+            _fmt_retrieval(stats[label].get(n), table[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
+            for n in lengths
+        )
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {max(ok) if ok else '—'} |")
+    return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval].", ""]
 
 
 def _threshold(task: str, result: dict[str, Any]) -> float:

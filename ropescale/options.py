@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import MISSING, field, fields
 from typing import Any
 
 #: texts read as "no value" by :func:`none_like`
@@ -170,3 +171,48 @@ def key_values(items: Iterable[str], flag: str = "--param", allow_json: bool = F
             raise ValueError(f"{flag} expects {expects}, got {item!r}")
         out[key.strip()] = param_value(value)
     return out
+
+
+# -- options dataclasses that drive argparse ------------------------------------------------------
+# One dataclass per command holds each option once: its default, its type and, in the field's
+# metadata, its help and how the command line spells it. :func:`option` writes that metadata,
+# :func:`add_arguments` turns the fields into flags, :func:`from_arguments` builds the dataclass back.
+
+
+def option(default: Any = MISSING, help: str = "", **cli: Any) -> Any:
+    """A dataclass field with its command-line flag: ``help`` and, in ``cli``, argparse's ``choices``,
+    ``metavar``, ``type``, ``required``; ``flag`` (default ``--field-name``), ``cli_default`` (the flag's
+    default as typed, where it differs from the field's) and ``parse`` (flag value -> field value)."""
+    kwargs = {"default": default} if default is not MISSING else {}
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("mutable option defaults: use a tuple")
+    return field(metadata={"help": help, **cli}, **kwargs)
+
+
+def add_arguments(parser: Any, cls: type, skip: Iterable[str] = ()) -> None:
+    """One argparse flag per field of ``cls`` that has :func:`option` metadata (except ``skip``)."""
+    for f in fields(cls):
+        meta = dict(f.metadata)
+        if "help" not in meta or f.name in skip:
+            continue
+        flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+        meta.pop("parse", None)
+        default = meta.pop("cli_default", None if f.default is MISSING else f.default)
+        if meta.pop("switch", False):
+            parser.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
+            continue
+        if f.default is MISSING:
+            meta["required"] = True
+        parser.add_argument(flag, dest=f.name, default=default, **meta)
+
+
+def from_arguments(cls: type, args: Any, **overrides: Any) -> Any:
+    """``cls`` built from parsed ``args``: every field found there (through its ``parse``), then ``overrides``."""
+    values = {}
+    for f in fields(cls):
+        if f.name in overrides or not hasattr(args, f.name):
+            continue
+        parse = f.metadata.get("parse")
+        value = getattr(args, f.name)
+        values[f.name] = parse(value) if parse else value
+    return cls(**{**values, **overrides})

@@ -22,7 +22,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-MODES = ("kv_consistent", "self_extend", "dca", "string")
+from .modes import MODES
 
 
 def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) -> Any:
@@ -30,11 +30,13 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    from . import cache_guard, consistent, dca, self_extend, string
+    import importlib
+
+    from . import cache_guard, consistent
+    from .modes import mode as mode_row
     from .rotary import LAYER_ATTR, AttentionRotary
 
-    if mode not in MODES:
-        raise ValueError(f"unknown attention mode {mode!r}; known: {', '.join(MODES)}")
+    row = mode_row(mode)
     requested = model.config._attn_implementation or "sdpa"
     inner = kernel_for(mode, requested)
     if inner != requested and requested not in consistent.NAMES:
@@ -46,25 +48,11 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     native = model.config if plan.native and plan.method.varies_with_length() else None
     rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
     rotary.restore = requested  # the user's kernel, given back by uninstall
-    if mode == "self_extend":
-        rotary.group_size = plan.method.resolved_group_size(plan.spec)
-        rotary.window = plan.method.resolved_window(plan.spec)
-        rotary.fractional = plan.method.fractional
-        self_extend.register()
-        name = self_extend.NAME
-    elif mode == "dca":
-        rotary.chunk_size = plan.method.resolved_chunk_size(plan.spec)
-        rotary.local_window = plan.method.resolved_local_window(plan.spec)
-        dca.register()
-        name = dca.NAME
-    elif mode == "string":
-        rotary.shift = plan.method.resolved_shift(plan.spec)
-        rotary.local_window = plan.method.resolved_local_window(plan.spec)
-        string.register()
-        name = string.NAME
-    else:
-        consistent.register()
-        name = consistent.NAMES[inner]
+    for attr, value in row.settings(plan.method, plan.spec).items():
+        setattr(rotary, attr, value)
+    kernel = importlib.import_module(f"{__name__}.{row.kernel}")
+    kernel.register()
+    name = consistent.NAMES[inner] if kernel is consistent else kernel.NAME
     if getattr(plan.method, "logn", False):
         rotary.logn_context = plan.spec.original_max_position_embeddings
     for layer in _attention_layers(owner):

@@ -56,10 +56,12 @@ from typing import Any
 
 import torch
 
+from .modes import ROTATED_KEY_MODES
+
 #: attribute of a cache layer that holds its :class:`LayerState`
 ATTR = "_ropescale_rotated"
-#: modes whose kernels read rotated keys from here
-MODES = ("self_extend", "dca", "string")
+#: modes whose kernels read rotated keys from here (their rows in :mod:`.modes`)
+MODES = ROTATED_KEY_MODES
 _GROW = 256  # rows added at least when a buffer grows
 
 #: ``rotate_rows(a, b)``: the raw keys a..b−1 rotated at the region's positions # [b, h_kv, b − a, d]

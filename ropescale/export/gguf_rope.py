@@ -91,7 +91,7 @@ def refuse(method: str, why: str) -> NotExpressibleError:
 
 def check_expressible(method: ScalingMethod, kv_consistent: bool = False) -> None:
     """Raise :class:`NotExpressibleError` (one line: which method and why) if llama.cpp cannot run it."""
-    if getattr(method, "attention", None):
+    if method.attention:
         raise refuse(
             method.name,
             "it groups positions inside attention, which llama.cpp's rope metadata cannot "

@@ -119,6 +119,9 @@ class ScalingMethod:
     summary: ClassVar[str] = ""
     #: recomputed from the current sequence length (keeps ``max_position_embeddings`` at L)
     dynamic: ClassVar[bool] = False
+    #: the attention-level mode patching installs instead of (or beside) new frequencies: a row of
+    #: ``ropescale.attention.modes``; None for methods that only change frequencies
+    attention: ClassVar[str | None] = None
 
     factor: float = 1.0
 

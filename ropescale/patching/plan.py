@@ -73,7 +73,7 @@ class PatchPlan:
 
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
     """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
-    return getattr(method, "attention", None) or ("kv_consistent" if kv_consistent else None)
+    return method.attention or ("kv_consistent" if kv_consistent else None)
 
 
 @contextlib.contextmanager

@@ -9,12 +9,36 @@ perplexity or on needle retrieval (:mod:`.needles`), seeded with the closed form
 
 from __future__ import annotations
 
-from .artifacts import SearchResult, load_search
-from .engine import best_of, run_search
-from .grid import AttentionSpace
-from .needles import OBJECTIVES
-from .pipeline import SearchOptions, Text, run_search_job, search_model
-from .space import LongRopeSpace, YarnSpace, make_space, pair_factors
+import importlib
+from typing import Any
+
+#: name -> the module that defines it, imported on first use (the command line imports
+#: :mod:`.options` to build its parser without loading torch)
+_LAZY = {
+    "SearchResult": ".artifacts",
+    "load_search": ".artifacts",
+    "best_of": ".engine",
+    "run_search": ".engine",
+    "AttentionSpace": ".grid",
+    "OBJECTIVES": ".options",
+    "SearchOptions": ".options",
+    "Text": ".pipeline",
+    "run_search_job": ".pipeline",
+    "search_model": ".pipeline",
+    "LongRopeSpace": ".space",
+    "YarnSpace": ".space",
+    "make_space": ".space",
+    "pair_factors": ".space",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "OBJECTIVES",

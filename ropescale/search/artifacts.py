@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_write_json, atomic_write_text
+from ..attention.modes import TABLE as MODE_TABLE
 from ..errors import RopescaleError
 
 DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
@@ -155,9 +156,7 @@ SCORE_NAMES = {"perplexity": "PPL", "needle": "answer PPL", "mixed": "mixed PPL"
 
 _SPACE_LINES = {
     "yarn": "YaRN's beta_fast, beta_slow and attention factor",
-    "self_extend": "Self-Extend's group_size and window on a grid (reach ≥ target)",
-    "dca": "DCA's chunk_size and local_window on a grid",
-    "string": "STRING's shift, local_window and frequencies on a grid",
+    **{name: row.search_grid for name, row in MODE_TABLE.items() if row.search_grid},
 }
 
 

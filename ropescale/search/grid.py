@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from ..attention.modes import SEARCHED_MODES
 from ..methods import RotarySpec, get_method
 
-ATTENTION_METHODS = ("self_extend", "dca", "string")
+#: the attention-level methods searched on a grid: their rows in ``ropescale.attention.modes``
+ATTENTION_METHODS = SEARCHED_MODES
 #: STRING's frequency choices, in the order mutations walk them
 STRING_FREQUENCIES = ("yarn", "ntk", "linear", "default")
 #: the log-length query scale off and on (:func:`ropescale.attention.function.logn_scale`)

@@ -40,8 +40,8 @@ import torch
 
 from ..scoring.nll import IGNORE_INDEX, final_hidden_states, model_device, summed_nll
 from .objective import PerplexityObjective, Score, Window
+from .options import OBJECTIVES
 
-OBJECTIVES = ("perplexity", "needle", "mixed")
 TASK = (
     "There is an important piece of information hidden inside a long text. Find it and memorize it. "
     "I will quiz you about it at the end."

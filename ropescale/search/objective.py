@@ -27,8 +27,7 @@ from typing import Any
 import torch
 
 from ..scoring.nll import final_hidden_states, model_device, summed_nll
-
-LAYOUTS = ("contiguous", "spread")
+from .options import LAYOUTS
 
 
 @dataclass(frozen=True)

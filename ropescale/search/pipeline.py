@@ -24,7 +24,6 @@ from ..plots.factors import plot_factors
 from .artifacts import (
     BEST,
     CONFIG,
-    DEFAULT_BASELINES,
     HELDOUT,
     HISTORY,
     PLOT,
@@ -36,6 +35,7 @@ from .artifacts import (
 from .engine import best_of, run_search
 from .needles import build_objective, needle_settings, tokens_needed
 from .objective import LAYOUTS, make_windows
+from .options import SearchOptions
 from .space import make_space, pair_factors
 
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
@@ -52,66 +52,6 @@ class Text:
 
     def fingerprint(self, n: int) -> str:
         return hashlib.sha256(",".join(map(str, self.tokens[:n])).encode()).hexdigest()[:16]
-
-
-@dataclass
-class SearchOptions:
-    """Everything that defines a search (see ``ropescale search --help``).
-
-    Attributes:
-        target_length: the context to extend to; factor s = target_length / L.
-        method: ``longrope`` (per-pair factors), ``yarn`` (beta_fast, beta_slow, attention factor) or an
-            attention-level method's grid: ``self_extend``, ``dca``, ``string`` (:mod:`.grid`).
-        objective: what a candidate is scored by: ``perplexity`` on the windows, ``needle`` (answer-token
-            NLL of needle prompts at the target length) or ``mixed`` (:mod:`.needles`).
-        needles: needle prompts per candidate (default: as many as ``needle_depths``, else ``windows``).
-        needle_depths: needle depths in [0, 1] (default: spread evenly over the prompts).
-        needle_seed: the needle keys' seed (fixed: every candidate sees the same prompts).
-        needle_weight: the needle's weight w in ``mixed``: exp((1 − w)·text NLL + w·answer NLL).
-        budget: evaluations in all, seeds included.
-        eval_length: real tokens per calibration window (default: the target length).
-        windows: calibration windows, consecutive from the start of the calibration text.
-        layout: ``contiguous`` or ``spread`` (the window's chunks placed over positions up to the target).
-        chunks: pieces of a ``spread`` window.
-        max_ratio: λ_i ≤ max_ratio·s (LongRoPE).
-        floor: λ_i ≥ s on pairs with wavelength > L; None = on unless the calibration windows
-            reach the target length themselves.
-        attention: longrope's attention factor: ``search``, each ``seed``'s own, ``yarn`` (0.1 ln s + 1
-            for every candidate) or a number for every candidate.
-        short: longrope's short factors, ``long`` (the searched schedule) or ``original`` (ones).
-        baselines: methods reported beside the searched one (at factor s; ``none`` unscaled).
-        report_lengths: extra held-out contiguous windows (one window of each length).
-        heldout: also score everything with the calibration protocol on the held-out text.
-    """
-
-    target_length: int
-    model: str = "smollm2-135m"
-    method: str = "longrope"
-    objective: str = "perplexity"
-    needles: int | None = None
-    needle_depths: tuple[float, ...] = ()
-    needle_seed: int = 0
-    needle_weight: float = 0.5
-    budget: int = 20
-    eval_length: int | None = None
-    windows: int = 1
-    layout: str = "contiguous"
-    chunks: int = 4
-    seed: int = 0
-    dtype: str = "auto"
-    device: str = "auto"
-    attn_implementation: str = "auto"
-    max_ratio: float = 1.25
-    floor: bool | None = None
-    attention: str | float = "search"
-    short: str = "long"
-    baselines: tuple[str, ...] = DEFAULT_BASELINES
-    report_lengths: tuple[int, ...] = ()
-    heldout: bool = True
-    data: str | None = None
-    data_doc: str | None = None
-    heldout_data: str | None = None
-    heldout_doc: str | None = None
 
 
 def _check_int(name: str, value: Any, minimum: int = 1) -> int:

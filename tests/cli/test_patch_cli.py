@@ -56,6 +56,17 @@ def test_patch_summary(capsys, model_dir):
     assert "of 8 pairs" in out
 
 
+def test_patch_summary_answers_first(capsys, model_dir):
+    """By default the facts, one line each, and the pair counts; --verbose adds each pair's wavelength."""
+    code, out, err = run(capsys, "patch", "--model", str(model_dir), "--factor", "4")
+    assert code == 0, err
+    assert len(out.strip().splitlines()) <= 8 and "per-pair wavelengths" not in out
+    assert out.strip().splitlines()[-1].startswith("rotary pairs:") and "--verbose" in out
+    code, verbose, err = run(capsys, "patch", "--model", str(model_dir), "--factor", "4", "--verbose")
+    assert code == 0, err
+    assert "per-pair wavelengths" in verbose and "turns in L" in verbose and "of 8 pairs" in verbose
+
+
 def test_patch_summary_shows_the_resolved_self_extend_grouping(capsys, model_dir):
     """G and W default from the model (W = L/4 = 16; the smallest G reaching 4 x 64 = 256 is 6)."""
     code, out, err = run(capsys, "patch", "--model", str(model_dir), "--method", "self_extend", "--factor", "4")

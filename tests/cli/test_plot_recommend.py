@@ -222,7 +222,7 @@ def test_eval_target_length_errors_are_one_line(capsys, model_dir):
 )
 def test_recommend(capsys, model_dir, tmp_path, monkeypatch, target, headline, command):
     monkeypatch.chdir(tmp_path)  # no runs/ here: the shipped measurements are the evidence
-    code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target))
+    code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target), "--verbose")
     assert code == 0, err
     assert "head_dim 16, base 10000, trained context 64" in out
     assert headline in out
@@ -239,9 +239,39 @@ def test_recommend(capsys, model_dir, tmp_path, monkeypatch, target, headline, c
         assert "PoSE" in out and "pose.target_length=1024" in out and "scaling.factor=16" in out
 
 
+@pytest.mark.parametrize("target", [64, 128, 256, 1024])
+def test_recommend_answers_first(capsys, model_dir, tmp_path, monkeypatch, target):
+    """The default output is the answer in at most 15 lines: the method, one line of why, the commands;
+    --verbose adds the evidence, --json the whole record."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target))
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) <= 15, out
+    assert lines[0].startswith("recommendation:  ") and out.count("why:") == 1
+    assert "evidence:" not in out and "measured with:" not in out
+    if target > 64:
+        assert f"ropescale patch --model {model_dir} --method" in out and "--verbose" in out
+    code, verbose, _ = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target), "--verbose")
+    assert code == 0 and len(verbose.splitlines()) > len(out.splitlines())
+    code, raw, _ = run(capsys, "recommend", "--model", str(model_dir), "--target-length", str(target), "--json")
+    record = json.loads(raw)
+    assert code == 0 and record["target_length"] == target and record["why"] and "reasons" in record
+    if target > 64:
+        assert record["evidence"] and record["commands"][0]["command"].startswith("ropescale ")
+
+
 def test_recommend_budget(capsys, model_dir):
     code, out, _ = run(
-        capsys, "recommend", "--model", str(model_dir), "--target-length", "1024", "--budget", "training-free"
+        capsys,
+        "recommend",
+        "--model",
+        str(model_dir),
+        "--target-length",
+        "1024",
+        "--budget",
+        "training-free",
+        "--verbose",
     )
     assert code == 0 and "yarn ×16, training-free" in out and "fine-tune is strongly recommended" in out
     code, out, _ = run(
@@ -290,7 +320,7 @@ def test_recommend_reads_results_of_the_same_model(capsys, model_dir, tmp_path, 
         json.dumps({"model": "someone/else", "tasks": {"perplexity": {"yarn": {"32": {"ppl": 99.0}}}}})
     )
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "256")
+    code, out, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "256", "--verbose")
     assert code == 0, err
     source = str(__import__("pathlib").Path("runs/tiny-x4/results.json"))
     assert f"short inputs: PPL 11.00 at 32 vs 10.00 unscaled (+10%; yarn ×4, {source})" in out

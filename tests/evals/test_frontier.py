@@ -10,7 +10,7 @@ import pytest
 from ropescale.cli.main import main
 from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
 from ropescale.evals.frontier import format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
-from ropescale.evals.recommend import format_recommendation, recommend
+from ropescale.evals.recommend import format_recommendation, format_short, recommend
 from ropescale.evals.suite import suite_from_dict
 
 L = 8192
@@ -195,6 +195,12 @@ def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
     (folder / "results.json").write_text(json.dumps({"model": "smollm2-135m", "tasks": tasks}))
     (folder / "suite.yaml").write_text("methods:\n- {method: none}\n- {method: self_extend, factor: 2, label: se}\n")
     assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384"]) == 0
+    out = capsys.readouterr().out  # the answer first: who keeps both, the best with its numbers, where the rest is
+    out = "\n".join(line for line in out.splitlines() if not line.startswith("ropescale: converting"))  # first use
+    assert out.startswith("frontier at ×2 (16k), smollm2-135m: keeps perplexity and retrieval: se ×2\n")
+    assert "best:   se ×2 (worst PPL 1.003× native; passkey ≥ 1.00, 2 prompts per length)" in out
+    assert len(out.strip().splitlines()) <= 5 and "|" not in out and "--verbose" in out
+    assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384", "--verbose"]) == 0
     out = capsys.readouterr().out
     assert "| **se ×2** | 1.003 |" in out and (folder / "frontier.md").is_file() and (folder / "frontier.png").is_file()
 
@@ -212,9 +218,25 @@ def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
     out = tmp_path / "frontier"
     argv = ["eval", "frontier", "--model", str(model_dir), "--target-length", "512", "--methods", "self_extend"]
     argv += ["--data", str(data), "--depths", "0.5", "--max-tokens", "64", "--output", str(out), "--no-progress"]
+    argv += ["--verbose"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "# Frontier at ×2 (512)" in text and "self_extend ×2" in text
     results = json.loads((out / "results.json").read_text())
     assert results["cells_finished"] == results["cells_total"] == (3 + 2) + (3 + 3)
     assert (out / "frontier.md").read_text().startswith("# Frontier at ×2")
+
+
+def test_recommend_shipped_frontier_in_a_few_lines():
+    """The embedded model at 32k, default output: the method, why with its prompt count and source,
+    the caveat, the portable alternative for engines, in at most 15 lines."""
+    from ropescale.evals.evidence import shipped_evidence
+
+    rec = recommend("smollm2-135m", 8192, 32768, evidence=list(shipped_evidence()))
+    out = format_short(rec)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) <= 15, out
+    assert lines[0].startswith("recommendation:  self_extend ×4")
+    assert "prompts per length" in out and "evals/measured/smollm2-135m-frontier.json" in out
+    assert "caveat:" in out and "for vLLM, SGLang, TGI, llama.cpp" in out
+    assert "--method yarn --target-length 32768" in out and "measured with:" not in out
