@@ -17,6 +17,7 @@ import torch
 import ropescale
 from ropescale.attention.function import register_attention
 from tests.attention import repo_references as repo
+from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
 L = ORIGINAL_CONTEXT
@@ -132,3 +133,20 @@ def test_a_constant_off_is_seen(case):
     with swapped(model, MUTANTS[case]):
         wrong = prefill(model, ids)
     assert float((ours - wrong).abs().max()) > 100 * TOL
+
+
+@pytest.mark.parametrize("case", ["string", "string-yarn", "self_extend-float", "self_extend-float-logn"])
+def test_the_variants_keep_cached_decoding_equal_to_recomputation(case):
+    """Not DCA's temperature: it makes a token's states depend on the length they were computed at."""
+    torch.manual_seed(5)
+    model = patched(case, "llama")
+    cached, full = cached_vs_full(model, torch.randint(0, 128, (2, 2 * L + 13)), prompt=PROMPT)
+    assert max_diff(cached, full) < TOL
+
+
+@pytest.mark.parametrize("case", ["dca", "dca-flash", "string", "self_extend-float"])
+def test_the_variants_keep_padded_rows_equal_to_rows_alone(case):
+    torch.manual_seed(6)
+    params = dict(CASES[case][0])
+    model = ropescale.patch(tiny_model(attn_implementation="sdpa"), params.pop("method"), **params)
+    assert_padded_batch_equals_rows_alone(model, short=50, long=90, new_tokens=20)
