@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..methods.dca import chunk_positions
+from ..methods.dca import chunk_positions, chunk_temperature
 from .function import attention_function, register_attention
 from .merge import attend, blockwise, merge
 from .rotary import key_positions
@@ -59,8 +59,7 @@ def temperature_scale(
 ) -> torch.Tensor:
     """The square of :func:`~ropescale.methods.dca.chunk_temperature` at each row's length n = its
     largest position + 1 (a left-padded row: its own length). # [b, 1, 1, 1], query dtype"""
-    lengths = (position_ids.amax(dim=1) + 1).double()  # [b]
-    factor = torch.where(lengths > context, coefficient * (lengths / context).log() + 1.0, torch.ones_like(lengths))
+    factor = chunk_temperature(position_ids.amax(dim=1) + 1, context, coefficient)  # [b]
     return (factor**2).to(query.dtype)[:, None, None, None]
 
 

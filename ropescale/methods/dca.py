@@ -35,7 +35,6 @@ current length for every key, so the result depends on the input alone.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +128,15 @@ def chunk_positions(positions: torch.Tensor, chunk_size: int, local_window: int)
     }
 
 
-def chunk_temperature(length: int | float, context: int, coefficient: float) -> float:
-    """ChunkLlama's cos/sin factor at input length n: ``c·ln(n/L) + 1`` beyond L, else 1 (its
-    ``get_mscale(n / L)``; c = 0.05 in ``chunkllama_attn_replace.py``, 0.1 in ``flash_decoding_chunkllama.py``)."""
-    return 1.0 if length <= context or not coefficient else coefficient * math.log(length / context) + 1.0
+def chunk_temperature(lengths: torch.Tensor, context: int, coefficient: float) -> torch.Tensor:
+    """ChunkLlama's cos/sin factor at input lengths n: ``c·ln(n/L) + 1`` beyond L, else 1 (its
+    ``get_mscale(n / L)``; c = 0.05 in ``chunkllama_attn_replace.py``, 0.1 in ``flash_decoding_chunkllama.py``).
+
+    Args:
+        lengths: input lengths n (any shape). context: the trained context L. coefficient: c.
+
+    Returns:
+        The factors, float64, the shape of ``lengths``.
+    """
+    n = lengths.double()
+    return torch.where(n > context, coefficient * (n / context).log() + 1.0, torch.ones_like(n))
