@@ -38,7 +38,8 @@ def register(tasks: argparse._SubParsersAction) -> None:
         "--methods",
         default=None,
         help="comma-separated candidates among yarn, ntk, dynamic_ntk, self_extend, dca, string-yarn (default: all "
-        "of those), self_extend-logn, dca-logn (only when named)",
+        "of those), self_extend-logn, dca-logn, dca-flash, self_extend-float, dca-l16-notemp, "
+        "string-yarn-own-factor (only when named; evals/frontier.py OPTIONAL_PARAMS)",
     )
     p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
     p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")

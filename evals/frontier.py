@@ -329,8 +329,19 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
 
 #: the candidates ``ropescale eval frontier`` runs by default, by label
 CANDIDATES = ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca", "string-yarn")
-#: candidates run only when named (``--methods``): the attention-level methods with ``logn=true``
-OPTIONAL = ("self_extend-logn", "dca-logn")
+#: candidates run only when named (``--methods``), by label: (method, parameters). The
+#: attention-level methods with ``logn=true`` (ours), and the reference variants the defaults are
+#: not (docs/methods.md): DCA as ChunkLlama's flash-decoding file, Self-Extend as LongLM's Llama.py,
+#: and DCA / STRING as ropescale ran them before taking the reference defaults
+OPTIONAL_PARAMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "self_extend-logn": ("self_extend", {"logn": True}),
+    "dca-logn": ("dca", {"logn": True}),
+    "dca-flash": ("dca", {"variant": "chunkllama_flash"}),
+    "self_extend-float": ("self_extend", {"shift": "float"}),
+    "dca-l16-notemp": ("dca", {"variant": "chunkllama_flash", "temperature": False}),
+    "string-yarn-own-factor": ("string", {"frequencies": "yarn", "temperature": "frequencies"}),
+}
+OPTIONAL = tuple(OPTIONAL_PARAMS)
 
 
 def frontier_suite(
@@ -348,8 +359,9 @@ def frontier_suite(
 
     Args:
         candidates: labels among :data:`CANDIDATES` (default: all of those): YaRN, NTK, dynamic NTK,
-            Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L; or :data:`OPTIONAL`
-            (Self-Extend and DCA with the log-length query scale).
+            Self-Extend, DCA and STRING with YaRN's frequencies, each at N / L (DCA and STRING with
+            their reference defaults); or :data:`OPTIONAL` (the log-length query scale, the other
+            reference variants).
         depths, trials: passkey grid per length (default depths 0.2/0.4/0.6/0.8, 1 trial).
         max_tokens: tokens scored per perplexity length (non-overlapping windows; at least one window).
 
@@ -364,8 +376,8 @@ def frontier_suite(
         "params": {"frequencies": "yarn"},
         "label": "string-yarn",
     }
-    for label in OPTIONAL:
-        entries[label] = {"method": label.removesuffix("-logn"), "factor": s, "params": {"logn": True}, "label": label}
+    for label, (method, params) in OPTIONAL_PARAMS.items():
+        entries[label] = {"method": method, "factor": s, "params": dict(params), "label": label}
     unknown = [c for c in candidates or [] if c not in entries]
     if unknown:
         raise ValueError(f"unknown frontier candidate '{unknown[0]}'; known: {', '.join(CANDIDATES + OPTIONAL)}")

@@ -16,6 +16,12 @@ takes three key slices, of keys rotated once and kept beside the cache (:mod:`.r
 a step rotates only its query and its own key. Anything else (padding, chunked prefill) takes a
 masked path, where the chunks follow the positions (so a left-padded row equals the row alone).
 Keys are cached before rotation (:mod:`.rotary`): cached decoding equals a full forward pass.
+
+ChunkLlama's attention temperature (:func:`~ropescale.methods.dca.chunk_temperature`, on its query
+and key cos/sin) multiplies every score of a row by its square: the query is scaled by it, per batch
+row at that row's length, before the regions run. With it, a token's hidden states depend on the
+length it was computed at, so a cached decoding step equals the reference's cached step (keys
+from earlier steps), not a fresh forward pass over the whole prefix.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..methods.dca import chunk_positions
+from ..methods.dca import chunk_positions, chunk_temperature
 from .function import attention_function, register_attention
 from .merge import attend, blockwise, merge
 from .rotary import key_positions
@@ -35,12 +41,26 @@ NAME = "ropescale_dca"
 
 
 def _dca(query, key, value, attention_mask, position_ids, rotary, scale, cached=None) -> torch.Tensor:
+    coefficient = rotary.method.temperature_coefficient()
+    if coefficient:
+        query = query * temperature_scale(
+            position_ids, rotary.spec.original_max_position_embeddings, coefficient, query
+        )
     return dual_chunk_attention(
         query, key, value, attention_mask, position_ids, rotary, rotary.chunk_size, rotary.local_window, scale, cached
     )
 
 
 dca_attention = attention_function(_dca, "dca")
+
+
+def temperature_scale(
+    position_ids: torch.Tensor, context: int, coefficient: float, query: torch.Tensor
+) -> torch.Tensor:
+    """The square of :func:`~ropescale.methods.dca.chunk_temperature` at each row's length n = its
+    largest position + 1 (a left-padded row: its own length). # [b, 1, 1, 1], query dtype"""
+    factor = chunk_temperature(position_ids.amax(dim=1) + 1, context, coefficient)  # [b]
+    return (factor**2).to(query.dtype)[:, None, None, None]
 
 
 def dual_chunk_attention(

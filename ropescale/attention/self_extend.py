@@ -48,7 +48,8 @@ def _self_extend(query, key, value, attention_mask, position_ids, rotary, scale,
     if rotary.fractional:  # p / G, no floor: every far key keeps a position of its own
         far_query, far_key = (lambda p: fractional_positions(p, p, G, W)[0]), (lambda p: p / G)
     else:
-        far_query, far_key = (lambda p: grouped_positions(p, p, G, W)[0]), (lambda p: p // G)
+        shift = rotary.method.shift  # LongLM's W − W // G or (Llama.py) W − W / G
+        far_query, far_key = (lambda p: grouped_positions(p, p, G, W, shift)[0]), (lambda p: p // G)
     return banded_attention(
         query,
         key,

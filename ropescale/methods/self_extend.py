@@ -11,9 +11,18 @@ model saw in training:
 
 The frequencies are plain RoPE; the method lives in the attention function
 (:mod:`ropescale.attention.self_extend`), which patching installs through transformers'
-attention interface. LongLM's prefill path shifts grouped queries by ``W − W / G`` (a float) and
-its decode path by ``W − W // G``; they agree when G divides W. ropescale uses ``W − W // G``
-everywhere, so prefill and decode see the same positions.
+attention interface.
+
+LongLM rounds the grouped query's shift two ways, offered by ``shift``:
+
+* ``floor`` (the default): ``W − W // G``, in ``self_extend_patch/Mistral.py``, ``Qwen2.py``,
+  ``Llama_4_40.py`` (whose commit 715c1e3 calls the float "accidental") and every flash decode path;
+* ``float``: ``W − W / G``, in ``self_extend_patch/Llama.py``'s ``self_extend_forward`` (prefill and
+  decode), the function ``SelfExtend.apply`` installs for Llama without flash attention, and Gemma.py.
+
+They agree when G divides W. Each variant uses its shift in prefill and decoding alike (LongLM's
+Llama flash path mixes them: float in prefill, floor in decoding; not offered). ``logn`` is
+LongLM's ``scale_base`` (log-length query scale, base L); ``fractional`` is ropescale's own.
 """
 
 from __future__ import annotations
@@ -41,11 +50,19 @@ def _check_int(name: str, value: Any) -> int | None:
     return int(value)
 
 
+#: the grouped query's shift: ``floor`` W − W // G, ``float`` W − W / G (LongLM's Llama.py)
+SHIFTS = ("floor", "float")
+
+
 def grouped_positions(
-    query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int
+    query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int, shift: str = "floor"
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-Extend's grouped positions: (query // G + W − W // G, key // G)."""
-    return query_positions // group_size + window - window // group_size, key_positions // group_size
+    """Self-Extend's grouped positions: (query // G + W − W // G, key // G); with ``shift="float"``
+    the query's shift is W − W / G (fp32 positions)."""
+    G, W = group_size, window
+    if shift == "float":
+        return (query_positions // G).float() + (W - W / G), key_positions // G
+    return query_positions // G + W - W // G, key_positions // G
 
 
 def fractional_positions(
@@ -79,12 +96,21 @@ class SelfExtend(ScalingMethod):
     window: int | None = None
     #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
     logn: bool = False
-    #: far pairs at p / G instead of p // G (:func:`fractional_positions`): keys inside a group keep their order
+    #: far pairs at p / G instead of p // G (:func:`fractional_positions`): keys inside a group keep
+    #: their order; ropescale's own (LongLM has none)
     fractional: bool = False
+    #: the grouped query's shift, one of :data:`SHIFTS`: W − W // G (``floor``) or W − W / G (``float``)
+    shift: str = "floor"
 
     def validate(self) -> None:
         object.__setattr__(self, "group_size", _check_int("group_size", self.group_size))
         object.__setattr__(self, "window", _check_int("window", self.window))
+        shift = str(self.shift).strip().lower()
+        if shift not in SHIFTS:
+            raise ValueError(f"shift must be one of {', '.join(SHIFTS)}, got {self.shift!r}")
+        if shift == "float" and self.fractional:
+            raise ValueError("shift=float applies to integer grouping; fractional=true already shifts by W - W / G")
+        object.__setattr__(self, "shift", shift)
 
     def resolved_window(self, spec: RotarySpec) -> int:
         L = spec.original_max_position_embeddings
@@ -96,7 +122,7 @@ class SelfExtend(ScalingMethod):
         L = spec.original_max_position_embeddings
         if self.fractional:  # (n − 1) / G + W − W / G ≤ L − 1
             return G * (L - 1 - W) + W + 1
-        return G * (L - W + W // G)
+        return G * (L - W + W // G)  # shift=float too: (n − 1) // G ≤ ⌊L − 1 − W + W / G⌋, the same bound
 
     def resolved_group_size(self, spec: RotarySpec) -> int:
         if self.group_size is not None:

@@ -11,8 +11,15 @@ moved back by S − W, onto distances the model has seen most::
 
 The local window W keeps the shifted pairs from landing on distance 0..W−1, which the model reads
 as "right next to me". At length n the largest relative position is n − 1 − S + W instead of n − 1,
-so within the trained context L the rarely-trained tail [L − S + W, L) is never used (the paper's
-defaults, here too: S = L/3 (its 0.33 L), W = 128, or L/64 for small L).
+so within the trained context L the rarely-trained tail [L − S + W, L) is never used (the
+reference's defaults, here too: S = int(0.33·L) and W = 128, from HKUNLP/STRING's README; W falls
+back to L/64 where 128 would not stay below S, a tiny model's L: ours).
+
+The reference multiplies the query and key cos/sin by 0.1·ln 2 + 1 at every length
+(``string_for_llama.py``; ``string_for_qwen2.py`` too, in place of YaRN's own factor when it rotates
+with YaRN's frequencies): logits × (0.1·ln 2 + 1)² ≈ 1.143. That is ``temperature=string``, the
+default. ``temperature=frequencies`` keeps the frequency method's own factor instead (1 for plain
+RoPE, YaRN's 0.1·ln s + 1): ours.
 
 Alone, STRING reaches L + S − W tokens before a distance leaves the trained range. Beyond that it
 combines with a frequency method: ``frequencies=yarn`` (or ``linear``, ``ntk``) rotates with that
@@ -22,6 +29,7 @@ function is :mod:`ropescale.attention.string` (Self-Extend's two-region kernel w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,12 +43,17 @@ from .yarn import Yarn
 #: the frequency methods STRING can rotate with (static; ``default`` is plain RoPE)
 FREQUENCIES: dict[str, type[ScalingMethod]] = {"default": Default, "linear": Linear, "ntk": NTK, "yarn": Yarn}
 _ALIASES = {"none": "default", "pi": "linear", "ntk_aware": "ntk"}  # the registry's spellings
+#: the reference's cos/sin factor (``attention_factor`` in HKUNLP/STRING's string_for_llama.py / string_for_qwen2.py)
+STRING_FACTOR = 0.1 * math.log(2) + 1
+#: ``temperature``: the reference's factor, or the frequency method's own (ours)
+TEMPERATURES = ("string", "frequencies")
 
 
 @dataclass(frozen=True)
 class String(ScalingMethod):
-    """STRING with shift ``shift`` (S, default L/3) and local window ``local_window`` (W, default
-    min(128, L/64)); ``frequencies`` picks the rotary frequencies (default plain RoPE)."""
+    """STRING with shift ``shift`` (S, default int(0.33·L)) and local window ``local_window`` (W,
+    default 128, or L/64 when 128 ≥ S); ``frequencies`` picks the rotary frequencies (default plain
+    RoPE); ``temperature`` the cos/sin factor (default the reference's 0.1·ln 2 + 1)."""
 
     name = "string"
     summary = "STRING: distances >= shift moved back by shift - local_window (attention-level; + frequencies)"
@@ -50,8 +63,11 @@ class String(ScalingMethod):
     shift: int | None = None
     local_window: int | None = None
     frequencies: str = "default"
-    #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`)
+    #: scale each query beyond the trained context L by log(p + 1) / log(L) (:func:`~ropescale.attention.function.logn_scale`);
+    #: ropescale's own addition (the STRING reference has none)
     logn: bool = False
+    #: one of :data:`TEMPERATURES`
+    temperature: str = "string"
 
     def validate(self) -> None:
         object.__setattr__(self, "shift", _check_int("shift", self.shift))
@@ -61,13 +77,18 @@ class String(ScalingMethod):
         if key not in FREQUENCIES:
             raise ValueError(f"frequencies must be one of {', '.join(FREQUENCIES)}, got {self.frequencies!r}")
         object.__setattr__(self, "frequencies", key)
+        temperature = str(self.temperature).strip().lower()
+        if temperature not in TEMPERATURES:
+            raise ValueError(f"temperature must be one of {', '.join(TEMPERATURES)}, got {self.temperature!r}")
+        object.__setattr__(self, "temperature", temperature)
 
     def resolved_shift(self, spec: RotarySpec) -> int:
-        return self.shift if self.shift is not None else max(1, spec.original_max_position_embeddings // 3)
+        return self.shift if self.shift is not None else max(1, int(0.33 * spec.original_max_position_embeddings))
 
     def resolved_local_window(self, spec: RotarySpec) -> int:
-        L = spec.original_max_position_embeddings
-        return self.local_window if self.local_window is not None else max(1, min(128, L // 64))
+        if self.local_window is not None:
+            return self.local_window
+        return 128 if 128 < self.resolved_shift(spec) else max(1, spec.original_max_position_embeddings // 64)
 
     def reach(self, spec: RotarySpec) -> int:
         """The longest sequence whose shifted distances all stay below L (plain-RoPE frequencies)."""
@@ -94,4 +115,5 @@ class String(ScalingMethod):
         return cls() if cls is Default else cls(factor=self.factor)
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
-        return self.frequency_method().compute(spec, seq_len, device)
+        inv_freq, own = self.frequency_method().compute(spec, seq_len, device)
+        return inv_freq, STRING_FACTOR if self.temperature == "string" else own

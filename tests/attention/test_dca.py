@@ -81,14 +81,25 @@ def test_the_mask_free_and_masked_paths_agree():
 def test_defaults_and_validation():
     spec = RotarySpec(64, 1e5, 8192)  # SmolLM2-135M
     method = get_method("dca", factor=4)
-    assert method.resolved_params(spec) == {"factor": 4.0, "chunk_size": 6144, "local_window": 512, "logn": False}
+    common = {"factor": 4.0, "chunk_size": 6144, "logn": False, "temperature": True}
+    # ChunkLlama's chunkllama_attn_replace.py: L/8, 0.05; flash_decoding_chunkllama.py: L/16, 0.1
+    assert method.resolved_params(spec) == dict(common, local_window=1024, variant="chunkllama")
+    assert method.temperature_coefficient() == 0.05
+    flash = get_method("dca", factor=4, variant="chunkllama_flash")
+    assert flash.resolved_params(spec) == dict(common, local_window=512, variant="chunkllama_flash")
+    assert flash.temperature_coefficient() == 0.1
+    assert get_method("dca", temperature="false").temperature_coefficient() == 0.0
     assert method.extended_context(spec) == 32768
     assert get_method("dca", chunk_size="48", local_window="8").params() == {
         "factor": 1.0,
         "chunk_size": 48,
         "local_window": 8,
         "logn": False,
+        "variant": "chunkllama",
+        "temperature": True,
     }
+    with pytest.raises(ValueError, match="variant must be one of chunkllama, chunkllama_flash, got 'flash'"):
+        get_method("dca", variant="flash")
     with pytest.raises(ValueError, match="chunk_size must be smaller than the original context 64, got 64"):
         ropescale.patch_config(tiny_model().config, "dca", chunk_size=64)
     with pytest.raises(ValueError, match="local_window must be less than half of chunk_size 48, got 24"):
@@ -100,10 +111,15 @@ def test_defaults_and_validation():
 
 @pytest.mark.parametrize("arch", ["llama", "mistral"])
 def test_cached_decoding_equals_recomputation(arch):
-    """Prompt and steps cross chunk boundaries (s = 48 − 4 = 44): intra, successive and inter."""
+    """Prompt and steps cross chunk boundaries (s = 48 − 4 = 44): intra, successive and inter.
+
+    Without the temperature: with it a token's states depend on the length they were computed at,
+    which no cache can reproduce (tests/attention/test_reference_methods.py checks that case)."""
     torch.manual_seed(5)
     ids = torch.randint(0, 128, (2, 150))
-    model = ropescale.patch(tiny_model(arch, num_hidden_layers=3), "dca", factor=4)
+    model = ropescale.patch(
+        tiny_model(arch, num_hidden_layers=3), "dca", factor=4, variant="chunkllama_flash", temperature=False
+    )
     rotary = model.model.rotary_emb
     assert model.config._attn_implementation == "ropescale_dca" and (rotary.chunk_size, rotary.local_window) == (48, 4)
     cached, full = cached_vs_full(model, ids, prompt=40)

@@ -20,7 +20,7 @@ from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 L = ORIGINAL_CONTEXT
 METHODS = {
     "self_extend": dict(group_size=6, window=16),
-    "dca": dict(chunk_size=48, local_window=8),
+    "dca": dict(chunk_size=48, local_window=8, temperature=False),  # its temperature: test_reference_methods.py
     "string": dict(shift=20, local_window=4, frequencies="yarn"),
 }
 

@@ -81,7 +81,12 @@ def test_defaults_and_validation():
         "window": 1024,
         "logn": False,
         "fractional": False,
+        "shift": "floor",
     }  # CLI strings
+    with pytest.raises(ValueError, match="shift must be one of floor, float, got 'round'"):
+        get_method("self_extend", shift="round")
+    with pytest.raises(ValueError, match="shift=float applies to integer grouping"):
+        get_method("self_extend", shift="float", fractional=True)
     with pytest.raises(ValueError, match="use group_size >= 6"):
         ropescale.patch_config(tiny_model().config, "self_extend", factor=4, group_size=2, window=16)
     with pytest.raises(ValueError, match="window must be smaller than the original context 64"):
@@ -168,7 +173,14 @@ def test_cli_selects_it(tmp_path):
     )
     assert code == 0
     block = json.loads((tmp_path / "out" / "config.json").read_text())["ropescale"]
-    assert block["params"] == {"factor": 4.0, "group_size": 8, "window": 16, "logn": False, "fractional": False}
+    assert block["params"] == {
+        "factor": 4.0,
+        "group_size": 8,
+        "window": 16,
+        "logn": False,
+        "fractional": False,
+        "shift": "floor",
+    }
     assert ropescale.from_pretrained(tmp_path / "out").config._attn_implementation == "ropescale_self_extend"
 
 

@@ -4,6 +4,8 @@ equal rows alone, frequencies from another method, validation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -23,7 +25,8 @@ class Layer:
     """Just enough of an attention layer for the attention function: its rotary module."""
 
     def __init__(self, shift, local_window):
-        method = get_method("string", shift=shift, local_window=local_window)
+        # the kernel's positions; the reference's cos/sin factor is checked in test_reference_methods.py
+        method = get_method("string", shift=shift, local_window=local_window, temperature="frequencies")
         rotary = AttentionRotary(method, SPEC, "string", "sdpa")
         rotary.shift, rotary.local_window = shift, local_window
         self._ropescale_rotary = rotary
@@ -63,16 +66,24 @@ def test_defaults_reach_and_validation():
     method = get_method("string")
     assert method.resolved_params(spec) == {
         "factor": 1.0,
-        "shift": 2730,
+        "shift": 2703,  # HKUNLP/STRING README: int(0.33 * L), local window 128
         "local_window": 128,
         "frequencies": "default",
         "logn": False,
+        "temperature": "string",
     }
-    assert method.reach(spec) == 8192 + 2730 - 128
+    assert method.reach(spec) == 8192 + 2703 - 128
+    assert get_method("string").resolved_local_window(RotarySpec(64, 1e4, 256)) == 4  # 128 >= S = 84: L/64
+    assert method.compute(spec)[1] == 0.1 * math.log(2) + 1  # string_for_llama.py's attention_factor
     yarn = get_method("string", factor=4, frequencies="YaRN")
     inv_freq, factor = yarn.compute(spec)
     expected = get_method("yarn", factor=4).compute(spec)
-    assert torch.equal(inv_freq, expected[0]) and factor == expected[1] and yarn.frequencies == "yarn"
+    # string_for_qwen2.py: YaRN's frequencies, STRING's factor in place of YaRN's own
+    assert torch.equal(inv_freq, expected[0]) and factor == 0.1 * math.log(2) + 1 and yarn.frequencies == "yarn"
+    own = get_method("string", factor=4, frequencies="yarn", temperature="frequencies").compute(spec)
+    assert own[1] == expected[1]
+    with pytest.raises(ValueError, match="temperature must be one of string, frequencies, got 'yarn'"):
+        get_method("string", temperature="yarn")
     with pytest.raises(ValueError, match="STRING with plain RoPE reaches 84 tokens"):
         ropescale.patch_config(tiny_model().config, "string", factor=2)  # L = 64: 64 + 21 - 1 = 84 < 128
     with pytest.raises(ValueError, match="local_window must be smaller than shift 21, got 21"):
@@ -102,7 +113,9 @@ def test_left_padded_batch_equals_rows_alone():
 
 def test_within_the_shift_it_is_plain_attention(long_input):
     plain = tiny_model(attn_implementation="sdpa")
-    model = ropescale.patch(tiny_model(state_dict=plain.state_dict()), "string", shift=30, local_window=4)
+    model = ropescale.patch(
+        tiny_model(state_dict=plain.state_dict()), "string", shift=30, local_window=4, temperature="frequencies"
+    )
     with torch.no_grad():
         short, longer = long_input[:, :30], long_input[:, :60]
         torch.testing.assert_close(model(short).logits, plain(short).logits, rtol=0, atol=TOL)

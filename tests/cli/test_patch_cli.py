@@ -71,7 +71,10 @@ def test_patch_summary_shows_the_resolved_self_extend_grouping(capsys, model_dir
     """G and W default from the model (W = L/4 = 16; the smallest G reaching 4 x 64 = 256 is 6)."""
     code, out, err = run(capsys, "patch", "--model", str(model_dir), "--method", "self_extend", "--factor", "4")
     assert code == 0, err
-    assert "method:             self_extend (factor 4, group_size=6, window=16, logn=False, fractional=False)" in out
+    assert (
+        "method:             self_extend (factor 4, group_size=6, window=16, logn=False, fractional=False, shift=floor)"
+        in out
+    )
 
 
 def test_patch_writes_checkpoint_that_reloads(capsys, model_dir, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from ropescale.cli.main import main
 from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
-from ropescale.evals.frontier import format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
+from ropescale.evals.frontier import OPTIONAL, format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
 from ropescale.evals.recommend import format_recommendation, format_short, recommend
 from ropescale.evals.suite import suite_from_dict
 
@@ -128,6 +128,13 @@ def test_frontier_suite_lengths_candidates_and_validation():
     ]
     assert "self_extend-logn" not in [m.get("label") for m in frontier_suite("m", L, 32768)["methods"]]
     suite_from_dict(frontier_suite("smollm2-135m", L, 32768, ["self_extend-logn", "dca-logn"]))
+    variants = frontier_suite("m", L, 32768, ["dca-flash", "self_extend-float", "string-yarn-own-factor"])["methods"]
+    assert [(m["method"], m["params"]) for m in variants[1:]] == [
+        ("dca", {"variant": "chunkllama_flash"}),  # ChunkLlama's flash_decoding_chunkllama.py
+        ("self_extend", {"shift": "float"}),  # LongLM's self_extend_patch/Llama.py
+        ("string", {"frequencies": "yarn", "temperature": "frequencies"}),
+    ]
+    suite_from_dict(frontier_suite("smollm2-135m", L, 32768, list(OPTIONAL)))  # every one plans
 
 
 def test_results_and_measurements_carry_passkey_trials(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from ropescale.methods import METHODS, RotarySpec, get_method, method_class
 from ropescale.methods.basic import NTK, Default, DynamicNTK, Linear
 from ropescale.methods.longrope import LongRope
+from ropescale.methods.string import STRING_FACTOR
 from ropescale.methods.yarn import Yarn
 
 SPEC = RotarySpec(head_dim=64, base=1e4, original_max_position_embeddings=4096)
@@ -109,7 +110,7 @@ def test_factor_one_is_allowed_for_every_method():
         method = get_method(name, factor=1, **REQUIRED.get(name, {}))
         inv_freq, attention = method.compute(SPEC, seq_len=SPEC.original_max_position_embeddings)
         assert inv_freq.shape == (32,)
-        assert attention == 1.0
+        assert attention == (STRING_FACTOR if name == "string" else 1.0)  # STRING's at every length
 
 
 # --- method-specific parameters
