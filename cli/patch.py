@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     # the method and its parameters fail here, before the model is resolved (an embedded one converted)
     check_method_args(kw["method"], kw["factor"], **kw["params"])
     out = check_output_dir(args.output, args.overwrite) if args.output else None
-    config = load_config(args.model)
+    config = load_config(args.model, kw["original_max_position_embeddings"])
     plan = plan_patch(
         config,
         kw["method"],

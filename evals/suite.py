@@ -288,14 +288,14 @@ class SuiteRunner:
         from ..patching.plan import original_geometry
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
+        # everything that can fail on bad input is checked before the output or the weights are touched
+        config = load_config(self.suite.model)
+        check_against_model(self.suite, config)  # each method planned on the config, before any weights
+        check_lengths(self.suite, original_geometry(config)[2])
         self.output.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
         todo = self.pending()
         if todo:
-            # everything that can fail on bad input is checked before the weights are loaded
-            config = load_config(self.suite.model)
-            check_against_model(self.suite, config)  # each method planned on the config, before any weights
-            check_lengths(self.suite, original_geometry(config)[2])
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
             model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))

@@ -39,6 +39,7 @@ from .gguf_rope import GGUFRope, rope_for_gguf
 from .gguf_vocab import vocab_metadata
 
 ARCH = "llama"
+U32_MAX = 2**32 - 1
 DTYPES = ("f32", "f16", "q8_0")
 #: model types written as llama.cpp's ``llama`` architecture
 EXPORTABLE = ("llama", "mistral")
@@ -119,6 +120,12 @@ def check_exportable(config: Any) -> None:
     model_type = getattr(config, "model_type", "?")
     if model_type not in EXPORTABLE:
         raise UnsupportedModelError(f"GGUF export supports {' and '.join(EXPORTABLE)} models, not '{model_type}'")
+    context = int(config.max_position_embeddings)
+    if context > U32_MAX:  # llama.cpp's context_length field is a uint32
+        raise RopescaleError(
+            f"max_position_embeddings = {context} does not fit GGUF's {ARCH}.context_length (uint32, at most "
+            f"{U32_MAX}); use a smaller --factor"
+        )
     window = getattr(config, "sliding_window", None)
     if window is not None and window < config.max_position_embeddings:
         raise UnsupportedModelError(

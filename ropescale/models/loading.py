@@ -28,6 +28,7 @@ from ..patching.plan import (
     quiet_transformers,
 )
 from .checkpoint import unmark_config_dict
+from .config_check import check_config_dict, transformers_rejection
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
 from .integrity import check_checkpoint_dir, check_gguf, read_json_file
 
@@ -79,23 +80,47 @@ def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
         raise RopescaleError(f"could not load '{resolved.display}': {first}") from exc
 
 
-def _read_config(resolved: ResolvedModel, **kwargs: Any) -> Any:
+def _read_config(resolved: ResolvedModel, original_context: int | None = None, **kwargs: Any) -> Any:
+    """The config, checked by :func:`~ropescale.models.config_check.check_config_dict` before
+    transformers sees it (the one validation pass every command shares)."""
     from transformers import AutoConfig
 
     local = Path(resolved.path) / "config.json"
-    if "gguf_file" not in resolved.kwargs and local.is_file():
-        data = read_json_file(local, "config")
-        if str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX):  # saved by ropescale, non-native
+    source = str(local)
+    try:
+        if "gguf_file" not in resolved.kwargs and local.is_file():
+            data = read_json_file(local, "config")
+            marked = str(data.get("model_type", "")).startswith(NON_NATIVE_PREFIX)  # saved by ropescale, non-native
             data = unmark_config_dict(data)
+            check_config_dict(data, source, original_context)
             with quiet_transformers():  # it warns that it cannot validate rope_type "ropescale_*"
-                return AutoConfig.for_model(**data)
-    with quiet_transformers():
-        return _load(AutoConfig, resolved, **kwargs)
+                return AutoConfig.for_model(**data) if marked else _load(AutoConfig, resolved, **kwargs)
+        source = resolved.display or resolved.path
+        with quiet_transformers():
+            config = _load(AutoConfig, resolved, **kwargs)
+        check_config_dict(config.to_dict(), source, original_context=config.max_position_embeddings)
+        return config
+    except (KeyError, ValueError, TypeError) as exc:  # transformers' own validation of what we did not check
+        rejection = None if isinstance(exc, RopescaleError) else transformers_rejection(exc, source)
+        if rejection is None:
+            raise
+        raise rejection from exc
 
 
-def load_config(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
-    """The transformers config of a model (resolved like :func:`from_pretrained`)."""
-    return _read_config(resolve_model(name_or_path), **kwargs)
+def load_config(
+    name_or_path: str | os.PathLike, original_max_position_embeddings: int | None = None, **kwargs: Any
+) -> Any:
+    """The transformers config of a model (resolved like :func:`from_pretrained`), validated.
+
+    Args:
+        name_or_path: as for :func:`from_pretrained`.
+        original_max_position_embeddings: the trained context, where the config does not say it.
+
+    Raises:
+        ConfigError: a key transformers would reject or ropescale would misread, as one line
+            ``<file>: <key> = <value>: <what is wrong>``.
+    """
+    return _read_config(resolve_model(name_or_path), original_max_position_embeddings, **kwargs)
 
 
 def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
@@ -154,7 +179,7 @@ def from_pretrained(
         check_method_args(method, factor if target_length is None else None, **(method_params or {}))
     resolved = resolve_model(name_or_path)
     shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
-    config = _read_config(resolved, **shared)
+    config = _read_config(resolved, original_max_position_embeddings, **shared)
     check_supported(config)
     if method is not None:
         plan = plan_patch(

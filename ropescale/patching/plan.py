@@ -39,6 +39,7 @@ SUPPORTED_MODEL_TYPES = {
 
 PROVENANCE_KEY = "ropescale"
 NON_NATIVE_PREFIX = "ropescale_"
+INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
 #: Loader that plain transformers finds through ``auto_map`` for checkpoints it cannot build.
 REMOTE_CODE_MODULE = "modeling_ropescale"
 
@@ -215,6 +216,12 @@ def plan_patch(
     rope, field, L = original_geometry(config, original_max_position_embeddings)
     spec = rotary_spec(config, rope, L)
     scaling.validate_for(spec)
+    written = scaling.max_position_embeddings(spec)
+    if written > INT64_MAX:  # transformers would write it; every loader would then overflow
+        raise ValueError(
+            f"factor {scaling.factor:g} x original context {spec.original_max_position_embeddings} gives "
+            f"max_position_embeddings = {written}, beyond int64 ({INT64_MAX}); use a smaller --factor"
+        )
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
 
 
