@@ -20,8 +20,8 @@ import math
 from typing import Any
 
 from ..errors import RopescaleError
+from ..patching.plan import INT64_MAX
 
-from ..patching.plan import INT64_MAX  # noqa: E402 - the one bound loaders share
 #: rope types whose transformers initialiser needs ``factor``
 _NEEDS_FACTOR = ("linear", "dynamic", "yarn", "longrope", "llama3")
 #: the keys transformers requires per rope type, beyond rope_type and rope_theta
@@ -152,9 +152,7 @@ def _check_context(
         _positive_int(rope, "original_max_position_embeddings", f"{source}: {rope_key}")
 
 
-def _check_rope(
-    rope: dict[str, Any], rope_key: str, source: str, head_dim: int | None, partial: Any
-) -> None:
+def _check_rope(rope: dict[str, Any], rope_key: str, source: str, head_dim: int | None, partial: Any) -> None:
     from ..patching.plan import NON_NATIVE_PREFIX
 
     if not rope:
@@ -184,7 +182,9 @@ def _check_rope(
         for key in ("short_factor", "long_factor"):
             value = rope[key]
             if not isinstance(value, list) or len(value) != pairs or not all(_is_number(v) for v in value):
-                raise ConfigError(source, f"{rope_key}.{key}", value, f"must be a list of {pairs} numbers (one per pair)")
+                raise ConfigError(
+                    source, f"{rope_key}.{key}", value, f"must be a list of {pairs} numbers (one per pair)"
+                )
 
 
 def transformers_rejection(exc: Exception, source: str) -> ConfigError | None:
