@@ -81,9 +81,16 @@ def run(args: argparse.Namespace) -> int:
         }
         if args.target_length is not None:
             kwargs["target_length"] = args.target_length
-    path = export_gguf(
-        args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre, overwrite=args.overwrite, **kwargs
-    )
+    from pathlib import Path
+
+    from .._lock import output_lock
+
+    if Path(args.output).expanduser().is_dir():  # refused before anything is converted or loaded
+        raise ValueError(f"--output '{args.output}' is a directory; give the .gguf file to write")
+    with output_lock(args.output):
+        path = export_gguf(
+            args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre, overwrite=args.overwrite, **kwargs
+        )
     print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB, {args.dtype}): {rope_summary(path)}")
     return 0
 

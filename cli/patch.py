@@ -42,9 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models.checkpoint import save_pretrained
-    from ..models.loading import from_pretrained, load_config, load_tokenizer
-    from ..patching.plan import apply_plan, check_method_args, plan_patch
+    from ..patching.plan import check_method_args
 
     _from_search(args)
     kw = scaling_kwargs(args)
@@ -52,7 +50,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--config-only needs --output")
     # the method and its parameters fail here, before the model is resolved (an embedded one converted)
     check_method_args(kw["method"], kw["factor"], **kw["params"])
-    out = check_output_dir(args.output, args.overwrite) if args.output else None
+    if not args.output:
+        return _patch(args, kw, None)
+    from .._lock import output_lock
+
+    check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
+    with output_lock(args.output):  # one writer per output; a second one stops here, naming this one
+        return _patch(args, kw, check_output_dir(args.output, args.overwrite))
+
+
+def _patch(args: argparse.Namespace, kw: dict, out) -> int:
+    from ..models.checkpoint import save_pretrained
+    from ..models.loading import from_pretrained, load_config, load_tokenizer
+    from ..patching.plan import apply_plan, plan_patch
+
     config = load_config(args.model, kw["original_max_position_embeddings"])
     plan = plan_patch(
         config,

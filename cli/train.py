@@ -148,6 +148,16 @@ def run_train(args: argparse.Namespace) -> int:
         print("---")
         print(dump_config(config), end="")
         return 0
+    import os
+
+    from .._lock import output_lock
+
+    # one writer per run folder: the main process of a launch holds the lock, a second launch stops
+    with output_lock(config.output_dir, "run folder", enabled=os.environ.get("RANK", "0") == "0"):
+        return _train(args, config)
+
+
+def _train(args: argparse.Namespace, config) -> int:
     from ..training.trainer import Trainer
 
     trainer = Trainer(config, progress=not args.no_progress)
@@ -176,12 +186,14 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from .._lock import output_lock
     from ..training.export import export
     from .common import check_output_dir
     from .doctor import print_saved, saving_quietly
 
-    out = check_output_dir(args.output, args.overwrite)
-    with saving_quietly():
+    check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
+    with output_lock(args.output), saving_quietly():
+        out = check_output_dir(args.output, args.overwrite)
         path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote merged model to {path}")
     print_saved(path)

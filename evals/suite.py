@@ -281,6 +281,13 @@ class SuiteRunner:
         return [c for c in self.suite.cells() if not self.is_done(*c)]
 
     def run(self) -> dict[str, Any]:
+        """Run the pending cells and write the report, holding the results folder's lock."""
+        from .._lock import output_lock
+
+        with output_lock(self.output, "results folder"):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         from tqdm.auto import tqdm
 
         from ..models.loading import from_pretrained, load_config, load_tokenizer

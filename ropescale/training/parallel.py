@@ -151,3 +151,16 @@ def context_parallel_batch(accelerator: Any, batch: dict[str, torch.Tensor], cp:
         buffers=buffers, buffer_seq_dims=[1, 1, 1], no_restore_buffers=set(buffers)
     ):
         yield {"input_ids": ids, "position_ids": pos, "targets": targets, "normalizer": normalizer}
+
+
+def check_launch(processes: int) -> None:
+    """Refuse a launch whose environment announces several processes while accelerate runs one
+    (e.g. ``accelerate launch --num_processes 2`` where it falls back to single-process): each
+    process would train alone and all would write the same run folder."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.isdigit() and int(world) > 1 and processes == 1:
+        raise RopescaleError(
+            f"the launch says WORLD_SIZE={world} but accelerate runs a single process here (no GPU for a "
+            "multi-GPU config? set ACCELERATE_USE_CPU=1 to train on the CPU with several processes); "
+            f"each of the {world} processes would train alone into the same run folder"
+        )

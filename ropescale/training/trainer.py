@@ -66,7 +66,7 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
     wrap_lora,
 )
 from .optim import build_optimizer, lr_lambda, sync_lr
-from .parallel import context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
+from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 
 __all__ = [
     "Trainer",
@@ -138,6 +138,7 @@ class Trainer:
         c = self.config
         pc = parallelism_config(c.train.context_parallel)
         self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision, parallelism_config=pc)
+        check_launch(acc.num_processes)
         self.fsdp_version = acc.state.fsdp_plugin.fsdp_version if self._fsdp() else None
         if self._fsdp() and (c.eval.every or c.eval.at_end):
             raise RopescaleError(

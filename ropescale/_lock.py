@@ -1,0 +1,182 @@
+"""One writer per output: a lock file beside the output, naming its holder.
+
+``patch/export --output DIR``, ``export-gguf --output FILE``, ``train --output-dir DIR`` and
+``eval ... --output DIR`` hold ``.<name>.lock`` beside their output while they write. The lock is
+created in one step (a complete temporary file hard-linked to the lock's name, which fails when the
+name exists), and holds the writer's pid, host, start time and command line, so a second writer
+stops at once with a line naming the folder and the holder instead of both writing.
+
+A lock whose holder is gone (same host, no such process, or the pid now belongs to a process started
+later) was left by a writer that was killed: it is taken over with a one-line notice, and what that
+writer was staging beside the output (``.<name>.*.partial`` folders, ``.<name>.*.tmp`` files) is
+removed, since under the lock nobody else can be writing them. A lock held on another host is never
+taken over (its process cannot be checked from here): the message says which host and file to check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .errors import RopescaleError
+
+
+class OutputLockedError(RopescaleError):
+    """Another process is writing the same output."""
+
+
+def lock_path(output: str | os.PathLike) -> Path:
+    """The lock file of an output: ``.<name>.lock`` in the same folder."""
+    output = Path(output).expanduser()
+    return output.with_name(f".{output.name}.lock")
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie: it has exited, only its exit status waits to be read
+        return "zombie"
+    return fields[19]
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: it exists
+    start = _process_start(pid)
+    if start == "zombie":
+        return False
+    recorded = holder.get("process_start")
+    return not (recorded and start and start != recorded)
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
+
+
+def _read(lock: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(lock.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _try_create(lock: Path, record: dict[str, Any]) -> bool:
+    tmp = lock.with_name(f"{lock.name}.{secrets.token_hex(4)}.new")
+    tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
+    try:
+        os.link(tmp, lock)  # atomic, and fails if the lock exists: the file is never seen half-written
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def acquire(output: str | os.PathLike, what: str = "output") -> Path:
+    """Take the lock of ``output``, taking over a stale one (with a notice on stderr).
+
+    Args:
+        output: the folder or file about to be written.
+        what: how to name it in the message (``output``, ``run folder``, ...).
+
+    Returns:
+        The lock file (give it to :func:`release`).
+
+    Raises:
+        OutputLockedError: a live process holds it: ``<what> '<output>' is being written by another
+            ropescale (pid N on HOST, since TIME: COMMAND); wait for it or choose another``.
+    """
+    output = Path(output).expanduser()
+    lock = lock_path(output)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    record = {
+        "pid": os.getpid(),
+        "host": host,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "process_start": _process_start(os.getpid()),
+        "command": " ".join(sys.argv)[:300],
+    }
+    for _ in range(5):
+        if _try_create(lock, record):
+            _remove_leftovers(output)
+            return lock
+        holder = _read(lock)
+        if holder is None:
+            continue  # released between our attempt and the read
+        if holder == {}:  # not JSON: not a lock this code wrote
+            raise OutputLockedError(f"{what} '{output}' has an unreadable lock file {lock}; remove it if no one writes")
+        if holder.get("host") == host and not _alive(holder):
+            print(
+                f"ropescale: taking over the lock of {what} '{output}' left by {_describe(holder)} (that process is gone)",
+                file=sys.stderr,
+            )
+            lock.unlink(missing_ok=True)
+            continue
+        command = f": {holder['command']}" if holder.get("command") else ""
+        where = "" if holder.get("host") == host else f"; if that process is gone, remove {lock}"
+        raise OutputLockedError(
+            f"{what} '{output}' is being written by another ropescale ({_describe(holder)}{command}); "
+            f"wait for it or choose another{where}"
+        )
+    raise OutputLockedError(f"{what} '{output}': could not take its lock {lock}")
+
+
+def release(lock: Path) -> None:
+    """Remove ``lock`` if this process holds it."""
+    holder = _read(lock)
+    if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        lock.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def output_lock(output: str | os.PathLike, what: str = "output", enabled: bool = True) -> Iterator[None]:
+    """Hold the lock of ``output`` for the block (see :func:`acquire`); ``enabled=False`` does nothing
+    (the ranks other than the main one of a distributed run)."""
+    lock = acquire(output, what) if enabled else None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            release(lock)
+
+
+def _remove_leftovers(output: Path) -> None:
+    """Remove what a killed writer of ``output`` was staging beside it (we hold the lock now)."""
+    if not output.parent.is_dir():
+        return
+    prefix = f".{output.name}."
+    for path in sorted(output.parent.iterdir()):
+        if not path.name.startswith(prefix) or not path.name.endswith((".partial", ".tmp")):
+            continue
+        print(f"ropescale: removing {path}, left by a writer of '{output}' that was stopped", file=sys.stderr)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+__all__ = ["OutputLockedError", "acquire", "lock_path", "output_lock", "release"]

@@ -1,0 +1,133 @@
+"""One writer per output (:mod:`ropescale._lock`): a second writer stops naming the folder and the
+holder; a lock left by a killed writer is taken over with a notice, and its staging left-overs are
+removed. Every holder here is a real second process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ropescale._lock import OutputLockedError, acquire, lock_path, release
+from ropescale.cli.main import main
+from tests.conftest import tiny_model
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.getcwd()}
+HOLD = "import sys, time; from ropescale._lock import acquire; acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lock") / "tiny"
+    tiny_model().save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def holder():
+    """Start a process that holds the lock of a path; yields a starter returning the process."""
+    procs = []
+
+    def start(path):
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], env=ENV, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "held"
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def _cli(capsys, *argv):
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "%|" not in line]
+    return code, err
+
+
+def test_lock_names_its_holder_and_is_released(tmp_path):
+    out = tmp_path / "out"
+    lock = acquire(out)
+    record = json.loads(lock.read_text())
+    assert record["pid"] == os.getpid() and record["host"] and record["started"]
+    with pytest.raises(
+        OutputLockedError, match=f"output '{out}' is being written by another ropescale .pid {os.getpid()}"
+    ):
+        acquire(out)
+    release(lock)
+    assert not lock.exists() and not out.exists()
+    release(acquire(out))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        lambda m, out: ["patch", "--model", m, "--factor", "4", "--output", out],
+        lambda m, out: ["export-gguf", m, "--output", out],
+        lambda m, out: ["eval", "perplexity", "--model", m, "--lengths", "32", "--output", out],
+    ],
+    ids=["patch", "export-gguf", "eval"],
+)
+def test_second_writer_stops_naming_the_holder(saved, tmp_path, capsys, holder, command):
+    out = tmp_path / "out"
+    proc = holder(out)
+    code, err = _cli(capsys, *command(str(saved), str(out)))
+    assert code == 2 and len(err) == 1, err
+    assert f"'{out}' is being written by another ropescale (pid {proc.pid} on " in err[0], err
+    assert not out.exists()
+
+
+def test_stale_lock_is_taken_over_and_left_overs_removed(saved, tmp_path, capsys, holder):
+    out = tmp_path / "out"
+    proc = holder(out)
+    partial = tmp_path / ".out.1a2b3c4d.partial"  # what a killed atomic_directory leaves
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"x" * 100)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    code, err = _cli(capsys, "patch", "--model", saved, "--factor", "4", "--output", out)
+    assert code == 0, err
+    assert any(f"taking over the lock of output '{out}' left by pid {proc.pid}" in line for line in err), err
+    assert any(f"removing {partial}" in line for line in err), err
+    assert not partial.exists() and (out / "config.json").is_file() and not lock_path(out).exists()
+
+
+def test_two_patch_processes_at_once_one_writes(saved, tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "ropescale.cli.main", "patch", "--model", str(saved), "--factor", "4"]
+    procs = [
+        subprocess.Popen(
+            [*argv, "--output", str(out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "is being written by another ropescale" in loser or "is not empty" in loser, loser
+    assert (out / "config.json").is_file() and not list(tmp_path.glob(".out.*"))
+
+
+def test_export_gguf_to_a_directory_is_refused_up_front(saved, tmp_path, capsys, monkeypatch):
+    import ropescale.export.gguf as gguf_export
+
+    monkeypatch.setattr(gguf_export, "_resolve", lambda *a, **k: pytest.fail("the model was read"))
+    target = tmp_path / "dir"
+    target.mkdir()
+    code, err = _cli(capsys, "export-gguf", saved, "--output", target, "--overwrite")
+    assert code == 2 and err == [f"ropescale: error: --output '{target}' is a directory; give the .gguf file to write"]
+
+
+def test_holder_on_another_host_is_never_taken_over(tmp_path):
+    out = tmp_path / "out"
+    lock = lock_path(out)
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "now"}))
+    with pytest.raises(OutputLockedError, match=f"pid 1 on elsewhere, since now.*remove {lock}"):
+        acquire(out)

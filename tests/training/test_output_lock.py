@@ -1,0 +1,76 @@
+"""One training run per run folder: a second ``ropescale train`` into a folder being written stops
+naming the holder, and a launch that announces several processes while accelerate runs one is refused
+before anything is written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ropescale.cli.main import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.getcwd()}
+HOLD = "import sys, time; from ropescale._lock import acquire; acquire(sys.argv[1]); print('held', flush=True); time.sleep(120)"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def recipe_file(tmp_path, model_dir):
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat and looked at the rain. " * 40)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+                "scaling": {"method": "yarn", "factor": 4},
+                "lora": {"r": 4, "alpha": 8},
+                "data": {"source": str(text), "seq_len": 32},
+                "optim": {"lr": 1e-2, "warmup_steps": 1},
+                "train": {"max_steps": 2, "save_every": 1, "gradient_checkpointing": False},
+                "eval": {"every": 0, "at_end": False},
+            }
+        )
+    )
+    return path
+
+
+def test_second_training_into_the_same_folder_stops(tmp_path, recipe_file, capsys):
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        code = main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1, err
+        assert f"run folder '{run}' is being written by another ropescale (pid {proc.pid} on " in err[0]
+        assert not run.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    code = main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_world_size_without_processes_is_refused(tmp_path, recipe_file, monkeypatch):
+    """accelerate launch --num_processes 2 with an FSDP config on a machine without GPUs: accelerate
+    runs each process alone (WORLD_SIZE=2, num_processes=1); both would train into one folder."""
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    env = {k: v for k, v in ENV.items() if k != "ACCELERATE_USE_CPU"}
+    run = tmp_path / "run"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file"]
+    argv = [*launch, str(ROOT / "configs/accelerate/fsdp.yaml"), "--num_processes", "2", "-m", "ropescale.cli.main"]
+    argv += ["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ropescale: error:")]
+    assert proc.returncode != 0 and len(lines) == 2, proc.stderr[-2000:]
+    assert all("the launch says WORLD_SIZE=2 but accelerate runs a single process here" in ln for ln in lines)
+    assert "trained" not in proc.stdout
+    assert not run.exists() or not any(run.iterdir())
