@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import yaml
 from .._io import atomic_write_json, atomic_write_text
 from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ..models.runtime import DTYPES as RUNTIME_DTYPES
+from .cell_keys import cell_id, cell_record
 from .suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 
 TASKS = ("perplexity", "passkey", "needle")
@@ -180,24 +180,6 @@ def load_suite(path_or_name: str | Path) -> Suite:
     return suite_from_dict(raw, default_name=path.stem)
 
 
-def cell_record(entry: MethodEntry, task: str, length: int, runtime: dict[str, str], result: dict[str, Any]) -> dict:
-    """A cell file's content: which method, task and length, on which runtime, and its result."""
-    return {
-        "method": entry.label,
-        "method_name": entry.method,
-        "factor": entry.factor,
-        "params": entry.params,
-        "task": task,
-        "length": length,
-        "runtime": runtime,
-        "result": result,
-    }
-
-
-def cell_id(entry: MethodEntry, task: str, length: int) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
-
-
 def check_lengths(suite: Suite, original_context: int) -> None:
     """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate)."""
     for entry, task, length in suite.cells():
@@ -217,6 +199,17 @@ class SuiteRunner:
         self.suite, self.output, self.progress = suite, Path(output), progress
         self.cells_dir = self.output / "cells"
         self._runtime = None
+        self._identity: dict[str, Any] | None = None
+
+    def measured(self, task: str) -> dict[str, Any]:
+        """What a cell of ``task`` measures besides its method and runtime (:func:`.cell_keys.measured`)."""
+        from .cell_keys import measured
+
+        if self._identity is None:
+            from ..models.identity import data_identity, model_identity
+
+            self._identity = {"model": model_identity(self.suite.model), "data": data_identity(self.suite.data)}
+        return measured(self.suite, self._identity, task)
 
     @property
     def runtime(self):
@@ -247,12 +240,13 @@ class SuiteRunner:
         # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU) is redone;
         # cells written before runtimes were recorded count as matching
         runtime = record.get("runtime", self.runtime_for(entry))
+        measured = json.loads(json.dumps(self.measured(task)))  # as it reads back
         return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
             entry.method,
             entry.factor,
             entry.params,
             self.runtime_for(entry),
-        )
+        ) and record.get("measured") == measured
 
     def journal(self, entry: MethodEntry, task: str, length: int):
         """The prompts a retrieval cell has finished, kept beside the cell until it is written, so
@@ -265,6 +259,7 @@ class SuiteRunner:
             "factor": entry.factor,
             "params": entry.params,
             "runtime": self.runtime_for(entry),
+            "measured": self.measured(task),
         }
         return PromptJournal(self.cell_path(entry, task, length).with_suffix(".partial.jsonl"), fingerprint)
 
@@ -274,7 +269,7 @@ class SuiteRunner:
         from .in_progress import partial_cells
         from .report import write_report
 
-        partial = [cell_record(e, t, n, self.runtime_for(e), r) for e, t, n, r in partial_cells(self)]
+        partial = [cell_record(e, t, n, self.runtime_for(e), r, self.measured(t)) for e, t, n, r in partial_cells(self)]
         return write_report(self.suite, self.output, partial=partial)
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -293,12 +288,14 @@ class SuiteRunner:
         from ..models.loading import from_pretrained, load_config, load_tokenizer
         from ..patching.model import attention_kernel, patch
         from ..patching.plan import original_geometry
+        from .cell_keys import check_measured
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         # everything that can fail on bad input is checked before the output or the weights are touched
         config = load_config(self.suite.model)
         check_against_model(self.suite, config)  # each method planned on the config, before any weights
         check_lengths(self.suite, original_geometry(config)[2])
+        check_measured(self)  # cells of another model, data or protocol: stop before anything is written
         self.output.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
         todo = self.pending()
@@ -322,7 +319,7 @@ class SuiteRunner:
                 result = self._run_cell(model, tokenizer, entry, task, length)
                 # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
                 runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
-                record = cell_record(entry, task, length, runtime, result)
+                record = cell_record(entry, task, length, runtime, result, self.measured(task))
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 self.journal(entry, task, length).remove()
                 bar.update(1)

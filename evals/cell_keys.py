@@ -1,0 +1,120 @@
+"""What a suite's cell is and what it measured: a cell's file name and record, and the key that
+ties its numbers to the model, data and protocol that produced them.
+
+A cell's record names its method and runtime (a different one is recomputed, see
+:meth:`.suite.SuiteRunner.is_done`) and, under ``measured``, the model's content fingerprint
+(:func:`ropescale.models.identity.model_identity`), the data it read and the task's protocol
+(mode, stride, token budget, depths, trials, seed...). A results folder whose cells measured
+something else stops the run with the first difference named (:func:`check_measured`): the report
+would otherwise show one model's numbers under another's name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from .suite_checks import SuiteError
+
+if TYPE_CHECKING:
+    from .suite import MethodEntry, Suite, SuiteRunner
+
+TASKS = ("perplexity", "passkey", "needle")
+
+
+def cell_record(
+    entry: MethodEntry,
+    task: str,
+    length: int,
+    runtime: dict[str, str],
+    result: dict[str, Any],
+    measured: dict[str, Any] | None = None,
+) -> dict:
+    """A cell file's content: which method, task and length, on which runtime, what it measured
+    (model, data, protocol: :meth:`SuiteRunner.measured`), and its result."""
+    return {
+        **({"measured": measured} if measured is not None else {}),
+        "method": entry.label,
+        "method_name": entry.method,
+        "factor": entry.factor,
+        "params": entry.params,
+        "task": task,
+        "length": length,
+        "runtime": runtime,
+        "result": result,
+    }
+
+
+def cell_id(entry: MethodEntry, task: str, length: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
+
+
+def measured(suite: Suite, identity: dict[str, Any], task: str) -> dict[str, Any]:
+    """The ``measured`` key of a cell of ``task``: the model (``identity["model"]``), the data it
+    reads (perplexity, and needle with a haystack; ``identity["data"]``) and the task's protocol (its
+    settings but the lengths, plus the seed of the retrieval tasks)."""
+    protocol = {k: v for k, v in (getattr(suite, task) or {}).items() if k != "lengths"}
+    if task != "perplexity":
+        protocol["seed"] = suite.seed
+    uses_data = task == "perplexity" or (task == "needle" and suite.data is not None)
+    return {
+        "model": identity["model"],
+        "data": identity["data"] if uses_data else None,
+        "protocol": {"task": task, **protocol},
+    }
+
+
+def check_measured(runner: SuiteRunner) -> None:
+    """Stop, naming the first difference, when the results folder holds cells measured on another
+    model, data or protocol (the report reads every cell there). Cells written before cells recorded
+    this are recomputed when the suite has them, and stop the run otherwise.
+
+    Raises:
+        SuiteError: ``results folder 'D' holds C.json, measured with another model.fingerprint: 'a…' -> 'b…'; ...``
+    """
+    if not runner.cells_dir.is_dir():
+        return
+    ours = {runner.cell_path(*cell) for cell in runner.suite.cells()}
+    for path in sorted(runner.cells_dir.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except ValueError:
+            continue  # a damaged cell is recomputed (is_done) or ignored by the report
+        if not isinstance(record, dict) or record.get("task") not in TASKS:
+            continue
+        if "measured" not in record:
+            if path in ours:
+                continue
+            raise SuiteError(
+                f"results folder '{runner.output}' holds {path.name}, written without a record of its model and "
+                "data; give another --output, or remove that cell"
+            )
+        ours_now = json.loads(json.dumps(runner.measured(record["task"])))  # as it reads back
+        if record["measured"] != ours_now:
+            raise SuiteError(
+                f"results folder '{runner.output}' holds {path.name}, measured with a different "
+                f"{difference(record['measured'], ours_now)}; give another --output, or remove the folder "
+                "to measure again"
+            )
+
+
+def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first difference between two ``measured`` keys, named as a user knows it: the model or
+    data by name (by fingerprint where only the content changed), the protocol by its key."""
+    from ..training.checkpoints import first_difference
+
+    for section in ("model", "data", "protocol"):
+        a, b = old.get(section), new.get(section)
+        if a == b:
+            continue
+        if section != "protocol" and isinstance(a, dict) and isinstance(b, dict):
+            if a.get("name") != b.get("name"):
+                return f"{section}: {a.get('name')!r} -> {b.get('name')!r}"
+            short = lambda v: str(v)[:12] if v else v  # noqa: E731
+            return (
+                f"{section} content: {a.get('name')!r} had fingerprint {short(a.get('fingerprint'))}, "
+                f"now {short(b.get('fingerprint'))}"
+            )
+        return first_difference(a, b, f"{section}.")
+    return first_difference(old, new)

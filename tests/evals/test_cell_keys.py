@@ -1,0 +1,92 @@
+"""Resumable cells know what they measured: re-running into a results folder with another model
+(another folder, or the same folder with other weights), other data or another protocol stops in one
+line naming the difference, before anything is written; the same run again reuses its cells."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from ropescale.cli.main import main
+from ropescale.evals.cell_keys import measured
+from ropescale.evals.suite import suite_from_dict
+from tests.conftest import tiny_model
+from tests.training.conftest import char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("keys")
+    for name, seed in (("A", 0), ("B", 1)):
+        tiny_model(seed=seed, attn_implementation="sdpa").save_pretrained(root / name)
+        char_tokenizer().save_pretrained(root / name)
+    (root / "t1.txt").write_text("The cat sat on the mat and looked at the rain. " * 40)
+    (root / "t2.txt").write_text("A dog ran in the park and barked at a bird. " * 40)
+    return root
+
+
+def _eval(capsys, root, out, model="A", data="t1.txt", *extra):
+    capsys.readouterr()
+    argv = ["eval", "perplexity", "--model", root / model, "--data", root / data, "--lengths", "32"]
+    code = main([str(a) for a in [*argv, "--max-tokens", "64", "--output", out, "--no-progress", *extra]])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ropescale: error")]
+    return code, err
+
+
+def test_changed_model_data_or_mode_stops_naming_the_difference(models, tmp_path, capsys):
+    out = tmp_path / "d"
+    assert _eval(capsys, models, out) == (0, [])
+    cell = out / "cells" / "none__perplexity__32.json"
+    before = cell.read_text()
+    assert json.loads(before)["measured"]["model"]["name"] == str(models / "A")
+    stops = {
+        "model": ((models, out, "B"), f"model: '{models / 'A'}' -> '{models / 'B'}'"),
+        "data": ((models, out, "A", "t2.txt"), f"data: '{models / 't1.txt'}' -> '{models / 't2.txt'}'"),
+        "mode": ((models, out, "A", "t1.txt", "--mode", "longlora"), "protocol.mode: 'yarn' -> 'longlora'"),
+        "budget": ((models, out, "A", "t1.txt", "--max-tokens", "96"), "protocol.max_tokens: 64 -> 96"),
+    }
+    for what, (args, fragment) in stops.items():
+        code, err = _eval(capsys, *args[:2], *args[2:]) if len(args) > 2 else _eval(capsys, *args)
+        assert code == 2 and len(err) == 1, (what, err)
+        assert f"results folder '{out}' holds none__perplexity__32.json, measured with a different {fragment}" in err[0]
+        assert cell.read_text() == before, what
+    assert _eval(capsys, models, out) == (0, [])  # the same run: the cell is reused, not recomputed
+    assert cell.read_text() == before
+
+
+def test_same_folder_with_other_weights_stops(models, tmp_path, capsys):
+    model = tmp_path / "M"
+    shutil.copytree(models / "A", model)
+    out = tmp_path / "d"
+    assert _eval(capsys, tmp_path, out, "M", models / "t1.txt") == (0, [])
+    shutil.copy(models / "B" / "model.safetensors", model / "model.safetensors")  # fine-tuned in place
+    code, err = _eval(capsys, tmp_path, out, "M", models / "t1.txt")
+    assert code == 2 and f"measured with a different model content: '{model}' had fingerprint" in err[0], err
+
+
+def test_cells_of_an_unkeyed_earlier_run_are_recomputed_or_refused(models, tmp_path, capsys):
+    out = tmp_path / "d"
+    assert _eval(capsys, models, out) == (0, [])
+    cell = out / "cells" / "none__perplexity__32.json"
+    record = json.loads(cell.read_text())
+    record.pop("measured")
+    record["result"]["ppl"] = 1.0  # an old number that must not survive
+    cell.write_text(json.dumps(record))
+    assert _eval(capsys, models, out) == (0, [])
+    assert json.loads(cell.read_text())["result"]["ppl"] != 1.0 and "measured" in json.loads(cell.read_text())
+    other = out / "cells" / "yarn__perplexity__32.json"
+    other.write_text(json.dumps({**record, "method": "yarn"}))  # an unkeyed cell this suite does not have
+    code, err = _eval(capsys, models, out)
+    assert code == 2 and "holds yarn__perplexity__32.json, written without a record of its model and data" in err[0]
+
+
+def test_retrieval_protocol_keys_trials_and_seed():
+    base = {"name": "s", "model": "m", "methods": [{"method": "none"}], "passkey": {"lengths": [64], "trials": 2}}
+    identity = {"model": {"name": "m", "fingerprint": "x"}, "data": {"name": None}}
+    key = measured(suite_from_dict(base), identity, "passkey")
+    assert key["protocol"]["trials"] == 2 and key["protocol"]["seed"] == 0 and key["data"] is None
+    assert measured(suite_from_dict({**base, "seed": 1}), identity, "passkey") != key
+    assert measured(suite_from_dict({**base, "passkey": {"lengths": [64], "trials": 3}}), identity, "passkey") != key
+    assert measured(suite_from_dict({**base, "passkey": {"lengths": [128], "trials": 2}}), identity, "passkey") == key
