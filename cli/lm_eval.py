@@ -104,7 +104,7 @@ def _key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evals.lm_eval import format_results, results_path, run_harness
+    from ..evals.lm_eval import format_results, results_path
     from .common import scaling_kwargs
 
     kw = scaling_kwargs(args)
@@ -114,7 +114,22 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--factor/--target-length/--param given with --method none")
     if method is not None and kw["factor"] is None and target_length is None:
         raise ValueError(f"--method {method} needs --factor (or use --method none to evaluate the model as it is)")
-    results = run_harness(
+    from contextlib import nullcontext
+
+    from .._lock import output_lock
+
+    with output_lock(args.output, "results folder") if args.output else nullcontext():
+        results = _harness(args, kw, method, target_length)
+    print(format_results(results))
+    if args.output:
+        print(f"wrote {results_path(args.output)}")
+    return 0
+
+
+def _harness(args: argparse.Namespace, kw: dict, method: str | None, target_length: int | None):
+    from ..evals.lm_eval import run_harness
+
+    return run_harness(
         args.model,
         args.tasks,
         method=method,
@@ -136,10 +151,6 @@ def run(args: argparse.Namespace) -> int:
         gen_kwargs=_key_values(args.gen_kwargs, "--gen-kwargs") or None,
         log_samples=args.log_samples,
     )
-    print(format_results(results))
-    if args.output:
-        print(f"wrote {results_path(args.output)}")
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
