@@ -3,7 +3,11 @@
 ``checkpoints/step-N/`` holds ``trainable.safetensors`` (LoRA + trainable embeddings/norms, names as
 in the unwrapped peft model), the optimizer (``optimizer.pt``, or accelerate's FSDP file), the
 scheduler, every rank's RNG state and ``state.json`` (step, tokens, elapsed, the recipe's
-fingerprint). A checkpoint is staged in a hidden folder and renamed when complete.
+fingerprint). A checkpoint is staged in a hidden folder and renamed when complete; ``manifest.json``
+(size and sha256 of every other file) is written last, atomically, once every rank has written.
+``--resume`` verifies the newest checkpoint against its manifest and falls back to the newest
+complete one, saying which it skipped and why (:func:`newest_complete`): a disk that filled up or a
+copy cut short shows as a file whose size or checksum differs, named, instead of a loader's error.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._io import atomic_directory, atomic_write_text
+from .._io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from ..errors import RopescaleError
 from .config import TrainConfig, dump_config
 
 CHECKPOINTS = "checkpoints"
 TRAINABLE_FILE = "trainable.safetensors"
+MANIFEST = "manifest.json"
 # Sections a resumed run must share with the checkpoint (eval/log/save cadence, the memory options
 # and train.max_steps may change: the schedule is a function of max_steps, see optim.py).
 FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "optim")
@@ -74,6 +79,95 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and (p / "state.json").is_file()]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def write_manifest(directory: Path) -> None:
+    """Record the size and sha256 of every file of a staged checkpoint in ``manifest.json`` (last)."""
+    files = {
+        p.relative_to(directory).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    atomic_write_json(directory / MANIFEST, {"format": 1, "files": files})
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """What is wrong with a checkpoint folder (``<file> is N bytes, its manifest says M``...), or None.
+
+    A checkpoint written before manifests existed is judged by its ``state.json`` alone.
+    """
+    import json
+
+    manifest = path / MANIFEST
+    if manifest.is_file():
+        try:
+            files = json.loads(manifest.read_text())["files"]
+            entries = [(str(name), int(e["size"]), str(e["sha256"])) for name, e in files.items()]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return f"{MANIFEST} is damaged"
+        for name, size, digest in entries:
+            file = path / name
+            if not file.is_file():
+                return f"{name} is missing"
+            if file.stat().st_size != size:
+                return f"{name} is {file.stat().st_size} bytes, its manifest says {size}"
+            if sha256_file(file) != digest:
+                return f"{name} does not match the sha256 in its manifest"
+    elif (path / TRAINABLE_FILE).is_file():
+        return None if _state_readable(path) else "state.json is missing or not valid JSON (no manifest)"
+    else:
+        return f"{MANIFEST} is missing (the checkpoint was not finished)"
+    return None if _state_readable(path) else "state.json is not valid JSON"
+
+
+def _state_readable(path: Path) -> bool:
+    import json
+
+    try:
+        return isinstance(json.loads((path / "state.json").read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def newest_complete(output_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint that passes :func:`checkpoint_problem`, the newer ones skipped with why).
+
+    Every ``step-N`` folder counts, a checkpoint without ``state.json`` included.
+    """
+    root = Path(output_dir) / CHECKPOINTS
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")] if root.is_dir() else []
+    skipped = []
+    for path in sorted(folders, key=lambda p: int(p.name.split("-")[1]), reverse=True):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
+def resume_point(
+    output_dir: str | Path, announce: bool = True, remedy: str = "start again with --overwrite"
+) -> Path | None:
+    """The checkpoint ``--resume`` continues from (None: nothing to resume), saying on stderr which
+    newer ones were skipped and why.
+
+    Raises:
+        RopescaleError: checkpoints exist but none is complete, naming the newest and its bad file.
+    """
+    import sys
+
+    found, skipped = newest_complete(output_dir)
+    if found is None and skipped:
+        path, problem = skipped[0]
+        raise RopescaleError(
+            f"no complete checkpoint to resume in {Path(output_dir) / CHECKPOINTS}: {path / problem.split()[0]} "
+            f"({problem}){' and ' + str(len(skipped) - 1) + ' older damaged' if len(skipped) > 1 else ''}; "
+            f"{remedy}"
+        )
+    if skipped and announce:
+        what = "; ".join(f"{p.name}: {problem}" for p, problem in skipped)
+        print(f"ropescale: resuming from {found.name}, skipped {what}", file=sys.stderr)
+    return found
 
 
 def rng_state() -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
-from .checkpoints import TRAINABLE_FILE, list_checkpoints
+from .checkpoints import TRAINABLE_FILE, checkpoint_problem, list_checkpoints, resume_point
 from .config import load_run_config
 from .modeling import load_base_model, load_trainable, scale_model, wrap_lora
 
@@ -23,15 +23,27 @@ def find_checkpoint(run_dir: str | Path, checkpoint: str | None = None) -> Path:
     """A run's checkpoint folder: the newest, or ``step-N`` / ``N`` / a path."""
     found = list_checkpoints(run_dir)
     if checkpoint is None or checkpoint == "latest":
-        if not found:
+        newest = resume_point(
+            run_dir, remedy="nothing to export"
+        )  # the newest complete one, saying which newer ones are damaged
+        if newest is None:
             raise RopescaleError(f"run '{run_dir}' has no complete checkpoint yet")
-        return found[-1]
+        return newest
     path = Path(checkpoint)
-    if (path / TRAINABLE_FILE).is_file():
+    if not (path / TRAINABLE_FILE).is_file():
+        path = next(
+            (
+                p
+                for p in found
+                if p.name == checkpoint or (checkpoint.isdigit() and int(p.name.split("-")[1]) == int(checkpoint))
+            ),
+            None,
+        )
+    if path is not None:
+        problem = checkpoint_problem(path)
+        if problem:
+            raise RopescaleError(f"checkpoint {path} is damaged: {problem}; export another (--checkpoint)")
         return path
-    for p in found:
-        if p.name == checkpoint or (checkpoint.isdigit() and int(p.name.split("-")[1]) == int(checkpoint)):
-            return p
     names = ", ".join(p.name for p in found) or "none"
     raise RopescaleError(f"checkpoint '{checkpoint}' not found in '{run_dir}' (available: {names})")
 

@@ -47,9 +47,11 @@ from .checkpoints import (
     gather_trainable,
     list_checkpoints,
     prepare_output_dir,
+    resume_point,
     rng_state,
     set_rng_state,
     write_adapter,
+    write_manifest,
 )
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
@@ -219,10 +221,9 @@ class Trainer:
 
     def _restore_weights(self) -> dict[str, Any] | None:
         """Load the newest checkpoint's trainable weights before wrapping; returns its state."""
-        found = list_checkpoints(self.output_dir)
-        if not found:
+        path = resume_point(self.output_dir, announce=self.accelerator.is_main_process)
+        if path is None:
             return None  # --resume on a fresh directory starts from scratch
-        path = found[-1]
         state = json.loads((path / "state.json").read_text())
         check_resumable(state, self.config, path)
         from safetensors.torch import load_file
@@ -290,6 +291,7 @@ class Trainer:
             )
         acc.wait_for_everyone()
         if acc.is_main_process:
+            write_manifest(staging)  # last: sizes and sha256 of what every rank wrote
             if final.exists():
                 shutil.rmtree(final)
             os.replace(staging, final)
