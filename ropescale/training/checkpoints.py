@@ -12,8 +12,10 @@ copy cut short shows as a file whose size or checksum differs, named, instead of
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +263,36 @@ def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
             elif target.exists():
                 target.unlink()
     out.mkdir(parents=True, exist_ok=True)
+    remove_staging(out)
+
+
+@contextlib.contextmanager
+def left_as_found(out: Path, enabled: bool = True) -> Iterator[None]:
+    """Around a run's setup: if it is refused (raises), remove what it created in ``out`` — the
+    folder itself when it did not exist, else the top-level entries that are new (``data/``...).
+    ``enabled``: only the main process of a launch cleans up."""
+    before = {p.name for p in out.iterdir()} if out.is_dir() else None
+    try:
+        yield
+    except BaseException:
+        if enabled and before is None:
+            shutil.rmtree(out, ignore_errors=True)
+        elif enabled and out.is_dir():
+            for path in out.iterdir():
+                if path.name not in before:
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        raise
+
+
+def remove_staging(out: Path) -> None:
+    """Remove the staging folders (``checkpoints/.step-N.partial``) of a writer that was stopped, naming
+    each on stderr (the caller holds the run folder's lock: nobody else writes them)."""
+    import sys
+
+    root = out / CHECKPOINTS
+    for path in sorted(root.glob(".step-*.partial")) if root.is_dir() else []:
+        print(f"ropescale: removing {path}, left by a training run that was stopped", file=sys.stderr)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def write_adapter(peft_model: nn.Module, config: TrainConfig, out: Path) -> None:

@@ -45,6 +45,7 @@ from .checkpoints import (
     check_resumable,
     fingerprint,
     gather_trainable,
+    left_as_found,
     list_checkpoints,
     prepare_output_dir,
     resume_point,
@@ -133,7 +134,12 @@ class Trainer:
     # ------------------------------------------------------------------------------ setup
 
     def setup(self, resume: bool = False, overwrite: bool = False) -> None:
-        """Load and wrap the model, build data/optimizer/scheduler, and restore a checkpoint."""
+        """Load and wrap the model, build data/optimizer/scheduler, and restore a checkpoint; a refused
+        setup leaves the output folder as it found it."""
+        with left_as_found(self.output_dir, enabled=os.environ.get("RANK", "0") == "0"):
+            self._setup(resume, overwrite)
+
+    def _setup(self, resume: bool, overwrite: bool) -> None:
         from accelerate import Accelerator
         from accelerate.utils import set_seed
 

@@ -5,6 +5,7 @@ before anything is written."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,31 @@ def test_world_size_without_processes_is_refused(tmp_path, recipe_file, monkeypa
     assert all("the launch says WORLD_SIZE=2 but accelerate runs a single process here" in ln for ln in lines)
     assert "trained" not in proc.stdout
     assert not run.exists() or not any(run.iterdir())
+
+
+def test_refused_run_creates_nothing(tmp_path, recipe_file, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--config", str(recipe_file), "--output-dir", str(run), "data.source=/no/such/text"])
+    assert code == 2 and "data '/no/such/text' not found" in capsys.readouterr().err
+    assert not run.exists() and not list(tmp_path.glob(".run*"))
+
+
+def test_refused_resume_leaves_the_folder_as_found(tmp_path, recipe_file, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]) == 0
+    shutil.rmtree(run / "data")
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    code = main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--resume", "lora.r=8"])
+    assert code == 2 and "different recipe (lora.r: 4 -> 8)" in capsys.readouterr().err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # no data/ left behind
+
+
+def test_staging_of_a_stopped_run_is_removed(tmp_path, recipe_file, capsys):
+    run = tmp_path / "run"
+    staging = run / "checkpoints" / ".step-00000007.partial"
+    staging.mkdir(parents=True)
+    (staging / "optimizer.pt").write_bytes(b"x" * 1000)
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]) == 0
+    assert f"ropescale: removing {staging}, left by a training run that was stopped" in capsys.readouterr().err
+    assert not staging.exists()
