@@ -151,6 +151,9 @@ def run_train(args: argparse.Namespace) -> int:
     import os
 
     from .._lock import output_lock
+    from ..data.documents import check_text_source
+
+    check_text_source(config.data.source)  # a binary data file is refused before any weights load
 
     # one writer per run folder: the main process of a launch holds the lock, a second launch stops
     with output_lock(config.output_dir, "run folder", enabled=os.environ.get("RANK", "0") == "0"):

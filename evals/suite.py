@@ -296,12 +296,13 @@ class SuiteRunner:
         check_against_model(self.suite, config)  # each method planned on the config, before any weights
         check_lengths(self.suite, original_geometry(config)[2])
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
-        self.output.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
         todo = self.pending()
-        if todo:
+        if todo:  # the tokenizer and the data can be refused too: before the folder is written
             tokenizer = load_tokenizer(self.suite.model)
             self._prepare_data(tokenizer)
+        self.output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
+        if todo:
             model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))
             bar = tqdm(
                 total=len(self.suite.cells()),

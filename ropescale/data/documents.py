@@ -33,13 +33,46 @@ def load_documents(
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
         if not files:
             raise RopescaleError(f"data folder '{source}' has no .txt files")
-        return [(p.stem, p.read_text(encoding="utf-8", errors="replace")) for p in files]
+        return [(p.stem, read_text_file(p)) for p in files]
     if path.is_file():
         if path.suffix in TABLE_SUFFIXES:
             return _from_datasets(TABLE_SUFFIXES[path.suffix], str(path), text_field, split)
-        return [(path.stem, path.read_text(encoding="utf-8", errors="replace"))]
+        return [(path.stem, read_text_file(path))]
     names = ", ".join(sorted(CORPORA))
     raise RopescaleError(f"data '{source}' not found: not a file, a folder, hub:org/name or a corpus ({names})")
+
+
+def read_text_file(path: Path) -> str:
+    """A data file's text, strictly UTF-8: a binary or otherwise undecodable file is refused, naming
+    the file and the byte offset, instead of being scored as replacement characters.
+
+    Raises:
+        RopescaleError: ``data file 'F' is not UTF-8 text (byte 0x9c at offset 17); ...``, or a NUL
+            byte (UTF-8, but binary: ``data file 'F' holds a NUL byte at offset 0 (a binary file?)``).
+    """
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RopescaleError(
+            f"data file '{path}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "give a text file, a folder of .txt files or a JSONL/Parquet file"
+        ) from None
+    nul = raw.find(b"\x00")
+    if nul >= 0:
+        raise RopescaleError(f"data file '{path}' holds a NUL byte at offset {nul} (a binary file?); give a text file")
+    return text
+
+
+def check_text_source(data: str | os.PathLike | None) -> None:
+    """Read a local text ``--data`` (a file, or a folder's .txt files) strictly, so that a binary one
+    is refused (:func:`read_text_file`) before a caller loads weights; other sources pass."""
+    path = Path(str(data)).expanduser() if data is not None else None
+    if path is not None and path.is_file() and path.suffix not in TABLE_SUFFIXES:
+        read_text_file(path)
+    elif path is not None and path.is_dir():
+        for file in sorted(p for p in path.rglob("*.txt") if p.is_file()):
+            read_text_file(file)
 
 
 def _from_datasets(name: str, data_files: str | None, text_field: str, split: str) -> list[tuple[str, str]]:

@@ -123,11 +123,35 @@ def load_config(
     return _read_config(resolve_model(name_or_path), original_max_position_embeddings, **kwargs)
 
 
+#: files one of which a local model folder needs for AutoTokenizer
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "tokenizer_config.json",
+)
+
+
 def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
-    """The tokenizer of a model (resolved like :func:`from_pretrained`)."""
+    """The tokenizer of a model (resolved like :func:`from_pretrained`).
+
+    Raises:
+        RopescaleError: a local model folder without tokenizer files, naming the folder (instead of
+            transformers' paragraph about sentencepiece).
+    """
     from transformers import AutoTokenizer
 
-    return _load(AutoTokenizer, resolve_model(name_or_path), **kwargs)
+    resolved = resolve_model(name_or_path)
+    folder = Path(resolved.path)
+    if "gguf_file" not in resolved.kwargs and folder.is_dir() and not kwargs.get("subfolder"):
+        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            raise RopescaleError(
+                f"model folder '{folder}' has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}...); "
+                "save the base model's tokenizer into it (tokenizer.save_pretrained)"
+            )
+    return _load(AutoTokenizer, resolved, **kwargs)
 
 
 def buildable_config(config: Any) -> Any:
