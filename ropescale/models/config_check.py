@@ -91,6 +91,7 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
         raise ConfigError(
             source, "model_type", model_type, "no rotary position embedding (RoPE); ropescale scales RoPE models only"
         )
+    _check_names(data, source)
     hidden = _positive_int(data, "hidden_size", source)
     heads = _positive_int(data, "num_attention_heads", source)
     kv_heads = _positive_int(data, "num_key_value_heads", source)
@@ -117,6 +118,35 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
                 source, key, head_dim, f"the rotary dimension{part} ({rotary:g}) must be even (RoPE rotates pairs)"
             )
     _check_rope(rope, rope_key, source, head_dim, partial)
+
+
+def _check_names(data: dict[str, Any], source: str) -> None:
+    """model_type, dtype and hidden_act: names transformers looks up (a wrong one is a raw
+    ``AttributeError``/``KeyError`` when the model is built)."""
+    import torch
+    from transformers.activations import ACT2CLS
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    from ..patching.plan import SUPPORTED_MODEL_TYPES
+
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise ConfigError(source, "model_type", _MISSING, "required (transformers picks the architecture by it)")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        supported = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
+        raise ConfigError(source, "model_type", model_type, f"unknown to transformers (ropescale supports {supported})")
+    for key in ("dtype", "torch_dtype"):
+        value = data.get(key)
+        if value is not None and value != "auto" and not isinstance(getattr(torch, str(value), None), torch.dtype):
+            raise ConfigError(source, key, value, "not a torch dtype (float32, bfloat16, float16...)")
+    act = data.get("hidden_act")
+    if act is not None and (not isinstance(act, str) or act not in ACT2CLS):
+        raise ConfigError(
+            source, "hidden_act", act, f"unknown to transformers (e.g. {', '.join(sorted(ACT2CLS)[:6])}...)"
+        )
+    theta = data.get("rope_theta")  # the legacy top-level key
+    if theta is not None and (not _is_number(theta) or theta <= 0):
+        raise ConfigError(source, "rope_theta", theta, "must be a positive number")
 
 
 def _rope_block(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:

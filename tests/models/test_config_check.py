@@ -107,6 +107,15 @@ CASES = {
         lambda d: (d.pop("rope_parameters"), d.update(rope_theta=1e4, rope_scaling={"rope_type": "yarn"})),
         "rope_scaling.factor = (missing): rope_type 'yarn' needs it",
     ),
+    "legacy rope_theta not a number": (
+        lambda d: (d.pop("rope_parameters"), d.update(rope_theta="abc")),
+        "rope_theta = 'abc': must be a positive number",
+    ),
+    "unknown dtype": (lambda d: d.update(dtype="float33"), "dtype = 'float33': not a torch dtype"),
+    "unknown activation": (lambda d: d.update(hidden_act="nope"), "hidden_act = 'nope': unknown to transformers"),
+    "unknown model_type": (lambda d: d.update(model_type="llamaa"), "model_type = 'llamaa': unknown to transformers"),
+    "no model_type": (lambda d: d.pop("model_type"), "model_type = (missing): required"),
+    "sliding_window zero": (lambda d: d.update(sliding_window=0), "sliding_window = 0: must be a positive integer"),
     "no rotary embedding (BERT)": (
         lambda d: (d.pop("rope_parameters"), d.update(model_type="bert", architectures=["BertModel"])),
         "model_type = 'bert': no rotary position embedding (RoPE)",
