@@ -53,13 +53,34 @@ def first_difference(a: Any, b: Any, prefix: str = "") -> str:
     return f"{prefix.rstrip('.')}: {a!r} -> {b!r}"
 
 
-def check_resumable(state: dict[str, Any], config: TrainConfig, path: Path) -> None:
+def run_identity(config: TrainConfig, model: bool = True, data: bool = True) -> dict[str, Any]:
+    """The content fingerprints of the recipe's model and local data (a path names a file, not its
+    content: weights or text changed in place would otherwise resume silently). ``model``/``data``:
+    False where the trainer was handed them in memory."""
+    from ..models.identity import data_identity, model_identity
+
+    return {
+        "model": model_identity(config.model.name)["fingerprint"] if model else None,
+        "data": data_identity(config.data.source).get("fingerprint") if data else None,
+    }
+
+
+def check_resumable(state: dict[str, Any], config: TrainConfig, path: Path, identity: dict | None = None) -> None:
     """Refuse to resume ``path`` (its ``state.json``) under a recipe that changes what was trained.
 
     Raises:
-        RopescaleError: the fingerprint differs (first difference named), or the checkpoint is
-            already past ``train.max_steps``.
+        RopescaleError: the fingerprint differs (first difference named), the model's weights or the
+            data's text changed since (``identity``, where the checkpoint recorded it), or the
+            checkpoint is already past ``train.max_steps``.
     """
+    saved_identity = state.get("identity") or {}
+    for key, where in (("model", config.model.name), ("data", config.data.source)):
+        old, new = saved_identity.get(key), (identity or {}).get(key)
+        if old and new and old != new:
+            raise RopescaleError(
+                f"checkpoint {path} was trained on other {key} content: '{where}' changed since (fingerprint "
+                f"{old[:12]}, now {new[:12]}); use another train.output_dir, or --overwrite to start again"
+            )
     saved = state.get("fingerprint") or {}
     saved = {**saved, "train": {k: v for k, v in (saved.get("train") or {}).items() if k != "max_steps"}}
     if saved != fingerprint(config):

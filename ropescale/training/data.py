@@ -115,8 +115,11 @@ def training_stream(config: Any, tokenizer: Any, path: Path) -> np.ndarray:
         train, _ = split_holdout(load_documents(d.source, text_field=d.text_field), d.holdout)
         return tokenize_stream(tokenizer, train, d.max_tokens)
 
+    from ..models.identity import data_identity
+
     key = {
         "source": d.source,
+        "content": data_identity(d.source).get("fingerprint"),  # a file edited in place is tokenized again
         "holdout": d.holdout,
         "max_tokens": d.max_tokens,
         "tokenizer": getattr(tokenizer, "name_or_path", "?"),

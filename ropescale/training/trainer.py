@@ -50,6 +50,7 @@ from .checkpoints import (
     prepare_output_dir,
     resume_point,
     rng_state,
+    run_identity,
     set_rng_state,
     write_adapter,
     write_manifest,
@@ -160,6 +161,7 @@ class Trainer:
                 "ranks: set train.context_parallel to the accelerate config's parallelism_config_cp_size"
             )
         self._check_output_dir(resume, overwrite)
+        self.identity = run_identity(c, self._model_in is None, self._train_tokens is None)
         set_seed(c.train.seed)
         base = self._model_in if self._model_in is not None else load_base_model(c)
         base = scale_model(base, c)
@@ -231,7 +233,7 @@ class Trainer:
         if path is None:
             return None  # --resume on a fresh directory starts from scratch
         state = json.loads((path / "state.json").read_text())
-        check_resumable(state, self.config, path)
+        check_resumable(state, self.config, path, self.identity)
         from safetensors.torch import load_file
 
         load_trainable(self.peft_model, load_file(path / TRAINABLE_FILE))
@@ -293,6 +295,7 @@ class Trainer:
                     "elapsed": self.elapsed,
                     "world_size": acc.num_processes,
                     "fingerprint": fingerprint(self.config),
+                    "identity": self.identity,
                 },
             )
         acc.wait_for_everyone()

@@ -71,7 +71,8 @@ def test_world_size_without_processes_is_refused(tmp_path, recipe_file, monkeypa
     argv += ["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ropescale: error:")]
-    assert proc.returncode != 0 and len(lines) == 2, proc.stderr[-2000:]
+    # the launcher stops the other process once one has failed: one or two lines, both the same
+    assert proc.returncode != 0 and 1 <= len(lines) <= 2, proc.stderr[-2000:]
     assert all("the launch says WORLD_SIZE=2 but accelerate runs a single process here" in ln for ln in lines)
     assert "trained" not in proc.stdout
     assert not run.exists() or not any(run.iterdir())
@@ -103,3 +104,34 @@ def test_staging_of_a_stopped_run_is_removed(tmp_path, recipe_file, capsys):
     assert main(["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]) == 0
     assert f"ropescale: removing {staging}, left by a training run that was stopped" in capsys.readouterr().err
     assert not staging.exists()
+
+
+def test_resume_after_the_data_or_model_changed_in_place_stops(tmp_path, recipe_file, model_dir, capsys):
+    run = tmp_path / "run"
+    argv = ["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]
+    assert main(argv) == 0
+    text = tmp_path / "text.txt"
+    original = text.read_text()
+    text.write_text("Another text entirely, about dogs in the park. " * 40)
+    capsys.readouterr()
+    assert main([*argv, "--resume", "train.max_steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"was trained on other data content: '{text}' changed since" in err, err
+    text.write_text(original)
+    weights = model_dir / "model.safetensors"
+    from tests.conftest import tiny_model
+
+    tiny_model(seed=5, attn_implementation="sdpa").save_pretrained(model_dir)  # re-trained in place
+    assert main([*argv, "--resume", "train.max_steps=3"]) == 2
+    err = capsys.readouterr().err
+    assert f"was trained on other model content: '{model_dir}' changed since" in err and weights.is_file(), err
+
+
+def test_data_edited_in_place_is_tokenized_again(tmp_path, recipe_file):
+    run = tmp_path / "run"
+    argv = ["train", "--config", str(recipe_file), "--output-dir", str(run), "--no-progress"]
+    assert main(argv) == 0
+    first = (run / "data" / "train_tokens.json").read_text()
+    (tmp_path / "text.txt").write_text("Another text entirely, about dogs in the park. " * 40)
+    assert main([*argv, "--overwrite"]) == 0
+    assert (run / "data" / "train_tokens.json").read_text() != first
