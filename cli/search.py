@@ -51,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
     options = from_arguments(SearchOptions, args, baselines=baselines_for(args.baselines, args.method))
     start = time.time()
-    report = run_search_job(options, args.output, overwrite=args.overwrite, progress=not args.no_progress)
+    from .._lock import output_lock
+
+    with output_lock(args.output, "results folder"):  # one search per results folder
+        report = run_search_job(options, args.output, overwrite=args.overwrite, progress=not args.no_progress)
     from ..search.artifacts import markdown_report
 
     print(markdown_report(report))

@@ -72,8 +72,9 @@ def test_lock_names_its_holder_and_is_released(tmp_path):
         lambda m, out: ["export-gguf", m, "--output", out],
         lambda m, out: ["eval", "perplexity", "--model", m, "--lengths", "32", "--output", out],
         lambda m, out: ["eval", "harness", "--model", m, "--method", "none", "--tasks", "x", "--output", out],
+        lambda m, out: ["search", "--model", m, "--target-length", "256", "--output", out],
     ],
-    ids=["patch", "export-gguf", "eval", "eval harness"],
+    ids=["patch", "export-gguf", "eval", "eval harness", "search"],
 )
 def test_second_writer_stops_naming_the_holder(saved, tmp_path, capsys, holder, command):
     out = tmp_path / "out"
