@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .suite_checks import SuiteError
-
-if TYPE_CHECKING:
-    from .suite import MethodEntry, Suite, SuiteRunner
 
 TASKS = ("perplexity", "passkey", "needle")
 
 
 def cell_record(
-    entry: MethodEntry,
+    entry: Any,
     task: str,
     length: int,
     runtime: dict[str, str],
@@ -46,11 +43,11 @@ def cell_record(
     }
 
 
-def cell_id(entry: MethodEntry, task: str, length: int) -> str:
+def cell_id(entry: Any, task: str, length: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
 
 
-def measured(suite: Suite, identity: dict[str, Any], task: str) -> dict[str, Any]:
+def measured(suite: Any, identity: dict[str, Any], task: str) -> dict[str, Any]:
     """The ``measured`` key of a cell of ``task``: the model (``identity["model"]``), the data it
     reads (perplexity, and needle with a haystack; ``identity["data"]``) and the task's protocol (its
     settings but the lengths, plus the seed of the retrieval tasks)."""
@@ -65,7 +62,7 @@ def measured(suite: Suite, identity: dict[str, Any], task: str) -> dict[str, Any
     }
 
 
-def check_measured(runner: SuiteRunner) -> None:
+def check_measured(runner: Any) -> None:
     """Stop, naming the first difference, when the results folder holds cells measured on another
     model, data or protocol (the report reads every cell there). Cells written before cells recorded
     this are recomputed when the suite has them, and stop the run otherwise.

@@ -20,10 +20,8 @@ def cache_root() -> Path:
     """Where ropescale keeps converted models and corpora: ``$ROPESCALE_CACHE`` or ``~/.cache/ropescale``.
 
     Raises:
-        RopescaleError: the path (or a folder above it) is a file: said before anything is converted.
+        ValueError: the path (or a folder above it) is a file: said before anything is converted.
     """
-    from .errors import RopescaleError
-
     env = os.environ.get("ROPESCALE_CACHE")
     root = Path(env or Path.home() / ".cache" / "ropescale").expanduser()
     where = root
@@ -32,7 +30,7 @@ def cache_root() -> Path:
     if where.exists() and not where.is_dir():
         name = f"ROPESCALE_CACHE = '{env}'" if env else f"the cache folder '{root}'"
         what = "is a file" if where == root else f"lies under the file '{where}'"
-        raise RopescaleError(f"{name} {what}, not a folder; point ROPESCALE_CACHE at a folder")
+        raise ValueError(f"{name} {what}, not a folder; point ROPESCALE_CACHE at a folder")
     return root
 
 

@@ -34,6 +34,7 @@ FLOORS = {
     "ropescale.interop": 2,
     "ropescale.rotary": 2,
     "ropescale.methods": 2,
+    "ropescale._lock": 1,  # one writer per output (raises RopescaleError)
     "ropescale.options": 0,
     "ropescale.errors": 0,
     "ropescale._io": 0,
