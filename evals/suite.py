@@ -206,9 +206,14 @@ class SuiteRunner:
         from .cell_keys import measured
 
         if self._identity is None:
+            from ..errors import RopescaleError
             from ..models.identity import data_identity, model_identity
 
-            self._identity = {"model": model_identity(self.suite.model), "data": data_identity(self.suite.data)}
+            try:
+                model = model_identity(self.suite.model)
+            except RopescaleError:  # --report-only of a folder copied without its model: nothing matches
+                model = {"name": self.suite.model, "fingerprint": None}
+            self._identity = {"model": model, "data": data_identity(self.suite.data)}
         return measured(self.suite, self._identity, task)
 
     @property

@@ -90,3 +90,14 @@ def test_retrieval_protocol_keys_trials_and_seed():
     assert measured(suite_from_dict({**base, "seed": 1}), identity, "passkey") != key
     assert measured(suite_from_dict({**base, "passkey": {"lengths": [64], "trials": 3}}), identity, "passkey") != key
     assert measured(suite_from_dict({**base, "passkey": {"lengths": [128], "trials": 2}}), identity, "passkey") == key
+
+
+def test_report_only_needs_no_model(models, tmp_path, capsys):
+    model = tmp_path / "M"
+    shutil.copytree(models / "A", model)
+    out = tmp_path / "d"
+    assert _eval(capsys, tmp_path, out, "M", models / "t1.txt") == (0, [])
+    shutil.rmtree(model)  # the results folder read elsewhere
+    capsys.readouterr()
+    assert main(["eval", "suite", str(out / "suite.yaml"), "--output", str(out), "--report-only"]) == 0
+    assert "finished 1/1 cells (nothing run)" in capsys.readouterr().out
