@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if unused:
         raise ValueError(f"no listed method has a parameter {unused[0]!r}")
 
-    config = load_config(args.model)
+    config = load_config(args.model, args.original_max_position_embeddings)
     plans = [
         plan_patch(
             config,

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ..models.loading import load_config
     from ..patching.plan import is_scaled, plan_patch
 
-    config = load_config(args.model)
+    config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
     rec = recommend(

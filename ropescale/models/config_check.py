@@ -173,8 +173,8 @@ def _check_context(
                 source,
                 "max_position_embeddings",
                 _MISSING,
-                "the trained context is unknown (transformers would assume its default 2048); "
-                "add it to the config or pass --original-max-position-embeddings N",
+                "the trained context is unknown (transformers would assume its default 2048); add it to the "
+                "config (patch, plot, recommend, eval harness: or pass --original-max-position-embeddings N)",
             )
     else:
         _positive_int(data, "max_position_embeddings", source)

@@ -146,7 +146,10 @@ def test_config_problem_is_one_line_before_weights(saved, tmp_path, capsys, no_w
 
 def test_original_context_flag_stands_in_for_a_missing_field(saved, tmp_path, capsys):
     model = _variant(saved, tmp_path, lambda d: d.pop("max_position_embeddings"))
-    code, err = _cli(capsys, "patch", "--model", model, "--factor", "4", "--original-max-position-embeddings", "64")
+    flag = ["--original-max-position-embeddings", "64"]
+    code, err = _cli(capsys, "patch", "--model", model, "--factor", "4", *flag)
+    assert code == 0, err
+    code, err = _cli(capsys, "plot", "--model", model, "--factor", "4", *flag, "--output", tmp_path / "f.png")
     assert code == 0, err
 
 
