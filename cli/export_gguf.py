@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     if Path(args.output).expanduser().is_dir():  # refused before anything is converted or loaded
         raise ValueError(f"--output '{args.output}' is a directory; give the .gguf file to write")
-    with output_lock(args.output):
+    with output_lock(args.output, folder=False):
         path = export_gguf(
             args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre, overwrite=args.overwrite, **kwargs
         )

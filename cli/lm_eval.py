@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .._lock import output_lock
 
-    with output_lock(args.output, "results folder") if args.output else nullcontext():
+    with output_lock(args.output, "results", folder=False) if args.output else nullcontext():
         results = _harness(args, kw, method, target_length)
     print(format_results(results))
     if args.output:

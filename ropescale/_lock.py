@@ -95,12 +95,13 @@ def _try_create(lock: Path, record: dict[str, Any]) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-def acquire(output: str | os.PathLike, what: str = "output") -> Path:
+def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True) -> Path:
     """Take the lock of ``output``, taking over a stale one (with a notice on stderr).
 
     Args:
         output: the folder or file about to be written.
         what: how to name it in the message (``output``, ``run folder``, ...).
+        folder: ``output`` is a folder: an existing file there is refused first.
 
     Returns:
         The lock file (give it to :func:`release`).
@@ -110,6 +111,8 @@ def acquire(output: str | os.PathLike, what: str = "output") -> Path:
             ropescale (pid N on HOST, since TIME: COMMAND); wait for it or choose another``.
     """
     output = Path(output).expanduser()
+    if folder and output.exists() and not output.is_dir():
+        raise RopescaleError(f"{what} '{output}' exists and is a file, not a folder; choose another")
     lock = lock_path(output)
     lock.parent.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
@@ -153,10 +156,12 @@ def release(lock: Path) -> None:
 
 
 @contextlib.contextmanager
-def output_lock(output: str | os.PathLike, what: str = "output", enabled: bool = True) -> Iterator[None]:
+def output_lock(
+    output: str | os.PathLike, what: str = "output", enabled: bool = True, folder: bool = True
+) -> Iterator[None]:
     """Hold the lock of ``output`` for the block (see :func:`acquire`); ``enabled=False`` does nothing
     (the ranks other than the main one of a distributed run)."""
-    lock = acquire(output, what) if enabled else None
+    lock = acquire(output, what, folder) if enabled else None
     try:
         yield
     finally:

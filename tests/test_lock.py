@@ -133,3 +133,19 @@ def test_holder_on_another_host_is_never_taken_over(tmp_path):
     lock.write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "now"}))
     with pytest.raises(OutputLockedError, match=f"pid 1 on elsewhere, since now.*remove {lock}"):
         acquire(out)
+
+
+@pytest.mark.parametrize(
+    "command, what",
+    [
+        (lambda m, out: ["eval", "perplexity", "--model", m, "--lengths", "32", "--output", out], "results folder"),
+        (lambda m, out: ["search", "--model", m, "--target-length", "256", "--output", out], "results folder"),
+    ],
+    ids=["eval", "search"],
+)
+def test_output_folder_that_is_a_file_is_refused(saved, tmp_path, capsys, command, what):
+    out = tmp_path / "file"
+    out.write_text("keep me")
+    code, err = _cli(capsys, *command(str(saved), str(out)))
+    assert code == 2 and err == [f"ropescale: error: {what} '{out}' exists and is a file, not a folder; choose another"]
+    assert out.read_text() == "keep me"

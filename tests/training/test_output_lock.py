@@ -135,3 +135,11 @@ def test_data_edited_in_place_is_tokenized_again(tmp_path, recipe_file):
     (tmp_path / "text.txt").write_text("Another text entirely, about dogs in the park. " * 40)
     assert main([*argv, "--overwrite"]) == 0
     assert (run / "data" / "train_tokens.json").read_text() != first
+
+
+def test_run_folder_that_is_a_file_is_refused(tmp_path, recipe_file, capsys):
+    out = tmp_path / "file"
+    out.write_text("keep me")
+    assert main(["train", "--config", str(recipe_file), "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ropescale: error: run folder '{out}' exists and is a file, not a folder; choose another"]
