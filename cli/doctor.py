@@ -49,10 +49,11 @@ def run(args: argparse.Namespace) -> int:
     engines = select(args.engines)
     data, source = read_config_json(args.model)
     from ..models.checkpoint import unmark_config_dict
-    from ..models.config_check import check_config_dict
+    from ..models.config_check import check_config_dict, check_with_transformers
 
-    where = Path(source) / "config.json" if Path(source).is_dir() else source
-    check_config_dict(unmark_config_dict(data), str(where))  # the pass every command shares: BERT, odd heads...
+    where = str(Path(source) / "config.json" if Path(source).is_dir() else source)
+    check_config_dict(unmark_config_dict(data), where)
+    check_with_transformers(unmark_config_dict(data), where)  # the pass every command shares: BERT, odd heads...
     report = check(data, source, engines)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))

@@ -33,6 +33,16 @@ _REQUIRED = {
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
 }
 _MISSING = "(missing)"
+#: rope parameters that are numbers wherever they appear
+_NUMBERS = (
+    "attention_factor",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "low_freq_factor",
+    "high_freq_factor",
+)
 
 
 class ConfigError(RopescaleError):
@@ -200,6 +210,9 @@ def _check_rope(rope: dict[str, Any], rope_key: str, source: str, head_dim: int 
     if rope_type not in ROPE_INIT_FUNCTIONS:
         known = ", ".join(["default", *ROPE_INIT_FUNCTIONS])
         raise ConfigError(source, f"{rope_key}.rope_type", rope_type, f"unknown to transformers (it knows {known})")
+    for key in _NUMBERS:
+        if rope.get(key) is not None and not _is_number(rope[key]):
+            raise ConfigError(source, f"{rope_key}.{key}", rope[key], "must be a number")
     for key in _REQUIRED.get(rope_type, ()):
         if rope.get(key) is None:
             raise ConfigError(source, f"{rope_key}.{key}", _MISSING, f"rope_type '{rope_type}' needs it")
@@ -217,11 +230,29 @@ def _check_rope(rope: dict[str, Any], rope_key: str, source: str, head_dim: int 
                 )
 
 
+def check_with_transformers(data: dict[str, Any], source: str) -> None:
+    """Build the config with transformers (no weights), as loading would: what it rejects beyond
+    :func:`check_config_dict` is raised as :func:`transformers_rejection` (``doctor`` reads no config
+    object otherwise)."""
+    from transformers import AutoConfig
+
+    from ..patching.plan import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            AutoConfig.for_model(**data)
+    except Exception as exc:  # noqa: BLE001 - filtered: only transformers' validation errors are rephrased
+        rejection = None if isinstance(exc, RopescaleError) else transformers_rejection(exc, source)
+        if rejection is None:
+            raise
+        raise rejection from exc
+
+
 def transformers_rejection(exc: Exception, source: str) -> ConfigError | None:
     """transformers' own rejection of a config (a validation error, ``KeyError``, ``ValueError``,
     ``TypeError``) as a :class:`ConfigError` naming the file; None for other exceptions."""
-    names = {type(exc).__name__, *(c.__name__ for c in type(exc).__mro__)}
-    if not names & {"KeyError", "ValueError", "TypeError", "StrictDataclassClassValidationError"}:
+    names = {c.__name__ for c in type(exc).__mro__}
+    if not names & {"KeyError", "ValueError", "TypeError", "StrictDataclassError"}:
         return None
     text = " ".join(str(exc).split()) or type(exc).__name__
     error = ConfigError(source, "config", "...", f"transformers rejects it: {text}")
@@ -229,4 +260,11 @@ def transformers_rejection(exc: Exception, source: str) -> ConfigError | None:
     return error
 
 
-__all__ = ["ConfigError", "INT64_MAX", "check_config_dict", "has_rotary", "transformers_rejection"]
+__all__ = [
+    "ConfigError",
+    "INT64_MAX",
+    "check_config_dict",
+    "check_with_transformers",
+    "has_rotary",
+    "transformers_rejection",
+]

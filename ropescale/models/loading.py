@@ -100,7 +100,7 @@ def _read_config(resolved: ResolvedModel, original_context: int | None = None, *
             config = _load(AutoConfig, resolved, **kwargs)
         check_config_dict(config.to_dict(), source, original_context=config.max_position_embeddings)
         return config
-    except (KeyError, ValueError, TypeError) as exc:  # transformers' own validation of what we did not check
+    except Exception as exc:  # transformers' own validation of what we did not check
         rejection = None if isinstance(exc, RopescaleError) else transformers_rejection(exc, source)
         if rejection is None:
             raise

@@ -116,6 +116,18 @@ CASES = {
     "unknown model_type": (lambda d: d.update(model_type="llamaa"), "model_type = 'llamaa': unknown to transformers"),
     "no model_type": (lambda d: d.pop("model_type"), "model_type = (missing): required"),
     "sliding_window zero": (lambda d: d.update(sliding_window=0), "sliding_window = 0: must be a positive integer"),
+    "yarn parameter not a number": (
+        lambda d: d.update(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4, "beta_fast": "x"}),
+        "rope_parameters.beta_fast = 'x': must be a number",
+    ),
+    "rejected by transformers (field)": (
+        lambda d: d.update(rms_norm_eps="x"),
+        "transformers rejects the config: Validation error for field 'rms_norm_eps'",
+    ),
+    "rejected by transformers (class)": (
+        lambda d: d.update(layer_types=["full_attention"]),
+        "transformers rejects the config: Class validation error for validator 'validate_layer_type'",
+    ),
     "no rotary embedding (BERT)": (
         lambda d: (d.pop("rope_parameters"), d.update(model_type="bert", architectures=["BertModel"])),
         "model_type = 'bert': no rotary position embedding (RoPE)",
