@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
+from ..interop.legacy import restore_serving_fields
 from ..patching.model import install_rotary
 from ..patching.plan import (
     KEEP,
@@ -90,7 +91,7 @@ def _read_config(resolved: ResolvedModel, **kwargs: Any) -> Any:
             with quiet_transformers():  # it warns that it cannot validate rope_type "ropescale_*"
                 return AutoConfig.for_model(**data)
     with quiet_transformers():
-        return _load(AutoConfig, resolved, **kwargs)
+        return restore_serving_fields(_load(AutoConfig, resolved, **kwargs))
 
 
 def load_config(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
