@@ -1,15 +1,15 @@
-"""docs/engines.md is the table :mod:`ropescale.interop.table` generates from the doctor's rule rows."""
+"""docs/engines.md is the table :mod:`ropescale.export.engines_table` generates from the doctor's rule rows."""
 
 from __future__ import annotations
 
-from ropescale.interop import table
+from ropescale.export import engines_table as table
 
 from .cases import ROOT
 
 
 def test_docs_engines_md_is_generated_from_the_rules():
     doc = ROOT / "docs" / "engines.md"
-    assert doc.read_text() == table.markdown(), "regenerate: python -m ropescale.interop.table docs/engines.md"
+    assert doc.read_text() == table.markdown(), "regenerate: python -m ropescale.export.engines_table docs/engines.md"
 
 
 def test_the_doc_covers_every_row_and_method():
