@@ -186,6 +186,44 @@ def restore_serving_fields(config: Any) -> Any:
     return config
 
 
+#: model types whose vLLM models read ``dual_chunk_attention_config`` (Qwen2.5-1M's config key)
+DUAL_CHUNK_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
+def dual_chunk_attention_config(method: Any, spec: Any, model_type: str) -> dict[str, Any] | None:
+    """vLLM's ``dual_chunk_attention_config`` for a DCA checkpoint of a Qwen2-family model, else None.
+
+    Args:
+        method: the patch's method (:class:`ropescale.methods.dca.DualChunk`: read through its
+            ``resolved_chunk_size`` / ``resolved_local_window``).
+        spec: its :class:`~ropescale.methods.base.RotarySpec` (the original context L).
+        model_type: the model's own type (``qwen2``...), not ropescale's marked one.
+
+    Returns:
+        ``{"chunk_size", "local_size", "original_max_position_embeddings"}``: vLLM's
+        ``DualChunkRotaryEmbedding`` rotates keys at j mod (chunk_size - local_size) and queries at the
+        same intra / successive (capped at chunk_size) / inter positions as ropescale's DCA.
+    """
+    if getattr(method, "name", None) != "dca" or model_type not in DUAL_CHUNK_MODEL_TYPES:
+        return None
+    return {
+        "chunk_size": int(method.resolved_chunk_size(spec)),
+        "local_size": int(method.resolved_local_window(spec)),
+        "original_max_position_embeddings": int(spec.original_max_position_embeddings),
+    }
+
+
+def write_engine_keys(path: str | Path, method: Any, spec: Any) -> dict[str, Any]:
+    """Add the method-specific engine keys (:func:`dual_chunk_attention_config`) to a config.json in place."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    dca = dual_chunk_attention_config(method, spec, str(data.get("model_type", "")))
+    if dca is not None:
+        data["dual_chunk_attention_config"] = dca
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
 def write_legacy_keys(path: str | Path) -> dict[str, Any]:
     """Add the legacy keys to a config.json file in place; returns the new dict."""
     path = Path(path)
@@ -194,4 +232,12 @@ def write_legacy_keys(path: str | Path) -> dict[str, Any]:
     return data
 
 
-__all__ = ["legacy_keys", "legacy_rope_scaling", "restore_serving_fields", "with_legacy_keys", "write_legacy_keys"]
+__all__ = [
+    "dual_chunk_attention_config",
+    "legacy_keys",
+    "legacy_rope_scaling",
+    "restore_serving_fields",
+    "with_legacy_keys",
+    "write_engine_keys",
+    "write_legacy_keys",
+]

@@ -175,6 +175,23 @@ def _serving_caveat(engine: Engine, seen: dict, data: dict, intent: Intent) -> t
     return None
 
 
+def _vllm_dca(data: dict) -> str:
+    """What vLLM does with a DCA checkpoint: Qwen2-family models read ``dual_chunk_attention_config``."""
+    dca = data.get("dual_chunk_attention_config")
+    model_type = str(data.get("model_type", "")).removeprefix(NON_NATIVE_PREFIX)
+    if not isinstance(dca, dict):
+        return (
+            f"vLLM runs dual chunk attention only in Qwen2-family models (dual_chunk_attention_config): "
+            f"DCA on {model_type} is ropescale's alone"
+        )
+    return (
+        f"vLLM 0.9-0.10 (V0 engine, CUDA, DUAL_CHUNK_FLASH_ATTN) ran Qwen2-family DCA from the "
+        f"dual_chunk_attention_config written here (chunk_size {dca.get('chunk_size')}, local_size "
+        f"{dca.get('local_size')}: ropescale's positions); vLLM >= 0.11 removed that backend "
+        f"(vllm-project/vllm#25351), and the config is marked {data.get('model_type')} so that plain loaders stop"
+    )
+
+
 def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
     """One engine's verdict on one config.json dict.
 
@@ -191,6 +208,8 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
     def verdict(kind: str, why: str) -> Verdict:
         return Verdict(engine.key, engine.name, engine.versions, kind, why)
 
+    if not intent.native and intent.method == "dca" and engine.name == "vLLM":
+        return verdict(CANNOT, _vllm_dca(data))
     if not intent.native:
         return verdict(
             CANNOT,

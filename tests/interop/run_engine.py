@@ -30,6 +30,7 @@ STUBS = {
     "vllm.platforms.current_platform": "platform detection: vLLM's own CpuPlatform",
     "vllm.config (package __init__, vLLM >= 0.20)": "imports every engine config; get_current_vllm_config() returns "
     "the max_model_len vLLM's own _get_and_verify_max_len derived (no --max-model-len)",
+    "torch.device in vllm ... dual_chunk_rope": "platform: DualChunkRotaryEmbedding's caches on the CPU, not cuda:N",
     "vllm._aiter_ops (vLLM >= 0.20)": "ROCm AITER kernels (imports the attention backends): not enabled",
     "vllm._custom_ops (sglang)": "the CPU rope kernel SGLang binds at construction (forward_native does not use it)",
     "triton (sglang)": "GPU kernel compiler: decorators become no-ops (torch is told first there is none)",
@@ -49,6 +50,20 @@ def _hollow(name: str) -> None:
     """The package without its ``__init__`` (its submodules still load from the engine's files)."""
     spec = importlib.util.find_spec(name)
     _module(name).__path__ = list(spec.submodule_search_locations)
+
+
+class _CpuTorch:
+    """torch for DualChunkRotaryEmbedding, which puts its caches on the current CUDA device."""
+
+    cuda = types.SimpleNamespace(current_device=lambda: 0)
+    accelerator = types.SimpleNamespace(current_device_index=lambda: 0)
+
+    @staticmethod
+    def device(*args, **kwargs):
+        return torch.device("cpu")
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
 
 
 class _Placeholder(types.ModuleType):
@@ -139,7 +154,9 @@ def vllm_build(directory: str):
     import vllm.envs as envs
 
     namespace["envs"] = envs
-    from vllm.model_executor.layers.rotary_embedding import get_rope
+    from vllm.model_executor.layers.rotary_embedding import dual_chunk_rope, get_rope
+
+    dual_chunk_rope.torch = _CpuTorch()
 
     verify = _function_from_source(root / "config" / "model.py", "_get_and_verify_max_len", namespace)
     if hasattr(vconfig, "iter_rope_parameters"):  # vLLM >= 0.20: models/llama.py LlamaAttention._init_rotary_emb
@@ -152,13 +169,28 @@ def vllm_build(directory: str):
         context = verify(config, arch, None, None, False, None)
         CURRENT.model_config.max_model_len = context
         rope = getattr(config, "rope_parameters", None)
-        emb = get_rope(head_dim, max_position=max_position, rope_parameters=rope, is_neox_style=True)
+        dca = getattr(config, "dual_chunk_attention_config", None)  # models/qwen2.py Qwen2Attention
+        emb = get_rope(
+            head_dim,
+            max_position=max_position,
+            rope_parameters=rope,
+            is_neox_style=True,
+            dual_chunk_attention_config=dca,
+        )
     else:  # vLLM 0.11 models/llama.py LlamaAttention.__init__ / LlamaDecoderLayer.__init__
         rope = getattr(config, "rope_scaling", None)
         if rope is not None and getattr(config, "original_max_position_embeddings", None):
             rope["original_max_position_embeddings"] = config.original_max_position_embeddings
         base = getattr(config, "rope_theta", 10000)
-        emb = get_rope(head_dim, rotary_dim=head_dim, max_position=max_position, base=base, rope_scaling=rope)
+        dca = getattr(config, "dual_chunk_attention_config", None)  # models/qwen2.py Qwen2Attention
+        emb = get_rope(
+            head_dim,
+            rotary_dim=head_dim,
+            max_position=max_position,
+            base=base,
+            rope_scaling=rope,
+            dual_chunk_attention_config=dca,
+        )
         rope = {**(rope or {}), "rope_theta": base}
         context = verify(config, None, None, False, None)
     return emb, rope, int(context)
@@ -181,6 +213,14 @@ def sglang_build(directory: str):
     max_position = getattr(config, "max_position_embeddings", 8192)
     emb = get_rope(head_dim, rotary_dim=head_dim, max_position=max_position, base=rope_theta, rope_scaling=rope_scaling)
     return emb, {**(rope_scaling or {}), "rope_theta": rope_theta}, get_context_length(config)
+
+
+def dual_chunk(emb, head_dim: int, n: int) -> dict:
+    """DualChunkRotaryEmbedding: its sizes, the key rows and the five query rows [n, 5 * head_dim]."""
+    half = head_dim // 2
+    x = torch.cat([torch.ones(n, half), torch.zeros(n, half)], dim=-1)
+    query, key = emb.forward_native(torch.arange(n), x.clone(), x.clone())
+    return {"chunk_size": emb.chunk_size, "local_size": emb.local_size, "query": query.reshape(n, -1), "key": key}
 
 
 def tables(emb, head_dim: int, lengths: list[int]) -> dict:
@@ -210,6 +250,12 @@ def main(engine: str, out: str, lengths: str, *directories: str) -> None:
             emb, rope, context = build(directory)
         except Exception as exc:  # noqa: BLE001
             results[directory] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        if config.get("dual_chunk_attention_config"):
+            results[directory] = {
+                "class": type(emb).__name__,
+                "dca": dual_chunk(emb, head_dim, int(lengths.split(",")[-1])),
+            }
             continue
         results[directory] = {
             "class": type(emb).__name__,
