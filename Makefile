@@ -22,7 +22,21 @@ LLAMACPP_VERSION := 0.3.36
 LLAMACPP_BIN := $(LLAMACPP)/build/bin/llama-perplexity
 LLAMACPP_STAMP := $(LLAMACPP)/.built-$(LLAMACPP_VERSION)-tokenize
 
-.PHONY: setup test lint demo bench clean tf4 llamacpp
+# The serving engines' own config and rope code, for the test that runs them on ropescale checkpoints
+# (tests/interop/test_engines.py): vLLM 0.11.0 (the rules before vLLM read rope_parameters; it runs
+# beside .tf4), vLLM 0.33.0 and SGLang 0.5.23 (transformers 5, the venv's). Each wheel is downloaded
+# once, --no-deps, and only its Python files are kept in a folder of its own (the vLLM wheels are
+# 340-440 MB of CUDA kernels the test never loads; the folders are 16, 57 and 77 MB); plus the few
+# small pure/binary packages their import path needs, in $(ENGINES)/deps. Nothing goes into the venv.
+ENGINES ?= .engines
+ENGINE_PINS := vllm==0.11.0 vllm==0.33.0 sglang==0.5.23
+ENGINE_DEPS := cachetools==8.0.2 cbor2==6.3.0 msgspec==0.22.0 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 \
+	sentencepiece==0.2.3 setproctitle==1.3.8 starlette==1.10.0
+ENGINES_STAMP := $(ENGINES)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(ENGINE_PINS)))
+WHEEL_PY := import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+	z.extractall(sys.argv[2], [n for n in z.namelist() if n.endswith(".py")])
+
+.PHONY: setup test lint demo bench clean tf4 llamacpp engines
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
@@ -48,6 +62,17 @@ $(TF4_STAMP): | $(STAMP)
 	$(PIP) install -q --no-deps --target $(TF4) $(TF4_PINS)
 	touch $(TF4_STAMP)
 
+engines: $(ENGINES_STAMP)
+
+$(ENGINES_STAMP): | $(STAMP)
+	rm -rf $(ENGINES) && mkdir -p $(ENGINES)/wheels
+	for pin in $(ENGINE_PINS); do $(PIP) download -q --no-deps -d $(ENGINES)/wheels $$pin || exit 1; done
+	for pin in $(ENGINE_PINS); do name=$$(echo $$pin | sed 's/==/-/'); \
+		$(PY) -c '$(WHEEL_PY)' $(ENGINES)/wheels/$$name-*.whl $(ENGINES)/$$name || exit 1; done
+	rm -rf $(ENGINES)/wheels
+	$(PIP) install -q --no-deps --target $(ENGINES)/deps $(ENGINE_DEPS)
+	touch $(ENGINES_STAMP)
+
 llamacpp: $(LLAMACPP_STAMP)
 
 $(LLAMACPP_STAMP): | $(STAMP)
@@ -61,7 +86,7 @@ $(LLAMACPP_STAMP): | $(STAMP)
 		|| (tail -30 $(LLAMACPP)/build.log; exit 1)
 	test -x $(LLAMACPP_BIN) && touch $(LLAMACPP_STAMP)
 
-test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP)
+test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP) $(ENGINES_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m ropescale.data.corpus install
@@ -83,4 +108,4 @@ bench: setup
 	$(PY) benchmarks/bench_forward.py
 
 clean:
-	rm -rf $(VENV) $(TF4) $(LLAMACPP) build *.egg-info
+	rm -rf $(VENV) $(TF4) $(LLAMACPP) $(ENGINES) build *.egg-info

@@ -13,9 +13,11 @@ EXAMPLES = """examples:
   ropescale doctor org/name                      # config.json alone from the Hub
   ropescale doctor ./llama-yarn4 --json          # for scripts
   ropescale doctor ./llama-yarn4 --engines transformers,vllm
+  ropescale doctor ./llama-yarn4 --engines vllm==0.19.1:transformers==4.57.6,sglang==0.5.23
 
-exit status: 0 when no listed engine silently drops the scaling, 1 when one would (re-save the
-checkpoint with this ropescale: it writes the keys that engine reads), 2 for bad input.
+exit status: 0 when no listed engine drops the scaling or fails on it; 1 when one would (a loss:
+re-save the checkpoint with this ropescale, it writes the keys that engine reads; a failure: that
+engine cannot serve this method, see docs/engines.md); 2 for bad input.
 """
 
 
@@ -37,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--engines",
         default=None,
         metavar="LIST",
-        help=f"comma-separated engines to judge (prefixes; default all): {keys}",
+        help=f"comma-separated engines to judge (default all): row prefixes ({keys}) or versions, "
+        "e.g. vllm==0.19.1:transformers==4.57.6 (the transformers beside it decides what it reads)",
     )
     p.set_defaults(func=run)
 
@@ -65,7 +68,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{len(report.loses)} loader(s) would silently drop the scaling ({names}); "
                 "re-save it with ropescale to write the keys they read"
             )
-    return 1 if report.loses else 0
+        if report.fails:
+            names = ", ".join(f"{v.name} {v.versions}" for v in report.fails)
+            print(f"{len(report.fails)} loader(s) fail on it ({names}): serve it elsewhere or use another method")
+    return 1 if report.loses or report.fails else 0
 
 
 def print_saved(directory: str | Path) -> None:
@@ -81,4 +87,5 @@ def saving_quietly():
     """Around a save in the CLI: drop save_pretrained's one-line warning (:func:`print_saved` prints it)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*cannot be expressed outside ropescale", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".* in serving engines: ", category=UserWarning)
         yield

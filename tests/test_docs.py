@@ -19,7 +19,7 @@ PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md", *sort
 #: a README a newcomer reads on a first visit (torchtune's is ~17 KB, litgpt's ~15 KB)
 README_MAX_BYTES = 15_000
 #: pages other branches add; drop an entry once that branch is merged (the test then checks it exists)
-PENDING = {"docs/engines.md"}
+PENDING: set[str] = set()
 #: backticked repository paths, e.g. `ropescale/methods/yarn.py` (no placeholders, globs or runs/ outputs)
 PATH = re.compile(r"`((?:ropescale|evals|cli|tests|benchmarks|configs|docs)/[\w./-]+)`")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")

@@ -38,6 +38,7 @@ engine has no implementation of it, whatever the config says).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,11 +53,23 @@ DEFAULT_THETA = 10000.0
 FIELD_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
 _LINEAR_TGI = "TGI's PositionRotaryEmbedding.static never applies the 'linear' factor (plain RoPE)"
 _DYNAMIC_FIXED = "dynamic NTK with the base fixed at factor x L for every length (transformers: per length)"
+_DYNAMIC_FAILS = (
+    "dynamic NTK: builds RoPE with L cached positions while accepting factor x L tokens "
+    "(IndexError beyond L on CPU, out-of-bounds cache reads on GPU)"
+)
+_LONGROPE_POSITION = (
+    "longrope: long_factor once a position exceeds L; transformers once the length does (they differ at L+1 tokens)"
+)
+_LONGROPE_LEN = (
+    "longrope: serves L tokens by default; with --max-model-len above L, long_factor at every length "
+    "(transformers: short_factor up to L)"
+)
 
 
 @dataclass(frozen=True)
 class Engine:
-    """One loader: how it reads config.json and what it does with each rope type."""
+    """One loader, for a range of its versions beside one transformers major: how it reads
+    config.json and what it does with each rope type."""
 
     key: str
     name: str
@@ -64,6 +77,59 @@ class Engine:
     reader: str  # a key of READERS
     #: rope_type -> (verdict, why) for types it does not simply keep
     support: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: (first, last) engine version of this row, and the transformers major beside it (None: any)
+    span: tuple[str, str] = ("0", "999")
+    transformers: int | None = None
+    #: YaRN's attention factor is read only as ``attn_factor``, a multiplier of 0.1 ln(factor) + 1
+    attn_factor: bool = False
+    #: how the default context is derived (:func:`engine_context`): None, "vllm", "vllm-0.18", "sglang"
+    context: str | None = None
+    #: the version tests/interop runs (its own config and rope code); None: rules from reading the code
+    measured: str | None = None
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``"0.19.1"`` -> (0, 19, 1); stops at the first part that is not a number (``"4.57.6.dev0"``)."""
+    out = []
+    for part in str(text).split("."):
+        digits = ""
+        for c in part:
+            if not c.isdigit():
+                break
+            digits += c
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
+
+
+def yarn_mscale(factor: float) -> float:
+    """YaRN's default attention factor 0.1 ln(s) + 1 (transformers, vLLM, SGLang)."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def engine_context(engine: Engine, rope: dict, data: dict) -> int | None:
+    """The context an engine serves without ``--max-model-len`` / ``--context-length``.
+
+    vLLM ``_get_and_verify_max_len``: ``max_position_embeddings`` times the factor, except for
+    llama3/longrope (yarn: its original context times the factor); from 0.18 a longrope checkpoint
+    defaults to its top-level ``original_max_position_embeddings``. SGLang ``get_context_length``:
+    times the factor unless ``rope_scaling`` has an original context, or is llama3.
+    """
+    max_pos = data.get("max_position_embeddings")
+    if engine.context is None or max_pos is None:
+        return None
+    kind, factor = rope["rope_type"], rope.get("factor") or 1
+    if engine.context == "sglang":
+        keep = "original_max_position_embeddings" in rope or kind == "llama3"
+        return int(max_pos if keep or kind == "default" else max_pos * factor)
+    if kind in ("llama3", "longrope", "su"):
+        if kind == "longrope" and engine.context == "vllm-0.18":
+            return int(data.get("original_max_position_embeddings", max_pos))
+        return int(max_pos)
+    if kind == "yarn":
+        return int(rope.get("original_max_position_embeddings", max_pos) * factor)
+    return int(max_pos * (factor if kind != "default" else 1))
 
 
 def flat_rope(value: Any) -> dict[str, Any] | None:
@@ -140,14 +206,93 @@ READERS: dict[str, Callable[[dict], tuple[dict | None, str]]] = {
     "gguf": read_gguf,
 }
 
+_OLD = {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED), "longrope": (APPROXIMATES, _LONGROPE_POSITION)}
+_NEW = {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED), "longrope": (APPROXIMATES, _LONGROPE_LEN)}
+_NEW_FAILS = {"dynamic": (FAILS, _DYNAMIC_FAILS), "longrope": (APPROXIMATES, _LONGROPE_LEN)}
+
 ENGINES: tuple[Engine, ...] = (
-    Engine("transformers4", "transformers 4.x", "4.45-4.57", "tf4"),
-    Engine("transformers5", "transformers 5.x", "5.0-5.24", "tf5"),
-    Engine("vllm-legacy", "vLLM", "<= 0.11", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
-    Engine("vllm-tf4", "vLLM", "0.12-0.19.0 (transformers 4)", "vllm_tf4", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
-    Engine("vllm-tf5", "vLLM", ">= 0.19.1 (transformers 5)", "tf5", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
-    Engine("sglang", "SGLang", "on transformers 4.x", "legacy_engine", {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED)}),
-    Engine("tgi", "TGI", "2.x-3.3.7", "legacy_engine", {"linear": (CANNOT, _LINEAR_TGI)}),
+    Engine("transformers4", "transformers", "4.45-4.57", "tf4", span=("4.45", "4.99")),
+    Engine("transformers5", "transformers", "5.x", "tf5", span=("5.0", "5.999")),
+    Engine(
+        "vllm-0.11",
+        "vLLM",
+        "<= 0.11 (transformers 4)",
+        "legacy_engine",
+        _OLD,
+        span=("0", "0.11.99"),
+        transformers=4,
+        attn_factor=True,
+        context="vllm",
+        measured="0.11.0 on transformers 4.57.6",
+    ),
+    Engine(
+        "vllm-tf4",
+        "vLLM",
+        "0.12-0.19 on transformers 4",
+        "vllm_tf4",
+        _OLD,
+        span=("0.12", "0.19.99"),
+        transformers=4,
+        attn_factor=True,
+        context="vllm",
+    ),
+    Engine(
+        "vllm-tf5",
+        "vLLM",
+        "0.19.1-0.21 (transformers 5)",
+        "tf5",
+        _NEW,
+        span=("0.19.1", "0.21.99"),
+        transformers=5,
+        attn_factor=True,
+        context="vllm-0.18",
+    ),
+    Engine(
+        "vllm-0.22",
+        "vLLM",
+        "0.22-0.29 (transformers 5)",
+        "tf5",
+        _NEW_FAILS,
+        span=("0.22", "0.29.99"),
+        transformers=5,
+        attn_factor=True,
+        context="vllm-0.18",
+    ),
+    Engine(
+        "vllm-0.30",
+        "vLLM",
+        ">= 0.30 (transformers 5)",
+        "tf5",
+        _NEW_FAILS,
+        span=("0.30", "999"),
+        transformers=5,
+        context="vllm-0.18",
+        measured="0.33.0 on transformers 5.24.0",
+    ),
+    Engine(
+        "sglang-tf4",
+        "SGLang",
+        "on transformers 4 (e.g. 0.5.5)",
+        "legacy_engine",
+        _OLD,
+        span=("0", "0.5.22"),
+        transformers=4,
+        attn_factor=True,
+        context="sglang",
+    ),
+    Engine(
+        "sglang-tf5",
+        "SGLang",
+        "on transformers 5 (e.g. 0.5.23)",
+        "tf5",
+        _OLD,
+        span=("0.5.6", "999"),
+        transformers=5,
+        attn_factor=True,
+        context="sglang",
+        measured="0.5.23 on transformers 5.24.0",
+    ),
+    Engine("tgi", "TGI", "2.x-3.3.7", "legacy_engine", {"linear": (CANNOT, _LINEAR_TGI)}, transformers=4),
     Engine(
         "llama.cpp",
         "llama.cpp",
@@ -159,27 +304,67 @@ ENGINES: tuple[Engine, ...] = (
         },
     ),
 )
+#: the transformers major each engine runs on by default, by its version (None: say it)
+DEFAULT_TRANSFORMERS = {"vllm": ((0, 19, 1), 4, 5), "sglang": ((0, 5, 23), 4, 5)}
 
 
 # --- what the checkpoint means, and the comparison -------------------------------------------
 
 
-def select(keys: str | None) -> tuple[Engine, ...]:
-    """Engines by key prefix.
+def by_version(name: str, version: str, transformers: str | None = None) -> Engine:
+    """The row for one engine version (and the transformers version beside it).
 
     Args:
-        keys: comma-separated prefixes of :attr:`Engine.key` (``"transformers,vllm"``), or None for all.
+        name: ``transformers``, ``vllm``, ``sglang``, ``tgi`` or ``llama.cpp``.
+        version: the engine's version, e.g. ``"0.19.1"``.
+        transformers: the transformers version installed beside it; None: the one that version
+            ships with (vLLM < 0.19.1 and SGLang < 0.5.23: 4, later: 5).
 
     Returns:
-        The matching rows of :data:`ENGINES`; ``ValueError`` (one line) for an unknown prefix.
+        The :data:`ENGINES` row; ``ValueError`` (one line) when none covers it.
+    """
+    v = version_tuple(version)
+    rows = [e for e in ENGINES if e.name.lower() == name and version_tuple(e.span[0]) <= v <= version_tuple(e.span[1])]
+    if name == "transformers" or not rows:
+        if not rows:
+            raise ValueError(f"no rule for {name} {version}; engines: {', '.join(e.key for e in ENGINES)}")
+        return rows[0]
+    if transformers is None and name in DEFAULT_TRANSFORMERS:
+        first, before, after = DEFAULT_TRANSFORMERS[name]
+        major = after if v >= first else before
+    else:
+        major = version_tuple(transformers)[0] if transformers else None
+    chosen = [e for e in rows if e.transformers in (None, major)]
+    if len(chosen) != 1:
+        raise ValueError(f"no rule for {name} {version} on transformers {transformers or major}")
+    return chosen[0]
+
+
+def select(keys: str | None) -> tuple[Engine, ...]:
+    """Engines by key prefix or by version.
+
+    Args:
+        keys: comma-separated items, each a prefix of :attr:`Engine.key` (``"transformers,vllm"``) or
+            an engine version with, optionally, the transformers beside it
+            (``"vllm==0.19.1:transformers==4.57.6"``, ``"sglang==0.5.23"``); None for all rows.
+
+    Returns:
+        The matching rows of :data:`ENGINES`; ``ValueError`` (one line) for an unknown item.
     """
     if not keys:
         return ENGINES
-    wanted = [k.strip().lower() for k in keys.split(",") if k.strip()]
-    chosen = tuple(e for e in ENGINES if any(e.key.startswith(w) for w in wanted))
-    unknown = [w for w in wanted if not any(e.key.startswith(w) for e in ENGINES)]
-    if unknown or not chosen:
-        raise ValueError(
-            f"unknown engine {unknown[0] if unknown else keys!r}; engines: {', '.join(e.key for e in ENGINES)}"
-        )
-    return chosen
+    chosen: list[Engine] = []
+    for item in (k.strip().lower() for k in keys.split(",") if k.strip()):
+        if "==" in item:
+            engine, _, beside = item.partition(":")
+            name, _, version = engine.partition("==")
+            tf = beside.partition("==")[2] if beside.startswith("transformers==") else None
+            if beside and tf is None:
+                raise ValueError(f"'{item}': name the transformers beside it as ':transformers==X.Y'")
+            rows = [by_version(name.strip(), version.strip(), tf)]
+        else:
+            rows = [e for e in ENGINES if e.key.startswith(item)]
+        if not rows:
+            raise ValueError(f"unknown engine {item!r}; engines: {', '.join(e.key for e in ENGINES)}")
+        chosen += [e for e in rows if e not in chosen]
+    return tuple(chosen)

@@ -19,6 +19,11 @@ to 0.19.0, SGLang, TGI, older llama.cpp converters) read instead:
   ===========  ==========================================================================================
 
   NTK-aware scaling is plain RoPE with a larger base: ``rope_scaling`` null, ``rope_theta`` scaled.
+  For the serving engines, yarn with an explicit ``attention_factor`` also gets ``attn_factor`` (what
+  vLLM < 0.30 and SGLang read: a multiplier of their default 0.1 ln(factor) + 1; transformers warns
+  "Unrecognized keys" and ignores it), and a linear checkpoint's ``max_position_embeddings`` is the
+  original context L (vLLM and SGLang serve max_position_embeddings x factor; transformers' linear
+  RoPE does not read it). tests/interop runs the engines' own code on these checkpoints.
 * top-level ``rope_theta`` (4.x defaults it to 10000 when absent), ``max_position_embeddings``,
   ``original_max_position_embeddings`` (llama3, yarn, longrope: read by 4.57 longrope, TGI longrope,
   SGLang and vLLM, which copy it into ``rope_scaling``), ``partial_rotary_factor`` where the model has one.
@@ -71,6 +76,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     return {
         "rope_parameters": getattr(config, "rope_parameters", None),
         "max_position_embeddings": getattr(config, "max_position_embeddings", None),
+        "ropescale": getattr(config, "ropescale", None),
     }
 
 
@@ -94,6 +100,11 @@ def legacy_rope_scaling(rope: dict[str, Any], max_position_embeddings: int | Non
     for key in FIELDS[rope_type]:
         if rope.get(key) is not None:
             out[key] = list(rope[key]) if isinstance(rope[key], tuple) else rope[key]
+    if rope_type == "yarn" and out.get("attention_factor") is not None and "mscale" not in out:
+        # vLLM < 0.30 and SGLang read YaRN's attention factor only as attn_factor, which multiplies
+        # their default 0.1 ln(factor) + 1; transformers and vLLM >= 0.30 read attention_factor
+        default = 1.0 if out.get("factor", 1) <= 1 else 0.1 * math.log(out["factor"]) + 1.0
+        out["attn_factor"] = out["attention_factor"] / default
     if rope_type == "longrope" and "attention_factor" not in out:
         # 4.57 derives longrope's factor as max_position_embeddings / original context; where that
         # ratio is not exactly the factor, pin the attention factor transformers 5 computes from it.
@@ -126,6 +137,11 @@ def legacy_keys(config: Any) -> dict[str, Any]:
     }
     if max_pos is not None:
         out["max_position_embeddings"] = max_pos
+    block = data.get("ropescale") if isinstance(data.get("ropescale"), dict) else {}
+    if rope.get("rope_type") == "linear" and max_pos is not None and block.get("extended_context") == max_pos:
+        # vLLM and SGLang serve max_position_embeddings x factor by default: write the original
+        # context so that they serve the extended one (transformers' linear RoPE does not read it)
+        out["max_position_embeddings"] = int(block["original_max_position_embeddings"])
     rope_type = rope.get("rope_type", "default")
     if rope_type in NEEDS_ORIGINAL_CONTEXT and rope.get("original_max_position_embeddings") is not None:
         out["original_max_position_embeddings"] = rope["original_max_position_embeddings"]
@@ -150,6 +166,64 @@ def with_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def restore_serving_fields(config: Any) -> Any:
+    """Undo, on a loaded transformers config, what :func:`legacy_keys` wrote for the engines alone.
+
+    A linear checkpoint's config.json keeps ``max_position_embeddings`` at the original context (vLLM
+    and SGLang multiply it by the factor); the loaded config gets the extended context back from
+    ropescale's block, as the patched model had it. Returns ``config`` (changed in place).
+    """
+    block = getattr(config, "ropescale", None)
+    rope = getattr(config, "rope_parameters", None)
+    if (
+        isinstance(block, dict)
+        and isinstance(rope, dict)
+        and rope.get("rope_type") == "linear"
+        and block.get("extended_context")
+        and getattr(config, "max_position_embeddings", None) == block.get("original_max_position_embeddings")
+    ):
+        config.max_position_embeddings = int(block["extended_context"])
+    return config
+
+
+#: model types whose vLLM models read ``dual_chunk_attention_config`` (Qwen2.5-1M's config key)
+DUAL_CHUNK_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+
+
+def dual_chunk_attention_config(method: Any, spec: Any, model_type: str) -> dict[str, Any] | None:
+    """vLLM's ``dual_chunk_attention_config`` for a DCA checkpoint of a Qwen2-family model, else None.
+
+    Args:
+        method: the patch's method (:class:`ropescale.methods.dca.DualChunk`: read through its
+            ``resolved_chunk_size`` / ``resolved_local_window``).
+        spec: its :class:`~ropescale.methods.base.RotarySpec` (the original context L).
+        model_type: the model's own type (``qwen2``...), not ropescale's marked one.
+
+    Returns:
+        ``{"chunk_size", "local_size", "original_max_position_embeddings"}``: vLLM's
+        ``DualChunkRotaryEmbedding`` rotates keys at j mod (chunk_size - local_size) and queries at the
+        same intra / successive (capped at chunk_size) / inter positions as ropescale's DCA.
+    """
+    if getattr(method, "name", None) != "dca" or model_type not in DUAL_CHUNK_MODEL_TYPES:
+        return None
+    return {
+        "chunk_size": int(method.resolved_chunk_size(spec)),
+        "local_size": int(method.resolved_local_window(spec)),
+        "original_max_position_embeddings": int(spec.original_max_position_embeddings),
+    }
+
+
+def write_engine_keys(path: str | Path, method: Any, spec: Any) -> dict[str, Any]:
+    """Add the method-specific engine keys (:func:`dual_chunk_attention_config`) to a config.json in place."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    dca = dual_chunk_attention_config(method, spec, str(data.get("model_type", "")))
+    if dca is not None:
+        data["dual_chunk_attention_config"] = dca
+        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
+
+
 def write_legacy_keys(path: str | Path) -> dict[str, Any]:
     """Add the legacy keys to a config.json file in place; returns the new dict."""
     path = Path(path)
@@ -158,4 +232,12 @@ def write_legacy_keys(path: str | Path) -> dict[str, Any]:
     return data
 
 
-__all__ = ["legacy_keys", "legacy_rope_scaling", "with_legacy_keys", "write_legacy_keys"]
+__all__ = [
+    "dual_chunk_attention_config",
+    "legacy_keys",
+    "legacy_rope_scaling",
+    "restore_serving_fields",
+    "with_legacy_keys",
+    "write_engine_keys",
+    "write_legacy_keys",
+]

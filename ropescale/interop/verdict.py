@@ -19,8 +19,10 @@ from .engines import (
     PROVENANCE_KEY,
     READERS,
     Engine,
+    engine_context,
     flat_rope,
     original_context,
+    yarn_mscale,
 )
 from .legacy import FIELDS
 
@@ -48,13 +50,17 @@ class Report:
     def loses(self) -> list[Verdict]:
         return [v for v in self.verdicts if v.verdict == LOSES]
 
+    @property
+    def fails(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.verdict == FAILS]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "method": self.method,
             "scaled": self.scaled,
             "note": self.note,
-            "ok": not self.loses,
+            "ok": not self.loses and not self.fails,
             "engines": [asdict(v) for v in self.verdicts],
         }
 
@@ -70,6 +76,7 @@ class Intent:
     native: bool
     attention_mode: str | None
     original_theta: float
+    extended: int | None = None  # the context the scaling covers (ropescale's block), None: unknown
 
 
 def intent_of(data: dict) -> Intent:
@@ -102,7 +109,8 @@ def intent_of(data: dict) -> Intent:
         attention = "kv_consistent"
     method = block.get("method") or rope_type
     original = float(block.get("original_rope_theta", rope["rope_theta"]))
-    return Intent(rope, method, native, attention, original)
+    extended = block.get("extended_context")
+    return Intent(rope, method, native, attention, original, int(extended) if extended else None)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -149,6 +157,41 @@ def _param_caveats(engine: Engine, rope: dict, data: dict) -> tuple[str, str] | 
     return None
 
 
+def _serving_caveat(engine: Engine, seen: dict, data: dict, intent: Intent) -> tuple[str, str] | None:
+    """vLLM/SGLang: YaRN's attention factor read as ``attn_factor``; a default context the scaling
+    does not cover (they multiply max_position_embeddings by the factor)."""
+    want = intent.rope.get("attention_factor")
+    if engine.attn_factor and seen["rope_type"] == "yarn" and want is not None and "mscale" not in seen:
+        got = yarn_mscale(float(seen.get("factor", 1))) * float(seen.get("attn_factor", 1.0))
+        if not _same(round(got, 9), round(float(want), 9)):
+            return APPROXIMATES, (
+                f"reads attn_factor (a multiplier of 0.1 ln(factor) + 1), not attention_factor: cos/sin scaled by "
+                f"{got:.4g} instead of {float(want):.4g} (re-save with ropescale)"
+            )
+    context = engine_context(engine, seen, data)
+    if context is not None and intent.extended is not None and context != intent.extended:
+        more = f"; prompts beyond {intent.extended} run outside the scaling" if context > intent.extended else ""
+        return APPROXIMATES, f"serves {context} tokens by default, the scaling covers {intent.extended}{more}"
+    return None
+
+
+def _vllm_dca(data: dict) -> str:
+    """What vLLM does with a DCA checkpoint: Qwen2-family models read ``dual_chunk_attention_config``."""
+    dca = data.get("dual_chunk_attention_config")
+    model_type = str(data.get("model_type", "")).removeprefix(NON_NATIVE_PREFIX)
+    if not isinstance(dca, dict):
+        return (
+            f"vLLM runs dual chunk attention only in Qwen2-family models (dual_chunk_attention_config): "
+            f"DCA on {model_type} is ropescale's alone"
+        )
+    return (
+        f"vLLM 0.9-0.10 (V0 engine, CUDA, DUAL_CHUNK_FLASH_ATTN) ran Qwen2-family DCA from the "
+        f"dual_chunk_attention_config written here (chunk_size {dca.get('chunk_size')}, local_size "
+        f"{dca.get('local_size')}: ropescale's positions); vLLM >= 0.11 removed that backend "
+        f"(vllm-project/vllm#25351), and the config is marked {data.get('model_type')} so that plain loaders stop"
+    )
+
+
 def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
     """One engine's verdict on one config.json dict.
 
@@ -165,6 +208,8 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
     def verdict(kind: str, why: str) -> Verdict:
         return Verdict(engine.key, engine.name, engine.versions, kind, why)
 
+    if not intent.native and intent.method == "dca" and engine.name == "vLLM":
+        return verdict(CANNOT, _vllm_dca(data))
     if not intent.native:
         return verdict(
             CANNOT,
@@ -181,6 +226,8 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
     kind, why = engine.support.get(seen["rope_type"], (KEEPS, f"reads {where}"))
     if caveat is not None and kind == KEEPS:
         kind, why = caveat
+    if kind == KEEPS:
+        kind, why = _serving_caveat(engine, seen, data, intent) or (kind, why)
     if intent.attention_mode == "kv_consistent" and kind in (KEEPS, APPROXIMATES):
         extra = f"; {why}" if kind == APPROXIMATES else ""
         return verdict(CANNOT, f"plain {intent.method} without KV-consistent rotation{extra}")
@@ -207,7 +254,7 @@ def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] =
     )
     verdicts = [judge(e, data, intent) for e in engines]
     verdicts.append(Verdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block"))
-    return Report(source, intent.method, scaled, verdicts, outside_note(intent))
+    return Report(source, intent.method, scaled, verdicts, outside_note(intent) or engine_note(intent, verdicts))
 
 
 def outside_note(intent: Intent) -> str | None:
@@ -231,6 +278,21 @@ def outside_note(intent: Intent) -> str | None:
             "rotated with"
         )
     return None
+
+
+def engine_note(intent: Intent, verdicts: list[Verdict]) -> str | None:
+    """One line for dynamic NTK / LongRoPE, which no config.json makes vLLM and SGLang serve as
+    transformers does: the engines, their versions and what they do (save_pretrained warns it)."""
+    if intent.rope["rope_type"] not in ("dynamic", "longrope"):
+        return None
+    groups: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.name in ("vLLM", "SGLang") and v.verdict in (FAILS, APPROXIMATES):
+            groups.setdefault(f"{v.verdict}: {v.why}", []).append(f"{v.name} {v.versions}")
+    if not groups:
+        return None
+    parts = [f"{', '.join(names)} {what}" for what, names in groups.items()]
+    return f"{intent.method} in serving engines: " + "; ".join(parts)
 
 
 def format_table(report: Report) -> str:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .._io import atomic_directory
-from ..interop.legacy import write_legacy_keys
+from ..interop.legacy import write_engine_keys, write_legacy_keys
 from ..interop.verdict import check
-from ..patching.plan import NON_NATIVE_PREFIX, REMOTE_CODE_MODULE
+from ..patching.plan import NON_NATIVE_PREFIX, REMOTE_CODE_MODULE, plan_from_provenance
 
 CONFIG_CLASS = "RopescaleConfig"
 MODEL_CLASS = "RopescaleForCausalLM"
@@ -102,6 +102,9 @@ def save_pretrained(
                 tokenizer.save_pretrained(tmp)
         # the keys transformers 4.x and the serving engines read, beside rope_parameters
         data = write_legacy_keys(tmp / "config.json")
+        plan = plan_from_provenance(config)
+        if plan is not None:  # keys one engine reads for this method (vLLM's dual_chunk_attention_config)
+            data = write_engine_keys(tmp / "config.json", plan.method, plan.spec)
         block = getattr(config, "ropescale", None)
         if isinstance(block, dict) and not block.get("native", True):
             mark_non_native(tmp, config)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
+from ..interop.legacy import restore_serving_fields
 from ..patching.model import install_rotary
 from ..patching.plan import (
     KEEP,
@@ -94,10 +95,14 @@ def _read_config(resolved: ResolvedModel, original_context: int | None = None, *
             data = unmark_config_dict(data)
             check_config_dict(data, source, original_context)
             with quiet_transformers():  # it warns that it cannot validate rope_type "ropescale_*"
-                return AutoConfig.for_model(**data) if marked else _load(AutoConfig, resolved, **kwargs)
+                return (
+                    AutoConfig.for_model(**data)
+                    if marked
+                    else restore_serving_fields(_load(AutoConfig, resolved, **kwargs))
+                )
         source = resolved.display or resolved.path
         with quiet_transformers():
-            config = _load(AutoConfig, resolved, **kwargs)
+            config = restore_serving_fields(_load(AutoConfig, resolved, **kwargs))
         check_config_dict(config.to_dict(), source, original_context=config.max_position_embeddings)
         return config
     except Exception as exc:  # transformers' own validation of what we did not check

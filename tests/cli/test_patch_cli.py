@@ -84,7 +84,9 @@ def test_patch_writes_checkpoint_that_reloads(capsys, model_dir, tmp_path):
     )
     assert code == 0, err
     config = json.loads((out_dir / "config.json").read_text())
-    assert config["rope_parameters"]["rope_type"] == "linear" and config["max_position_embeddings"] == 128
+    # linear keeps the original context L = 64 there: vLLM and SGLang serve it x factor (= 128)
+    assert config["rope_parameters"]["rope_type"] == "linear" and config["max_position_embeddings"] == 64
+    assert config["ropescale"]["extended_context"] == 128
     assert (out_dir / "model.safetensors").is_file()
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out_dir)
     direct = ropescale.patch(tiny_model(state_dict=reloaded.state_dict()), "linear", factor=2)

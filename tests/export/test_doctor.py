@@ -53,11 +53,11 @@ def test_old_checkpoint_is_caught(tmp_path, capsys):
     got = verdicts(capsys)
     assert got["transformers4"]["verdict"] == engines.LOSES
     assert "rope type 'default' instead of 'yarn'" in got["transformers4"]["why"]
-    assert got["vllm-legacy"]["verdict"] == engines.LOSES and got["sglang"]["verdict"] == engines.LOSES
+    assert got["vllm-0.11"]["verdict"] == engines.LOSES and got["sglang-tf4"]["verdict"] == engines.LOSES
     # vLLM 0.12+ on transformers 4 finds rope_parameters but takes LlamaConfig's default base 10000
     assert got["vllm-tf4"]["verdict"] == engines.LOSES
     assert "rope_theta 10000 instead of 500000" in got["vllm-tf4"]["why"]
-    for key in ("transformers5", "vllm-tf5", "llama.cpp", "ropescale"):
+    for key in ("transformers5", "vllm-tf5", "vllm-0.30", "sglang-tf5", "llama.cpp", "ropescale"):
         assert got[key]["verdict"] == engines.KEEPS, key
 
 
@@ -82,12 +82,16 @@ def test_checkpoints_written_now_lose_nothing(tmp_path, capsys, method, params):
     ropescale.save_pretrained(
         ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
     )
-    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    code = main(["doctor", str(tmp_path / "c"), "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] and report["scaled"] and report["method"] == method
+    assert report["scaled"] and report["method"] == method
     got = {e["engine"]: e["verdict"] for e in report["engines"]}
     assert got["transformers4"] == got["transformers5"] == engines.KEEPS
     assert engines.LOSES not in got.values()
+    # vLLM >= 0.22 cannot serve dynamic NTK from any config.json: doctor says so and exits 1
+    failing = sorted(k for k, v in got.items() if v == engines.FAILS)
+    assert failing == (["vllm-0.22", "vllm-0.30"] if method == "dynamic_ntk" else [])
+    assert code == (1 if failing else 0) and report["ok"] is not bool(failing)
 
 
 def test_engine_limits_are_not_losses(tmp_path, capsys):
@@ -113,12 +117,14 @@ def test_non_native_cannot_be_expressed_anywhere_but_ropescale(tmp_path, capsys,
         ropescale.save_pretrained(
             ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
         )
-    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    code = main(["doctor", str(tmp_path / "c"), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert "cannot be expressed outside ropescale" in report["note"]
     for entry in report["engines"]:
         if entry["engine"] == "ropescale":
             assert entry["verdict"] == engines.KEEPS
+        elif method == "dynamic_ntk" and entry["engine"] in ("vllm-0.22", "vllm-0.30"):
+            assert entry["verdict"] == engines.FAILS and code == 1  # it does not get as far as approximating
         elif entry["engine"] != "llama.cpp":
             assert entry["verdict"] == engines.CANNOT and needle in entry["why"], entry
 
@@ -169,7 +175,8 @@ def test_kv_consistent_checkpoints_say_what_other_loaders_do(tmp_path, capsys, m
         ropescale.save_pretrained(
             ropescale.patch(tiny_model(), method, factor=4, **params), tmp_path / "c", config_only=True
         )
-    assert main(["doctor", str(tmp_path / "c"), "--json"]) == 0
+    # vLLM >= 0.22 fails on any dynamic NTK config (exit 1); the rest cannot express the KV-consistent mode
+    assert main(["doctor", str(tmp_path / "c"), "--json"]) == (1 if method == "dynamic_ntk" else 0)
     got = {e["engine"]: e for e in json.loads(capsys.readouterr().out)["engines"]}
     assert got["transformers5"]["verdict"] == engines.CANNOT
     assert got["transformers5"]["why"].startswith(f"plain {method} without KV-consistent rotation")

@@ -1,0 +1,75 @@
+"""The checkpoints the engine tests serve: every native method, as ropescale writes it and as
+``rope_parameters`` alone (what ropescale wrote before the legacy keys), on a tiny Llama (head_dim 64,
+L = 256, base 5e5 so that a loader falling back to 10000 shows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import ropescale
+from tests.conftest import tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+L = 256
+FACTOR = 4
+LENGTHS = (16, L // 2, L, L + 1, L + 2, 2 * L, 4 * L)
+LONG = [1.0 + 3.0 * i / 31 for i in range(32)]
+METHODS = {
+    "linear": {},
+    "ntk": {},
+    "dynamic_ntk": {"kv_consistent": False},
+    "yarn": {},
+    "yarn_af1": {"attention_factor": 1.0},
+    "yarn_betas": {"beta_fast": 16, "beta_slow": 2},
+    "llama3": {},
+    "longrope": {"long_factor": LONG, "short_factor": [1.0] * 32, "kv_consistent": False},
+}
+FORMS = ("saved", "rope_parameters")
+#: engine install -> (runner kind, its --target folder under ROOT (``make engines``), the transformers
+#: beside it: ``.tf4`` or None for this venv's 5.x)
+INSTALLS = {
+    "vllm-0.11.0": ("vllm", ".engines/vllm-0.11.0", ".tf4"),
+    "vllm-0.33.0": ("vllm", ".engines/vllm-0.33.0", None),
+    "sglang-0.5.23": ("sglang", ".engines/sglang-0.5.23", None),
+}
+#: install -> what ``doctor --engines`` names it (the engine version and the transformers beside it)
+SELECTORS = {
+    "vllm-0.11.0": "vllm==0.11.0:transformers==4.57.6",
+    "vllm-0.33.0": "vllm==0.33.0:transformers==5.24.0",
+    "sglang-0.5.23": "sglang==0.5.23:transformers==5.24.0",
+}
+DEPS = ".engines/deps"
+TF4 = Path(os.environ.get("ROPESCALE_TF4") or ROOT / ".tf4")
+
+
+def build(root: Path) -> dict[tuple[str, str], Path]:
+    """Save every case; returns (method, form) -> checkpoint directory."""
+    out = {}
+    for name, params in METHODS.items():
+        method = name.split("_af1")[0].split("_betas")[0]
+        model = tiny_model(
+            hidden_size=128,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            head_dim=64,
+            num_hidden_layers=1,
+            max_position_embeddings=L,
+            rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+        )
+        path = root / f"{name}-saved"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ropescale.save_pretrained(ropescale.patch(model, method, factor=FACTOR, **params), path, config_only=True)
+        out[name, "saved"] = path
+        data = json.loads((path / "config.json").read_text())
+        for key in ("rope_scaling", "rope_theta", "original_max_position_embeddings"):
+            data.pop(key, None)
+        data["max_position_embeddings"] = data["ropescale"]["extended_context"] if method != "dynamic_ntk" else L
+        old = root / f"{name}-rope_parameters"
+        old.mkdir()
+        (old / "config.json").write_text(json.dumps(data, indent=2))
+        out[name, "rope_parameters"] = old
+    return out
