@@ -1,0 +1,204 @@
+"""Does fine-tuning extend? The four-model experiment: its suites, its table, its verdict, its evidence.
+
+Four models on the same held-out text and the same passkey prompts (docs/finetuning.md):
+
+==================  =========================================================================
+``none``            the model as trained (its context L)
+``yarn``            training-free YaRN ×s
+``fine-tuned yarn`` YaRN ×s, then fine-tuned at that scaling (PoSE windows spread over s·L)
+``control``         fine-tuned the same way (same text, windows, steps, optimizer) WITHOUT
+                    scaling, positions kept within L: what it gains is adaptation to the text
+==================  =========================================================================
+
+What ``fine-tuned yarn`` gains over ``control`` is context extension; what both gain over ``none``
+at short lengths is adaptation to the training text. Three suites measure them (one per model
+folder: the base model runs ``none`` and ``yarn``; each export runs as saved), and
+:func:`collect` reads their ``results.json`` back into one :class:`~.evidence.Measured` row per
+model, which :func:`render_table`, :func:`goal_lines` and :func:`evidence_dict` turn into the
+report, the goal's verdict and the shipped evidence (``evals/measured/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .evidence import Measured, length_text, load_results
+from .generation import wilson_interval
+
+ROLES = ("none", "yarn", "fine-tuned yarn", "control")
+#: the suite folder each role's cells live in, and its label inside that suite
+SUITE_OF = {"none": ("base", "none"), "yarn": ("base", "yarn"), "fine-tuned yarn": ("finetuned", "fine-tuned yarn")}
+SUITE_OF["control"] = ("control", "control")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The experiment's protocol: what every model is measured on."""
+
+    model: str = "smollm2-135m"
+    factor: float = 4.0
+    original_context: int = 8192
+    ppl_lengths: tuple[int, ...] = (2048, 8192, 16384, 32768)
+    passkey_lengths: tuple[int, ...] = (4096, 8192, 16384, 32768)
+    depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    trials: int = 6
+    ppl_max_tokens: int = 4096
+    data: str = "austen"
+    dtype: str = "auto"
+    seed: int = 0
+    #: passkey lengths of the unscaled models (none, control): they cannot retrieve beyond L
+    short_only: tuple[str, ...] = field(default=("none", "control"))
+
+    def short(self) -> list[int]:
+        return [n for n in self.passkey_lengths if n <= self.original_context]
+
+
+def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[str, dict[str, Any]]:
+    """The three suites (``base``, ``finetuned``, ``control``) as :func:`~.suite.suite_from_dict` takes them.
+
+    Args:
+        finetuned: the exported fine-tuned model (it carries its YaRN scaling; re-applied as saved).
+        control: the exported control model (unscaled).
+    """
+    common = {
+        "dtype": plan.dtype,
+        "data": plan.data,
+        "seed": plan.seed,
+        "perplexity": {"lengths": list(plan.ppl_lengths), "mode": "nonoverlap", "max_tokens": plan.ppl_max_tokens},
+        "passkey": {"lengths": list(plan.passkey_lengths), "depths": list(plan.depths), "trials": plan.trials},
+    }
+    short = {"passkey": plan.short()}
+    yarn = {"method": "yarn", "factor": plan.factor}
+    return {
+        "base": {
+            "name": "extension-base",
+            "model": plan.model,
+            "methods": [{"method": "none", "only": short}, {"label": "yarn", **yarn}],
+            **common,
+        },
+        "finetuned": {
+            "name": "extension-finetuned",
+            "model": str(finetuned),
+            "methods": [{"label": "fine-tuned yarn", **yarn}],
+            **common,
+        },
+        "control": {
+            "name": "extension-control",
+            "model": str(control),
+            "methods": [{"label": "control", "method": "none", "only": short}],
+            **common,
+        },
+    }
+
+
+def collect(output: str | Path, commands: dict[str, str] | None = None) -> list[Measured]:
+    """One row per role, read from ``output/<suite>/results.json`` (roles not yet measured are left out)."""
+    output, rows = Path(output), []
+    for role in ROLES:
+        suite, label = SUITE_OF[role]
+        evidence = load_results(output / suite / "results.json")
+        found = [r for r in (evidence.rows if evidence else ()) if r.label == label]
+        if found:
+            command = (commands or {}).get(role)
+            rows.append(replace(found[0], label=role, commands=(command,) if command else found[0].commands))
+    return rows
+
+
+def _passkey_cell(row: Measured, n: int) -> str:
+    if n not in row.passkey:
+        return ""
+    k = row.passkey_trials.get(n)
+    if not k:
+        return f"{row.passkey[n]:.2f}"
+    hits = round(row.passkey[n] * k)
+    lo, hi = wilson_interval(hits, k)
+    return f"{row.passkey[n]:.2f} ({hits}/{k}, [{lo:.2f}, {hi:.2f}])"
+
+
+def render_table(rows: list[Measured], plan: Plan) -> list[str]:
+    """The four-model table: perplexity per window length, passkey per prompt length (Wilson 95%)."""
+    ppl = [f"PPL {length_text(n)}" for n in plan.ppl_lengths]
+    pk = [f"passkey {length_text(n)}" for n in plan.passkey_lengths]
+    lines = ["| model | " + " | ".join(ppl + pk) + " |", "|---" * (1 + len(ppl) + len(pk)) + "|"]
+    for r in rows:
+        cells = [f"{r.ppl[n]:.2f}" if n in r.ppl else "" for n in plan.ppl_lengths]
+        cells += [_passkey_cell(r, n) for n in plan.passkey_lengths]
+        lines.append(f"| {r.label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[str]:
+    """The goal, part by part: met, not met, or not measured yet (the numbers beside each)."""
+    by = {r.label: r for r in rows}
+    ft, control, none = by.get("fine-tuned yarn"), by.get("control"), by.get("none")
+    L, lines = plan.original_context, []
+
+    def say(part: str, ok: bool | None, detail: str) -> None:
+        lines.append(f"- {part}: {'not measured yet' if ok is None else 'met' if ok else 'NOT met'} ({detail})")
+
+    long = [n for n in plan.ppl_lengths if n > L]
+    if ft and control and L in control.ppl and all(n in ft.ppl for n in long):
+        bar = slack * control.ppl[L]
+        worst = max(ft.ppl[n] for n in long)
+        say(
+            f"PPL at {', '.join(map(length_text, long))} ≤ {slack:g} × control's PPL({length_text(L)}) = {bar:.2f}",
+            worst <= bar,
+            f"worst {worst:.2f}",
+        )
+        rising = [ft.ppl[n] for n in sorted({L, *long}) if n in ft.ppl]
+        say(
+            "PPL not rising from 8k to the target",
+            all(b <= a * 1.002 for a, b in zip(rising, rising[1:])),
+            " → ".join(f"{x:.2f}" for x in rising),
+        )
+    else:
+        say("long-context perplexity", None, "fine-tuned or control cells missing")
+    short = min(plan.ppl_lengths)
+    if ft and control and short in ft.ppl and short in control.ppl:
+        say(
+            f"PPL({length_text(short)}) ≤ {slack:g} × control's",
+            ft.ppl[short] <= slack * control.ppl[short],
+            f"{ft.ppl[short]:.2f} vs {control.ppl[short]:.2f}",
+        )
+    first = min(plan.passkey_lengths)
+    if ft and none and first in ft.passkey and first in none.passkey:
+        say(
+            f"passkey at {length_text(first)} ≥ the unscaled model's",
+            ft.passkey[first] >= none.passkey[first],
+            f"{ft.passkey[first]:.2f} vs {none.passkey[first]:.2f}",
+        )
+    else:
+        say(f"passkey at {length_text(first)}", None, "cells missing")
+    bar = none.passkey.get(L) if none else None
+    for n in [n for n in plan.passkey_lengths if n >= L]:
+        if ft is None or n not in ft.passkey or bar is None:
+            say(f"passkey at {length_text(n)} ≥ the unscaled model's at {length_text(L)}", None, "cells missing")
+            continue
+        k = ft.passkey_trials.get(n, 0)
+        say(
+            f"passkey at {length_text(n)} ≥ the unscaled model's {bar:.2f} at {length_text(L)}",
+            ft.passkey[n] >= bar,
+            f"{ft.passkey[n]:.2f} on {k} prompts" + ("" if k >= 30 else f", cell in progress ({k} of 30)"),
+        )
+    return lines
+
+
+def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]:
+    """The shipped-evidence file (``evals/measured/<model>-finetune.json``) in the frontier's format."""
+
+    def method(row: Measured) -> str:
+        return "default" if row.label in ("none", "control") else "yarn"
+
+    out = []
+    for r in rows:
+        measured: dict[str, Any] = {"command": r.commands[0] if r.commands else ""}
+        if r.ppl:
+            measured["ppl"] = {str(n): round(v, 3) for n, v in sorted(r.ppl.items())}
+        if r.passkey:
+            measured["passkey"] = {str(n): round(v, 4) for n, v in sorted(r.passkey.items())}
+            measured["passkey_trials"] = {str(n): k for n, k in sorted(r.passkey_trials.items())}
+        factor = None if method(r) == "default" else plan.factor
+        out.append({"label": r.label, "method": method(r), "factor": factor, "params": {}, "measured": [measured]})
+    return {"model": plan.model, "original_context": plan.original_context, "note": note, "rows": out}

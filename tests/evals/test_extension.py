@@ -1,0 +1,87 @@
+"""The extension experiment's machinery: the control differs from the fine-tune only in scaling, its
+positions stay within the trained context, and the four-model table is read from real suite results."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+
+import ropescale
+from ropescale.evals.evidence import load_measured
+from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
+from ropescale.evals.suite import run_suite, suite_from_dict
+from ropescale.training.config import load_config
+from ropescale.training.data import WindowDataset, WindowSpec
+
+RECIPE, CONTROL = "smollm2-135m/yarn_x4", "smollm2-135m/yarn_x4_control"
+TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 120
+
+
+def test_the_control_is_the_same_fine_tune_without_scaling():
+    ft, control = load_config(RECIPE).to_dict(), load_config(CONTROL).to_dict()
+    assert ft["scaling"]["method"] == "yarn" and ft["scaling"]["factor"] == 4
+    assert control["scaling"]["method"] == "none"
+    assert ft["pose"]["target_length"] == 4 * 8192 and control["pose"]["target_length"] == 8192
+    for section in ("model", "lora", "data", "optim", "train", "s2attn"):
+        assert ft[section] == {
+            **control[section],
+            **({"output_dir": ft["train"]["output_dir"]} if section == "train" else {}),
+        }, section
+    assert {k: v for k, v in ft["pose"].items() if k != "target_length"} == {
+        k: v for k, v in control["pose"].items() if k != "target_length"
+    }
+
+
+def test_control_positions_stay_within_the_trained_context_and_the_fine_tune_reaches_the_target():
+    stream = np.random.default_rng(0).integers(4, 1000, size=200_000).astype(np.int64)
+    reach = {}
+    for name in (RECIPE, CONTROL):
+        c = load_config(name)
+        spec = WindowSpec(c.data.seq_len, 1, c.pose.target_length, c.pose.chunks, c.pose.content)
+        data = WindowDataset(stream, spec, seed=0)
+        reach[name] = max(int(data.batch([i])["position_ids"].max()) for i in range(40))
+    assert reach[CONTROL] < 8192 < reach[RECIPE] < 4 * 8192
+    assert reach[RECIPE] > 2 * 8192  # PoSE spreads the windows far beyond L, not just past it
+
+
+def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, bytelevel_tokenizer, tmp_path):
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    finetuned, control = tmp_path / "ft", tmp_path / "control"
+    scaled = ropescale.patch(copy.deepcopy(tiny_llama), method="yarn", factor=4)
+    ropescale.save_pretrained(scaled, finetuned, tokenizer=bytelevel_tokenizer)
+    ropescale.save_pretrained(tiny_llama, control, tokenizer=bytelevel_tokenizer)
+    plan = Plan(
+        model=str(model_dir),
+        original_context=256,
+        ppl_lengths=(128, 256, 512),
+        passkey_lengths=(256, 600),
+        depths=(0.0, 1.0),
+        trials=1,
+        ppl_max_tokens=512,
+        data=str(data),
+        dtype="float32",
+    )
+    for name, raw in suite_dicts(plan, finetuned, control).items():
+        run_suite(suite_from_dict({**raw, "device": "cpu"}), tmp_path / "out" / name, progress=False)
+
+    rows = collect(tmp_path / "out", {role: f"cmd-{role}" for role in ("none", "yarn", "fine-tuned yarn", "control")})
+    assert [r.label for r in rows] == ["none", "yarn", "fine-tuned yarn", "control"]
+    by = {r.label: r for r in rows}
+    assert set(by["none"].passkey) == {256} and set(by["control"].passkey) == {256}  # not beyond L
+    assert set(by["fine-tuned yarn"].passkey) == {256, 600} and by["fine-tuned yarn"].passkey_trials[600] == 2
+    # the same weights with the same scaling measure the same, whichever suite ran them
+    assert by["fine-tuned yarn"].ppl == by["yarn"].ppl and by["control"].ppl == by["none"].ppl
+    table = render_table(rows, plan)
+    assert len(table) == 6 and table[3].startswith("| yarn | ") and f"{by['yarn'].ppl[512]:.2f}" in table[3]
+    assert "/2, [" in table[4]  # hits/prompts with the Wilson interval
+    assert any(line.startswith("- PPL at 512") for line in goal_lines(rows, plan))
+
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(evidence_dict(rows, plan, "tiny")))
+    back = load_measured(path)
+    assert [r.label for r in back.rows] == ["none", "yarn", "fine-tuned yarn", "control"]
+    assert back.rows[1].commands == ("cmd-yarn",) and back.rows[2].factor == 4
+    assert back.rows[2].ppl == {n: round(v, 3) for n, v in by["fine-tuned yarn"].ppl.items()}
