@@ -93,6 +93,8 @@ def _pose_recipe(model: str) -> str:
     except ImportError:
         return "<recipe.yaml>"
     recipes = sorted(CONFIGS_DIR.rglob("*pose*.yaml"))
-    own = [r for r in recipes if r.parent.name == Path(model).name]
+    # the model's own: the measured extension recipe (PoSE inside, yarn_x*), then its PoSE recipes
+    own = sorted(r for r in (CONFIGS_DIR / Path(model).name).glob("yarn_x*.yaml") if "control" not in r.stem)
+    own += [r for r in recipes if r.parent.name == Path(model).name]
     pick = (own or recipes or [None])[0]
     return str(pick.relative_to(CONFIGS_DIR).with_suffix("")) if pick else "<recipe.yaml>"

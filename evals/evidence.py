@@ -68,6 +68,9 @@ class Evidence:
     rows: tuple[Measured, ...]
     #: the trained context of the measured model; None: the model asked about (same-model results)
     original_context: int | None = None
+    #: ``training-free`` (methods applied to the model as trained) or ``fine-tune`` (models trained at
+    #: their scaling: the extension experiment); only the first are candidates of the training-free frontier
+    budget: str = "training-free"
 
     def find(self, method: str, factor: float | None = None, **params: Any) -> Measured | None:
         """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
@@ -235,6 +238,7 @@ def load_measured(path: str | Path) -> Evidence:
         note=str(data.get("note", "")),
         rows=rows,
         original_context=int(original) if original else None,
+        budget=str(data.get("budget") or "training-free"),
     )
 
 

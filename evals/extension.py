@@ -201,4 +201,10 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]
             measured["passkey_trials"] = {str(n): k for n, k in sorted(r.passkey_trials.items())}
         factor = None if method(r) == "default" else plan.factor
         out.append({"label": r.label, "method": method(r), "factor": factor, "params": {}, "measured": [measured]})
-    return {"model": plan.model, "original_context": plan.original_context, "note": note, "rows": out}
+    return {
+        "model": plan.model,
+        "original_context": plan.original_context,
+        "budget": "fine-tune",
+        "note": note,
+        "rows": out,
+    }

@@ -68,6 +68,7 @@ class Recommendation:
     params: dict[str, Any] = field(default_factory=dict)
     why: str = ""  # the one line that answers: what backs the choice, with its numbers
     caveats: list[str] = field(default_factory=list)  # what the user must know before running it
+    measured: str | None = None  # the fine-tune measured on this model (the extension experiment), if shipped
     reasons: list[str] = field(default_factory=list)
     tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
     commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
@@ -130,7 +131,7 @@ def recommend(
 
     out, patch = patch_command(method)
     if budget == "training-free":
-        own = [ev for ev in evidence if same_model(ev.model, model)]
+        own = [ev for ev in evidence if same_model(ev.model, model) and ev.budget != "fine-tune"]
         if _from_frontier(rec, own, patch_command, patch):
             return rec
         if s <= TRAINING_FREE_LIMIT:
@@ -208,8 +209,32 @@ def recommend(
             )
         )
         rec.commands.append(("training-free meanwhile", patch))
-    rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)
+        rec.measured = fine_tune_measured(evidence, model, s)
+        if rec.measured:
+            rec.reasons.append(rec.measured)
+    rec.tradeoffs = tradeoffs(
+        method, [ev for ev in evidence if ev.budget != "fine-tune"], original_context, target_length
+    )
     return rec
+
+
+def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> str | None:
+    """One line quoting the extension experiment of this model at this factor (fine-tuned YaRN against
+    its control and the training-free model), or None where none is shipped."""
+    for ev in evidence:
+        rows = {r.label: r for r in ev.rows}
+        ft, control, free = rows.get("fine-tuned yarn"), rows.get("control"), rows.get("yarn")
+        if ev.budget != "fine-tune" or not same_model(ev.model, model) or ft is None or not ft.at_factor(factor):
+            continue
+        parts = []
+        for n in sorted(ft.ppl):
+            ref = f" (control {control.ppl[n]:.2f})" if control and n in control.ppl else ""
+            parts.append(f"PPL {_k(n)} {ft.ppl[n]:.2f}{ref}")
+        for n in sorted(ft.passkey):
+            base = f", training-free {free.passkey[n]:.2f}" if free and n in free.passkey else ""
+            parts.append(f"passkey {_k(n)} {ft.passkey[n]:.2f} on {ft.passkey_trials.get(n, '?')} prompts{base}")
+        return f"measured fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts)
+    return None
 
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
@@ -288,6 +313,8 @@ def format_short(rec: Recommendation) -> str:
         f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
     ]
     lines += wrap("why:", rec.why)
+    if rec.measured:
+        lines += wrap("measured:", rec.measured)
     for caveat in rec.caveats:
         lines += wrap("caveat:", caveat)
     from ropescale.methods import method_class

@@ -85,3 +85,44 @@ def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, by
     assert [r.label for r in back.rows] == ["none", "yarn", "fine-tuned yarn", "control"]
     assert back.rows[1].commands == ("cmd-yarn",) and back.rows[2].factor == 4
     assert back.rows[2].ppl == {n: round(v, 3) for n, v in by["fine-tuned yarn"].ppl.items()}
+
+
+def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_free(tmp_path):
+    from ropescale.evals.evidence import Measured, shipped_evidence
+    from ropescale.evals.recommend import format_short, recommend
+
+    plan = Plan()
+    rows = [
+        Measured(
+            "none",
+            "default",
+            ppl={2048: 28.77, 8192: 29.97},
+            passkey={4096: 0.8, 8192: 0.6},
+            passkey_trials={4096: 30, 8192: 30},
+            commands=("c",),
+        ),
+        Measured(
+            "yarn", "yarn", 4, ppl={32768: 33.2}, passkey={32768: 0.4}, passkey_trials={32768: 30}, commands=("c",)
+        ),
+        Measured(
+            "fine-tuned yarn",
+            "yarn",
+            4,
+            ppl={2048: 28.8, 8192: 30.1, 16384: 30.0, 32768: 30.1},
+            passkey={n: 0.9 for n in (4096, 8192, 16384, 32768)},
+            passkey_trials={n: 30 for n in (4096, 8192, 16384, 32768)},
+            commands=("c",),
+        ),
+        Measured("control", "default", ppl={8192: 30.2}, commands=("c",)),
+    ]
+    path = tmp_path / "smollm2-135m-finetune.json"
+    path.write_text(json.dumps(evidence_dict(rows, plan, "test")))
+    evidence = [load_measured(path), *shipped_evidence()]
+    assert evidence[0].budget == "fine-tune"
+    tuned = recommend("smollm2-135m", 8192, 32768, "fine-tune", evidence=evidence)
+    assert "PPL 32k 30.10" in tuned.measured and "passkey 32k 0.90 on 30 prompts, training-free 0.40" in tuned.measured
+    assert "PPL 8k 30.10 (control 30.20)" in tuned.measured and "measured:" in format_short(tuned)
+    # the training-free answer is the same with or without the fine-tune's file (its 0.90 is no candidate)
+    free = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=evidence)
+    alone = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=list(shipped_evidence()))
+    assert (free.method, free.params, free.why) == (alone.method, alone.params, alone.why) and free.measured is None
