@@ -47,6 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=2048, help="llama-perplexity -b (its default)")
     p.add_argument("--keep-gguf", action="store_true", help="keep the exported files (540 MB each)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a saved checkpoint (e.g. a `ropescale export` of a fine-tuned run) to check as saved, "
+        "instead of patching the embedded model per method (--methods is then ignored)",
+    )
     args = p.parse_args(argv)
     if not args.llama_perplexity or not Path(args.llama_perplexity).is_file():
         p.error("--llama-perplexity (or $LLAMA_PERPLEXITY) must name the llama-perplexity binary")
@@ -89,7 +95,7 @@ def main(argv=None) -> int:
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"cells": {}}
     lengths = [int(x) for x in args.lengths.split(",")]
-    methods = [m.strip() for m in args.methods.split(",")]
+    methods = [Path(args.checkpoint).name] if args.checkpoint else [m.strip() for m in args.methods.split(",")]
 
     emma = next(d for d in load_corpus("austen") if "emma" in d.title.lower())
     text = out / "emma.txt"
@@ -113,8 +119,9 @@ def main(argv=None) -> int:
             if key in results["cells"]:
                 continue
             factor = max(1.0, length / TRAINED)  # below the trained context (quick checks): unscaled
-            kwargs = {} if method == "none" else {"method": method, "factor": factor}
-            model = ropescale.from_pretrained(MODEL, dtype=torch.float32, attn_implementation="sdpa", **kwargs)
+            kwargs = {} if method == "none" or args.checkpoint else {"method": method, "factor": factor}
+            source = args.checkpoint or MODEL  # a checkpoint carries its own scaling
+            model = ropescale.from_pretrained(source, dtype=torch.float32, attn_implementation="sdpa", **kwargs)
             gguf = out / f"{method}-{length}.gguf"
             export_gguf(model, gguf, "f32", tokenizer=tokenizer, overwrite=True)
             if "tokens" not in results:

@@ -11,6 +11,10 @@ the in-memory patched model on 200 tokens (> 3L, where every method changes the 
   * unscaled:    the same weights with no scaling at all: how wrong a loader that drops the scaling is
 
     python benchmarks/loader_parity.py [--tf4 .tf4] [--methods linear,yarn] [--archs llama,mistral]
+    python benchmarks/loader_parity.py --checkpoint runs/extension-x4/yarn-export --tokens 9000
+
+``--checkpoint DIR``: a checkpoint already written (a ``ropescale export`` of a fine-tuned run): its
+reference is ``ropescale.from_pretrained(DIR)`` on the first ``--tokens`` tokens of held-out Emma.
 
 The test ``tests/export/test_loader_parity.py`` runs the same functions and asserts max |Δ| < 1e-3.
 """
@@ -176,6 +180,27 @@ def measure(root: Path, tf4_dir: Path | None, methods=tuple(CASES), archs=tuple(
     return rows
 
 
+def measure_saved(root: Path, tf4_dir: Path | None, path: Path, tokens: int) -> list[dict]:
+    """One row for an existing checkpoint: plain transformers 5 and 4.57 against ropescale's loader."""
+    from ropescale.data import load_corpus
+
+    tokenizer = ropescale.load_tokenizer(str(path))
+    emma = next(d for d in load_corpus("austen") if "emma" in d.title.lower())
+    text_ids = tokenizer(emma.text[: tokens * 8], add_special_tokens=False)["input_ids"][: tokens - 1]
+    ids = torch.tensor([[tokenizer.bos_token_id, *text_ids]])  # [1, tokens]
+    ids_path = root / "ids.pt"
+    torch.save(ids, ids_path)
+    reference = logits(ropescale.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa"), ids)
+    c = Checkpoint(path.name, path, reference, reference)
+    tf5 = load_here(ids_path, root / "tf5", [c])
+    tf4 = load_in_subprocess(tf4_dir, ids_path, root / "tf4", [c]) if tf4_dir else None
+    row = {"checkpoint": c.name, "ropescale": 0.0, "tf5": max_delta(root / "tf5", tf5, c)}
+    row.update(tf5_version=tf5["transformers"], tf4=max_delta(root / "tf4", tf4, c) if tf4 else None)
+    row.update(tf4_version=tf4["transformers"] if tf4 else None, tf4_read=tf4["checkpoints"][c.name] if tf4 else None)
+    row.update(unscaled=None, rope_scaling=json.loads((path / "config.json").read_text()).get("rope_scaling", "absent"))
+    return [row]
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2e}"
 
@@ -209,13 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(CASES))
     ap.add_argument("--archs", default=",".join(ARCHS))
     ap.add_argument("--json", default=None, help="also write the rows here")
+    ap.add_argument("--checkpoint", default=None, help="compare this saved checkpoint instead of tiny models")
+    ap.add_argument("--tokens", type=int, default=9000, help="with --checkpoint: tokens of Emma (BOS first)")
     args = ap.parse_args(argv)
     tf4 = Path(args.tf4)
     if not (tf4 / "transformers").is_dir():
         print(f"no transformers 4.57 in {tf4} (run `make tf4`); tf4 column skipped", file=sys.stderr)
         tf4 = None
     with tempfile.TemporaryDirectory() as tmp:
-        rows = measure(Path(tmp), tf4, tuple(args.methods.split(",")), tuple(args.archs.split(",")))
+        if args.checkpoint:
+            rows = measure_saved(Path(tmp), tf4, Path(args.checkpoint), args.tokens)
+        else:
+            rows = measure(Path(tmp), tf4, tuple(args.methods.split(",")), tuple(args.archs.split(",")))
     print(format_table(rows))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2, default=str) + "\n")
