@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import options
-from ..errors import RopescaleError
+from ropescale import options
+from ropescale.errors import RopescaleError
 
 
 def typed(parse: Callable[..., Any], name: str | None = None) -> Callable[[str], Any]:
@@ -46,7 +46,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     """--device / --dtype / --attn-implementation, resolved by :func:`ropescale.models.runtime.resolve_runtime`."""
     p.add_argument("--device", default="auto", help="auto (cuda when available, else cpu), cpu, cuda, cuda:N, mps")
-    from ..models.runtime import ATTENTIONS, DTYPES
+    from ropescale.models.runtime import ATTENTIONS, DTYPES
 
     p.add_argument(
         "--dtype", default="auto", choices=["auto", *DTYPES], help="auto: bfloat16 on a CUDA device, float32 otherwise"

@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..shipped import accelerate_configs, config_path, recipes
+    from ropescale.shipped import accelerate_configs, config_path, recipes
 
     if args.list:
         for kind, table in (("accelerate", accelerate_configs()), ("recipe", recipes())):

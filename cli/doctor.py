@@ -22,7 +22,7 @@ engine cannot serve this method, see docs/engines.md); 2 for bad input.
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..interop.engines import ENGINES
+    from ropescale.interop.engines import ENGINES
 
     p = sub.add_parser(
         "doctor",
@@ -46,13 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..interop.engines import select
-    from ..interop.verdict import check, format_table, read_config_json
+    from ropescale.interop.engines import select
+    from ropescale.interop.verdict import check, format_table, read_config_json
 
     engines = select(args.engines)
     data, source = read_config_json(args.model)
-    from ..models.checkpoint import unmark_config_dict
-    from ..models.config_check import check_config_dict, check_with_transformers
+    from ropescale.models.checkpoint import unmark_config_dict
+    from ropescale.models.config_check import check_config_dict, check_with_transformers
 
     where = str(Path(source) / "config.json" if Path(source).is_dir() else source)
     check_config_dict(unmark_config_dict(data), where)
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 def print_saved(directory: str | Path) -> None:
     """After a save (patch --output, export): the verdict table of the written config.json."""
-    from ..interop.verdict import check, format_table, read_config_json
+    from ropescale.interop.verdict import check, format_table, read_config_json
 
     data, _ = read_config_json(str(directory))
     print(format_table(check(data, f"{directory}/config.json")))

@@ -11,8 +11,16 @@ import argparse
 import re
 from typing import Any
 
-from .. import options
-from .common import _positive_int, add_factor_args, add_model_args, add_runtime_args, parse_params, typed, unit_floats
+from ropescale import options
+from ropescale.cli.common import (
+    _positive_int,
+    add_factor_args,
+    add_model_args,
+    add_runtime_args,
+    parse_params,
+    typed,
+    unit_floats,
+)
 
 _LENGTHS = typed(options.positive_ints, "--lengths")
 
@@ -84,11 +92,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=run_suite_cmd)
 
-    from . import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
+    from ropescale.cli import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
 
     lm_eval_cmd.register(tasks)
 
-    from . import frontier as frontier_cmd
+    from ropescale.cli import frontier as frontier_cmd
 
     frontier_cmd.register(tasks)
 
@@ -133,7 +141,7 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
             if args.factor is None and target_length is None:
                 raise ValueError(f"--factor is required for method '{name}' (or --target-length)")
             if target_length is not None:
-                from ..methods.factor import factor_for_target
+                from ropescale.methods.factor import factor_for_target
 
                 entry["factor"] = factor_for_target(name, target_length, original_context)
             else:
@@ -144,8 +152,8 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _original_context(model: str) -> int:
     """The trained context L of ``model`` (its config only; no weights are loaded)."""
-    from ..models.loading import load_config
-    from ..patching.plan import original_geometry
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import original_geometry
 
     return original_geometry(load_config(model))[2]
 
@@ -176,18 +184,18 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
-    from ..evals.suite import suite_from_dict
+    from ropescale.evals.suite import suite_from_dict
 
     suite = suite_from_dict(suite_from_args(args))
     return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
 
 
 def run_suite_cmd(args: argparse.Namespace) -> int:
-    from ..evals.suite import load_suite
+    from ropescale.evals.suite import load_suite
 
     suite = load_suite(args.suite)
     if args.report_only:
-        from ..evals.suite import SuiteRunner
+        from ropescale.evals.suite import SuiteRunner
 
         summary = SuiteRunner(suite, args.output or f"runs/{suite.name}", progress=False).report()
         print(summary["markdown"])
@@ -200,7 +208,7 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
 def _run(suite, output: str, no_progress: bool) -> int:
     import time
 
-    from ..evals.suite import run_suite
+    from ropescale.evals.suite import run_suite
 
     start = time.time()
     summary = run_suite(suite, output, progress=not no_progress)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_factor_args, parse_params, parse_sliding_window
+from ropescale.cli.common import add_factor_args, parse_params, parse_sliding_window
 
 EXAMPLES = """examples:
   ropescale export-gguf ./smollm2-yarn4 --output smollm2-yarn4.gguf             # a checkpoint saved by ropescale patch
@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export import export_gguf
+    from ropescale.export import export_gguf
 
     params = parse_params(args.param)
     patching = {
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             kwargs["target_length"] = args.target_length
     from pathlib import Path
 
-    from .._lock import output_lock
+    from ropescale._lock import output_lock
 
     if Path(args.output).expanduser().is_dir():  # refused before anything is converted or loaded
         raise ValueError(f"--output '{args.output}' is a directory; give the .gguf file to write")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import _positive_int, add_model_args, add_original_context_arg, unit_floats
+from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg, unit_floats
 
 EXAMPLE = """examples:
   ropescale eval frontier --target-length 16384 --output runs/frontier-16k      # runs the suite (resumable)
@@ -57,10 +57,10 @@ def register(tasks: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
-    from .._io import atomic_write_text
-    from ..evals.evidence import load_results
-    from ..evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier
-    from ..evals.suite import run_suite, suite_from_dict
+    from ropescale._io import atomic_write_text
+    from ropescale.evals.evidence import load_results
+    from ropescale.evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier
+    from ropescale.evals.suite import run_suite, suite_from_dict
 
     if args.results:
         path = Path(args.results)
@@ -104,7 +104,7 @@ def _original_context(model: str, given: int | None) -> int:
     """The trained context L: ``given``, or the model's config (no weights are loaded)."""
     if given:
         return given
-    from ..models.loading import load_config
-    from ..patching.plan import original_geometry
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import original_geometry
 
     return original_geometry(load_config(model))[2]

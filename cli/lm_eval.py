@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .. import options
-from ..models.runtime import DTYPES as RUNTIME_DTYPES
-from .common import _positive_int, add_model_args, add_scaling_args, typed
+from ropescale import options
+from ropescale.cli.common import _positive_int, add_model_args, add_scaling_args, typed
+from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 #: weights dtypes of the ``ropescale`` lm-eval model (``auto``: as stored)
 DTYPES = ("auto", *RUNTIME_DTYPES)
@@ -104,8 +104,8 @@ def _key_values(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..evals.lm_eval import format_results, results_path
-    from .common import scaling_kwargs
+    from ropescale.cli.common import scaling_kwargs
+    from ropescale.evals.lm_eval import format_results, results_path
 
     kw = scaling_kwargs(args)
     method = None if options.none_like(kw["method"]) else kw["method"]
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--method {method} needs --factor (or use --method none to evaluate the model as it is)")
     from contextlib import nullcontext
 
-    from .._lock import output_lock
+    from ropescale._lock import output_lock
 
     with output_lock(args.output, "results", folder=False) if args.output else nullcontext():
         results = _harness(args, kw, method, target_length)
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _harness(args: argparse.Namespace, kw: dict, method: str | None, target_length: int | None):
-    from ..evals.lm_eval import run_harness
+    from ropescale.evals.lm_eval import run_harness
 
     return run_harness(
         args.model,
@@ -160,8 +160,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     Args:
         argv: the arguments (default: ``sys.argv[1:]``).
     """
-    from ..evals.lm_eval import TASKS_DIR, register_lm_eval_model
-    from ..evals.lm_eval.model import lm_eval_missing
+    from ropescale.evals.lm_eval import TASKS_DIR, register_lm_eval_model
+    from ropescale.evals.lm_eval.model import lm_eval_missing
 
     try:
         from lm_eval.__main__ import cli_evaluate

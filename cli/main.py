@@ -11,16 +11,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import config_path as config_path_cmd
-from . import doctor as doctor_cmd
-from . import eval as eval_cmd
-from . import export_gguf as export_gguf_cmd
-from . import methods as methods_cmd
-from . import patch as patch_cmd
-from . import plot as plot_cmd
-from . import recommend as recommend_cmd
-from . import search as search_cmd
-from . import train as train_cmd
+from ropescale.cli import config_path as config_path_cmd
+from ropescale.cli import doctor as doctor_cmd
+from ropescale.cli import eval as eval_cmd
+from ropescale.cli import export_gguf as export_gguf_cmd
+from ropescale.cli import methods as methods_cmd
+from ropescale.cli import patch as patch_cmd
+from ropescale.cli import plot as plot_cmd
+from ropescale.cli import recommend as recommend_cmd
+from ropescale.cli import search as search_cmd
+from ropescale.cli import train as train_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ropescale",
         description="Extend the context window of pretrained RoPE LLMs (Llama, Mistral, Qwen2/3).",
     )
-    from .. import __version__
+    from ropescale import __version__
 
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def report(exc: Exception) -> int:
-    from ..errors import RopescaleError
+    from ropescale.errors import RopescaleError
 
     message = " ".join(str(exc).split()) or type(exc).__name__
     expected = isinstance(exc, (RopescaleError, ValueError, FileExistsError, PermissionError, FileNotFoundError))

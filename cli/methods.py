@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..methods import METHODS
+    from ropescale.methods import METHODS
 
     width = max(map(len, METHODS))
     for name, cls in sorted(METHODS.items()):

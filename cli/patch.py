@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_model_args, add_scaling_args, check_output_dir, scaling_kwargs
+from ropescale.cli.common import add_model_args, add_scaling_args, check_output_dir, scaling_kwargs
 
 EXAMPLES = """examples:
   ropescale patch --factor 4                                   # summary for the embedded SmolLM2-135M
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..patching.plan import check_method_args
+    from ropescale.patching.plan import check_method_args
 
     _from_search(args)
     kw = scaling_kwargs(args)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     check_method_args(kw["method"], kw["factor"], **kw["params"])
     if not args.output:
         return _patch(args, kw, None)
-    from .._lock import output_lock
+    from ropescale._lock import output_lock
 
     check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output):  # one writer per output; a second one stops here, naming this one
@@ -60,9 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _patch(args: argparse.Namespace, kw: dict, out) -> int:
-    from ..models.checkpoint import save_pretrained
-    from ..models.loading import from_pretrained, load_config, load_tokenizer
-    from ..patching.plan import apply_plan, plan_patch
+    from ropescale.models.checkpoint import save_pretrained
+    from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
+    from ropescale.patching.plan import apply_plan, plan_patch
 
     config = load_config(args.model, kw["original_max_position_embeddings"])
     plan = plan_patch(
@@ -77,7 +77,7 @@ def _patch(args: argparse.Namespace, kw: dict, out) -> int:
     if out is None:
         print(summary(args.model, plan, verbose=args.verbose))
         return 0
-    from .doctor import print_saved, saving_quietly
+    from ropescale.cli.doctor import print_saved, saving_quietly
 
     if args.config_only:
         apply_plan(config, plan, kw["sliding_window"])
@@ -128,7 +128,7 @@ def _from_search(args: argparse.Namespace) -> None:
     ]
     if given:
         raise ValueError(f"--from-search sets the method, factor and parameters; drop {', '.join(given)}")
-    from ..search import load_search
+    from ropescale.search import load_search
 
     result = load_search(args.from_search)
     args.model = args.model or result.model
@@ -153,7 +153,7 @@ def _maybe_tokenizer(loader, model: str):
 def summary(model: str, plan, verbose: bool = False) -> str:
     """The human-readable account of a patch plan: what changes first, one line per fact; with
     ``verbose`` each rotary pair's wavelength before and after (a sample of the pairs)."""
-    from ..patching.describe import pair_changes, sample_rows
+    from ropescale.patching.describe import pair_changes, sample_rows
 
     method, spec = plan.method, plan.spec
     extended = method.extended_context(spec)

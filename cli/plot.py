@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from .common import add_factor_args, add_model_args, add_original_context_arg, parse_params
+from ropescale.cli.common import add_factor_args, add_model_args, add_original_context_arg, parse_params
 
 EXAMPLES = """examples:
   ropescale plot --methods linear,ntk,yarn,llama3 --factor 4 --output freq.png
@@ -56,10 +56,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..methods import method_class
-    from ..models.loading import load_config
-    from ..patching.plan import plan_patch
-    from ..plots.frequencies import plot_frequencies
+    from ropescale.methods import method_class
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import plan_patch
+    from ropescale.plots.frequencies import plot_frequencies
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import _positive_int, add_model_args, add_original_context_arg
+from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg
 
 EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
@@ -58,10 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from ..evals.evidence import find_evidence
-    from ..evals.recommend import format_recommendation, format_short, recommend, to_record
-    from ..models.loading import load_config
-    from ..patching.plan import is_scaled, plan_patch
+    from ropescale.evals.evidence import find_evidence
+    from ropescale.evals.recommend import format_recommendation, format_short, recommend, to_record
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import is_scaled, plan_patch
 
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
@@ -89,7 +89,7 @@ def _pose_recipe(model: str) -> str:
     from pathlib import Path
 
     try:
-        from ..training.config import CONFIGS_DIR
+        from ropescale.training.config import CONFIGS_DIR
     except ImportError:
         return "<recipe.yaml>"
     recipes = sorted(CONFIGS_DIR.rglob("*pose*.yaml"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..options import add_arguments, from_arguments
-from ..search.options import SearchOptions, baselines_for
-from .common import add_model_args, add_runtime_args
+from ropescale.cli.common import add_model_args, add_runtime_args
+from ropescale.options import add_arguments, from_arguments
+from ropescale.search.options import SearchOptions, baselines_for
 
 EXAMPLES = """examples:
   ropescale search --target-length 32768 --output runs/search-32k                      # LongRoPE, eval at 32k
@@ -47,15 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from ..search import run_search_job
+    from ropescale.search import run_search_job
 
     options = from_arguments(SearchOptions, args, baselines=baselines_for(args.baselines, args.method))
     start = time.time()
-    from .._lock import output_lock
+    from ropescale._lock import output_lock
 
     with output_lock(args.output, "results folder"):  # one search per results folder
         report = run_search_job(options, args.output, overwrite=args.overwrite, progress=not args.no_progress)
-    from ..search.artifacts import markdown_report
+    from ropescale.search.artifacts import markdown_report
 
     print(markdown_report(report))
     plot = ", factors.png" if report["settings"]["method"] in ("longrope", "yarn") else ""

@@ -133,7 +133,7 @@ def _summary(config) -> str:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from ..training.config import dump_config, load_config
+    from ropescale.training.config import dump_config, load_config
 
     overrides = list(args.overrides)
     if args.output_dir:
@@ -142,7 +142,7 @@ def run_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(_summary(config))
         if args.accelerate_config:
-            from ..training.parallel import check_accelerate_config
+            from ropescale.training.parallel import check_accelerate_config
 
             print("\n".join(check_accelerate_config(args.accelerate_config, config)))
         print("---")
@@ -150,8 +150,8 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
     import os
 
-    from .._lock import output_lock
-    from ..data.documents import check_text_source
+    from ropescale._lock import output_lock
+    from ropescale.data.documents import check_text_source
 
     check_text_source(config.data.source)  # a binary data file is refused before any weights load
 
@@ -161,7 +161,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, config) -> int:
-    from ..training.trainer import Trainer
+    from ropescale.training.trainer import Trainer
 
     trainer = Trainer(config, progress=not args.no_progress)
     result = trainer.train(resume=args.resume, overwrite=args.overwrite)
@@ -178,8 +178,8 @@ def _train(args: argparse.Namespace, config) -> int:
     if args.merge:
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
-            from ..training.export import export
-            from .doctor import print_saved, saving_quietly
+            from ropescale.cli.doctor import print_saved, saving_quietly
+            from ropescale.training.export import export
 
             with saving_quietly():
                 out = export(config.output_dir, config.output_dir / "merged", overwrite=True)
@@ -189,10 +189,10 @@ def _train(args: argparse.Namespace, config) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from .._lock import output_lock
-    from ..training.export import export
-    from .common import check_output_dir
-    from .doctor import print_saved, saving_quietly
+    from ropescale._lock import output_lock
+    from ropescale.cli.common import check_output_dir
+    from ropescale.cli.doctor import print_saved, saving_quietly
+    from ropescale.training.export import export
 
     check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output), saving_quietly():

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any
 
-from .suite_checks import SuiteError
+from ropescale.evals.suite_checks import SuiteError
 
 TASKS = ("perplexity", "passkey", "needle")
 
@@ -99,7 +99,7 @@ def check_measured(runner: Any) -> None:
 def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The first difference between two ``measured`` keys, named as a user knows it: the model or
     data by name (by fingerprint where only the content changed), the protocol by its key."""
-    from ..training.checkpoints import first_difference
+    from ropescale.training.checkpoints import first_difference
 
     for section in ("model", "data", "protocol"):
         a, b = old.get(section), new.get(section)

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import RopescaleError
+from ropescale.errors import RopescaleError
 
 RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
 MEASURED_DIR = Path(__file__).resolve().parent / "measured"

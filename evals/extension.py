@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .evidence import Measured, length_text, load_results
-from .generation import wilson_interval
+from ropescale.evals.evidence import Measured, length_text, load_results
+from ropescale.evals.generation import wilson_interval
 
 ROLES = ("none", "yarn", "fine-tuned yarn", "control")
 #: the suite folder each role's cells live in, and its label inside that suite

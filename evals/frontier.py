@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .evidence import Evidence, Measured
-from .evidence import length_text as _k
-from .generation import wilson_interval
+from ropescale.evals.evidence import Evidence, Measured
+from ropescale.evals.evidence import length_text as _k
+from ropescale.evals.generation import wilson_interval
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
 PPL_TOLERANCE = 0.01

@@ -14,8 +14,8 @@ def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
     """``(entry, task, length, result flagged "partial")`` of the unfinished
     passkey cells whose journals hold some prompts: what a run cut short has so far. Reads the
     tokenizer, never the weights; the journals are only read. ``runner``: a :class:`.suite.SuiteRunner`."""
-    from ..models.loading import load_tokenizer
-    from .passkey import partial_passkey
+    from ropescale.evals.passkey import partial_passkey
+    from ropescale.models.loading import load_tokenizer
 
     todo = [c for c in runner.pending() if c[1] == "passkey" and runner.journal(*c).path.is_file()]
     if not todo:

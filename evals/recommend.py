@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
-from .evidence import length_text as _k
-from .tradeoffs import num, tradeoffs
+from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
+from ropescale.evals.evidence import length_text as _k
+from ropescale.evals.tradeoffs import num, tradeoffs
 
 __all__ = [
     "Evidence",
@@ -100,7 +100,7 @@ def recommend(
             fine-tune step is described by its recipe keys).
         patch_flags: extra flags for the printed ``ropescale patch`` commands (e.g. `` --replace``).
     """
-    from ..methods.factor import factor_for_target
+    from ropescale.methods.factor import factor_for_target
 
     if budget not in BUDGETS:
         raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
@@ -239,7 +239,7 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> s
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
     """Take the method the measured frontier of this model says keeps both (:mod:`.frontier`)."""
-    from .frontier import FEW_PROMPTS, frontier_choice
+    from ropescale.evals.frontier import FEW_PROMPTS, frontier_choice
 
     pick = frontier_choice(evidence, rec.original_context, rec.target_length)
     if pick is None:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_write_json, atomic_write_text
-from ..plots.curves import plot_perplexity_curves
-from ..plots.grids import plot_accuracy_grid
+from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.plots.curves import plot_perplexity_curves
+from ropescale.plots.grids import plot_accuracy_grid
 
 PPL_CONVENTIONS = {
     "yarn": "sliding window, stride {stride}: each token scored once with up to a window of context "
@@ -221,10 +221,10 @@ def _threshold(task: str, result: dict[str, Any]) -> float:
     if "threshold" in result:
         return float(result["threshold"])
     if task == "passkey":  # cells written without a threshold: the engine's default
-        from .passkey import PASS_THRESHOLD
+        from ropescale.evals.passkey import PASS_THRESHOLD
 
         return PASS_THRESHOLD
-    from .needle import RULER_THRESHOLD
+    from ropescale.evals.needle import RULER_THRESHOLD
 
     return RULER_THRESHOLD
 
@@ -235,7 +235,7 @@ def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
     Cells written before the intervals were recorded are recomputed from their records (or, lacking
     those, from the accuracy grid and depths × trials).
     """
-    from .generation import wilson_interval
+    from ropescale.evals.generation import wilson_interval
 
     key = str(length)
     records = [r for r in result.get("records", []) if r.get("length", length) == length]
@@ -279,8 +279,8 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
         ``(flags, report lines)``; each flag has ``method``, ``task``, ``length``, ``value`` and
         ``baseline`` (retrieval flags also the difference's ``interval``).
     """
-    from ..methods import method_class
-    from .generation import difference_interval
+    from ropescale.evals.generation import difference_interval
+    from ropescale.methods import method_class
 
     base = next((m for m in suite.methods if method_class(m.method).name == "default"), None)
     lines = ["## Short-context regressions", ""]
@@ -337,8 +337,8 @@ def _flag(method: str, task: str, length: str, value: float, baseline: float, in
 def _trained_context(model: str) -> int | None:
     """The model's trained context L, from its config (None if it cannot be read here)."""
     try:
-        from ..models.loading import load_config
-        from ..patching.plan import original_geometry
+        from ropescale.models.loading import load_config
+        from ropescale.patching.plan import original_geometry
 
         return int(original_geometry(load_config(model))[2])
     except Exception:  # noqa: BLE001 - a report is still written without the flag's perplexity half

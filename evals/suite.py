@@ -35,11 +35,11 @@ from typing import Any
 
 import yaml
 
-from .._io import atomic_write_json, atomic_write_text
-from ..models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
-from ..models.runtime import DTYPES as RUNTIME_DTYPES
-from .cell_keys import cell_id, cell_record
-from .suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
+from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.evals.cell_keys import cell_id, cell_record
+from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
+from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
+from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
@@ -95,8 +95,8 @@ def _positive_ints(name: str, values: Any) -> list[int]:
 
 def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite`."""
-    from ..methods import get_method
-    from ..patching.plan import kv_consistent_option
+    from ropescale.methods import get_method
+    from ropescale.patching.plan import kv_consistent_option
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
@@ -203,11 +203,11 @@ class SuiteRunner:
 
     def measured(self, task: str) -> dict[str, Any]:
         """What a cell of ``task`` measures besides its method and runtime (:func:`.cell_keys.measured`)."""
-        from .cell_keys import measured
+        from ropescale.evals.cell_keys import measured
 
         if self._identity is None:
-            from ..errors import RopescaleError
-            from ..models.identity import data_identity, model_identity
+            from ropescale.errors import RopescaleError
+            from ropescale.models.identity import data_identity, model_identity
 
             try:
                 model = model_identity(self.suite.model)
@@ -220,7 +220,7 @@ class SuiteRunner:
     def runtime(self):
         """The suite's device/dtype/attention with ``auto`` resolved for this machine."""
         if self._runtime is None:
-            from ..models.runtime import resolve_runtime
+            from ropescale.models.runtime import resolve_runtime
 
             self._runtime = resolve_runtime(self.suite.device, self.suite.dtype, self.suite.attn_implementation)
         return self._runtime
@@ -256,7 +256,7 @@ class SuiteRunner:
     def journal(self, entry: MethodEntry, task: str, length: int):
         """The prompts a retrieval cell has finished, kept beside the cell until it is written, so
         that an interrupted cell resumes at its first unfinished prompt."""
-        from .generation import PromptJournal
+        from ropescale.evals.generation import PromptJournal
 
         fingerprint = {
             "model": self.suite.model,
@@ -271,8 +271,8 @@ class SuiteRunner:
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones
         (:func:`.in_progress.partial_cells`), without running anything."""
-        from .in_progress import partial_cells
-        from .report import write_report
+        from ropescale.evals.in_progress import partial_cells
+        from ropescale.evals.report import write_report
 
         partial = [cell_record(e, t, n, self.runtime_for(e), r, self.measured(t)) for e, t, n, r in partial_cells(self)]
         return write_report(self.suite, self.output, partial=partial)
@@ -282,7 +282,7 @@ class SuiteRunner:
 
     def run(self) -> dict[str, Any]:
         """Run the pending cells and write the report, holding the results folder's lock."""
-        from .._lock import output_lock
+        from ropescale._lock import output_lock
 
         with output_lock(self.output, "results folder"):
             return self._run()
@@ -290,10 +290,10 @@ class SuiteRunner:
     def _run(self) -> dict[str, Any]:
         from tqdm.auto import tqdm
 
-        from ..models.loading import from_pretrained, load_config, load_tokenizer
-        from ..patching.model import attention_kernel, patch
-        from ..patching.plan import original_geometry
-        from .cell_keys import check_measured
+        from ropescale.evals.cell_keys import check_measured
+        from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
+        from ropescale.patching.model import attention_kernel, patch
+        from ropescale.patching.plan import original_geometry
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         # everything that can fail on bad input is checked before the output or the weights are touched
@@ -330,7 +330,7 @@ class SuiteRunner:
                 self.journal(entry, task, length).remove()
                 bar.update(1)
             bar.close()
-        from .report import write_report
+        from ropescale.evals.report import write_report
 
         return write_report(self.suite, self.output)
 
@@ -339,7 +339,7 @@ class SuiteRunner:
         self.documents = None
         self.haystack = None
         if self.suite.perplexity:
-            from ..data.documents import load_documents, tokenize_documents
+            from ropescale.data.documents import load_documents, tokenize_documents
 
             ppl = self.suite.perplexity
             longest = max(ppl["lengths"])
@@ -352,14 +352,14 @@ class SuiteRunner:
                     f"perplexity length {longest} is larger than the longest document of the data ({have} tokens)"
                 )
         if self.suite.needle and self.suite.data is not None:
-            from ..data.documents import load_documents
+            from ropescale.data.documents import load_documents
 
             self.haystack = [text for _, text in load_documents(self.suite.data)]
 
     # -- cells -----------------------------------------------------------------------------------
     def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> dict[str, Any]:
         if task == "perplexity":
-            from ..scoring.perplexity import evaluate_perplexity
+            from ropescale.scoring.perplexity import evaluate_perplexity
 
             ppl = self.suite.perplexity
             docs = [d for d in self.documents if len(d) >= length]
@@ -377,7 +377,7 @@ class SuiteRunner:
             out.pop("window_document", None)
             return out
         if task == "passkey":
-            from .passkey import run_passkey
+            from ropescale.evals.passkey import run_passkey
 
             pk = self.suite.passkey
             result = run_passkey(
@@ -391,7 +391,7 @@ class SuiteRunner:
                 journal=self.journal(entry, task, length),
             )
             return result.to_dict()
-        from .needle import run_needle
+        from ropescale.evals.needle import run_needle
 
         nd = self.suite.needle
         result = run_needle(

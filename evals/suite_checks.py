@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from ..errors import RopescaleError
+from ropescale.errors import RopescaleError
 
 #: the keys each task's settings may have
 TASK_KEYS = {
@@ -48,7 +48,7 @@ def _depths(name: str, value: Any) -> None:
 
 def check_task(task: str, settings: Any) -> None:
     """The settings of one task: known keys, and each value of the type its runner takes."""
-    from ..scoring.perplexity import MODES
+    from ropescale.scoring.perplexity import MODES
 
     if not isinstance(settings, dict):
         return  # "must be a mapping with at least 'lengths'" is the suite's own message
@@ -67,7 +67,7 @@ def check_task(task: str, settings: Any) -> None:
     if "trials" in settings:
         _positive_int(f"{task}.trials", settings["trials"])
     if task == "needle" and "task" in settings:
-        from .needle import TASKS
+        from ropescale.evals.needle import TASKS
 
         if settings["task"] not in TASKS:
             raise SuiteError(f"needle.task must be one of {', '.join(TASKS)}, got {settings['task']!r}")
@@ -114,9 +114,9 @@ def check_raw(raw: dict[str, Any]) -> None:
 def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: str) -> str:
     """The attention kernel a suite method runs on when the suite asks for ``requested``: an
     attention-level mode (Self-Extend, the KV-consistent mode) runs SDPA (or eager) whatever was asked."""
-    from ..attention import kernel_for
-    from ..methods import get_method
-    from ..patching.plan import attention_mode, kv_consistent_option
+    from ropescale.attention import kernel_for
+    from ropescale.methods import get_method
+    from ropescale.patching.plan import attention_mode, kv_consistent_option
 
     method_params = {k: v for k, v in params.items() if k != "kv_consistent"}
     scaling = get_method(method, **method_params, **({"factor": factor} if factor is not None else {}))
@@ -125,7 +125,7 @@ def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: st
 
 def check_against_model(suite: Any, config: Any) -> None:
     """Plan every method's patch on the model's config (no weights): what needs its geometry fails here."""
-    from ..patching.plan import plan_patch
+    from ropescale.patching.plan import plan_patch
 
     for i, entry in enumerate(suite.methods):
         try:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .evidence import Evidence, Measured
-from .evidence import length_text as _k
+from ropescale.evals.evidence import Evidence, Measured
+from ropescale.evals.evidence import length_text as _k
 
 
 @dataclass(frozen=True)

@@ -22,3 +22,7 @@ class AlreadyScaledError(RopescaleError):
 
 class MissingDependencyError(RopescaleError):
     """An optional package that this feature needs is not installed."""
+
+
+class RecipeError(RopescaleError, ValueError):
+    """A training recipe or override is invalid (one-line message); ``ropescale.training.config.ConfigError``."""

@@ -19,9 +19,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .args import MODEL_NAME, default_max_length, split_model_args
-from .model import MODEL_TARGET, register_lm_eval_model
-from .runner import RESULTS_FILE, TASKS_DIR, format_results, results_path, run_harness, task_manager
+from ropescale.evals.lm_eval.args import MODEL_NAME, default_max_length, split_model_args
+from ropescale.evals.lm_eval.model import MODEL_TARGET, register_lm_eval_model
+from ropescale.evals.lm_eval.runner import (
+    RESULTS_FILE,
+    TASKS_DIR,
+    format_results,
+    results_path,
+    run_harness,
+    task_manager,
+)
 
 __all__ = [
     "MODEL_NAME",
@@ -41,7 +48,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "RopescaleLM":  # built on first use (importing lm-eval's HF model costs seconds)
-        from . import model
+        from ropescale.evals.lm_eval import model
 
         return model.RopescaleLM
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

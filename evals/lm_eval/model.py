@@ -28,8 +28,7 @@ from typing import Any
 
 from ropescale import options
 from ropescale.errors import MissingDependencyError
-
-from .args import (
+from ropescale.evals.lm_eval.args import (
     MODEL_NAME,
     default_max_length,
     parse_dtype,
@@ -38,7 +37,7 @@ from .args import (
     split_model_args,
     trained_context,
 )
-from .checks import check_generation, check_loglikelihood, ruler_note
+from ropescale.evals.lm_eval.checks import check_generation, check_loglikelihood, ruler_note
 
 MODEL_TARGET = "ropescale.evals.lm_eval.model:RopescaleLM"
 

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
-
-from .model import MODEL_NAME, lm_eval_missing, register_lm_eval_model
+from ropescale.evals.lm_eval.model import MODEL_NAME, lm_eval_missing, register_lm_eval_model
 
 TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
 RESULTS_FILE = "results.json"

@@ -36,22 +36,21 @@ from typing import Any
 
 import yaml
 
-from ..errors import RopescaleError
+from ..errors import RecipeError, RopescaleError
 from ..models.runtime import ATTENTIONS, DTYPES
 from ..shipped import configs_root
+from .precision import AUTO, resolve_precision
 
 CONFIGS_DIR = configs_root() / "train"  # the installed package data (ropescale.configs), or the checkout's
 SCHEDULES = ("linear", "cosine", "constant")
 MIXED_PRECISION = ("no", "bf16", "fp16")
-AUTO = "auto"
 ATTN = ("auto", *ATTENTIONS)
 POSE_CONTENT = ("skip", "contiguous")
 EXTRA_TRAINABLE = ("embed", "norm")
 EVAL_MODES = ("nonoverlap", "yarn", "longlora")
 
 
-class ConfigError(RopescaleError, ValueError):
-    """A training recipe or override is invalid (one-line message)."""
+ConfigError = RecipeError  # a training recipe or override is invalid (one-line message)
 
 
 @dataclass
@@ -266,8 +265,6 @@ def config_from_dict(raw: dict[str, Any], name: str = "run") -> TrainConfig:
         sections[key] = cls(**kwargs)
     config = TrainConfig(**sections, name=str(raw.get("name") or name))
     validate(config)
-    from .precision import resolve_precision
-
     resolve_precision(config)
     return config
 

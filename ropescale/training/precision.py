@@ -6,10 +6,14 @@ else float32 (a full fine-tune keeps float32 master weights; autocast computes i
 
 from __future__ import annotations
 
-from .config import AUTO, ConfigError, TrainConfig
+from typing import Any
+
+from ..errors import RecipeError as ConfigError
+
+AUTO = "auto"
 
 
-def resolve_precision(c: TrainConfig) -> None:
+def resolve_precision(c: Any) -> None:
     """Replace ``auto`` in ``train.mixed_precision`` and ``model.dtype`` (see the module docstring)."""
     if c.train.mixed_precision == AUTO:
         import torch
@@ -24,7 +28,7 @@ def resolve_precision(c: TrainConfig) -> None:
     _check_precision(c)
 
 
-def _check_precision(c: TrainConfig) -> None:
+def _check_precision(c: Any) -> None:
     if not c.lora.enabled and c.model.dtype != "float32":
         raise ConfigError(
             f"model.dtype={c.model.dtype} with lora.enabled=false: a full fine-tune keeps float32 master "
