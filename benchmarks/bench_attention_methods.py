@@ -49,7 +49,7 @@ def legacy_self_extend_attention(module, query, key, value, attention_mask, scal
     dimension ([q_near, q_grouped] · [k_near, 0] / [0, k_grouped]) with a boolean mask."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from ropescale.attention.rotary import at, key_positions, rotary_of, rotate
+    from ropescale.attention.rotate_on_read import at, key_positions, rotary_of, rotate
     from ropescale.methods.self_extend import grouped_positions
 
     rotary = rotary_of(module)
@@ -165,7 +165,7 @@ def attention_functions(model, methods: list[str], factor: float, n: int):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from ropescale.attention import dca, self_extend, string
-    from ropescale.attention.rotary import LAYER_ATTR, rotate
+    from ropescale.attention.rotate_on_read import LAYER_ATTR, rotate
     from ropescale.attention.rotated_cache import observe
 
     c = model.config
@@ -211,7 +211,7 @@ def attention_functions(model, methods: list[str], factor: float, n: int):
 
 def rotary_table(rotary, n: int):
     """cos and signed sin of positions 0..n−1 for a rotary module that rotates in the layers."""
-    from ropescale.rotary import cos_sin
+    from ropescale.rotary_reference import cos_sin
 
     cos, sin = cos_sin(rotary.inv_freq, torch.arange(n), rotary.attention_scaling)
     half = cos.shape[-1] // 2

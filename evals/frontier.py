@@ -41,7 +41,7 @@ FEW_PROMPTS = 25
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FrontierVerdict:
     """One method read against the native model (None where the evidence does not say)."""
 
     row: Measured
@@ -106,7 +106,7 @@ def _interval(row: Measured, n: int) -> tuple[float, float] | None:
 
 def verdicts(
     ev: Evidence, original_context: int, target_length: int, tolerance: float = PPL_TOLERANCE
-) -> tuple[Reference | None, list[Verdict]]:
+) -> tuple[Reference | None, list[FrontierVerdict]]:
     """Every scaled row of ``ev`` at factor N / L (rows without a factor: methods that need none,
     e.g. STRING within its reach) read against the native row.
 
@@ -145,7 +145,7 @@ def verdicts(
         if top_pk in row.passkey and ref.passkey is not None:
             keeps_retrieval = all((ci[1] if ci else acc) >= ref.passkey for _, acc, _, ci in cells)
         out.append(
-            Verdict(
+            FrontierVerdict(
                 row,
                 max(long) if long else None,
                 max(short) if short else None,
@@ -158,10 +158,10 @@ def verdicts(
     return ref, _mark_pareto(out)
 
 
-def _mark_pareto(items: list[Verdict]) -> list[Verdict]:
+def _mark_pareto(items: list[FrontierVerdict]) -> list[FrontierVerdict]:
     placed = [v for v in items if v.worst_ratio is not None and v.passkey_min is not None]
 
-    def dominated(v: Verdict) -> bool:
+    def dominated(v: FrontierVerdict) -> bool:
         return any(
             o.worst_ratio <= v.worst_ratio
             and o.passkey_min >= v.passkey_min
@@ -170,15 +170,15 @@ def _mark_pareto(items: list[Verdict]) -> list[Verdict]:
         )
 
     front = {id(v) for v in placed if not dominated(v)}
-    return [Verdict(**{**v.__dict__, "pareto": id(v) in front}) for v in items]
+    return [FrontierVerdict(**{**v.__dict__, "pareto": id(v) in front}) for v in items]
 
 
 def frontier_choice(
     evidence: list[Evidence], original_context: int, target_length: int
-) -> tuple[Verdict, Evidence, Reference] | None:
+) -> tuple[FrontierVerdict, Evidence, Reference] | None:
     """The first source (in ``evidence`` order) with a method at N / L that keeps both, and that
-    method: a :attr:`~Verdict.confirmed` one before one whose retrieval rests on a few prompts, then
-    the highest :attr:`~Verdict.passkey_floor` (all of them keep perplexity within the tolerance;
+    method: a :attr:`~FrontierVerdict.confirmed` one before one whose retrieval rests on a few prompts, then
+    the highest :attr:`~FrontierVerdict.passkey_floor` (all of them keep perplexity within the tolerance;
     retrieval is what training-free methods lose), then the lowest worst perplexity ratio; None if
     no source has one."""
     for ev in evidence:
@@ -249,7 +249,7 @@ def format_verdict(ev: Evidence, original_context: int, target_length: int) -> s
     if ref is None:
         return f"{head} no native (unscaled) perplexity at or below {original_context:,}: nothing to compare"
 
-    def facts(v: Verdict) -> str:
+    def facts(v: FrontierVerdict) -> str:
         ratio = f"worst PPL {v.ppl_ratio:.3f}× native" if v.ppl_ratio is not None else "PPL n/m"
         trials = sorted({t for _, _, t, _ in v.passkey_cells if t})
         prompts = f", {'-'.join(map(str, sorted({trials[0], trials[-1]})))} prompts per length" if trials else ""

@@ -25,8 +25,8 @@ _LAZY = {
     "get_method": "ropescale.methods",
     "METHODS": "ropescale.methods",
     "RotarySpec": "ropescale.methods",
-    "apply_rotary": "ropescale.rotary",
-    "cos_sin": "ropescale.rotary",
+    "apply_rotary": "ropescale.rotary_reference",
+    "cos_sin": "ropescale.rotary_reference",
 }
 
 

@@ -32,7 +32,7 @@ FLOORS = {
     "ropescale.patching": 4,
     "ropescale.attention": 3,
     "ropescale.interop": 2,
-    "ropescale.rotary": 2,
+    "ropescale.rotary_reference": 2,
     "ropescale.methods": 2,
     "ropescale._lock": 1,  # one writer per output (raises RopescaleError)
     "ropescale.options": 0,

@@ -1,4 +1,4 @@
-"""The reference rotary embedding (``ropescale.rotary``) against independent oracles.
+"""The reference rotary embedding (``ropescale.rotary_reference``) against independent oracles.
 
 Two oracles, neither built from the code under test:
 - ``rotate_oracle``: a float64 rotation written pair by pair from the definition (pair i is
@@ -14,7 +14,7 @@ import transformers
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from ropescale.methods import RotarySpec, get_method
-from ropescale.rotary import apply_rotary, cos_sin
+from ropescale.rotary_reference import apply_rotary, cos_sin
 
 LAYOUTS = ("half", "interleaved")
 FP32_EPS = 2.0**-24  # unit roundoff of fp32

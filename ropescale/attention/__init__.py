@@ -34,7 +34,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     from . import cache_guard, consistent
     from .modes import mode as mode_row
-    from .rotary import LAYER_ATTR, AttentionRotary
+    from .rotate_on_read import LAYER_ATTR, AttentionRotary
 
     row = mode_row(mode)
     requested = model.config._attn_implementation or "sdpa"
@@ -65,7 +65,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
 def uninstall(model: Any, owner: Any) -> None:
     """Remove an installed mode (if any): restore the model's own attention implementation."""
-    from .rotary import LAYER_ATTR, AttentionRotary
+    from .rotate_on_read import LAYER_ATTR, AttentionRotary
 
     rotary = getattr(owner, "rotary_emb", None)
     if not isinstance(rotary, AttentionRotary):

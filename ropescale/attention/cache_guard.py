@@ -1,7 +1,7 @@
 """Refusing KV caches that attention-level modes cannot read correctly.
 
 The modes keep keys unrotated in the cache and give every cached key j the position
-``first query position − (kv − q − j)`` (:func:`ropescale.attention.rotary.key_positions`): the
+``first query position − (kv − q − j)`` (:func:`ropescale.attention.rotate_on_read.key_positions`): the
 cache must hold exactly the keys seen so far, in order, as transformers' ``DynamicCache`` (and its
 sliding-window layers) does. A static cache (``cache_implementation="static"``, a ``StaticCache``
 passed in) returns its whole preallocated buffer, so keys would be rotated at the wrong positions

@@ -6,7 +6,7 @@ keys rotated with many different bases while the new query uses the newest one
 (transformers #25104; caching keys before rotation was declined there as too slow). A cached
 generation then differs from a full forward pass over the same tokens.
 
-Here the cache holds keys before rotation (see :mod:`ropescale.attention.rotary`) and every call
+Here the cache holds keys before rotation (see :mod:`ropescale.attention.rotate_on_read`) and every call
 rotates the queries and *all* keys with the frequencies of the current ℓ, then runs the model's
 own attention kernel (SDPA or eager). Cached generation equals recomputation; the price is one
 rotation of the cached keys per layer and step, measured by ``benchmarks/bench_kv_consistency.py``.
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .rotary import at, key_positions, rotary_of, rotate
+from .rotate_on_read import at, key_positions, rotary_of, rotate
 
 #: the model's own implementation → the name this mode registers for it
 NAMES = {"sdpa": "ropescale_kv_consistent", "eager": "ropescale_kv_consistent_eager"}

@@ -33,7 +33,7 @@ import torch
 from ..methods.dca import chunk_positions, chunk_temperature
 from .function import attention_function, register_attention
 from .merge import attend, blockwise, merge
-from .rotary import key_positions
+from .rotate_on_read import key_positions
 from .rotated_cache import LayerState, rotated
 from .self_extend import _finish, _mask_blocks, _rotator
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .rotary import rotary_of
+from .rotate_on_read import rotary_of
 from .rotated_cache import lookup
 
 #: ``(query, key, value, attention_mask, position_ids, rotary, scale, cached) -> [b, q, h, d]``

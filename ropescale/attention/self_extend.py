@@ -34,7 +34,7 @@ import torch
 from ..methods.self_extend import fractional_positions, grouped_positions
 from .function import attention_function, register_attention
 from .merge import MASK_BUDGET, attend, blockwise, merge
-from .rotary import key_positions, rotate
+from .rotate_on_read import key_positions, rotate
 from .rotated_cache import LayerState, rotated
 
 NAME = "ropescale_self_extend"

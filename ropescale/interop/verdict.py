@@ -28,7 +28,7 @@ from .legacy import FIELDS
 
 
 @dataclass(frozen=True)
-class Verdict:
+class EngineVerdict:
     engine: str
     name: str
     versions: str
@@ -43,15 +43,15 @@ class Report:
     source: str
     method: str
     scaled: bool
-    verdicts: list[Verdict]
+    verdicts: list[EngineVerdict]
     note: str | None = None  # one line for scalings no engine but ropescale reproduces
 
     @property
-    def loses(self) -> list[Verdict]:
+    def loses(self) -> list[EngineVerdict]:
         return [v for v in self.verdicts if v.verdict == LOSES]
 
     @property
-    def fails(self) -> list[Verdict]:
+    def fails(self) -> list[EngineVerdict]:
         return [v for v in self.verdicts if v.verdict == FAILS]
 
     def to_json(self) -> dict[str, Any]:
@@ -192,7 +192,7 @@ def _vllm_dca(data: dict) -> str:
     )
 
 
-def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
+def judge(engine: Engine, data: dict, intent: Intent) -> EngineVerdict:
     """One engine's verdict on one config.json dict.
 
     Args:
@@ -201,12 +201,12 @@ def judge(engine: Engine, data: dict, intent: Intent) -> Verdict:
         intent: :func:`intent_of` ``data``.
 
     Returns:
-        A :class:`Verdict`: ``loses`` when what the engine reads (its reader) differs from the
+        A :class:`EngineVerdict`: ``loses`` when what the engine reads (its reader) differs from the
         intended scaling, else the engine's own support for that rope type and parameters.
     """
 
-    def verdict(kind: str, why: str) -> Verdict:
-        return Verdict(engine.key, engine.name, engine.versions, kind, why)
+    def verdict(kind: str, why: str) -> EngineVerdict:
+        return EngineVerdict(engine.key, engine.name, engine.versions, kind, why)
 
     if not intent.native and intent.method == "dca" and engine.name == "vLLM":
         return verdict(CANNOT, _vllm_dca(data))
@@ -253,7 +253,9 @@ def check(data: dict, source: str = "config.json", engines: tuple[Engine, ...] =
         or intent.attention_mode is not None
     )
     verdicts = [judge(e, data, intent) for e in engines]
-    verdicts.append(Verdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block"))
+    verdicts.append(
+        EngineVerdict("ropescale", "ropescale", "this version", KEEPS, "reads rope_parameters and its own block")
+    )
     return Report(source, intent.method, scaled, verdicts, outside_note(intent) or engine_note(intent, verdicts))
 
 
@@ -280,7 +282,7 @@ def outside_note(intent: Intent) -> str | None:
     return None
 
 
-def engine_note(intent: Intent, verdicts: list[Verdict]) -> str | None:
+def engine_note(intent: Intent, verdicts: list[EngineVerdict]) -> str | None:
     """One line for dynamic NTK / LongRoPE, which no config.json makes vLLM and SGLang serve as
     transformers does: the engines, their versions and what they do (save_pretrained warns it)."""
     if intent.rope["rope_type"] not in ("dynamic", "longrope"):
@@ -317,7 +319,7 @@ __all__ = [
     "ENGINES",
     "Engine",
     "Report",
-    "Verdict",
+    "EngineVerdict",
     "check",
     "format_table",
     "outside_note",

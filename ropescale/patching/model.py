@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..attention.rotary_module import ScaledRotaryEmbedding
+from ..attention.rotary_embedding import ScaledRotaryEmbedding
 from ..errors import RopescaleError
 from ..methods import ScalingMethod
 from .plan import KEEP, PatchPlan, apply_plan, plan_patch
@@ -84,7 +84,7 @@ def patch(
 def attention_kernel(model: Any) -> str:
     """The attention kernel a (patched) model runs now: an attention-level mode's inner SDPA/eager
     kernel while it is installed, otherwise the model's own implementation."""
-    from ..attention.rotary import AttentionRotary
+    from ..attention.rotate_on_read import AttentionRotary
 
     rotary = getattr(rotary_owner(model), "rotary_emb", None)
     name = model.config._attn_implementation or "sdpa"

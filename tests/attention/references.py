@@ -2,7 +2,7 @@
 
 Each method is a list of regions; a region says which (query, key) pairs it holds and the positions
 its queries and keys rotate at. The reference builds every region's full score matrix in float64
-with :mod:`ropescale.rotary` (an independent rotation), takes for each pair the score of its region,
+with :mod:`ropescale.rotary_reference` (an independent rotation), takes for each pair the score of its region,
 and softmaxes: no log-sum-exp, no blocks, no kernels.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ropescale.rotary import apply_rotary, cos_sin
+from ropescale.rotary_reference import apply_rotary, cos_sin
 
 
 def region_reference(query, key, value, q_pos, k_pos, regions, inv_freq, scale, key_mask=None):

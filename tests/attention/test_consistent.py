@@ -13,7 +13,7 @@ import torch
 import transformers
 
 import ropescale
-from ropescale.attention.rotary import LAYER_ATTR, AttentionRotary
+from ropescale.attention.rotate_on_read import LAYER_ATTR, AttentionRotary
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 
@@ -82,7 +82,7 @@ def test_non_contiguous_positions_match_rotating_in_the_layers(method, impl):
 
 
 def test_key_positions_follow_the_queries_and_assume_a_contiguous_cache():
-    from ropescale.attention.rotary import key_positions
+    from ropescale.attention.rotate_on_read import key_positions
 
     assert key_positions(torch.arange(6)[None], 6) is None
     assert key_positions(torch.tensor([[4, 5]]), 6) is None  # decoding on a cache of 4

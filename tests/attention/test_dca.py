@@ -12,7 +12,7 @@ import torch
 import ropescale
 from ropescale.attention import merge as merging
 from ropescale.attention.dca import dual_chunk_attention
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from ropescale.methods import RotarySpec, get_method
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
 from tests.attention.references import dca_regions, random_qkv, region_reference

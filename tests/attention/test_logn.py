@@ -12,7 +12,7 @@ from transformers import AttentionInterface
 
 import ropescale
 from ropescale.attention.function import logn_scale
-from ropescale.attention.rotary import rotary_of
+from ropescale.attention.rotate_on_read import rotary_of
 from ropescale.methods import get_method
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ropescale
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from tests.attention.decoding import cached_vs_full, max_diff
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 

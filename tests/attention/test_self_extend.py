@@ -1,7 +1,7 @@
 """Self-Extend: the positions formula, G = 1 equals plain attention, a naive reference, and the KV cache.
 
 The reference below follows the paper (arXiv 2401.01325, docs/methods.md) and LongLM's eager code literally: it builds
-both score matrices with ``ropescale.rotary`` (an independent rotation), merges them where
+both score matrices with ``ropescale.rotary_reference`` (an independent rotation), merges them where
 i − j < W, and softmaxes; the log-sum-exp-merged path must match it (tensor-level checks of every
 path: test_self_extend_kernel.py).
 """
@@ -15,10 +15,10 @@ import torch
 from transformers import AttentionInterface
 
 import ropescale
-from ropescale.attention.rotary import AttentionRotary, rotary_of
+from ropescale.attention.rotate_on_read import AttentionRotary, rotary_of
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend import grouped_positions
-from ropescale.rotary import apply_rotary, cos_sin
+from ropescale.rotary_reference import apply_rotary, cos_sin
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff
 from tests.conftest import ORIGINAL_CONTEXT, tiny_model
 

@@ -1,7 +1,7 @@
 """Self-Extend with fractional grouping (``fractional=true``): far pairs at p / G, no floor.
 
 Checked against the eager region reference (``tests/attention/references.py``: float64 scores from
-the independent ``ropescale.rotary``, one softmax) with the positions written out here, on every
+the independent ``ropescale.rotary_reference``, one softmax) with the positions written out here, on every
 kernel path; then on tiny models: cached decoding equals recomputation, padded rows equal rows
 alone, the parameter survives a save, and it changes what the floor would compute.
 """
@@ -13,7 +13,7 @@ import torch
 
 import ropescale
 from ropescale.attention import merge as merging
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from ropescale.attention.self_extend import _self_extend
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend import fractional_positions, grouped_positions

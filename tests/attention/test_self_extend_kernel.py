@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ropescale.attention import merge as merging
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from ropescale.attention.self_extend import banded_attention
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend import grouped_positions

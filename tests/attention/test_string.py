@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ropescale
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from ropescale.attention.string import string_attention
 from ropescale.methods import RotarySpec, get_method
 from tests.attention.decoding import assert_padded_batch_equals_rows_alone, cached_vs_full, max_diff

@@ -12,7 +12,7 @@ import torch
 import transformers
 
 import ropescale
-from ropescale.attention.rotary_module import ScaledRotaryEmbedding
+from ropescale.attention.rotary_embedding import ScaledRotaryEmbedding
 from ropescale.errors import AlreadyScaledError, UnsupportedModelError
 from tests.conftest import ORIGINAL_CONTEXT, tiny_config, tiny_model
 

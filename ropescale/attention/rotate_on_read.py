@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..methods import RotarySpec, ScalingMethod
-from .rotary_module import ScaledRotaryEmbedding
+from .rotary_embedding import ScaledRotaryEmbedding
 
 #: attribute of each attention layer that points at its :class:`AttentionRotary`
 LAYER_ATTR = "_ropescale_rotary"

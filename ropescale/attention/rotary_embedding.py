@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..methods import RotarySpec, ScalingMethod
-from ..rotary import cos_sin
+from ..rotary_reference import cos_sin
 
 
 class ScaledRotaryEmbedding(nn.Module):
