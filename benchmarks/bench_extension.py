@@ -36,6 +36,7 @@ def parse_args(argv=None):
     ap.add_argument("--passkey-lengths", default="4096,8192,16384,32768", help="passkey cells to run now")
     ap.add_argument("--ppl-lengths", default="2048,8192,16384,32768")
     ap.add_argument("--skip-curve", action="store_true", help="no per-checkpoint perplexity")
+    ap.add_argument("--curve-only", action="store_true", help="train, export and the curve; no suites")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument("--evidence", default=None, help="also write the evidence JSON here (evals/measured/...)")
     return ap.parse_args(argv)
@@ -47,11 +48,21 @@ def ropescale(*args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
+def trained(run: Path, recipe: str) -> bool:
+    """Whether ``run`` holds a complete checkpoint at the step its recipe (as it ran) trains to."""
+    from ropescale.training.checkpoints import list_checkpoints
+    from ropescale.training.config import load_run_config
+
+    done = list_checkpoints(run) if (run / "config.yaml").is_file() else []
+    return bool(done) and int(done[-1].name.split("-")[1]) >= load_run_config(run).train.max_steps
+
+
 def train_and_export(out: Path) -> dict[str, Path]:
     exports = {}
     for role, recipe in RECIPES.items():
         run = out / RUN_DIRS[role]
-        ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
+        if not trained(run, recipe):
+            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
         export = out / f"{RUN_DIRS[role]}-export"
         if not (export / "config.json").is_file():
             ropescale("export", str(run), "--output", str(export))
@@ -91,7 +102,7 @@ def curve(out: Path, plan) -> list[dict]:
                         window=length,
                         mode="nonoverlap",
                         bos_token_id=tokenizer.bos_token_id,
-                        max_tokens=plan.ppl_max_tokens,
+                        max_tokens=max(length, plan.ppl_max_tokens),
                     )
                 tokens = json.loads((ckpt / "state.json").read_text())["tokens"]
                 path.write_text(
@@ -164,7 +175,9 @@ def main(argv=None) -> int:
         if not args.skip_curve:
             points = curve(out, plan)
         wanted = {int(x) for x in args.passkey_lengths.split(",") if x}
-        for name, raw in suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items():
+        for name, raw in (
+            [] if args.curve_only else suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items()
+        ):
             for entry in raw["methods"]:  # the cells asked for now; the rest resume on a later run
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
