@@ -1,0 +1,146 @@
+"""Self-Extend as llama.cpp runs it: ``llama-completion --grp-attn-n G --grp-attn-w W``.
+
+llama.cpp's completion tool (``tools/completion/completion.cpp`` of the llama.cpp that PyPI's
+llama-cpp-python 0.3.36 vendors; the same loop as ``examples/main/main.cpp`` before the tool was
+renamed) implements Self-Extend (Jin et al., arXiv 2401.01325) by editing the positions of the keys
+already in its KV cache, not by LongLM's two position sets per pair (datamllab/LongLM, the
+``self_extend`` method). Before each ``llama_decode`` of a batch (a prompt chunk of ``-b``
+``n_batch`` tokens, or one generated token), while ``n_past ≥ ga_i + W`` it runs::
+
+    ib = G·ga_i / W;  bd = (W / G)·(G − 1);  dd = W / G − ib·bd − W
+    seq_add(ga_i, n_past, +ib·bd);  seq_div(ga_i + ib·bd, ga_i + ib·bd + W, G);  seq_add(.., +dd)
+    n_past −= bd;  ga_i += W / G
+
+(integer positions; the cached keys are re-rotated by the position change, the "K-shift"). Worked
+out, a batch whose first token is the N-th of the sequence sees, with k = ⌊N / W⌋ blocks grouped:
+
+    key j <  k·W:  position ⌊j / G⌋                       (grouped, W-token blocks divided by G)
+    key j ≥ k·W:  position j − k·(W − W / G)             (shifted, relative distances exact)
+    query i:      position i − k·(W − W / G)
+
+So a query is never grouped: its distance to every ungrouped key is exact, and to a grouped key it
+is its distance to the block boundary plus the grouped distance beyond. Which keys are grouped
+depends on where the batches start: the prompt is cut in ``n_batch``-token batches (default 2048),
+each generated token is a batch of one. ``n_ubatch`` splits a batch for compute only and changes
+nothing. The position math lives in :func:`llamacpp_positions`; the attention function in
+:mod:`ropescale.attention.self_extend_llamacpp`.
+
+The passkey example (``examples/passkey/passkey.cpp``) groups every whole prompt batch instead
+(no ``--grp-attn-w``); this method reproduces the completion tool only. llama-server has no
+Self-Extend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .base import RotarySpec, ScalingMethod
+from .self_extend import _check_int
+
+#: llama.cpp's ``common_params::n_batch`` default (``common/common.h``)
+LLAMACPP_N_BATCH = 2048
+
+
+def llamacpp_positions(
+    first: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions llama.cpp's KV cache holds while it decodes a batch starting at token ``first``.
+
+    Args:
+        first: index N of the batch's first token, broadcastable against the other two.
+        query_positions, key_positions: token indices (0-based, in sequence order).
+        group_size, window: ``--grp-attn-n`` G and ``--grp-attn-w`` W (W a multiple of G).
+
+    Returns:
+        ``(query positions, key positions)`` with k = N // W blocks grouped (module docstring).
+    """
+    G, W = group_size, window
+    k = first // W
+    shift = k * (W - W // G)
+    keys = torch.where(key_positions < k * W, key_positions // G, key_positions - shift)
+    return query_positions - shift, keys
+
+
+@dataclass(frozen=True)
+class SelfExtendLlamaCpp(ScalingMethod):
+    """llama.cpp's Self-Extend: ``--grp-attn-n group_size --grp-attn-w window`` with ``-b n_batch``.
+
+    ``group_size`` defaults to the smallest G whose reach covers factor × L, ``window`` to
+    min(1024, L // 4) rounded down to a multiple of G (llama.cpp asserts ``W % G == 0``).
+    """
+
+    name = "self_extend_llamacpp"
+    summary = "Self-Extend as llama.cpp's --grp-attn-n/--grp-attn-w schedule edits its KV cache (attention-level)"
+    attention = "self_extend_llamacpp"
+
+    group_size: int | None = None
+    window: int | None = None
+    #: llama-completion's ``-b``: the prompt is decoded in batches of this many tokens
+    n_batch: int = LLAMACPP_N_BATCH
+
+    def validate(self) -> None:
+        object.__setattr__(self, "group_size", _check_int("group_size", self.group_size))
+        object.__setattr__(self, "window", _check_int("window", self.window))
+        object.__setattr__(self, "n_batch", _check_int("n_batch", self.n_batch))
+        if self.group_size is not None and self.window is not None and self.window % self.group_size:
+            raise ValueError(
+                f"window must be a multiple of group_size (llama.cpp asserts grp_attn_w % grp_attn_n == 0), "
+                f"got window={self.window}, group_size={self.group_size}"
+            )
+
+    def resolved_window(self, spec: RotarySpec, group_size: int | None = None) -> int:
+        if self.window is not None:
+            return self.window
+        G = group_size or self.group_size or 1
+        return max(G, min(1024, spec.original_max_position_embeddings // 4) // G * G)
+
+    def reach(self, spec: RotarySpec, group_size: int | None = None) -> int:
+        """Tokens decoded one by one before a query's position reaches L.
+
+        The token at index i = k·W + r (r < W) sits at W − W/G-shifted position r + k·W/G; the
+        largest, W − 1 + k·W/G, stays below L while k ≤ G·(L − W) / W. A prompt batch keeps the
+        grouping of its first token, so its last token may reach up to ``n_batch`` − 1 further.
+        """
+        G = group_size or self.resolved_group_size(spec)
+        W, L = self.resolved_window(spec, G), spec.original_max_position_embeddings
+        return (G * (L - W) // W + 1) * W
+
+    def resolved_group_size(self, spec: RotarySpec) -> int:
+        if self.group_size is not None:
+            return self.group_size
+        G = 1
+        while self.reach(spec, G) < self.factor * spec.original_max_position_embeddings and G < 1024:
+            G += 1
+        return G
+
+    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+        G = self.resolved_group_size(spec)
+        return dict(self.params(), group_size=G, window=self.resolved_window(spec, G))
+
+    def validate_for(self, spec: RotarySpec) -> None:
+        G = self.resolved_group_size(spec)
+        L, W = spec.original_max_position_embeddings, self.resolved_window(spec, G)
+        if W >= L:
+            raise ValueError(f"window must be smaller than the original context {L}, got {W}")
+        if W % G:
+            raise ValueError(f"window must be a multiple of group_size {G} (llama.cpp asserts it), got {W}")
+        if self.factor > 1 and self.reach(spec) < self.factor * L:
+            raise ValueError(
+                f"group_size={G} with window={W} reaches {self.reach(spec)} tokens, less than "
+                f"factor {self.factor:g} x {L}; use a larger group_size or a smaller factor"
+            )
+
+    def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
+        return spec.base_inv_freq(device=device), 1.0  # plain RoPE; the positions move in attention
+
+    def extended_context(self, spec: RotarySpec) -> int:
+        return super().extended_context(spec) if self.factor > 1 else self.reach(spec)
+
+    def llamacpp_flags(self, spec: RotarySpec) -> str:
+        """The llama.cpp command-line flags that run this schedule."""
+        p = self.resolved_params(spec)
+        flags = f"--grp-attn-n {p['group_size']} --grp-attn-w {p['window']}"
+        return flags if self.n_batch == LLAMACPP_N_BATCH else f"{flags} -b {self.n_batch}"
