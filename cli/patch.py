@@ -188,4 +188,8 @@ def summary(model: str, plan, verbose: bool = False) -> str:
             f"{r.wavelength_after / r.wavelength_before:>7.3f} {r.rotations_over_context:>11.2f}  {r.status}"
         )
     lines.append(f"  {pairs}")
-    return "\n".join(lines)
+    from ..methods.self_extend_llamacpp import llamacpp_note
+
+    note = llamacpp_note(method, spec)  # Self-Extend: the llama.cpp flags, and what llama.cpp computes
+    return "
+".join(lines + ([note] if note else []))

@@ -144,3 +144,57 @@ class SelfExtendLlamaCpp(ScalingMethod):
         p = self.resolved_params(spec)
         flags = f"--grp-attn-n {p['group_size']} --grp-attn-w {p['window']}"
         return flags if self.n_batch == LLAMACPP_N_BATCH else f"{flags} -b {self.n_batch}"
+
+
+def llamacpp_note(method: ScalingMethod, spec: RotarySpec) -> str | None:
+    """What llama.cpp runs for a Self-Extend patch, for ``ropescale patch`` and ``doctor``; None otherwise.
+
+    Args:
+        method: the patch's method (``self_extend`` or ``self_extend_llamacpp``; others give None).
+        spec: the model's original rotary geometry.
+
+    Returns:
+        Lines naming the ``llama-completion`` flags (llama-server has no Self-Extend) and, for
+        LongLM's ``self_extend``, that llama.cpp computes something else.
+    """
+    if method.name not in ("self_extend", SelfExtendLlamaCpp.name):
+        return None
+    p = method.resolved_params(spec)
+    G, W = p["group_size"], p["window"]
+    n_ctx = method.extended_context(spec)
+    batch = (
+        f" -b {method.n_batch}" if isinstance(method, SelfExtendLlamaCpp) and method.n_batch != LLAMACPP_N_BATCH else ""
+    )
+    lines = [
+        f"llama.cpp:          llama-completion -m model.gguf -c {n_ctx} --grp-attn-n {G} --grp-attn-w {W}{batch} "
+        "(llama-server has no Self-Extend)"
+    ]
+    if method.name == "self_extend":
+        lines.append(
+            "                    llama.cpp moves cached keys' positions in blocks (its own schedule, not LongLM's "
+            f"two position sets): method self_extend_llamacpp (group_size={G}, window={W}) predicts what it computes"
+        )
+        missing = [what for what, on in (("logn", p.get("logn")), ("fractional", p.get("fractional"))) if on]
+        if W % G:
+            missing.append(f"window {W} not a multiple of group_size {G} (llama.cpp asserts it)")
+        if missing:
+            lines.append(f"                    llama.cpp has no {', '.join(missing)}")
+    return "\n".join(lines)
+
+
+def llamacpp_note_for_config(data: dict[str, Any]) -> str | None:
+    """:func:`llamacpp_note` for a saved checkpoint's config.json (its ``ropescale`` block), or None."""
+    from . import get_method
+
+    block = data.get("ropescale")
+    if not isinstance(block, dict) or block.get("method") not in ("self_extend", SelfExtendLlamaCpp.name):
+        return None
+    try:
+        params = {k: v for k, v in (block.get("params") or {}).items() if v is not None}
+        method = get_method(block["method"], **params)
+        heads = data.get("num_attention_heads") or 1
+        head_dim = data.get("head_dim") or data["hidden_size"] // heads
+        spec = RotarySpec(head_dim, float(block["original_rope_theta"]), int(block["original_max_position_embeddings"]))
+        return llamacpp_note(method, spec)
+    except (KeyError, TypeError, ValueError):  # a hand-edited block: the verdict table already says what it can
+        return None
