@@ -5,7 +5,8 @@ query and every key has one position. So each batch is one plain attention, with
 keys rotated at the positions the cache holds while that batch is decoded
 (:func:`~ropescale.methods.self_extend_llamacpp.llamacpp_positions`); no two-region merge is
 needed. Keys are cached unrotated (:mod:`.rotary`) and rotated here at the batch's positions, which
-is what llama.cpp's K-shift does to its rotated keys, up to rounding.
+is what llama.cpp's K-shift does to its rotated keys, up to rounding (with its ``seq_div`` sign:
+``kshift``).
 
 A forward call is cut into llama.cpp's batches: a call of one token (a decoding step) is a batch
 of its own; a longer call (a prompt) is cut into ``n_batch``-token batches from its smallest
@@ -42,7 +43,8 @@ def _llamacpp(query, key, value, attention_mask, position_ids, rotary, scale, ca
     q_len, kv_len, device = query.shape[2], key.shape[2], query.device
     k_pos = key_positions(position_ids, kv_len)
     p_k = torch.arange(kv_len, device=device)[None] if k_pos is None else k_pos  # [1 or b, kv]
-    cos, sin = rotary.table(max(kv_len, int(position_ids.max()) + 1), query.dtype, device)
+    # shipped K-shift: a grouped key turns to 2j − j // G, up to twice the sequence
+    cos, sin = rotary.table(2 * max(kv_len, int(position_ids.max()) + 1), query.dtype, device)
     blocks = batch_starts(position_ids, rotary.n_batch) // W  # [b, q]: blocks grouped when each query runs
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2  # additive mask
@@ -51,7 +53,7 @@ def _llamacpp(query, key, value, attention_mask, position_ids, rotary, scale, ca
         rows = (blocks == k).any(0).nonzero()  # query rows decoded with k blocks grouped, in some batch row
         r0, r1 = int(rows[0]), int(rows[-1]) + 1
         end = kv_len - q_len + r1  # keys after the last of these queries are never visible
-        q_p, k_p = llamacpp_positions(k * W, position_ids[:, r0:r1], p_k[:, :end], G, W)
+        q_p, k_p = llamacpp_positions(k * W, position_ids[:, r0:r1], p_k[:, :end], G, W, rotary.kshift)
         q_rot = rotate(query[:, :, r0:r1], cos[q_p][:, None], sin[q_p][:, None])  # [b, h, rows, d]
         k_rot = rotate(key[:, :, :end], cos[k_p][:, None], sin[k_p][:, None])  # [b, h_kv, end, d]
         own = blocks[:, r0:r1] == k  # [b, rows]

@@ -11,19 +11,27 @@ already in its KV cache, not by LongLM's two position sets per pair (datamllab/L
     seq_add(ga_i, n_past, +ib·bd);  seq_div(ga_i + ib·bd, ga_i + ib·bd + W, G);  seq_add(.., +dd)
     n_past −= bd;  ga_i += W / G
 
-(integer positions; the cached keys are re-rotated by the position change, the "K-shift"). Worked
-out, a batch whose first token is the N-th of the sequence sees, with k = ⌊N / W⌋ blocks grouped:
+(integer cell positions; the cached keys are re-rotated by each cell's accumulated position change,
+the "K-shift"). Worked out, a batch whose first token is the N-th of the sequence sees, with
+k = ⌊N / W⌋ blocks grouped:
 
-    key j <  k·W:  position ⌊j / G⌋                       (grouped, W-token blocks divided by G)
-    key j ≥ k·W:  position j − k·(W − W / G)             (shifted, relative distances exact)
-    query i:      position i − k·(W − W / G)
+    key j ≥ k·W:  at j − k·(W − W / G)             (shifted: relative distances exact)
+    key j <  k·W:  cell position ⌊j / G⌋ (the causal mask reads it), rotated at 2j − ⌊j / G⌋
+    query i:      at i − k·(W − W / G)
 
-So a query is never grouped: its distance to every ungrouped key is exact, and to a grouped key it
-is its distance to the block boundary plus the grouped distance beyond. Which keys are grouped
-depends on where the batches start: the prompt is cut in ``n_batch``-token batches (default 2048),
-each generated token is a batch of one. ``n_ubatch`` splits a batch for compute only and changes
-nothing. The position math lives in :func:`llamacpp_positions`; the attention function in
-:mod:`ropescale.attention.self_extend_llamacpp`.
+The grouped keys' rotation is not their cell position: ``pos_div`` in ``src/llama-kv-cells.h``
+records the K-shift as ``shift[i] += p_old − pos[i]``, old minus new, where ``pos_add`` records
+``+d``, new minus old; the K-shift rotates every key by its recorded shift, so a divided key turns
+*forward* by j − ⌊j/G⌋ instead of back. llama.cpp's ``llama_kv_cache_seq_div`` before the
+kv-cells refactor (2024: ``delta += pos − p_old``) had the intended sign. ``kshift="shipped"`` (the
+default) reproduces the vendored code; ``kshift="intended"`` rotates grouped keys at ⌊j / G⌋, the
+schedule as its authors meant it (a query is then never grouped: its distance to an ungrouped key is
+exact, to a grouped one its distance to the block boundary plus the grouped distance beyond).
+
+Which keys are grouped depends on where the batches start: the prompt is cut in ``n_batch``-token
+batches (default 2048), each generated token is a batch of one. ``n_ubatch`` splits a batch for
+compute only and changes nothing. The position math lives in :func:`llamacpp_positions`; the
+attention function in :mod:`ropescale.attention.self_extend_llamacpp`.
 
 The passkey example (``examples/passkey/passkey.cpp``) groups every whole prompt batch instead
 (no ``--grp-attn-w``); this method reproduces the completion tool only. llama-server has no
@@ -44,15 +52,25 @@ from .self_extend import _check_int
 LLAMACPP_N_BATCH = 2048
 
 
+#: ``shipped``: llama.cpp's K-shift after ``seq_div`` as the vendored code records it; ``intended``: j // G
+KSHIFTS = ("shipped", "intended")
+
+
 def llamacpp_positions(
-    first: torch.Tensor, query_positions: torch.Tensor, key_positions: torch.Tensor, group_size: int, window: int
+    first: torch.Tensor,
+    query_positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    group_size: int,
+    window: int,
+    kshift: str = "shipped",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions llama.cpp's KV cache holds while it decodes a batch starting at token ``first``.
+    """Positions llama.cpp rotates queries and cached keys at while it decodes a batch starting at ``first``.
 
     Args:
         first: index N of the batch's first token, broadcastable against the other two.
         query_positions, key_positions: token indices (0-based, in sequence order).
         group_size, window: ``--grp-attn-n`` G and ``--grp-attn-w`` W (W a multiple of G).
+        kshift: one of :data:`KSHIFTS` (module docstring).
 
     Returns:
         ``(query positions, key positions)`` with k = N // W blocks grouped (module docstring).
@@ -60,8 +78,8 @@ def llamacpp_positions(
     G, W = group_size, window
     k = first // W
     shift = k * (W - W // G)
-    keys = torch.where(key_positions < k * W, key_positions // G, key_positions - shift)
-    return query_positions - shift, keys
+    grouped = 2 * key_positions - key_positions // G if kshift == "shipped" else key_positions // G
+    return query_positions - shift, torch.where(key_positions < k * W, grouped, key_positions - shift)
 
 
 @dataclass(frozen=True)
@@ -80,11 +98,15 @@ class SelfExtendLlamaCpp(ScalingMethod):
     window: int | None = None
     #: llama-completion's ``-b``: the prompt is decoded in batches of this many tokens
     n_batch: int = LLAMACPP_N_BATCH
+    #: ``shipped``: grouped keys turn as the vendored llama.cpp turns them; ``intended``: at j // G
+    kshift: str = "shipped"
 
     def validate(self) -> None:
         object.__setattr__(self, "group_size", _check_int("group_size", self.group_size))
         object.__setattr__(self, "window", _check_int("window", self.window))
         object.__setattr__(self, "n_batch", _check_int("n_batch", self.n_batch))
+        if self.kshift not in KSHIFTS:
+            raise ValueError(f"kshift must be one of {', '.join(KSHIFTS)}, got {self.kshift!r}")
         if self.group_size is not None and self.window is not None and self.window % self.group_size:
             raise ValueError(
                 f"window must be a multiple of group_size (llama.cpp asserts grp_attn_w % grp_attn_n == 0), "
@@ -139,12 +161,6 @@ class SelfExtendLlamaCpp(ScalingMethod):
     def extended_context(self, spec: RotarySpec) -> int:
         return super().extended_context(spec) if self.factor > 1 else self.reach(spec)
 
-    def llamacpp_flags(self, spec: RotarySpec) -> str:
-        """The llama.cpp command-line flags that run this schedule."""
-        p = self.resolved_params(spec)
-        flags = f"--grp-attn-n {p['group_size']} --grp-attn-w {p['window']}"
-        return flags if self.n_batch == LLAMACPP_N_BATCH else f"{flags} -b {self.n_batch}"
-
 
 def llamacpp_note(method: ScalingMethod, spec: RotarySpec) -> str | None:
     """What llama.cpp runs for a Self-Extend patch, for ``ropescale patch`` and ``doctor``; None otherwise.
@@ -169,6 +185,11 @@ def llamacpp_note(method: ScalingMethod, spec: RotarySpec) -> str | None:
         f"llama.cpp:          llama-completion -m model.gguf -c {n_ctx} --grp-attn-n {G} --grp-attn-w {W}{batch} "
         "(llama-server has no Self-Extend)"
     ]
+    lines.append(
+        "                    llama.cpp's seq_div turns grouped keys forward, not back (src/llama-kv-cells.h pos_div's "
+        "K-shift sign, llama-cpp-python 0.3.36): far keys get distorted positions; see docs/methods.md"
+        + ("; kshift=intended here is NOT what it computes" if getattr(method, "kshift", "") == "intended" else "")
+    )
     if method.name == "self_extend":
         lines.append(
             "                    llama.cpp moves cached keys' positions in blocks (its own schedule, not LongLM's "
