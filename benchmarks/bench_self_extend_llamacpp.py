@@ -6,7 +6,8 @@ from ``passkey_key``) at ``--length`` tokens, decoded to text; ``llama-completio
 on the exported GGUF (f32 weights, ``ropescale export-gguf``) with ``--grp-attn-n G --grp-attn-w W``
 (llama.cpp's default f16 KV cache, and ``-ctk f32 -ctv f32`` with ``--f32-cache``); ropescale decodes
 llama.cpp's own prompt tokens (``--verbose-prompt``) greedily in fp32 with ``self_extend_llamacpp``
-(same G, W, n_batch) and with ``self_extend`` (same G, W). Each answer is the first ``--new`` tokens.
+(same G, W, n_batch; llama.cpp's shipped K-shift sign, and ``kshift=intended``) and with LongLM's
+``self_extend`` (same G, W). Each answer is the first ``--new`` tokens.
 
     python benchmarks/bench_self_extend_llamacpp.py --llama-completion .llamacpp-cli/build/bin/llama-completion \\
         [--length 16384] [--depths 0.25,0.5,0.75] [--output runs/bench-grp-attn]
@@ -37,6 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--new", type=int, default=8, help="tokens generated")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--f32-cache", action="store_true", help="llama.cpp with an f32 KV cache")
+    p.add_argument("--skip-intended", action="store_true", help="leave out self_extend_llamacpp kshift=intended")
     p.add_argument("--output", default="runs/bench-grp-attn")
     return p.parse_args(argv)
 
@@ -80,15 +82,21 @@ def main(argv=None) -> int:
         row = {"key": key, "prompt_tokens": len(ids), "llama.cpp": theirs.decode("utf-8", "replace")}
         row["llama.cpp_s"] = round(time.time() - t0, 1)
         (out / f"llama-{depth}.log").write_text(log[-20000:], encoding="utf-8")
-        for name, params in (("self_extend_llamacpp", {"n_batch": args.n_batch}), ("self_extend", {})):
+        variants = {
+            "self_extend_llamacpp": ("self_extend_llamacpp", {"n_batch": args.n_batch}),
+            "self_extend_llamacpp_intended": ("self_extend_llamacpp", {"n_batch": args.n_batch, "kshift": "intended"}),
+            "self_extend": ("self_extend", {}),
+        }
+        if args.skip_intended:
+            del variants["self_extend_llamacpp_intended"]
+        for name, (method, params) in variants.items():
             if name not in models:
-                models[name] = patch(
-                    from_pretrained(MODEL, dtype=torch.float32), name, group_size=G, window=W, **params
-                )
+                model = from_pretrained(MODEL, dtype=torch.float32)
+                models[name] = patch(model, method, group_size=G, window=W, **params)
             t0 = time.time()
             answer = token_bytes(tokenizer, greedy_ids(models[name], ids, args.new, banned))
             row[name], row[f"{name}_s"] = answer.decode("utf-8", "replace"), round(time.time() - t0, 1)
-        for name in ("llama.cpp", "self_extend_llamacpp", "self_extend"):
+        for name in ("llama.cpp", *variants):
             row[f"{name}_correct"] = score_passkey(row[name], key)
         row["same"] = row["llama.cpp"] == row["self_extend_llamacpp"]
         results[cell] = row
