@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from .base import RotarySpec, ScalingMethod
-from .self_extend import _check_int
+from .self_extend import SelfExtend, _check_int
 
 #: llama.cpp's ``common_params::n_batch`` default (``common/common.h``)
 LLAMACPP_N_BATCH = 2048
@@ -205,14 +205,13 @@ def llamacpp_note(method: ScalingMethod, spec: RotarySpec) -> str | None:
 
 def llamacpp_note_for_config(data: dict[str, Any]) -> str | None:
     """:func:`llamacpp_note` for a saved checkpoint's config.json (its ``ropescale`` block), or None."""
-    from . import get_method
-
     block = data.get("ropescale")
     if not isinstance(block, dict) or block.get("method") not in ("self_extend", SelfExtendLlamaCpp.name):
         return None
     try:
         params = {k: v for k, v in (block.get("params") or {}).items() if v is not None}
-        method = get_method(block["method"], **params)
+        cls = SelfExtend if block["method"] == SelfExtend.name else SelfExtendLlamaCpp
+        method = cls(**{k: v for k, v in params.items() if k in cls.parameter_defaults()})
         heads = data.get("num_attention_heads") or 1
         head_dim = data.get("head_dim") or data["hidden_size"] // heads
         spec = RotarySpec(head_dim, float(block["original_rope_theta"]), int(block["original_max_position_embeddings"]))

@@ -45,3 +45,16 @@ def test_doctor_prints_the_flags_of_a_saved_checkpoint(tmp_path, capsys, method)
     main(["doctor", str(tmp_path), "--json"])
     note = json.loads(capsys.readouterr().out)["llama_cpp_self_extend"]
     assert ("self_extend_llamacpp (group_size=4, window=16) predicts" in note) == (method == "self_extend")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_patch_summary_ends_with_the_llama_cpp_flags(verbose):
+    from ropescale.cli.patch import summary
+    from ropescale.patching.plan import plan_patch
+    from tests.conftest import tiny_config
+
+    plan = plan_patch(tiny_config("llama"), "self_extend", group_size=4, window=16)
+    text = summary("tiny", plan, verbose=verbose)
+    assert "llama-completion -m model.gguf -c 208 --grp-attn-n 4 --grp-attn-w 16 (llama-server" in text
+    assert "self_extend_llamacpp (group_size=4, window=16) predicts" in text
+    assert "llama.cpp" not in summary("tiny", plan_patch(tiny_config("llama"), "yarn", factor=4), verbose=verbose)
