@@ -4,7 +4,7 @@ llama.cpp moves the positions of the keys in its cache between batches; within a
 query and every key has one position. So each batch is one plain attention, with the queries and
 keys rotated at the positions the cache holds while that batch is decoded
 (:func:`~ropescale.methods.self_extend_llamacpp.llamacpp_positions`); no two-region merge is
-needed. Keys are cached unrotated (:mod:`.rotary`) and rotated here at the batch's positions, which
+needed. Keys are cached unrotated (:mod:`.rotate_on_read`) and rotated here at the batch's positions, which
 is what llama.cpp's K-shift does to its rotated keys, up to rounding (with its ``seq_div`` sign:
 ``kshift``).
 
@@ -21,7 +21,7 @@ import torch
 from ..methods.self_extend_llamacpp import llamacpp_positions
 from .function import attention_function, register_attention
 from .merge import attend, merge
-from .rotary import key_positions, rotate
+from .rotate_on_read import key_positions, rotate
 
 NAME = "ropescale_self_extend_llamacpp"
 

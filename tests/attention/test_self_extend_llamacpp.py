@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ropescale.attention.rotary import AttentionRotary
+from ropescale.attention.rotate_on_read import AttentionRotary
 from ropescale.attention.self_extend_llamacpp import _llamacpp
 from ropescale.methods import RotarySpec, get_method
 from ropescale.methods.self_extend_llamacpp import llamacpp_positions
