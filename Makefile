@@ -36,7 +36,15 @@ ENGINES_STAMP := $(ENGINES)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(ENGINE_
 WHEEL_PY := import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
 	z.extractall(sys.argv[2], [n for n in z.namelist() if n.endswith(".py")])
 
-.PHONY: setup test lint demo bench clean tf4 llamacpp engines
+
+# llama.cpp's completion tool (llama-completion: the one with Self-Extend, --grp-attn-n/--grp-attn-w),
+# configured from the same vendored source into a build dir of its own, for the test that runs it
+# against ropescale's self_extend_llamacpp (tests/export/test_self_extend_llamacpp_cli.py).
+LLAMACPP_CLI ?= .llamacpp-cli
+LLAMACPP_CLI_BIN := $(LLAMACPP_CLI)/build/bin/llama-completion
+LLAMACPP_CLI_STAMP := $(LLAMACPP_CLI)/.built-$(LLAMACPP_VERSION)-completion
+
+.PHONY: setup test lint demo bench clean tf4 llamacpp engines llamacpp-cli
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
@@ -86,11 +94,22 @@ $(LLAMACPP_STAMP): | $(STAMP)
 		|| (tail -30 $(LLAMACPP)/build.log; exit 1)
 	test -x $(LLAMACPP_BIN) && touch $(LLAMACPP_STAMP)
 
-test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP) $(ENGINES_STAMP)
+llamacpp-cli: $(LLAMACPP_CLI_STAMP)
+
+$(LLAMACPP_CLI_STAMP): | $(LLAMACPP_STAMP)
+	rm -rf $(LLAMACPP_CLI) && mkdir -p $(LLAMACPP_CLI)
+	cmake -S $(LLAMACPP)/src -B $(LLAMACPP_CLI)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BLAS=OFF \
+		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > $(LLAMACPP_CLI)/cmake.log 2>&1 || (tail -30 $(LLAMACPP_CLI)/cmake.log; exit 1)
+	cmake --build $(LLAMACPP_CLI)/build --target llama-completion -j2 > $(LLAMACPP_CLI)/build.log 2>&1 \
+		|| (tail -30 $(LLAMACPP_CLI)/build.log; exit 1)
+	test -x $(LLAMACPP_CLI_BIN) && touch $(LLAMACPP_CLI_STAMP)
+
+test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP) $(ENGINES_STAMP) $(LLAMACPP_CLI_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m ropescale.data.corpus install
-	ROPESCALE_TF4=$(abspath $(TF4)) LLAMA_PERPLEXITY=$(abspath $(LLAMACPP_BIN)) $(PY) -m pytest -q tests
+	ROPESCALE_TF4=$(abspath $(TF4)) LLAMA_PERPLEXITY=$(abspath $(LLAMACPP_BIN)) \
+		LLAMA_COMPLETION=$(abspath $(LLAMACPP_CLI_BIN)) $(PY) -m pytest -q tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -108,4 +127,4 @@ bench: setup
 	$(PY) benchmarks/bench_forward.py
 
 clean:
-	rm -rf $(VENV) $(TF4) $(LLAMACPP) $(ENGINES) build *.egg-info
+	rm -rf $(VENV) $(TF4) $(LLAMACPP) $(ENGINES) $(LLAMACPP_CLI) build *.egg-info

@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from ropescale.interop.engines import select
     from ropescale.interop.verdict import check, format_table, read_config_json
+    from ropescale.methods.self_extend_llamacpp import llamacpp_note_for_config
 
     engines = select(args.engines)
     data, source = read_config_json(args.model)
@@ -58,10 +59,13 @@ def run(args: argparse.Namespace) -> int:
     check_config_dict(unmark_config_dict(data), where)
     check_with_transformers(unmark_config_dict(data), where)  # the pass every command shares: BERT, odd heads...
     report = check(data, source, engines)
+    note = llamacpp_note_for_config(data)  # Self-Extend: the llama-completion flags
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(dict(report.to_json(), **({"llama_cpp_self_extend": note} if note else {})), indent=2))
     else:
         print(format_table(report))
+        if note:
+            print(note)
         if report.loses:
             names = ", ".join(f"{v.name} {v.versions}" for v in report.loses)
             print(

@@ -175,8 +175,12 @@ def summary(model: str, plan, verbose: bool = False) -> str:
     rows = pair_changes(method, spec, extended)
     counts = {s: sum(r.status == s for r in rows) for s in ("kept", "blended", "interpolated", "extrapolated")}
     pairs = ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(rows)} pairs"
+    from ..methods.self_extend_llamacpp import llamacpp_note
+
+    note = llamacpp_note(method, spec)  # Self-Extend: the llama.cpp flags, and what llama.cpp computes
+    tail = [note] if note else []
     if not verbose:
-        return "\n".join([*lines, f"rotary pairs:       {pairs} (--verbose: each pair's wavelength)"])
+        return "\n".join([*lines, f"rotary pairs:       {pairs} (--verbose: each pair's wavelength)", *tail])
     lines += [
         "",
         f"per-pair wavelengths (tokens; L = {spec.original_max_position_embeddings}):",
@@ -188,4 +192,4 @@ def summary(model: str, plan, verbose: bool = False) -> str:
             f"{r.wavelength_after / r.wavelength_before:>7.3f} {r.rotations_over_context:>11.2f}  {r.status}"
         )
     lines.append(f"  {pairs}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *tail])

@@ -8,6 +8,7 @@
 * ``self_extend`` (:mod:`.self_extend`): Self-Extend grouped attention, the ``self_extend`` method.
 * ``dca`` (:mod:`.dca`): Dual Chunk Attention, the ``dca`` method.
 * ``string`` (:mod:`.string`): STRING's shifted positions, the ``string`` method.
+* ``self_extend_llamacpp`` (:mod:`.self_extend_llamacpp`): llama.cpp's grouped-KV Self-Extend.
 
 Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets

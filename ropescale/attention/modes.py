@@ -48,6 +48,11 @@ def _string(method: Any, spec: Any) -> dict[str, Any]:
     return {"shift": method.resolved_shift(spec), "local_window": method.resolved_local_window(spec)}
 
 
+def _self_extend_llamacpp(method: Any, spec: Any) -> dict[str, Any]:
+    params = method.resolved_params(spec)
+    return {k: params[k] for k in ("group_size", "window", "n_batch", "kshift") if k in params}
+
+
 TABLE: dict[str, Mode] = {
     mode.name: mode
     for mode in (
@@ -67,6 +72,7 @@ TABLE: dict[str, Mode] = {
             rotated_keys=True,
             search_grid="STRING's shift, local_window and frequencies on a grid",
         ),
+        Mode("self_extend_llamacpp", "self_extend_llamacpp", _self_extend_llamacpp),
     )
 }
 

@@ -17,6 +17,7 @@ from .dca import DualChunk
 from .llama3 import Llama3
 from .longrope import LongRope
 from .self_extend import SelfExtend
+from .self_extend_llamacpp import SelfExtendLlamaCpp
 from .string import String
 from .yarn import DynamicYarn, Yarn
 
@@ -41,6 +42,7 @@ def register_method(cls: type[ScalingMethod]) -> type[ScalingMethod]:
 
 for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend, DualChunk, String):
     register_method(_cls)
+register_method(SelfExtendLlamaCpp)
 
 
 def method_class(name: str) -> type[ScalingMethod]:

@@ -31,6 +31,7 @@ EXPECTED_NAMES = {
     "llama3",
     "longrope",
     "self_extend",
+    "self_extend_llamacpp",
     "dca",
     "string",
 }
