@@ -139,8 +139,13 @@ def plot(out: Path, rows, points, plan) -> list[str]:
     plt.close(fig)
     if points:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        by = {r.label: r for r in rows}
+        start = {"fine-tuned yarn": by.get("yarn"), "control": by.get("none")}  # before training: step 0
         for role in ("fine-tuned yarn", "control"):
             pts = sorted((p["tokens"], p["ppl"], p["length"]) for p in points if p["role"] == role)
+            first = start[role]
+            if pts and first is not None and pts[0][2] in first.ppl:
+                pts.insert(0, (0, first.ppl[pts[0][2]], pts[0][2]))
             if pts:
                 ax.plot(
                     [t for t, _, _ in pts],
@@ -148,7 +153,7 @@ def plot(out: Path, rows, points, plan) -> list[str]:
                     marker="o",
                     label=f"{role}: PPL({pts[0][2] // 1024}k)",
                 )
-        ax.set_xlabel("training tokens")
+        ax.set_xlabel("training tokens (0: before training: training-free yarn / the unscaled model)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title("gain against training tokens")
         ax.legend()
@@ -182,7 +187,12 @@ def main(argv=None) -> int:
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
             run_suite(suite_from_dict(raw), out / name)
-    elif (out / "curve").is_dir():
+    else:  # the suites' reports of their finished cells and, marked in progress, the partial ones
+        from ropescale.evals.suite import SuiteRunner
+
+        for name, raw in suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items():
+            if (out / name / "cells").is_dir():
+                SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
     commands = {role: f"python benchmarks/bench_extension.py --output {out}" for role in RECIPES}
     commands.update({"none": commands["control"], "yarn": commands["control"]})

@@ -135,8 +135,9 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
     ft, control, none = by.get("fine-tuned yarn"), by.get("control"), by.get("none")
     L, lines = plan.original_context, []
 
-    def say(part: str, ok: bool | None, detail: str) -> None:
-        lines.append(f"- {part}: {'not measured yet' if ok is None else 'met' if ok else 'NOT met'} ({detail})")
+    def say(part: str, ok: bool | str | None, detail: str) -> None:
+        status = ok if isinstance(ok, str) else "not measured yet" if ok is None else "met" if ok else "NOT met"
+        lines.append(f"- {part}: {status} ({detail})")
 
     long = [n for n in plan.ppl_lengths if n > L]
     if ft and control and L in control.ppl and all(n in ft.ppl for n in long):
@@ -176,11 +177,11 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
         if ft is None or n not in ft.passkey or bar is None:
             say(f"passkey at {length_text(n)} ≥ the unscaled model's at {length_text(L)}", None, "cells missing")
             continue
-        k = ft.passkey_trials.get(n, 0)
+        k, full = ft.passkey_trials.get(n, 0), plan.trials * len(plan.depths)
         say(
             f"passkey at {length_text(n)} ≥ the unscaled model's {bar:.2f} at {length_text(L)}",
-            ft.passkey[n] >= bar,
-            f"{ft.passkey[n]:.2f} on {k} prompts" + ("" if k >= 30 else f", cell in progress ({k} of 30)"),
+            (ft.passkey[n] >= bar) if k >= full else "in progress",
+            f"{ft.passkey[n]:.2f} on {k} of {full} prompts",
         )
     return lines
 
