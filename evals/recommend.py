@@ -209,21 +209,26 @@ def recommend(
             )
         )
         rec.commands.append(("training-free meanwhile", patch))
-        rec.measured = fine_tune_measured(evidence, model, s)
-        if rec.measured:
-            rec.reasons.append(rec.measured)
+        found = fine_tune_measured(evidence, model, s)
+        if found:
+            rec.measured, caveat = found
+            rec.reasons.append("measured " + rec.measured)
+            if caveat:
+                rec.caveats.append(caveat)
+                rec.reasons.append("caveat: " + caveat)
     rec.tradeoffs = tradeoffs(
         method, [ev for ev in evidence if ev.budget != "fine-tune"], original_context, target_length
     )
     return rec
 
 
-def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> str | None:
-    """One line quoting the extension experiment of this model at this factor (fine-tuned YaRN against
-    its control and the training-free model), or None where none is shipped."""
+def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
+    """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned
+    YaRN against its control and the training-free model, and a caveat where the fine-tune's passkey
+    at its shortest length stays below the unscaled model's (retrieval not restored)."""
     for ev in evidence:
         rows = {r.label: r for r in ev.rows}
-        ft, control, free = rows.get("fine-tuned yarn"), rows.get("control"), rows.get("yarn")
+        ft, control, free, none = (rows.get(k) for k in ("fine-tuned yarn", "control", "yarn", "none"))
         if ev.budget != "fine-tune" or not same_model(ev.model, model) or ft is None or not ft.at_factor(factor):
             continue
         parts = []
@@ -233,7 +238,15 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> s
         for n in sorted(ft.passkey):
             base = f", training-free {free.passkey[n]:.2f}" if free and n in free.passkey else ""
             parts.append(f"passkey {_k(n)} {ft.passkey[n]:.2f} on {ft.passkey_trials.get(n, '?')} prompts{base}")
-        return f"measured fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts)
+        caveat = None
+        first = min(ft.passkey, default=None)
+        if first is not None and none is not None and first in none.passkey and ft.passkey[first] < none.passkey[first]:
+            caveat = (
+                f"the measured fine-tune did not restore retrieval at {_k(first)} ({ft.passkey[first]:.2f} against the "
+                f"unscaled model's {none.passkey[first]:.2f}; {ev.source}): train longer than it did, and check with "
+                "`ropescale eval passkey` before relying on it"
+            )
+        return f"fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts), caveat
     return None
 
 
@@ -314,7 +327,7 @@ def format_short(rec: Recommendation) -> str:
     ]
     lines += wrap("why:", rec.why)
     if rec.measured:
-        lines += wrap("measured:", rec.measured)
+        lines += wrap("result:", rec.measured)
     for caveat in rec.caveats:
         lines += wrap("caveat:", caveat)
     from ropescale.methods import method_class

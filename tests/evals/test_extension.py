@@ -121,7 +121,7 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
     assert evidence[0].budget == "fine-tune"
     tuned = recommend("smollm2-135m", 8192, 32768, "fine-tune", evidence=evidence)
     assert "PPL 32k 30.10" in tuned.measured and "passkey 32k 0.90 on 30 prompts, training-free 0.40" in tuned.measured
-    assert "PPL 8k 30.10 (control 30.20)" in tuned.measured and "measured:" in format_short(tuned)
+    assert "PPL 8k 30.10 (control 30.20)" in tuned.measured and "result:" in format_short(tuned)
     # the training-free answer is the same with or without the fine-tune's file (its 0.90 is no candidate)
     free = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=evidence)
     alone = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=list(shipped_evidence()))
