@@ -16,7 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_measurements_load_with_their_commands():
-    smollm, frontier = sorted(shipped_evidence(), key=lambda ev: "frontier" in ev.source)
+    shipped = {ev.source: ev for ev in shipped_evidence()}
+    smollm, frontier = shipped["evals/measured/smollm2-135m.json"], shipped["evals/measured/smollm2-135m-frontier.json"]
+    finetune = shipped["evals/measured/smollm2-135m-finetune.json"]
+    assert finetune.budget == "fine-tune" and [r.label for r in finetune.rows][:3] == [
+        "none",
+        "yarn",
+        "fine-tuned yarn",
+    ]
+    assert all(row.commands and row.passkey_trials.keys() == row.passkey.keys() for row in finetune.rows)
+    assert frontier.budget == smollm.budget == "training-free"
     assert frontier.source == "evals/measured/smollm2-135m-frontier.json" and frontier.original_context == 8192
     assert all(row.commands and row.passkey_trials.keys() == row.passkey.keys() for row in frontier.rows if row.passkey)
     assert frontier.find("self_extend", factor=2.0).ppl[16384] == 29.81
@@ -126,7 +135,7 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         json.dumps({"model": "mine", "tasks": {"perplexity": {"yarn": {"2048": {"ppl": 9.0}}}}})
     )
     found = find_evidence("mine", root=tmp_path)
-    shipped = ["evals/measured/smollm2-135m-frontier.json", "evals/measured/smollm2-135m.json"]
+    shipped = [f"evals/measured/smollm2-135m{s}.json" for s in ("-finetune", "-frontier", "")]
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
     assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
