@@ -1,0 +1,53 @@
+"""`auto` precision: bf16 where the CPU multiplies bf16 in hardware, fp32 elsewhere (the other tests pin
+``ROPESCALE_CPU_BF16=0``; here both answers are asked for), in evaluation and in training recipes."""
+
+from __future__ import annotations
+
+import pytest
+
+from ropescale.models.runtime import cpu_has_bf16, resolve_runtime
+from ropescale.training.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize(("flag", "dtype"), [("1", "bfloat16"), ("0", "float32")])
+def test_auto_dtype_on_the_cpu_follows_the_bf16_hardware(monkeypatch, flag, dtype):
+    monkeypatch.setenv("ROPESCALE_CPU_BF16", flag)
+    assert cpu_has_bf16() is (flag == "1")
+    assert resolve_runtime("cpu", "auto").dtype == dtype
+    assert resolve_runtime("cpu", "float32").dtype == "float32"  # fp32 stays one flag away
+
+
+def test_the_probe_reads_the_hardware_when_not_forced(monkeypatch):
+    monkeypatch.delenv("ROPESCALE_CPU_BF16")
+    flags = open("/proc/cpuinfo").read().split() if __import__("os").path.exists("/proc/cpuinfo") else []
+    if flags:
+        assert cpu_has_bf16() is ("amx_bf16" in flags or "avx512_bf16" in flags)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "flag", "dtype", "mp"),
+    [
+        ("smollm2-135m/pose_yarn_x4_cpu", "1", "bfloat16", "bf16"),  # LoRA: frozen base in bf16
+        ("smollm2-135m/yarn_x4", "1", "float32", "bf16"),  # full: fp32 master weights, bf16 compute
+        ("smollm2-135m/pose_yarn_x4_cpu", "0", "float32", "no"),
+        ("smollm2-135m/yarn_x4", "0", "float32", "no"),
+    ],
+)
+def test_training_precision_auto_is_resolved_when_the_recipe_loads(monkeypatch, recipe, flag, dtype, mp):
+    monkeypatch.setenv("ROPESCALE_CPU_BF16", flag)
+    c = load_config(recipe)
+    assert (c.model.dtype, c.train.mixed_precision) == (dtype, mp)
+    assert "auto" not in (c.to_dict()["model"]["dtype"], c.to_dict()["train"]["mixed_precision"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["model.dtype=bfloat16", "train.mixed_precision=no"], "model.dtype=bfloat16 with train.mixed_precision=no"),
+        (["lora.enabled=false", "model.dtype=bfloat16", "train.mixed_precision=bf16"], "full fine-tune keeps float32"),
+    ],
+)
+def test_precisions_that_cannot_train_are_refused_in_one_line(overrides, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_config("smollm2-135m/pose_yarn_x4_cpu", overrides)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
