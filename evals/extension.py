@@ -29,8 +29,12 @@ from ropescale.evals.generation import wilson_interval
 
 ROLES = ("none", "yarn", "fine-tuned yarn", "control")
 #: the suite folder each role's cells live in, and its label inside that suite
-SUITE_OF = {"none": ("base", "none"), "yarn": ("base", "yarn"), "fine-tuned yarn": ("finetuned", "fine-tuned yarn")}
-SUITE_OF["control"] = ("control", "control")
+SUITE_OF = {
+    "none": ("base", "none"),
+    "yarn": ("base", "yarn"),
+    "fine-tuned yarn": ("finetuned", "fine-tuned yarn"),
+    "control": ("control", "control"),
+}
 
 
 @dataclass(frozen=True)

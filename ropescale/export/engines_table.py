@@ -17,7 +17,7 @@ from ..interop.legacy import with_legacy_keys
 from ..interop.verdict import check
 
 L = 4096
-#: column -> (method, params) as in tests/interop/cases.py
+#: column -> (method, params): the cases tests/interop/cases.py saves and runs through each engine
 METHODS = {
     "linear": ("linear", {}),
     "ntk": ("ntk", {}),
@@ -26,7 +26,10 @@ METHODS = {
     "yarn af=1": ("yarn", {"attention_factor": 1.0}),
     "yarn betas 16/2": ("yarn", {"beta_fast": 16, "beta_slow": 2}),
     "llama3": ("llama3", {}),
-    "longrope": ("longrope", {"long_factor": [1.0 + 3.0 * i / 31 for i in range(32)], "kv_consistent": False}),
+    "longrope": (
+        "longrope",
+        {"long_factor": [1.0 + 3.0 * i / 31 for i in range(32)], "short_factor": [1.0] * 32, "kv_consistent": False},
+    ),
 }
 FORMS = {
     "saved": "config.json as ropescale writes it",

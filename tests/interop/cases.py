@@ -10,22 +10,18 @@ import warnings
 from pathlib import Path
 
 import ropescale
+from ropescale.export import engines_table
 from tests.conftest import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 L = 256
 FACTOR = 4
 LENGTHS = (16, L // 2, L, L + 1, L + 2, 2 * L, 4 * L)
-LONG = [1.0 + 3.0 * i / 31 for i in range(32)]
+#: case -> (method, params): the columns of docs/engines.md (one table for the doc and the test), named
+#: for checkpoint folders and test ids
 METHODS = {
-    "linear": {},
-    "ntk": {},
-    "dynamic_ntk": {"kv_consistent": False},
-    "yarn": {},
-    "yarn_af1": {"attention_factor": 1.0},
-    "yarn_betas": {"beta_fast": 16, "beta_slow": 2},
-    "llama3": {},
-    "longrope": {"long_factor": LONG, "short_factor": [1.0] * 32, "kv_consistent": False},
+    {"yarn af=1": "yarn_af1", "yarn betas 16/2": "yarn_betas"}.get(column, column): case
+    for column, case in engines_table.METHODS.items()
 }
 FORMS = ("saved", "rope_parameters")
 #: engine install -> (runner kind, its --target folder under ROOT (``make engines``), the transformers
@@ -48,8 +44,7 @@ TF4 = Path(os.environ.get("ROPESCALE_TF4") or ROOT / ".tf4")
 def build(root: Path) -> dict[tuple[str, str], Path]:
     """Save every case; returns (method, form) -> checkpoint directory."""
     out = {}
-    for name, params in METHODS.items():
-        method = name.split("_af1")[0].split("_betas")[0]
+    for name, (method, params) in METHODS.items():
         model = tiny_model(
             hidden_size=128,
             num_attention_heads=2,
