@@ -48,6 +48,22 @@ def register(tasks: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", default="austen", help="perplexity text and passkey haystack (as `eval perplexity`)")
     p.add_argument("--output", default=None, help="results folder (default: runs/frontier-<model>-<N>)")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="rows measured on the same protocol to show beside the frontier (an evals/measured file or a "
+        "results.json): a fine-tuned model, say; never a candidate (repeatable)",
+    )
+    p.add_argument(
+        "--evidence",
+        default=None,
+        metavar="JSON",
+        help="also write the suite's rows (not --also's) as shipped evidence (evals/measured/*.json) with --command",
+    )
+    p.add_argument("--command", default=None, help="with --evidence: the command recorded beside every number")
+    p.add_argument("--note", default=None, help="with --evidence: the protocol note of the file")
     p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--verbose", action="store_true", help="print the whole report (every method, its cells, the rules)")
@@ -59,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ropescale._io import atomic_write_text
     from ropescale.evals.evidence import load_results
-    from ropescale.evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier
+    from ropescale.evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier, with_rows
     from ropescale.evals.suite import run_suite, suite_from_dict
 
     if args.results:
@@ -91,6 +107,16 @@ def run(args: argparse.Namespace) -> int:
     if ev is None:
         raise ValueError(f"'{results}' is not a suite's results.json")
     original = _original_context(ev.model, args.original_max_position_embeddings)
+    if args.evidence:
+        from ropescale._io import atomic_write_json
+        from ropescale.evals.evidence import shipped_dict
+
+        if not args.command:
+            raise ValueError("--evidence needs --command: the command that reproduces the numbers")
+        atomic_write_json(args.evidence, shipped_dict(ev, original, args.note or ev.note, args.command))
+        print(f"evidence: {args.evidence}")
+    for extra in args.also:
+        ev = with_rows(ev, _load_any(extra))
     report = format_frontier(ev, original, args.target_length)
     atomic_write_text(results.parent / "frontier.md", report + "\n")
     plot = plot_frontier(ev, original, args.target_length, results.parent / "frontier.png")
@@ -98,6 +124,17 @@ def run(args: argparse.Namespace) -> int:
     where = "" if args.verbose else " (every method, its cells and the rules; --verbose prints it)"
     print(f"report: {results.parent / 'frontier.md'}{where}" + (f"\nplot:   {plot}" if plot else ""))
     return 0
+
+
+def _load_any(path: str):
+    """Evidence from a shipped-format file or a suite's results (folder or results.json)."""
+    from ropescale.evals.evidence import load_measured, load_results
+
+    p = Path(path)
+    found = load_results(p / "results.json" if p.is_dir() else p)
+    if found is None:
+        found = load_measured(p)  # RopescaleError names the file when it is neither
+    return found
 
 
 def _original_context(model: str, given: int | None) -> int:

@@ -23,6 +23,7 @@ Two sources, both files, never numbers typed into code:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class Measured:
     passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
     passkey_trials: dict[int, int] = field(default_factory=dict)  # prompts behind each accuracy, where known
     commands: tuple[str, ...] = ()  # the commands that produced the numbers (shipped measurements)
+    budget: str = "training-free"  # or "fine-tune": a model trained at its scaling (its evidence file's budget)
 
     @property
     def title(self) -> str:
@@ -210,6 +212,26 @@ def _row(where: str, raw: Any) -> Measured:
     )
 
 
+def shipped_dict(
+    ev: Evidence, original_context: int, note: str, command: str | None = None, budget: str = "training-free"
+) -> dict[str, Any]:
+    """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
+    :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
+    ``measured`` entry, ``command`` (default: the row's own first command)."""
+    rows = []
+    for r in ev.rows:
+        measured: dict[str, Any] = {"command": command or (r.commands[0] if r.commands else "")}
+        if r.ppl:
+            measured["ppl"] = {str(n): round(v, 3) for n, v in sorted(r.ppl.items())}
+        if r.passkey:
+            measured["passkey"] = {str(n): round(v, 4) for n, v in sorted(r.passkey.items())}
+            measured["passkey_trials"] = {str(n): k for n, k in sorted(r.passkey_trials.items())}
+        rows.append(
+            {"label": r.label, "method": r.method, "factor": r.factor, "params": dict(r.params), "measured": [measured]}
+        )
+    return {"model": ev.model, "original_context": original_context, "budget": budget, "note": note, "rows": rows}
+
+
 def load_measured(path: str | Path) -> Evidence:
     """Evidence from a measurements file (the format of the module docstring).
 
@@ -230,7 +252,10 @@ def load_measured(path: str | Path) -> Evidence:
         raise RopescaleError(f"measurements '{path}' cannot be read: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise RopescaleError(f"measurements '{path}' need 'model', 'original_context', 'note' and 'rows'")
-    rows = tuple(_row(f"{path.name}: rows[{i}]", raw) for i, raw in enumerate(data["rows"]))
+    budget = str(data.get("budget") or "training-free")
+    rows = tuple(
+        dataclasses.replace(_row(f"{path.name}: rows[{i}]", raw), budget=budget) for i, raw in enumerate(data["rows"])
+    )
     original = data.get("original_context")
     return Evidence(
         source=f"evals/measured/{path.name}" if path.parent == MEASURED_DIR else str(path),
@@ -238,7 +263,7 @@ def load_measured(path: str | Path) -> Evidence:
         note=str(data.get("note", "")),
         rows=rows,
         original_context=int(original) if original else None,
-        budget=str(data.get("budget") or "training-free"),
+        budget=budget,
     )
 
 

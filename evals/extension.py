@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.evidence import Measured, length_text, load_results
+from ropescale.evals.evidence import Evidence, Measured, length_text, load_results, shipped_dict
 from ropescale.evals.generation import wilson_interval
 
 ROLES = ("none", "yarn", "fine-tuned yarn", "control")
@@ -196,20 +196,8 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]
     def method(row: Measured) -> str:
         return "default" if row.label in ("none", "control") else "yarn"
 
-    out = []
-    for r in rows:
-        measured: dict[str, Any] = {"command": r.commands[0] if r.commands else ""}
-        if r.ppl:
-            measured["ppl"] = {str(n): round(v, 3) for n, v in sorted(r.ppl.items())}
-        if r.passkey:
-            measured["passkey"] = {str(n): round(v, 4) for n, v in sorted(r.passkey.items())}
-            measured["passkey_trials"] = {str(n): k for n, k in sorted(r.passkey_trials.items())}
-        factor = None if method(r) == "default" else plan.factor
-        out.append({"label": r.label, "method": method(r), "factor": factor, "params": {}, "measured": [measured]})
-    return {
-        "model": plan.model,
-        "original_context": plan.original_context,
-        "budget": "fine-tune",
-        "note": note,
-        "rows": out,
-    }
+    fixed = tuple(
+        replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={})
+        for r in rows
+    )
+    return shipped_dict(Evidence("", plan.model, note, fixed), plan.original_context, note, budget="fine-tune")

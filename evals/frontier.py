@@ -9,10 +9,12 @@ the trained context) is read against the unscaled model's row of the same eviden
   measured length ≤ L at most ``1 + tolerance`` times the native perplexity at that same length
   (no short-context regression). Default tolerance: 1%.
 * **retrieval kept**: measured at the source's longest passkey length ≤ N, and at every measured
-  passkey length ≤ N the method is not shown below the native
-  accuracy at L (the longest native passkey length ≤ L): the 95% Wilson interval of its accuracy
-  reaches that accuracy. With few trials the interval is wide, so the report prints trials and
-  intervals beside every verdict; "kept" means "not shown lost", never "shown equal".
+  passkey length ≤ N the method is not shown below the native accuracy there: the native model's at
+  that same length when it is ≤ L and measured (no short-context regression), else its accuracy at
+  L (the longest native passkey length ≤ L). Not shown below = the 95% Wilson interval of the
+  method's accuracy reaches the native one. With few trials the interval is wide, so the report
+  prints trials and intervals beside every verdict; "kept" means "not shown lost", never "shown equal".
+  The report also reads each part against the bar with point estimates (:func:`bar_parts`).
 
 The Pareto view puts each method at (worst perplexity ratio, long or short, worst passkey accuracy
 over the lengths ≤ N); a method is on the front when no other is at least as good on both and
@@ -23,7 +25,7 @@ both with the lowest worst perplexity ratio.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,12 @@ class Reference:
     ppl: float
     passkey_length: int | None
     passkey: float | None
+    passkey_within: dict[int, float] = field(default_factory=dict)  # native accuracy at each length ≤ L
+
+    def passkey_bar(self, n: int) -> float | None:
+        """The native accuracy a method's passkey at ``n`` tokens is read against: native at ``n``
+        when ``n`` ≤ L is measured there, else native at L."""
+        return self.passkey_within.get(n, self.passkey)
 
 
 def reference(ev: Evidence, original_context: int) -> Reference | None:
@@ -96,7 +104,8 @@ def reference(ev: Evidence, original_context: int) -> Reference | None:
         return None
     pk = [n for n in native.passkey if n <= original_context]
     n_pk = max(pk) if pk else None
-    return Reference(max(inside), native.ppl[max(inside)], n_pk, native.passkey[n_pk] if n_pk else None)
+    within = {n: native.passkey[n] for n in pk}
+    return Reference(max(inside), native.ppl[max(inside)], n_pk, native.passkey[n_pk] if n_pk else None, within)
 
 
 def _interval(row: Measured, n: int) -> tuple[float, float] | None:
@@ -143,7 +152,7 @@ def verdicts(
         keeps_ppl = False if not short_ok else (max(long) <= 1 + tolerance if top_ppl in row.ppl else None)
         keeps_retrieval = None
         if top_pk in row.passkey and ref.passkey is not None:
-            keeps_retrieval = all((ci[1] if ci else acc) >= ref.passkey for _, acc, _, ci in cells)
+            keeps_retrieval = all((ci[1] if ci else acc) >= ref.passkey_bar(n) for n, acc, _, ci in cells)
         out.append(
             FrontierVerdict(
                 row,
@@ -159,7 +168,10 @@ def verdicts(
 
 
 def _mark_pareto(items: list[FrontierVerdict]) -> list[FrontierVerdict]:
-    placed = [v for v in items if v.worst_ratio is not None and v.passkey_min is not None]
+    """The training-free front: fine-tuned rows shown beside it are neither on it nor move it."""
+    placed = [
+        v for v in items if v.worst_ratio is not None and v.passkey_min is not None and v.row.budget != "fine-tune"
+    ]
 
     def dominated(v: FrontierVerdict) -> bool:
         return any(
@@ -183,7 +195,7 @@ def frontier_choice(
     no source has one."""
     for ev in evidence:
         ref, found = verdicts(ev, original_context, target_length)
-        both = [v for v in found if v.keeps_both]
+        both = [v for v in found if v.keeps_both and v.row.budget != "fine-tune"]
         if both:
             best = min(both, key=lambda v: (not v.confirmed, -v.passkey_floor, v.worst_ratio))
             return best, ev, ref
@@ -229,6 +241,7 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
             + f" | {_yes(v.keeps_ppl)} | {_yes(v.keeps_retrieval)} | {'●' if v.pareto else ''} |"
         )
     both = [v.row.title for v in found if v.keeps_both]
+    lines += ["", *bar_table(found, ref, tolerance, original_context)]
     lines += [
         "",
         f"Keeps both: {', '.join(both) if both else 'none'}.",
@@ -240,6 +253,63 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         "accuracy: not shown lost, which few prompts cannot tell from equal. n/m: not measured.",
     ]
     return "\n".join(lines)
+
+
+def bar_parts(
+    v: FrontierVerdict, ref: Reference, tolerance: float = PPL_TOLERANCE
+) -> dict[str, tuple[bool | None, str]]:
+    """Each part of the bar read with point estimates, as ``{part: (met, shown)}`` (met None: not
+    measured): perplexity beyond L within ``tolerance`` of native at L, perplexity within L within
+    ``tolerance`` of native at the same length, and the passkey accuracy at each measured length at
+    least the native one it is read against (:meth:`Reference.passkey_bar`)."""
+    out: dict[str, tuple[bool | None, str]] = {}
+    for part, ratio in (("PPL beyond L", v.ppl_ratio), ("PPL within L", v.short_ratio)):
+        out[part] = (None, "n/m") if ratio is None else (ratio <= 1 + tolerance, f"{ratio:.3f}×")
+    for n, acc, trials, _ in v.passkey_cells:
+        bar = ref.passkey_bar(n)
+        shown = f"{acc:.2f}" + (f" ({round(acc * trials)}/{trials})" if trials else "")
+        out[f"passkey {_k(n)}"] = (None if bar is None else acc >= bar, shown)
+    return out
+
+
+def bar_table(found: list[FrontierVerdict], ref: Reference, tolerance: float, original_context: int) -> list[str]:
+    """The bar part by part (:func:`bar_parts`), one row per method: ✓ met, ✗ not, n/m not measured."""
+    lengths = sorted({n for v in found for n, *_ in v.passkey_cells})
+    heads = [
+        f"PPL beyond {_k(original_context)} ≤ {1 + tolerance:g}× native {_k(ref.ppl_length)}",
+        f"PPL ≤ {_k(original_context)} ≤ {1 + tolerance:g}× native",
+    ]
+    for n in lengths:
+        bar = ref.passkey_bar(n)
+        heads.append(f"passkey {_k(n)} ≥ {bar:.2f}" if bar is not None else f"passkey {_k(n)}")
+    lines = [
+        "The bar, part by part (point estimates; ✓ met, ✗ not met, n/m not measured):",
+        "",
+        "| method | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(heads),
+    ]
+    for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
+        parts = bar_parts(v, ref, tolerance)
+        keys = ["PPL beyond L", "PPL within L", *(f"passkey {_k(n)}" for n in lengths)]
+        shown = []
+        for key in keys:
+            met, text = parts.get(key, (None, "n/m"))
+            shown.append("n/m" if text == "n/m" else f"{'✓' if met else '✗'} {text}")
+        lines.append(f"| {v.row.title} | " + " | ".join(shown) + " |")
+    return lines
+
+
+def with_rows(ev: Evidence, extra: Evidence) -> Evidence:
+    """``ev`` with the rows of ``extra`` whose labels it lacks (same protocol assumed: the caller
+    says so), each keeping its budget: a fine-tuned model shown beside the training-free frontier.
+    Its rows are never :func:`frontier_choice`'s candidates."""
+    have = {r.label for r in ev.rows}
+    rows = [replace(r, budget=extra.budget) if r.budget == "training-free" else r for r in extra.rows]
+    added = tuple(r for r in rows if r.label not in have)
+    if not added:
+        return ev
+    note = f"{ev.note}; {', '.join(r.label for r in added)} ({extra.budget}) from {extra.source}"
+    return replace(ev, rows=ev.rows + added, note=note)
 
 
 def format_verdict(ev: Evidence, original_context: int, target_length: int) -> str:
@@ -288,9 +358,10 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         ci = worst[3]
         yerr = [[v.passkey_min - ci[0]], [ci[1] - v.passkey_min]] if ci else None
         color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
-        ax.errorbar(v.worst_ratio, v.passkey_min, yerr=yerr, fmt="o", color=color, capsize=3, alpha=0.9)
+        tuned = v.row.budget == "fine-tune"
+        ax.errorbar(v.worst_ratio, v.passkey_min, yerr=yerr, fmt="s" if tuned else "o", color=color, capsize=3, alpha=0.9)
         ax.annotate(
-            v.row.title,
+            v.row.title + (" (fine-tuned)" if tuned and "fine-tuned" not in v.row.title else ""),
             (v.worst_ratio, v.passkey_min),
             textcoords="offset points",
             xytext=(6, 5 if i % 2 == 0 or v.passkey_min < 0.1 else -13),

@@ -9,7 +9,15 @@ import pytest
 
 from ropescale.cli.main import main
 from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
-from ropescale.evals.frontier import OPTIONAL, format_frontier, frontier_choice, frontier_suite, plot_frontier, verdicts
+from ropescale.evals.frontier import (
+    OPTIONAL,
+    format_frontier,
+    frontier_choice,
+    frontier_suite,
+    plot_frontier,
+    verdicts,
+    with_rows,
+)
 from ropescale.evals.recommend import format_recommendation, format_short, recommend
 from ropescale.evals.suite import suite_from_dict
 
@@ -247,3 +255,79 @@ def test_recommend_shipped_frontier_in_a_few_lines():
     assert "prompts per length" in out and "evals/measured/smollm2-135m-frontier.json" in out
     assert "caveat:" in out and "for vLLM, SGLang, TGI, llama.cpp" in out
     assert "--method yarn --target-length 32768" in out and "measured with:" not in out
+
+
+def test_retrieval_within_L_is_read_against_native_at_the_same_length_and_the_bar_part_by_part():
+    """At 4k the native model scores 1.0 (NATIVE): a method at 0.5 there on 30 prompts is shown
+    below it (Wilson [0.33, 0.67]), though it would pass against native at 8k (0.75)."""
+    ev = _evidence(
+        _row("regresses", {2048: 28.1, 16384: 30.1}, {4096: 0.5, 8192: 1.0, 16384: 1.0}, trials=30),
+        _row("holds", {2048: 28.1, 16384: 30.4}, {4096: 1.0, 8192: 0.8, 16384: 0.7}, trials=30),
+    )
+    ref, found = verdicts(ev, L, 16384)
+    v = _by_label(found)
+    assert (ref.passkey_bar(4096), ref.passkey_bar(8192), ref.passkey_bar(16384)) == (1.0, 0.75, 0.75)
+    assert v["regresses"].keeps_retrieval is False and v["holds"].keeps_retrieval is True
+    text = format_frontier(ev, L, 16384)
+    assert "| method | PPL beyond 8k ≤ 1.01× native 8k | PPL ≤ 8k ≤ 1.01× native | passkey 4k ≥ 1.00 |" in text
+    # point estimates: holds misses PPL (1.013×) and 16k (0.70 < 0.75) though its intervals keep retrieval
+    assert "| holds ×2 | ✗ 1.013× | ✓ 1.004× | ✓ 1.00 (30/30) | ✓ 0.80 (24/30) | ✗ 0.70 (21/30) |" in text
+    assert "| regresses ×2 | ✓ 1.003× | ✓ 1.004× | ✗ 0.50 (15/30) |" in text
+
+
+def test_fine_tuned_rows_are_shown_beside_the_frontier_never_chosen(tmp_path, capsys):
+    tuned = Evidence(
+        "ft.json",
+        "m",
+        "note",
+        (_row("fine-tuned yarn", {16384: 29.0}, {4096: 1.0, 16384: 1.0}, method="yarn"),),
+        budget="fine-tune",
+    )
+    free = _evidence(_row("yarn", {16384: 31.0}, {4096: 1.0, 16384: 1.0}))
+    both = with_rows(free, tuned)
+    assert [r.label for r in both.rows] == ["none", "yarn", "fine-tuned yarn"] and "ft.json" in both.note
+    assert both.rows[-1].budget == "fine-tune" and with_rows(both, tuned) is both
+    assert frontier_choice([both], L, 16384) is None  # only the fine-tuned row keeps both
+    v = _by_label(verdicts(both, L, 16384)[1])
+    assert v["fine-tuned yarn"].keeps_both and not v["fine-tuned yarn"].pareto and v["yarn"].pareto
+    assert plot_frontier(both, L, 16384, tmp_path / "f.png").is_file()
+
+    # the CLI: --also shows a shipped file's rows; --evidence writes the suite's own rows, command on each
+    folder = tmp_path / "run"
+    folder.mkdir()
+    cell = {"accuracy": [[1.0, 1.0]], "depths": [0.2, 0.8], "trials": 1}
+    tasks = {
+        "perplexity": {"none": {"2048": {"ppl": 28.0}, "8192": {"ppl": 30.0}}, "se": {"16384": {"ppl": 30.1}}},
+        "passkey": {"none": {"8192": cell}, "se": {"16384": cell}},
+    }
+    (folder / "results.json").write_text(json.dumps({"model": "smollm2-135m", "tasks": tasks}))
+    (folder / "suite.yaml").write_text("methods:\n- {method: none}\n- {method: self_extend, factor: 2, label: se}\n")
+    shipped = tmp_path / "ft.json"
+    shipped.write_text(
+        json.dumps(
+            {
+                "model": "smollm2-135m",
+                "original_context": L,
+                "budget": "fine-tune",
+                "note": "n",
+                "rows": [
+                    {
+                        "label": "fine-tuned yarn",
+                        "method": "yarn",
+                        "factor": 2,
+                        "measured": [{"command": "c", "ppl": {"16384": 29.0}, "passkey": {"16384": 1.0}}],
+                    }
+                ],
+            }
+        )
+    )
+    argv = ["eval", "frontier", "--results", str(folder), "--target-length", "16384", "--also", str(shipped)]
+    out_json = tmp_path / "evidence.json"
+    assert main([*argv, "--evidence", str(out_json), "--verbose"]) == 2  # no --command: refused in one line
+    assert "--evidence needs --command" in capsys.readouterr().err
+    assert main([*argv, "--evidence", str(out_json), "--command", "ropescale eval suite x", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "| fine-tuned yarn ×2 |" in out and "se ×2" in out
+    written = load_measured(out_json)
+    assert [r.label for r in written.rows] == ["none", "se"] and written.budget == "training-free"
+    assert written.rows[1].commands == ("ropescale eval suite x",) and written.rows[1].ppl == {16384: 30.1}
