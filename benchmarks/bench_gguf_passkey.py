@@ -70,8 +70,15 @@ def main(argv=None) -> int:
             text.write_text(tokenizer.decode(prompt.input_ids, skip_special_tokens=True), encoding="utf-8")
             t0 = time.time()
             ids, theirs, log = run_llama_completion(
-                args.llama_completion, gguf, text, args.new, group_size=1, window=512,
-                n_ctx=len(prompt.input_ids) + args.new + 64, banned=banned, threads=args.threads,
+                args.llama_completion,
+                gguf,
+                text,
+                args.new,
+                group_size=1,
+                window=512,
+                n_ctx=len(prompt.input_ids) + args.new + 64,
+                banned=banned,
+                threads=args.threads,
             )  # fmt: skip  (--grp-attn-n 1: Self-Extend off, llama.cpp's default)
             row = {"key": key, "prompt_tokens": len(ids), "same_tokens": ids == list(prompt.input_ids)}
             row["llama.cpp"], row["llama.cpp_s"] = theirs.decode("utf-8", "replace"), round(time.time() - t0, 1)

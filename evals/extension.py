@@ -197,7 +197,6 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]
         return "default" if row.label in ("none", "control") else "yarn"
 
     fixed = tuple(
-        replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={})
-        for r in rows
+        replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={}) for r in rows
     )
     return shipped_dict(Evidence("", plan.model, note, fixed), plan.original_context, note, budget="fine-tune")

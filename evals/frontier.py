@@ -359,7 +359,9 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         yerr = [[v.passkey_min - ci[0]], [ci[1] - v.passkey_min]] if ci else None
         color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
         tuned = v.row.budget == "fine-tune"
-        ax.errorbar(v.worst_ratio, v.passkey_min, yerr=yerr, fmt="s" if tuned else "o", color=color, capsize=3, alpha=0.9)
+        ax.errorbar(
+            v.worst_ratio, v.passkey_min, yerr=yerr, fmt="s" if tuned else "o", color=color, capsize=3, alpha=0.9
+        )
         ax.annotate(
             v.row.title + (" (fine-tuned)" if tuned and "fine-tuned" not in v.row.title else ""),
             (v.worst_ratio, v.passkey_min),
