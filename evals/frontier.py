@@ -168,9 +168,17 @@ def verdicts(
 
 
 def _mark_pareto(items: list[FrontierVerdict]) -> list[FrontierVerdict]:
-    """The training-free front: fine-tuned rows shown beside it are neither on it nor move it."""
+    """The training-free front among the rows measured at the source's longest lengths (a row
+    missing those cells would be compared on easier ones); fine-tuned rows shown beside it are
+    neither on it nor move it."""
     placed = [
-        v for v in items if v.worst_ratio is not None and v.passkey_min is not None and v.row.budget != "fine-tune"
+        v
+        for v in items
+        if v.worst_ratio is not None
+        and v.passkey_min is not None
+        and v.keeps_ppl is not None
+        and v.keeps_retrieval is not None
+        and v.row.budget != "fine-tune"
     ]
 
     def dominated(v: FrontierVerdict) -> bool:
@@ -250,8 +258,17 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         f"{tolerance:.0%} of native at {_k(ref.ppl_length)}, and every length ≤ {_k(original_context)} within "
         f"{tolerance:.0%} of native at that length. Retrieval kept = at every passkey length ≤ "
         f"{_k(target_length)} the 95% Wilson interval (cells: accuracy · prompts [interval]) reaches the native "
-        "accuracy: not shown lost, which few prompts cannot tell from equal. n/m: not measured.",
+        f"accuracy (at the same length up to {_k(original_context)}, at {_k(original_context)} beyond): not shown "
+        "lost, which few prompts cannot tell from equal. n/m: not measured. Pareto: among the rows measured at "
+        "the longest lengths.",
     ]
+    if any(v.row.budget == "fine-tune" for v in found):
+        lines += [
+            "",
+            "Fine-tuned rows are shown, never chosen: their perplexity ratios are against the unscaled model, so "
+            "they include what fine-tuning learnt of the training text; read them against their control in "
+            "their source file.",
+        ]
     return "\n".join(lines)
 
 

@@ -78,6 +78,7 @@ def test_without_trials_the_point_estimate_decides_and_unmeasured_is_not_a_verdi
     )
     w = _by_label(verdicts(partial, L, 32768)[1])
     assert w["full"].keeps_both and w["half_way"].keeps_ppl is None and w["half_way"].keeps_retrieval is None
+    assert w["full"].pareto and not w["half_way"].pareto  # not measured at 32k: not placed against those that were
     assert v["point"].keeps_retrieval is False  # 0.7 < 0.75 and no interval to widen it
     assert v["ppl_only"].keeps_retrieval is None and not v["ppl_only"].keeps_both
     assert v["short_only"].keeps_ppl is None  # nothing beyond L measured: no verdict, not "kept"
