@@ -368,7 +368,11 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
     ax = fig.add_subplot()
     if ref.passkey is not None:
         ax.axhspan(ref.passkey, 1.05, xmin=0, xmax=1, color="tab:green", alpha=0.06)
-        ax.axhline(ref.passkey, color="tab:green", lw=0.8, ls="--", label=f"native passkey at {_k(ref.passkey_length)}")
+        label = f"native passkey at {_k(ref.passkey_length)} ({ref.passkey:.2f})"
+        higher = {n: a for n, a in ref.passkey_within.items() if a > ref.passkey}
+        if higher:  # the bar is higher at a shorter length: say so where the line cannot show it
+            label += "; bar at " + ", ".join(f"{_k(n)}: {a:.2f}" for n, a in sorted(higher.items()))
+        ax.axhline(ref.passkey, color="tab:green", lw=0.8, ls="--", label=label)
     ax.axvline(1 + PPL_TOLERANCE, color="tab:red", lw=0.8, ls="--", label=f"native PPL +{PPL_TOLERANCE:.0%}")
     for i, v in enumerate(sorted(placed, key=lambda v: v.worst_ratio)):
         worst = min(v.passkey_cells, key=lambda c: c[1])
