@@ -29,6 +29,14 @@ def test_shipped_measurements_load_with_their_commands():
     assert frontier.source == "evals/measured/smollm2-135m-frontier.json" and frontier.original_context == 8192
     assert all(row.commands and row.passkey_trials.keys() == row.passkey.keys() for row in frontier.rows if row.passkey)
     assert frontier.find("self_extend", factor=2.0).ppl[16384] == 29.81
+    assert not [r for r in frontier.rows if r.factor == 4.0]  # ×4 lives in the 30-prompt file alone
+    at_4x = shipped["evals/measured/smollm2-135m-frontier-30.json"]
+    assert at_4x.budget == "training-free" and {r.factor for r in at_4x.rows} == {None, 4.0}
+    assert at_4x.find("default").passkey_trials == {4096: 30, 8192: 30}  # the native bar on 30 prompts
+    assert all(
+        row.commands == ("ropescale eval suite smollm2-frontier-32k-30 --output runs/smollm2-frontier-32k-30",)
+        for row in at_4x.rows
+    )
     assert smollm.source == "evals/measured/smollm2-135m.json" and smollm.model == "smollm2-135m"
     assert smollm.original_context == 8192 and smollm.note
     assert all(row.commands and (row.ppl or row.passkey) for row in smollm.rows)
@@ -135,7 +143,7 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         json.dumps({"model": "mine", "tasks": {"perplexity": {"yarn": {"2048": {"ppl": 9.0}}}}})
     )
     found = find_evidence("mine", root=tmp_path)
-    shipped = [f"evals/measured/smollm2-135m{s}.json" for s in ("-finetune", "-frontier", "")]
+    shipped = [f"evals/measured/smollm2-135m{s}.json" for s in ("-finetune", "-frontier-30", "-frontier", "")]
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
     assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
