@@ -380,11 +380,21 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         yerr = [[v.passkey_min - ci[0]], [ci[1] - v.passkey_min]] if ci else None
         color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
         tuned = v.row.budget == "fine-tune"
+        partial = v.keeps_ppl is None or v.keeps_retrieval is None  # not measured at the longest lengths
         ax.errorbar(
-            v.worst_ratio, v.passkey_min, yerr=yerr, fmt="s" if tuned else "o", color=color, capsize=3, alpha=0.9
+            v.worst_ratio,
+            v.passkey_min,
+            yerr=yerr,
+            fmt="s" if tuned else "o",
+            color=color,
+            mfc="white" if partial else color,
+            capsize=3,
+            alpha=0.9,
         )
         ax.annotate(
-            v.row.title + (" (fine-tuned)" if tuned and "fine-tuned" not in v.row.title else ""),
+            v.row.title
+            + (" (fine-tuned)" if tuned and "fine-tuned" not in v.row.title else "")
+            + (" (cells missing)" if partial else ""),
             (v.worst_ratio, v.passkey_min),
             textcoords="offset points",
             xytext=(6, 5 if i % 2 == 0 or v.passkey_min < 0.1 else -13),
@@ -415,7 +425,11 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         + (" (log)" if wide else "")
     )
     ax.set_ylabel(f"worst passkey accuracy up to {_k(target_length)}")
-    ax.set_title(f"{ev.model}: perplexity vs retrieval at ×{target_length / original_context:g} (green: keeps both)")
+    ax.set_title(
+        f"{ev.model}: perplexity vs retrieval at ×{target_length / original_context:g} (green: keeps both; "
+        "hollow: not measured at the longest lengths)",
+        fontsize=9,
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return save_png(fig, path, bbox_inches="tight")

@@ -192,8 +192,11 @@ def test_the_shipped_frontier_decides_the_embedded_models_2x():
     assert (rec.method, rec.factor) == ("self_extend", 2.0)
     assert "evals/measured/smollm2-135m-frontier.json" in rec.reasons[0]
     at_4x = recommend("smollm2-135m", L, 32768, evidence=list(shipped_evidence()))
-    assert (at_4x.method, at_4x.factor) == ("self_extend", 4.0)  # DCA ×4 lost the 32k passkey (0/4)
-    assert "only not shown lost" in at_4x.reasons[0]  # 4 prompts per length
+    # the 30-prompt frontier: Self-Extend G 8 + logn is the one row measured at every length that keeps both
+    assert (at_4x.method, at_4x.factor) == ("self_extend", 4.0)
+    assert at_4x.params == {"group_size": 8, "window": 1024, "logn": True}
+    assert "evals/measured/smollm2-135m-frontier-30.json" in at_4x.reasons[0]
+    assert "30 prompts per length" in at_4x.reasons[0] and "only not shown lost" not in at_4x.reasons[0]
     assert recommend("smollm2-135m", L, 65536, evidence=list(shipped_evidence())).method == "yarn"  # none at ×8
 
 
@@ -245,7 +248,7 @@ def test_cli_runs_the_suite_on_a_tiny_model(capsys, model_dir, tmp_path):
 
 def test_recommend_shipped_frontier_in_a_few_lines():
     """The embedded model at 32k, default output: the method, why with its prompt count and source,
-    the caveat, the portable alternative for engines, in at most 15 lines."""
+    the portable alternative for engines, in at most 15 lines."""
     from ropescale.evals.evidence import shipped_evidence
 
     rec = recommend("smollm2-135m", 8192, 32768, evidence=list(shipped_evidence()))
@@ -253,8 +256,8 @@ def test_recommend_shipped_frontier_in_a_few_lines():
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) <= 15, out
     assert lines[0].startswith("recommendation:  self_extend ×4")
-    assert "prompts per length" in out and "evals/measured/smollm2-135m-frontier.json" in out
-    assert "caveat:" in out and "for vLLM, SGLang, TGI, llama.cpp" in out
+    assert "30 prompts per length" in out and "evals/measured/smollm2-135m-frontier-30.json" in out
+    assert "for vLLM, SGLang, TGI, llama.cpp" in out
     assert "--method yarn --target-length 32768" in out and "measured with:" not in out
 
 
