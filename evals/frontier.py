@@ -14,7 +14,7 @@ the trained context) is read against the unscaled model's row of the same eviden
   L (the longest native passkey length ≤ L). Not shown below = the 95% Wilson interval of the
   method's accuracy reaches the native one. With few trials the interval is wide, so the report
   prints trials and intervals beside every verdict; "kept" means "not shown lost", never "shown equal".
-  The report also reads each part against the bar with point estimates (:func:`bar_parts`).
+  The report also reads each part against the bar with point estimates (:func:`.frontier_bar.bar_parts`).
 
 The Pareto view puts each method at (worst perplexity ratio, long or short, worst passkey accuracy
 over the lengths ≤ N); a method is on the front when no other is at least as good on both and
@@ -25,12 +25,13 @@ both with the lowest worst perplexity ratio.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropescale.evals.evidence import Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
+from ropescale.evals.frontier_bar import bar_table, with_rows  # noqa: F401 (with_rows: part of this API)
 from ropescale.evals.generation import wilson_interval
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
@@ -270,63 +271,6 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
             "their source file.",
         ]
     return "\n".join(lines)
-
-
-def bar_parts(
-    v: FrontierVerdict, ref: Reference, tolerance: float = PPL_TOLERANCE
-) -> dict[str, tuple[bool | None, str]]:
-    """Each part of the bar read with point estimates, as ``{part: (met, shown)}`` (met None: not
-    measured): perplexity beyond L within ``tolerance`` of native at L, perplexity within L within
-    ``tolerance`` of native at the same length, and the passkey accuracy at each measured length at
-    least the native one it is read against (:meth:`Reference.passkey_bar`)."""
-    out: dict[str, tuple[bool | None, str]] = {}
-    for part, ratio in (("PPL beyond L", v.ppl_ratio), ("PPL within L", v.short_ratio)):
-        out[part] = (None, "n/m") if ratio is None else (ratio <= 1 + tolerance, f"{ratio:.3f}×")
-    for n, acc, trials, _ in v.passkey_cells:
-        bar = ref.passkey_bar(n)
-        shown = f"{acc:.2f}" + (f" ({round(acc * trials)}/{trials})" if trials else "")
-        out[f"passkey {_k(n)}"] = (None if bar is None else acc >= bar, shown)
-    return out
-
-
-def bar_table(found: list[FrontierVerdict], ref: Reference, tolerance: float, original_context: int) -> list[str]:
-    """The bar part by part (:func:`bar_parts`), one row per method: ✓ met, ✗ not, n/m not measured."""
-    lengths = sorted({n for v in found for n, *_ in v.passkey_cells})
-    heads = [
-        f"PPL beyond {_k(original_context)} ≤ {1 + tolerance:g}× native {_k(ref.ppl_length)}",
-        f"PPL ≤ {_k(original_context)} ≤ {1 + tolerance:g}× native",
-    ]
-    for n in lengths:
-        bar = ref.passkey_bar(n)
-        heads.append(f"passkey {_k(n)} ≥ {bar:.2f}" if bar is not None else f"passkey {_k(n)}")
-    lines = [
-        "The bar, part by part (point estimates; ✓ met, ✗ not met, n/m not measured):",
-        "",
-        "| method | " + " | ".join(heads) + " |",
-        "|---|" + "---|" * len(heads),
-    ]
-    for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
-        parts = bar_parts(v, ref, tolerance)
-        keys = ["PPL beyond L", "PPL within L", *(f"passkey {_k(n)}" for n in lengths)]
-        shown = []
-        for key in keys:
-            met, text = parts.get(key, (None, "n/m"))
-            shown.append("n/m" if text == "n/m" else f"{'✓' if met else '✗'} {text}")
-        lines.append(f"| {v.row.title} | " + " | ".join(shown) + " |")
-    return lines
-
-
-def with_rows(ev: Evidence, extra: Evidence) -> Evidence:
-    """``ev`` with the rows of ``extra`` whose labels it lacks (same protocol assumed: the caller
-    says so), each keeping its budget: a fine-tuned model shown beside the training-free frontier.
-    Its rows are never :func:`frontier_choice`'s candidates."""
-    have = {r.label for r in ev.rows}
-    rows = [replace(r, budget=extra.budget) if r.budget == "training-free" else r for r in extra.rows]
-    added = tuple(r for r in rows if r.label not in have)
-    if not added:
-        return ev
-    note = f"{ev.note}; {', '.join(r.label for r in added)} ({extra.budget}) from {extra.source}"
-    return replace(ev, rows=ev.rows + added, note=note)
 
 
 def format_verdict(ev: Evidence, original_context: int, target_length: int) -> str:
