@@ -9,6 +9,7 @@ suite run instead and runs nothing. ``ropescale recommend`` reads the same resul
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg, unit_floats
@@ -60,7 +61,8 @@ def register(tasks: argparse._SubParsersAction) -> None:
         "--evidence",
         default=None,
         metavar="JSON",
-        help="also write the suite's rows (not --also's) as shipped evidence (evals/measured/*.json) with --command",
+        help="also write the suite's rows (not --also's) as shipped evidence (evals/measured/*.json) with --command; "
+        "an existing file keeps its cells and gains the new ones (a cell in progress there is replaced)",
     )
     p.add_argument("--command", default=None, help="with --evidence: the command recorded beside every number")
     p.add_argument("--note", default=None, help="with --evidence: the protocol note of the file")
@@ -109,11 +111,16 @@ def run(args: argparse.Namespace) -> int:
     original = _original_context(ev.model, args.original_max_position_embeddings)
     if args.evidence:
         from ropescale._io import atomic_write_json
-        from ropescale.evals.evidence import shipped_dict
+        from ropescale.evals.evidence import load_measured, merge_shipped, shipped_dict
 
         if not args.command:
             raise ValueError("--evidence needs --command: the command that reproduces the numbers")
-        atomic_write_json(args.evidence, shipped_dict(ev, original, args.note or ev.note, args.command))
+        shipped = shipped_dict(ev, original, args.note or ev.note, args.command)
+        if Path(args.evidence).is_file():  # a later stage: its cells join the file's, none is lost
+            load_measured(args.evidence)  # a damaged file stops here, in one line naming it
+            shipped, lines = merge_shipped(json.loads(Path(args.evidence).read_text()), shipped)
+            print("\n".join(f"evidence: {line}" for line in lines))
+        atomic_write_json(args.evidence, shipped)
         print(f"evidence: {args.evidence}")
     for extra in args.also:
         ev = with_rows(ev, _load_any(extra))

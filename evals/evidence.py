@@ -299,3 +299,63 @@ def same_model(a: str, b: str) -> bool:
         return True
     pa, pb = Path(a).expanduser(), Path(b).expanduser()
     return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
+def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``new`` (a :func:`shipped_dict`) added to the shipped file ``old``: each of its cells goes, with its
+    command, into a new ``measured`` entry of the row with the same label, method, factor and params
+    (a new row where there is none). A cell the file already has stays as it is, unless the file's was
+    in progress (fewer prompts than the new one): then the new one replaces it. Nothing else changes,
+    so the cells of a later stage join those of earlier ones whose run folders are gone.
+
+    Returns:
+        The merged file and one line per cell: ``added``, ``replaced`` (in progress before) or ``kept``.
+
+    Raises:
+        RopescaleError: the two files are of different models, contexts or budgets.
+    """
+    for key in ("model", "original_context", "budget"):
+        if old.get(key) != new.get(key):
+            raise RopescaleError(f"evidence to merge has {key} {new.get(key)!r}, the file {old.get(key)!r}")
+    merged = json.loads(json.dumps(old))
+    lines = []
+    for row in new["rows"]:
+        same = [
+            r
+            for r in merged["rows"]
+            if (r.get("label"), r.get("method"), r.get("factor"), r.get("params") or {})
+            == (row["label"], row["method"], row["factor"], row["params"])
+        ]
+        target = same[0] if same else {**{k: row[k] for k in ("label", "method", "factor", "params")}, "measured": []}
+        entry: dict[str, Any] = {"command": row["measured"][0]["command"]}
+        for m in row["measured"]:
+            for task, key in (("ppl", "ppl"), ("passkey", "passkey")):
+                for n, value in m.get(key, {}).items():
+                    verdict = _take_cell(target["measured"], task, n, m.get("passkey_trials", {}).get(n))
+                    lines.append(f"{row['label']} {task} {length_text(int(n))}: {verdict}")
+                    if verdict != "kept":
+                        entry.setdefault(key, {})[n] = value
+                        if task == "passkey" and n in m.get("passkey_trials", {}):
+                            entry.setdefault("passkey_trials", {})[n] = m["passkey_trials"][n]
+        if len(entry) > 1:
+            target["measured"].append(entry)
+            if not same:
+                merged["rows"].append(target)
+        target["measured"] = [e for e in target["measured"] if e.get("ppl") or e.get("passkey")]
+    return merged, lines
+
+
+def _take_cell(entries: list[dict[str, Any]], task: str, n: str, trials: int | None) -> str:
+    """Whether a new cell (``trials`` prompts) is ``added``, ``replaced`` (removed here from the entry
+    holding it, which was in progress) or ``kept`` (the file's stays)."""
+    for e in entries:
+        if n in e.get(task, {}):
+            had = e.get("passkey_trials", {}).get(n) if task == "passkey" else None
+            if had is None or trials is None or had >= trials:
+                return "kept"
+            del e[task][n], e["passkey_trials"][n]
+            for key in (task, "passkey_trials"):
+                if not e[key]:
+                    del e[key]
+            return "replaced"
+    return "added"

@@ -102,6 +102,42 @@ def test_load_measured_merges_a_rows_commands(tmp_path):
     assert ev.source == str(tmp_path / "m.json") and ev.original_context == 1024
 
 
+def test_a_later_stage_joins_the_shipped_file_without_losing_a_cell(tmp_path):
+    def row(label, command, ppl=None, passkey=None, trials=None, **params):
+        measured = {"command": command, **({"ppl": ppl} if ppl else {})}
+        if passkey:
+            measured.update(passkey=passkey, passkey_trials=trials)
+        return {"label": label, "method": "yarn", "factor": 4.0, "params": params, "measured": [measured]}
+
+    head = {"model": "m", "original_context": 1024, "budget": "training-free", "note": "n"}
+    old = {**head, "rows": [row("yarn", "stage 1", {"2048": 30.7}, {"4096": 0.4, "8192": 0.5}, {"4096": 30, "8192": 12})]}
+    new = {
+        **head,
+        "note": "other",
+        "rows": [
+            row("yarn", "stage 2", {"2048": 31.0}, {"8192": 0.9, "16384": 0.8}, {"8192": 30, "16384": 30}),
+            row("yarn-af1", "stage 2", passkey={"4096": 0.8}, trials={"4096": 30}, attention_factor=1.0),
+        ],
+    }
+    merged, lines = evidence.merge_shipped(old, new)
+    assert lines == [
+        "yarn ppl 2k: kept",  # the file's cell stays: same prompts, measured already
+        "yarn passkey 8k: replaced",  # 12 prompts there (in progress), 30 now
+        "yarn passkey 16k: added",
+        "yarn-af1 passkey 4k: added",
+    ]
+    assert merged["note"] == "n" and old["rows"][0]["measured"][0]["passkey"]["8192"] == 0.5  # old untouched
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps(merged))
+    ev = load_measured(path)
+    yarn, af1 = ev.rows
+    assert yarn.ppl == {2048: 30.7} and yarn.passkey == {4096: 0.4, 8192: 0.9, 16384: 0.8}
+    assert yarn.passkey_trials == {4096: 30, 8192: 30, 16384: 30} and yarn.commands == ("stage 1", "stage 2")
+    assert af1.params == {"attention_factor": 1.0} and af1.commands == ("stage 2",)
+    with pytest.raises(RopescaleError, match="original_context 2048, the file 1024"):
+        evidence.merge_shipped(old, {**new, "original_context": 2048})
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
