@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 
@@ -40,59 +39,46 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import functools
+
     import torch
 
     from ropescale._io import atomic_write_json
     from ropescale.evals.passkey import build_passkey_prompt, passkey_key, score_passkey
-    from ropescale.export import export_gguf
-    from ropescale.export.llamacpp_completion import greedy_ids, run_llama_completion, token_bytes
-    from ropescale.models.loading import from_pretrained, load_tokenizer
+    from ropescale.export.llamacpp_completion import compare_greedy, prepare_comparison
+    from ropescale.models.loading import from_pretrained
 
     torch.set_num_threads(args.threads)
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    tokenizer = load_tokenizer(args.checkpoint)
-    gguf = out / "model-f32.gguf"
-    if not gguf.is_file():
-        export_gguf(args.checkpoint, gguf, "f32")
-    banned = list(tokenizer.all_special_ids)  # the answer is digits: no end of generation on either side
-    model = None
+    setup = prepare_comparison(args.checkpoint, out, "model-f32.gguf")
+    results = setup.results
+    model = functools.cache(lambda: from_pretrained(args.checkpoint, dtype=torch.float32).eval())
     for depth in [float(d) for d in args.depths.split(",")]:
         for trial in range(args.trials):
             cell = f"{args.length}@{depth}#{trial}"
             if cell in results:
                 continue
             key = passkey_key(args.seed, args.length, depth, trial)
-            prompt = build_passkey_prompt(tokenizer, args.length, depth, key)
-            text = out / "prompt.txt"
-            text.write_text(tokenizer.decode(prompt.input_ids, skip_special_tokens=True), encoding="utf-8")
-            t0 = time.time()
-            ids, theirs, log = run_llama_completion(
+            prompt = build_passkey_prompt(setup.tokenizer, args.length, depth, key)
+            got = compare_greedy(
                 args.llama_completion,
-                gguf,
-                text,
+                setup,
+                prompt.input_ids,
+                {"ropescale": model},
                 args.new,
+                text=out / "prompt.txt",
+                log=out / "llama.log",
+                threads=args.threads,
                 group_size=1,
                 window=512,
-                n_ctx=len(prompt.input_ids) + args.new + 64,
-                banned=banned,
-                threads=args.threads,
             )  # fmt: skip  (--grp-attn-n 1: Self-Extend off, llama.cpp's default)
-            row = {"key": key, "prompt_tokens": len(ids), "same_tokens": ids == list(prompt.input_ids)}
-            row["llama.cpp"], row["llama.cpp_s"] = theirs.decode("utf-8", "replace"), round(time.time() - t0, 1)
-            (out / "llama.log").write_text(log[-20000:], encoding="utf-8")
-            if model is None:
-                model = from_pretrained(args.checkpoint, dtype=torch.float32).eval()
-            t0 = time.time()
-            ours = token_bytes(tokenizer, greedy_ids(model, ids, args.new, banned))
-            row["ropescale"], row["ropescale_s"] = ours.decode("utf-8", "replace"), round(time.time() - t0, 1)
+            same_tokens = got.prompt_ids == list(prompt.input_ids)
+            row = {"key": key, "prompt_tokens": len(got.prompt_ids), "same_tokens": same_tokens, **got.row()}
             row["llama.cpp_correct"] = score_passkey(row["llama.cpp"], key)
             row["ropescale_correct"] = score_passkey(row["ropescale"], key)
-            row["same"] = theirs == ours
+            row["same"] = got.answers["llama.cpp"] == got.answers["ropescale"]
             results[cell] = row
-            atomic_write_json(results_path, results)
+            atomic_write_json(setup.results_path, results)
             print(cell, json.dumps(row), flush=True)
     rows = [results[k] for k in results if k.startswith(f"{args.length}@")]
     same = sum(r["same"] for r in rows)

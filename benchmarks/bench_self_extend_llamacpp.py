@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 MODEL = "smollm2-135m"
@@ -45,64 +44,52 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    import functools
+
     import torch
 
     from ropescale import patch
     from ropescale.evals.passkey import build_passkey_prompt, passkey_key, score_passkey
-    from ropescale.export import export_gguf
-    from ropescale.export.llamacpp_completion import greedy_ids, run_llama_completion, token_bytes
-    from ropescale.models.loading import from_pretrained, load_tokenizer
+    from ropescale.export.llamacpp_completion import compare_greedy, prepare_comparison
+    from ropescale.models.loading import from_pretrained
 
     torch.set_num_threads(args.threads)
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    tokenizer = load_tokenizer(MODEL)
-    gguf = out / "smollm2-135m-f32.gguf"
-    if not gguf.is_file():
-        export_gguf(MODEL, gguf, "f32")
-    banned = [i for i in tokenizer.all_special_ids]  # the answer is digits: no end of generation either side
+    setup = prepare_comparison(MODEL, out, "smollm2-135m-f32.gguf")
+    results = setup.results
     G, W = args.group_size, args.window
-    models = {}
+    variants = {
+        "self_extend_llamacpp": ("self_extend_llamacpp", {"n_batch": args.n_batch}),
+        "self_extend_llamacpp_intended": ("self_extend_llamacpp", {"n_batch": args.n_batch, "kshift": "intended"}),
+        "self_extend": ("self_extend", {}),
+    }
+    if args.skip_intended:
+        del variants["self_extend_llamacpp_intended"]
+
+    @functools.cache
+    def model(name: str):
+        method, params = variants[name]
+        return patch(from_pretrained(MODEL, dtype=torch.float32), method, group_size=G, window=W, **params)
+
     for depth in [float(d) for d in args.depths.split(",")]:
         cell = f"{args.length}@{depth}" + ("/f32cache" if args.f32_cache else "")
         if cell in results:
             continue
         key = passkey_key(0, args.length, depth, 0)
-        prompt = build_passkey_prompt(tokenizer, args.length, depth, key)
-        text = out / f"prompt-{depth}.txt"
-        text.write_text(tokenizer.decode(prompt.input_ids, skip_special_tokens=True), encoding="utf-8")
-        t0 = time.time()
-        ids, theirs, log = run_llama_completion(
-            args.llama_completion, gguf, text, args.new, group_size=G, window=W, n_batch=args.n_batch,
-            n_ctx=len(prompt.input_ids) + args.new + 64, banned=banned, threads=args.threads,
-            f32_cache=args.f32_cache,
+        prompt = build_passkey_prompt(setup.tokenizer, args.length, depth, key)
+        got = compare_greedy(
+            args.llama_completion, setup, prompt.input_ids, {name: functools.partial(model, name) for name in variants},
+            args.new, text=out / f"prompt-{depth}.txt", log=out / f"llama-{depth}.log", threads=args.threads,
+            group_size=G, window=W, n_batch=args.n_batch, f32_cache=args.f32_cache,
         )  # fmt: skip
-        row = {"key": key, "prompt_tokens": len(ids), "llama.cpp": theirs.decode("utf-8", "replace")}
-        row["llama.cpp_s"] = round(time.time() - t0, 1)
-        (out / f"llama-{depth}.log").write_text(log[-20000:], encoding="utf-8")
-        variants = {
-            "self_extend_llamacpp": ("self_extend_llamacpp", {"n_batch": args.n_batch}),
-            "self_extend_llamacpp_intended": ("self_extend_llamacpp", {"n_batch": args.n_batch, "kshift": "intended"}),
-            "self_extend": ("self_extend", {}),
-        }
-        if args.skip_intended:
-            del variants["self_extend_llamacpp_intended"]
-        for name, (method, params) in variants.items():
-            if name not in models:
-                model = from_pretrained(MODEL, dtype=torch.float32)
-                models[name] = patch(model, method, group_size=G, window=W, **params)
-            t0 = time.time()
-            answer = token_bytes(tokenizer, greedy_ids(models[name], ids, args.new, banned))
-            row[name], row[f"{name}_s"] = answer.decode("utf-8", "replace"), round(time.time() - t0, 1)
+        row = {"key": key, "prompt_tokens": len(got.prompt_ids), **got.row()}
         for name in ("llama.cpp", *variants):
             row[f"{name}_correct"] = score_passkey(row[name], key)
         row["same"] = row["llama.cpp"] == row["self_extend_llamacpp"]
         results[cell] = row
-        tmp = results_path.with_suffix(".tmp")
+        tmp = setup.results_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, results_path)
+        os.replace(tmp, setup.results_path)
         print(cell, json.dumps(row), flush=True)
     return 0
 

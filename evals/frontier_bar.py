@@ -4,12 +4,10 @@ and rows shown beside a frontier without competing in it."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ropescale.evals.evidence import Evidence
 from ropescale.evals.evidence import length_text as _k
-
-FrontierVerdict = Reference = Any  # evals.frontier's types (imported there, not here: no cycle)
+from ropescale.evals.frontier_verdict import FrontierVerdict, Reference
 
 
 def bar_parts(v: FrontierVerdict, ref: Reference, tolerance: float = 0.01) -> dict[str, tuple[bool | None, str]]:

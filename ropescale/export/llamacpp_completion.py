@@ -3,20 +3,30 @@
 ``llama-completion`` (``tools/completion``; ``make llamacpp-cli`` builds the one llama-cpp-python
 0.3.36 vendors) is where llama.cpp has Self-Extend (``--grp-attn-n``/``--grp-attn-w``; its server
 has none). :func:`run_llama_completion` runs it greedily on a prompt file and returns llama.cpp's
-own prompt tokens (``--verbose-prompt``) and the bytes it generated; :func:`greedy_bytes` decodes
+own prompt tokens (``--verbose-prompt``) and the bytes it generated; :func:`greedy_ids` decodes
 the same prompt ids with a ropescale model as llama.cpp's loop does (the prompt in one forward
-call, then one token per call) under the same logit bias, and returns the same bytes.
+call, then one token per call) under the same logit bias, and :func:`token_bytes` gives the bytes
+llama.cpp prints for them.
+
+The benchmarks that set llama.cpp's answers beside ropescale's (``benchmarks/bench_gguf_passkey.py``,
+``benchmarks/bench_self_extend_llamacpp.py``) share their set-up, :func:`prepare_comparison` (the
+folder's ``results.json`` read back, the tokenizer, the f32 GGUF, the banned ids), and their row,
+:func:`compare_greedy` (llama.cpp's answer, then each model's on llama.cpp's own prompt tokens).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .gguf import export_gguf
 from .llamacpp import exit_delay_library
 
 PROMPT_COUNT = re.compile(r"number of tokens in prompt = (\d+)")
@@ -114,6 +124,116 @@ def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes:
         else:
             out += token.replace("\u2581", " ").encode("utf-8")
     return bytes(out)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What a llama.cpp-versus-ropescale benchmark needs before its first prompt.
+
+    Attributes:
+        results_path: ``OUTPUT/results.json``, rewritten by the benchmark after each cell.
+        results: its cells as read back (empty on a first run): a re-run skips them.
+        tokenizer: the model's tokenizer.
+        gguf: the model exported with f32 matrices (``OUTPUT/<gguf_name>``, exported once and kept).
+        banned: every special token id: the answer is digits, no end of generation on either side.
+    """
+
+    results_path: Path
+    results: dict[str, dict[str, Any]]
+    tokenizer: Any
+    gguf: Path
+    banned: list[int]
+
+
+def prepare_comparison(model: str | os.PathLike, output: str | os.PathLike, gguf_name: str) -> Comparison:
+    """Make ``output``, read its ``results.json`` back, load the tokenizer and export the f32 GGUF once.
+
+    Args:
+        model: a checkpoint directory or an embedded model name (as :func:`~ropescale.export.export_gguf`).
+        output: the benchmark's folder.
+        gguf_name: the GGUF's file name in ``output`` (an existing file is used as it is).
+
+    Returns:
+        The :class:`Comparison`.
+    """
+    from ..models.loading import load_tokenizer
+
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.is_file() else {}
+    tokenizer = load_tokenizer(model)
+    gguf = out / gguf_name
+    if not gguf.is_file():
+        export_gguf(model, gguf, "f32")
+    return Comparison(results_path, results, tokenizer, gguf, list(tokenizer.all_special_ids))
+
+
+@dataclass(frozen=True)
+class GreedyAnswers:
+    """One prompt's greedy answers: llama.cpp's first, then each ropescale model's in the order given.
+
+    Attributes:
+        prompt_ids: the prompt tokens llama.cpp read (``--verbose-prompt``); every model decodes these.
+        answers: name -> the bytes generated (``llama.cpp`` first).
+        seconds: name -> seconds taken, to 0.1 s (a model's loading not counted).
+    """
+
+    prompt_ids: list[int]
+    answers: dict[str, bytes]
+    seconds: dict[str, float]
+
+    def row(self) -> dict[str, Any]:
+        """``{name: answer as text (undecodable bytes replaced), f"{name}_s": seconds}``, side by side in order."""
+        row: dict[str, Any] = {}
+        for name, answer in self.answers.items():
+            row[name], row[f"{name}_s"] = answer.decode("utf-8", "replace"), self.seconds[name]
+        return row
+
+
+def compare_greedy(
+    binary: str | Path,
+    setup: Comparison,
+    prompt_ids: Sequence[int],
+    models: Mapping[str, Callable[[], Any]],
+    n_predict: int,
+    *,
+    text: Path,
+    log: Path,
+    threads: int,
+    **options: Any,
+) -> GreedyAnswers:
+    """llama.cpp's greedy answer on ``setup.gguf`` beside each ropescale model's on the same prompt tokens.
+
+    The prompt is decoded to ``text`` and run by :func:`run_llama_completion` (``-c``: the prompt, the
+    answer and 64 to spare; the log's last 20,000 characters go to ``log``); each model then decodes
+    llama.cpp's own prompt tokens (:func:`greedy_ids`). Both sides ban ``setup.banned``.
+
+    Args:
+        binary: the llama-completion executable; setup: from :func:`prepare_comparison`.
+        prompt_ids: the prompt as ropescale tokenized it.
+        models: name -> a function returning the model, called after llama.cpp ran (cache it to load once).
+        n_predict: tokens generated on each side.
+        text, log: where the prompt text and llama.cpp's log are written.
+        threads: ``-t``; options: :func:`run_llama_completion`'s others (``group_size``, ``window``, ...).
+
+    Returns:
+        The :class:`GreedyAnswers`.
+    """
+    text.write_text(setup.tokenizer.decode(prompt_ids, skip_special_tokens=True), encoding="utf-8")
+    t0 = time.time()
+    ids, theirs, full = run_llama_completion(
+        binary, setup.gguf, text, n_predict, n_ctx=len(prompt_ids) + n_predict + 64, banned=setup.banned,
+        threads=threads, **options,
+    )  # fmt: skip
+    answers, seconds = {"llama.cpp": theirs}, {"llama.cpp": round(time.time() - t0, 1)}
+    log.write_text(full[-20000:], encoding="utf-8")
+    for name, load in models.items():
+        model = load()
+        t0 = time.time()
+        answers[name] = token_bytes(setup.tokenizer, greedy_ids(model, ids, n_predict, setup.banned))
+        seconds[name] = round(time.time() - t0, 1)
+    return GreedyAnswers(ids, answers, seconds)
 
 
 def _byte_level_decoder() -> dict[str, int]:
