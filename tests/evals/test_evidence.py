@@ -110,7 +110,10 @@ def test_a_later_stage_joins_the_shipped_file_without_losing_a_cell(tmp_path):
         return {"label": label, "method": "yarn", "factor": 4.0, "params": params, "measured": [measured]}
 
     head = {"model": "m", "original_context": 1024, "budget": "training-free", "note": "n"}
-    old = {**head, "rows": [row("yarn", "stage 1", {"2048": 30.7}, {"4096": 0.4, "8192": 0.5}, {"4096": 30, "8192": 12})]}
+    old = {
+        **head,
+        "rows": [row("yarn", "stage 1", {"2048": 30.7}, {"4096": 0.4, "8192": 0.5}, {"4096": 30, "8192": 12})],
+    }
     new = {
         **head,
         "note": "other",
