@@ -167,7 +167,8 @@ def plot(out: Path, rows, points, plan) -> list[str]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ropescale._io import atomic_write_json, atomic_write_text
+    from ropescale._io import atomic_write_text
+    from ropescale.evals.evidence import write_shipped
     from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
     from ropescale.evals.suite import run_suite, suite_from_dict
 
@@ -227,7 +228,8 @@ def main(argv=None) -> int:
             "Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials per length (passkey_trials = prompts "
             "decoded; fewer than 30 = cell in progress); control = the same fine-tune without scaling"
         )
-        atomic_write_json(Path(args.evidence), evidence_dict(rows, plan, note))
+        for line in write_shipped(args.evidence, evidence_dict(rows, plan, note)):  # earlier cells stay
+            print(f"evidence: {line}")
     return 0
 
 

@@ -9,7 +9,6 @@ suite run instead and runs nothing. ``ropescale recommend`` reads the same resul
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg, unit_floats
@@ -110,18 +109,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"'{results}' is not a suite's results.json")
     original = _original_context(ev.model, args.original_max_position_embeddings)
     if args.evidence:
-        from ropescale._io import atomic_write_json
-        from ropescale.evals.evidence import load_measured, merge_shipped, shipped_dict
+        from ropescale.evals.evidence import shipped_dict, write_shipped
 
         if not args.command:
             raise ValueError("--evidence needs --command: the command that reproduces the numbers")
-        shipped = shipped_dict(ev, original, args.note or ev.note, args.command)
-        if Path(args.evidence).is_file():  # a later stage: its cells join the file's, none is lost
-            load_measured(args.evidence)  # a damaged file stops here, in one line naming it
-            shipped, lines = merge_shipped(json.loads(Path(args.evidence).read_text()), shipped)
-            print("\n".join(f"evidence: {line}" for line in lines))
-        atomic_write_json(args.evidence, shipped)
-        print(f"evidence: {args.evidence}")
+        merged = write_shipped(args.evidence, shipped_dict(ev, original, args.note or ev.note, args.command))
+        print("".join(f"evidence: {line}\n" for line in merged) + f"evidence: {args.evidence}")
     for extra in args.also:
         ev = with_rows(ev, _load_any(extra))
     report = format_frontier(ev, original, args.target_length)

@@ -359,3 +359,23 @@ def _take_cell(entries: list[dict[str, Any]], task: str, n: str, trials: int | N
                     del e[key]
             return "replaced"
     return "added"
+
+
+def write_shipped(path: str | Path, shipped: dict[str, Any]) -> list[str]:
+    """Write ``shipped`` (a :func:`shipped_dict`) to ``path`` atomically; where the file exists, merge
+    into it (:func:`merge_shipped`) so the cells of earlier stages, whose run folders may be gone, stay.
+
+    Returns:
+        One line per cell merged (none for a new file).
+
+    Raises:
+        RopescaleError: the existing file is damaged or of another model, context or budget.
+    """
+    from ropescale._io import atomic_write_json
+
+    lines: list[str] = []
+    if Path(path).is_file():
+        load_measured(path)  # a damaged file stops here, in one line naming it
+        shipped, lines = merge_shipped(json.loads(Path(path).read_text()), shipped)
+    atomic_write_json(path, shipped)
+    return lines

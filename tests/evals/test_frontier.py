@@ -335,3 +335,13 @@ def test_fine_tuned_rows_are_shown_beside_the_frontier_never_chosen(tmp_path, ca
     written = load_measured(out_json)
     assert [r.label for r in written.rows] == ["none", "se"] and written.budget == "training-free"
     assert written.rows[1].commands == ("ropescale eval suite x",) and written.rows[1].ppl == {16384: 30.1}
+    # a later stage of the same suite (here a new folder holding one new cell) joins the file, nothing lost
+    tasks["perplexity"]["se"] = {"32768": {"ppl": 30.4}}
+    (folder / "results.json").write_text(json.dumps({"model": "smollm2-135m", "tasks": tasks}))
+    assert main([*argv, "--evidence", str(out_json), "--command", "stage 2"]) == 0
+    assert "evidence: se ppl 32k: added" in capsys.readouterr().out
+    se = load_measured(out_json).rows[1]
+    assert se.ppl == {16384: 30.1, 32768: 30.4} and se.commands == ("ropescale eval suite x", "stage 2")
+    out_json.write_text("{")  # a damaged file: refused in one line naming it, left as it is
+    assert main([*argv, "--evidence", str(out_json), "--command", "stage 3"]) == 2
+    assert "evidence.json' cannot be read" in capsys.readouterr().err and out_json.read_text() == "{"
