@@ -121,7 +121,10 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
     """Render: the Markdown report's lines (header, one section per task, regressions, plots, progress)."""
     labels = [m.label for m in suite.methods]
     runtime = (
-        ", ".join("{device} / {dtype} / {attention}".format(**json.loads(r)) for r in runtimes)
+        ", ".join(
+            "{device} / {dtype}{k} / {attention}".format(**rt, k=f" ({rt['kernels']})" if rt.get("kernels") else "")
+            for rt in map(json.loads, runtimes)
+        )
         or f"dtype {suite.dtype}"
     )
     lines = [

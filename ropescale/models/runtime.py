@@ -37,11 +37,15 @@ ATTENTIONS = ("sdpa", "eager", "flash_attention_2")
 @dataclass(frozen=True)
 class Runtime:
     """A resolved runtime: ``device`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``), ``dtype`` (a name in
-    :data:`DTYPES`), ``attention`` (a name in :data:`ATTENTIONS`)."""
+    :data:`DTYPES`), ``attention`` (a name in :data:`ATTENTIONS`) and, for bf16 on a CPU, ``kernels``:
+    which bf16 instructions compute it (:func:`cpu_bf16_kernels`). AMX tiles and AVX512-BF16 dot
+    products round differently, enough to change greedy answers (yarn ×4, 30 passkey prompts at 4k:
+    12/30 with AMX, 10/30 with AVX512-BF16), so results record it and are not mixed across it."""
 
     device: str
     dtype: str
     attention: str
+    kernels: str | None = None
 
     @property
     def torch_dtype(self) -> Any:
@@ -58,7 +62,7 @@ class Runtime:
         return model if self.device == "cpu" else model.to(self.device)
 
     def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
 
 def flash_attn_installed() -> bool:
@@ -84,6 +88,22 @@ def cpu_has_bf16() -> bool:
         except OSError:
             return False
         return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def cpu_bf16_kernels() -> str:
+    """Which instructions compute bf16 matmuls on this CPU: ``amx``, ``avx512_bf16``, or ``emulated``
+    (neither: oneDNN converts to fp32). Follows ``ROPESCALE_CPU_BF16=0`` (``emulated``)."""
+    if not cpu_has_bf16():
+        return "emulated"
+    import torch
+
+    try:
+        return "amx" if torch.cpu._is_amx_tile_supported() else "avx512_bf16"
+    except AttributeError:
+        try:
+            return "amx" if "amx_bf16" in Path("/proc/cpuinfo").read_text().split() else "avx512_bf16"
+        except OSError:
+            return "avx512_bf16"
 
 
 def auto_dtype(device: str) -> str:
@@ -146,7 +166,8 @@ def resolve_runtime(device: str | None = "auto", dtype: str | None = "auto", att
             raise RopescaleError(
                 "flash_attention_2 needs the flash-attn package: pip install flash-attn --no-build-isolation"
             )
-    return Runtime(device, dtype, attention)
+    kernels = cpu_bf16_kernels() if device == "cpu" and dtype == "bfloat16" else None
+    return Runtime(device, dtype, attention, kernels)
 
 
 def _auto(value: str | None) -> str | None:

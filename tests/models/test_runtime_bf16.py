@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+from ropescale.models import runtime as rt
 from ropescale.models.runtime import cpu_has_bf16, resolve_runtime
 from ropescale.training.config import ConfigError, load_config
 
@@ -22,6 +24,23 @@ def test_the_probe_reads_the_hardware_when_not_forced(monkeypatch):
     flags = open("/proc/cpuinfo").read().split() if __import__("os").path.exists("/proc/cpuinfo") else []
     if flags:
         assert cpu_has_bf16() is ("amx_bf16" in flags or "avx512_bf16" in flags)
+
+
+@pytest.mark.parametrize(
+    ("flag", "amx", "kernels"), [("1", True, "amx"), ("1", False, "avx512_bf16"), ("0", 0, "emulated")]
+)
+def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, flag, amx, kernels):
+    """AMX and AVX512-BF16 round differently (greedy answers differ): a result says which it had."""
+    monkeypatch.setenv("ROPESCALE_CPU_BF16", flag)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert rt.cpu_bf16_kernels() == kernels
+    assert resolve_runtime("cpu", "bfloat16").to_dict() == {
+        "device": "cpu",
+        "dtype": "bfloat16",
+        "attention": "sdpa",
+        "kernels": kernels,
+    }
+    assert "kernels" not in resolve_runtime("cpu", "float32").to_dict()  # fp32: as before
 
 
 @pytest.mark.parametrize(
