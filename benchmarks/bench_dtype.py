@@ -29,6 +29,17 @@ import tempfile
 import time
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -143,11 +154,11 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ropescale.models.runtime import cpu_has_bf16
+    from ropescale.models.runtime import cpu_bf16_kernels
 
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads, bf16 in hardware: {cpu_has_bf16()}, "
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, bf16 computed by: {cpu_bf16_kernels()}, "
         f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
