@@ -242,15 +242,19 @@ class SuiteRunner:
             record = json.loads(path.read_text())
         except ValueError:
             return False
-        # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU) is redone;
-        # cells written before runtimes were recorded count as matching
-        runtime = record.get("runtime", self.runtime_for(entry))
+        # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU, bf16 on AMX
+        # resumed on AVX512-BF16) is redone; cells written before runtimes (or bf16 kernels) were
+        # recorded count as matching
+        ours = self.runtime_for(entry)
+        runtime = record.get("runtime", ours)
+        if "kernels" not in runtime and "kernels" in ours:
+            runtime = {**runtime, "kernels": ours["kernels"]}
         measured = json.loads(json.dumps(self.measured(task)))  # as it reads back
         return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
             entry.method,
             entry.factor,
             entry.params,
-            self.runtime_for(entry),
+            ours,
         ) and record.get("measured") == measured
 
     def journal(self, entry: MethodEntry, task: str, length: int):
