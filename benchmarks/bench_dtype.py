@@ -4,6 +4,10 @@ training steps, with the quality difference measured on the same inputs.
     python benchmarks/bench_dtype.py                                  # 4k/16k/32k forward, LoRA + full steps
     python benchmarks/bench_dtype.py --lengths 4096 --steps 3 --threads 1
 
+With each forward length it also times one layer's causal SDPA and MLP up projection alone in both
+dtypes (random inputs of the model's shapes), so a small speed-up says which part does not gain
+(on a CPU with AVX512-BF16 but no AMX, attention).
+
 Forward: the embedded SmolLM2-135M-Instruct with YaRN x4, loaded once in each dtype; one window of
 held-out Emma (BOS + text) per length; the two dtypes run alternately (``--repeats`` each) and the
 median time is kept; the perplexity of that window is reported for both, so the speed-up and what it
@@ -53,6 +57,34 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
+def part_times(config, length: int, repeats: int, torch) -> dict[str, float]:
+    """Seconds of one layer's two big parts at ``length`` tokens in each dtype, on random inputs of
+    the model's shapes: causal SDPA (grouped heads as transformers calls it) and the MLP's up
+    projection. Where bf16 gains in one and not the other, the forward's speed-up says which part
+    dominates at that length."""
+    F = torch.nn.functional
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // heads
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        dt = getattr(torch, dtype)
+        q, k = torch.randn(1, heads, length, d, dtype=dt), torch.randn(1, kv, length, d, dtype=dt)
+        x = torch.randn(length, config.hidden_size, dtype=dt)
+        w = torch.randn(config.intermediate_size, config.hidden_size, dtype=dt)
+        for part, run in (
+            ("sdpa", lambda: F.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=kv != heads)),
+            ("mlp", lambda: F.linear(x, w)),
+        ):
+            run()  # warm-up
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - start)
+            out[f"{part}_{dtype}_s"] = statistics.median(times)
+    return out
+
+
 def forward_rows(args, torch) -> list[dict]:
     import ropescale
     from ropescale.data.documents import load_documents, tokenize_documents
@@ -82,6 +114,7 @@ def forward_rows(args, torch) -> list[dict]:
                 ppl[dtype] = float(torch.exp(out.loss.float()))
         row = {"length": length, **{f"{d}_s": statistics.median(t) for d, t in times.items()}}
         row.update({f"{d}_ppl": p for d, p in ppl.items()})
+        row.update(part_times(models["float32"].config, length, args.repeats, torch))
         rows.append(row)
         print(
             f"forward {length:>6}: fp32 {row['float32_s']:6.1f} s  bf16 {row['bfloat16_s']:6.1f} s  "
@@ -172,6 +205,13 @@ def main(argv=None) -> int:
             f"| {r['length']} | {r['float32_s']:.1f} | {r['bfloat16_s']:.1f} | {r['float32_s'] / r['bfloat16_s']:.2f}x "
             f"| {r['float32_ppl']:.3f} | {r['bfloat16_ppl']:.3f} | {delta:+.2f}% |"
         )
+    if fwd:
+        print("\n| one layer's part | length | fp32 ms | bf16 ms | speed-up |")
+        print("|---|---|---|---|---|")
+        for r in fwd:
+            for part, name in (("sdpa", "causal SDPA"), ("mlp", "MLP up projection")):
+                f32, b16 = r[f"{part}_float32_s"], r[f"{part}_bfloat16_s"]
+                print(f"| {name} | {r['length']} | {1e3 * f32:.1f} | {1e3 * b16:.1f} | {f32 / b16:.2f}x |")
     if train:
         print(f"\n| training step, {args.seq_len}-token windows | tokens/s | vs fp32 |")
         print("|---|---|---|")
