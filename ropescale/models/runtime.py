@@ -7,10 +7,12 @@ setting       on a CUDA device                            otherwise (CPU, MPS)
 ============  ==========================================  =====================================
 device        ``cuda``                                    ``cpu``
 dtype         ``bfloat16`` (``float16`` without bf16)     CPU: ``bfloat16`` where the CPU has bf16
-                                                          instructions (AMX-BF16 or AVX512-BF16;
-                                                          2-3x faster than fp32, perplexity within
-                                                          0.3%), else ``float32`` (bf16 without
-                                                          them is 3-8x slower); MPS: ``float32``
+                                                          instructions (AMX-BF16: 2-3.8x fp32's
+                                                          speed; AVX512-BF16 alone: 1.15-1.3x a
+                                                          forward, 1.8-1.9x training, as attention
+                                                          does not gain; perplexity within 0.3%),
+                                                          else ``float32`` (bf16 without them is
+                                                          3-8x slower); MPS: ``float32``
 attention     ``flash_attention_2`` if flash-attn is      ``sdpa``
               installed and the dtype is 16-bit, else
               ``sdpa``
