@@ -4,6 +4,8 @@ resumably; print the table, the goal's verdict and write the plots and the evide
     python benchmarks/bench_extension.py                         # everything (hours on 2 CPU cores)
     python benchmarks/bench_extension.py --passkey-lengths 4096,8192   # the short cells first
     python benchmarks/bench_extension.py --report-only           # table and plots of what is measured
+    python benchmarks/bench_extension.py --output runs/extension-x4-contiguous4k --suites finetuned \
+        --overrides pose.enabled=false data.seq_len=4096 train.grad_accum=1   # a variant of the fine-tune
 
 Models (evals/extension.py): the embedded SmolLM2-135M-Instruct as trained (``none``), with
 training-free YaRN ×4 (``yarn``), fine-tuned at YaRN ×4 by ``configs/train/smollm2-135m/yarn_x4.yaml``
@@ -26,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ropescale.evals.extension import SUITE_OF
+
 RECIPES = {"fine-tuned yarn": "smollm2-135m/yarn_x4", "control": "smollm2-135m/yarn_x4_control"}
 RUN_DIRS = {"fine-tuned yarn": "yarn", "control": "control"}
 
@@ -39,6 +43,18 @@ def parse_args(argv=None):
     ap.add_argument("--curve-only", action="store_true", help="train, export and the curve; no suites")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument("--evidence", default=None, help="also write the evidence JSON here (evals/measured/...)")
+    ap.add_argument(
+        "--suites",
+        default="base,finetuned,control",
+        help="which suites to run (base: none and training-free yarn); only their models are trained",
+    )
+    ap.add_argument(
+        "--overrides",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="recipe overrides for both fine-tunes (a variant of the experiment: use its own --output)",
+    )
     return ap.parse_args(argv)
 
 
@@ -57,20 +73,22 @@ def trained(run: Path, recipe: str) -> bool:
     return bool(done) and int(done[-1].name.split("-")[1]) >= load_run_config(run).train.max_steps
 
 
-def train_and_export(out: Path) -> dict[str, Path]:
+def train_and_export(out: Path, suites: set[str], overrides: list[str]) -> dict[str, Path]:
     exports = {}
     for role, recipe in RECIPES.items():
         run = out / RUN_DIRS[role]
+        exports[role] = out / f"{RUN_DIRS[role]}-export"
+        if SUITE_OF[role][0] not in suites:
+            continue
         if not trained(run, recipe):
-            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
-        export = out / f"{RUN_DIRS[role]}-export"
+            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *overrides)
+        export = exports[role]
         if not (export / "config.json").is_file():
             ropescale("export", str(run), "--output", str(export))
-        exports[role] = export
     return exports
 
 
-def curve(out: Path, plan) -> list[dict]:
+def curve(out: Path, plan, suites: set[str]) -> list[dict]:
     """Perplexity of each saved checkpoint: fine-tuned at the target length, control at L (kept in curve/)."""
     import torch
 
@@ -89,6 +107,8 @@ def curve(out: Path, plan) -> list[dict]:
     doc = tokenize_documents(tokenizer, held, max_tokens=max(plan.ppl_lengths))[0]
     dtype = resolve_runtime("cpu", plan.dtype).torch_dtype
     for role, length in (("fine-tuned yarn", max(plan.ppl_lengths)), ("control", plan.original_context)):
+        if SUITE_OF[role][0] not in suites:
+            continue
         run = out / RUN_DIRS[role]
         for ckpt in list_checkpoints(run):
             step = int(ckpt.name.split("-")[1])
@@ -175,15 +195,17 @@ def main(argv=None) -> int:
     out = Path(args.output)
     plan = Plan(ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
     exports = {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
+    suites = {x for x in args.suites.split(",") if x}
     points = []
     if not args.report_only:
-        exports = train_and_export(out)
+        exports = train_and_export(out, suites, args.overrides)
         if not args.skip_curve:
-            points = curve(out, plan)
+            points = curve(out, plan, suites)
         wanted = {int(x) for x in args.passkey_lengths.split(",") if x}
-        for name, raw in (
-            [] if args.curve_only else suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items()
-        ):
+        chosen = {
+            k: v for k, v in suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items() if k in suites
+        }
+        for name, raw in [] if args.curve_only else chosen.items():
             for entry in raw["methods"]:  # the cells asked for now; the rest resume on a later run
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
@@ -195,7 +217,8 @@ def main(argv=None) -> int:
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
-    commands = {role: f"python benchmarks/bench_extension.py --output {out}" for role in RECIPES}
+    variant = "".join(f" {flag} {value}" for flag, value in (("--overrides", " ".join(args.overrides)),) if value)
+    commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
     commands.update({"none": commands["control"], "yarn": commands["control"]})
     rows = collect(out, commands)
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
