@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -49,6 +48,7 @@ def main(argv=None) -> int:
     import torch
 
     from ropescale import patch
+    from ropescale._io import atomic_write_json
     from ropescale.evals.passkey import build_passkey_prompt, passkey_key, score_passkey
     from ropescale.export.llamacpp_completion import compare_greedy, prepare_comparison
     from ropescale.models.loading import from_pretrained
@@ -87,9 +87,7 @@ def main(argv=None) -> int:
             row[f"{name}_correct"] = score_passkey(row[name], key)
         row["same"] = row["llama.cpp"] == row["self_extend_llamacpp"]
         results[cell] = row
-        tmp = setup.results_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=2))
-        os.replace(tmp, setup.results_path)
+        atomic_write_json(setup.results_path, results)
         print(cell, json.dumps(row), flush=True)
     return 0
 
