@@ -324,17 +324,17 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
             r
             for r in merged["rows"]
             if (r.get("label"), r.get("method"), r.get("factor"), r.get("params") or {})
-            == (row["label"], row["method"], row["factor"], row["params"])
+            == (row["label"], row["method"], row["factor"], row["params"] or {})
         ]
         target = same[0] if same else {**{k: row[k] for k in ("label", "method", "factor", "params")}, "measured": []}
         entry: dict[str, Any] = {"command": row["measured"][0]["command"]}
         for m in row["measured"]:
-            for task, key in (("ppl", "ppl"), ("passkey", "passkey")):
-                for n, value in m.get(key, {}).items():
+            for task in ("ppl", "passkey"):
+                for n, value in m.get(task, {}).items():
                     verdict = _take_cell(target["measured"], task, n, m.get("passkey_trials", {}).get(n))
                     lines.append(f"{row['label']} {task} {length_text(int(n))}: {verdict}")
                     if verdict != "kept":
-                        entry.setdefault(key, {})[n] = value
+                        entry.setdefault(task, {})[n] = value
                         if task == "passkey" and n in m.get("passkey_trials", {}):
                             entry.setdefault("passkey_trials", {})[n] = m["passkey_trials"][n]
         if len(entry) > 1:
@@ -362,20 +362,25 @@ def _take_cell(entries: list[dict[str, Any]], task: str, n: str, trials: int | N
 
 
 def write_shipped(path: str | Path, shipped: dict[str, Any]) -> list[str]:
-    """Write ``shipped`` (a :func:`shipped_dict`) to ``path`` atomically; where the file exists, merge
-    into it (:func:`merge_shipped`) so the cells of earlier stages, whose run folders may be gone, stay.
+    """Write ``shipped`` (a :func:`shipped_dict`) to ``path`` atomically, one writer at a time (the
+    output's lock is held from reading to writing); where the file exists, merge into it
+    (:func:`merge_shipped`) so the cells of earlier stages, whose run folders may be gone, stay.
 
     Returns:
         One line per cell merged (none for a new file).
 
     Raises:
-        RopescaleError: the existing file is damaged or of another model, context or budget.
+        RopescaleError: the existing file is damaged or of another model, context or budget, or
+            another process is writing it.
     """
     from ropescale._io import atomic_write_json
+    from ropescale._lock import output_lock
 
     lines: list[str] = []
-    if Path(path).is_file():
-        load_measured(path)  # a damaged file stops here, in one line naming it
-        shipped, lines = merge_shipped(json.loads(Path(path).read_text()), shipped)
-    atomic_write_json(path, shipped)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with output_lock(path, "evidence file", folder=False):
+        if Path(path).is_file():
+            load_measured(path)  # a damaged file stops here, in one line naming it
+            shipped, lines = merge_shipped(json.loads(Path(path).read_text()), shipped)
+        atomic_write_json(path, shipped)
     return lines

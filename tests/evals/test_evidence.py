@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ropescale._lock import output_lock
 from ropescale.errors import RopescaleError
 from ropescale.evals import evidence
 from ropescale.evals.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
@@ -139,6 +140,11 @@ def test_a_later_stage_joins_the_shipped_file_without_losing_a_cell(tmp_path):
     assert af1.params == {"attention_factor": 1.0} and af1.commands == ("stage 2",)
     with pytest.raises(RopescaleError, match="original_context 2048, the file 1024"):
         evidence.merge_shipped(old, {**new, "original_context": 2048})
+    assert evidence.write_shipped(tmp_path / "new" / "e.json", old) == []  # a new file: written as it is
+    assert evidence.write_shipped(tmp_path / "new" / "e.json", new)[-1] == "yarn-af1 passkey 4k: added"
+    with output_lock(tmp_path / "new" / "e.json", folder=False):  # another writer holds it: refused
+        with pytest.raises(RopescaleError, match="being written by another"):
+            evidence.write_shipped(tmp_path / "new" / "e.json", new)
 
 
 @pytest.mark.parametrize(
