@@ -80,32 +80,25 @@ def cpu_has_bf16() -> bool:
     forced = os.environ.get("ROPESCALE_CPU_BF16", "").strip()
     if forced in ("0", "1"):
         return forced == "1"
+    return cpu_bf16_kernels() != "emulated"
+
+
+def cpu_bf16_kernels() -> str:
+    """Which instructions compute bf16 matmuls on this CPU, as the hardware has them (the override of
+    :func:`cpu_has_bf16` does not change what computes): ``amx``, ``avx512_bf16``, or ``emulated``
+    (neither: oneDNN converts to fp32)."""
     import torch
 
     try:
-        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+        if torch.cpu._is_amx_tile_supported():
+            return "amx"
+        return "avx512_bf16" if torch.cpu._is_avx512_bf16_supported() else "emulated"
     except AttributeError:  # a torch without the probes: read the kernel's flags
         try:
             flags = Path("/proc/cpuinfo").read_text().split()
         except OSError:
-            return False
-        return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
-def cpu_bf16_kernels() -> str:
-    """Which instructions compute bf16 matmuls on this CPU: ``amx``, ``avx512_bf16``, or ``emulated``
-    (neither: oneDNN converts to fp32). Follows ``ROPESCALE_CPU_BF16=0`` (``emulated``)."""
-    if not cpu_has_bf16():
-        return "emulated"
-    import torch
-
-    try:
-        return "amx" if torch.cpu._is_amx_tile_supported() else "avx512_bf16"
-    except AttributeError:
-        try:
-            return "amx" if "amx_bf16" in Path("/proc/cpuinfo").read_text().split() else "avx512_bf16"
-        except OSError:
-            return "avx512_bf16"
+            return "emulated"
+        return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "emulated"
 
 
 def auto_dtype(device: str) -> str:

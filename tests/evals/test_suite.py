@@ -98,7 +98,6 @@ def test_cells_record_their_runtime_and_another_runtime_redoes_them(suite_dict, 
 
 def test_bf16_cells_of_another_cpu_kernel_are_redone(suite_dict, tmp_path, monkeypatch):
     """AMX and AVX512-BF16 round bf16 differently: a run resumed on the other CPU starts its cells anew."""
-    monkeypatch.setenv("ROPESCALE_CPU_BF16", "1")
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], passkey=None, dtype="bfloat16")
     run_suite(suite_from_dict(one), tmp_path / "out", progress=False)

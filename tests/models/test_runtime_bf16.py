@@ -27,12 +27,14 @@ def test_the_probe_reads_the_hardware_when_not_forced(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("flag", "amx", "kernels"), [("1", True, "amx"), ("1", False, "avx512_bf16"), ("0", 0, "emulated")]
+    ("amx", "avx512", "kernels"), [(True, True, "amx"), (False, True, "avx512_bf16"), (False, False, "emulated")]
 )
-def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, flag, amx, kernels):
-    """AMX and AVX512-BF16 round differently (greedy answers differ): a result says which it had."""
-    monkeypatch.setenv("ROPESCALE_CPU_BF16", flag)
+def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, amx, avx512, kernels):
+    """AMX and AVX512-BF16 round differently (greedy answers differ): a result says which it had, from
+    the hardware, whatever ROPESCALE_CPU_BF16 says about the dtype."""
+    monkeypatch.setenv("ROPESCALE_CPU_BF16", "1")
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512)
     assert rt.cpu_bf16_kernels() == kernels
     assert resolve_runtime("cpu", "bfloat16").to_dict() == {
         "device": "cpu",
@@ -41,6 +43,8 @@ def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, flag
         "kernels": kernels,
     }
     assert "kernels" not in resolve_runtime("cpu", "float32").to_dict()  # fp32: as before
+    monkeypatch.delenv("ROPESCALE_CPU_BF16")
+    assert cpu_has_bf16() is (kernels != "emulated")
 
 
 @pytest.mark.parametrize(
