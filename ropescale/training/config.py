@@ -389,7 +389,10 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             continue
         section, dot, sub = key.partition(".")
         if not dot or not sub or "." in sub:
-            raise ConfigError(f"override key must be SECTION.KEY (e.g. lora.r), got {key!r}")
+            raise ConfigError(
+                f"override key must be SECTION.KEY (e.g. lora.r; a mapping as one value: "
+                f"'scaling.params={{attention_factor: 1.07}}'), got {key!r}"
+            )
         if section not in SECTIONS:
             raise ConfigError(
                 f"unknown section '{section}' in override {item!r}{_did_you_mean(section, list(SECTIONS))}"

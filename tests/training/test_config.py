@@ -93,6 +93,10 @@ def test_overrides_are_typed():
     c = config_from_dict(raw)
     assert (c.lora.r, c.optim.lr, c.pose.enabled, c.lora.trainable, c.name) == (16, 1e-4, True, ["embed", "norm"], "x")
     assert MINIMAL == {"model": {"name": "m"}, "scaling": {"method": "yarn", "factor": 4}}  # not modified
+    nested = config_from_dict(apply_overrides(MINIMAL, ["scaling.params={attention_factor: 1.07}"]))
+    assert nested.scaling.params == {"attention_factor": 1.07}  # a method parameter: a mapping as one value
+    with pytest.raises(ConfigError, match=r"a mapping as one value: 'scaling.params=\{attention_factor"):
+        apply_overrides(MINIMAL, ["scaling.params.attention_factor=1.07"])
 
 
 @pytest.mark.parametrize(
