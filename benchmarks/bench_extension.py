@@ -245,9 +245,11 @@ def main(argv=None) -> int:
     atomic_write_text(out / "report.md", text + "\n")
     print(text)
     if args.evidence:
+        from ropescale.models.runtime import cpu_bf16_kernels
+
         note = (
             "the extension experiment (benchmarks/bench_extension.py, docs/finetuning.md): SmolLM2-135M-Instruct "
-            "(L = 8,192) on 2 CPU cores, auto precision (bf16 on AMX); PPL: non-overlapping windows of held-out "
+            f"(L = 8,192) on {os.cpu_count()} CPU cores, auto precision (bf16 on {cpu_bf16_kernels()}); PPL: non-overlapping windows of held-out "
             "Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials per length (passkey_trials = prompts "
             "decoded; fewer than 30 = cell in progress); control = the same fine-tune without scaling"
         )
