@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 # Before transformers/huggingface_hub read them: a test that tries the Hub fails fast, never hangs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,6 +18,21 @@ os.environ["ROPESCALE_CPU_BF16"] = "0"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str, name: str | None = None):
+    """A script of the repository that is not in the package (a benchmark, an lm-eval task file),
+    imported by path as its own tool imports it; registered in ``sys.modules`` so its dataclasses find
+    their module."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 ORIGINAL_CONTEXT = 64  # L of the tiny models: inputs of 200 tokens are > 3L
 

@@ -3,20 +3,14 @@ would run are recorded): the overrides reach the recipes, and only the chosen su
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "bench_extension.py"
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_extension", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_extension.py")
 
 
 def test_a_variant_trains_only_its_suites_models_with_its_overrides(bench, tmp_path, monkeypatch):

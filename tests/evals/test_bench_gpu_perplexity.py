@@ -4,23 +4,19 @@ agree — a check that the comparison is fair, not a timing."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "bench_gpu_perplexity.py"
+from tests.conftest import load_script
+
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 40
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu_perplexity", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_gpu_perplexity.py")
 
 
 def test_both_variants_score_the_same_tokens(bench, model_dir, tmp_path, capsys):

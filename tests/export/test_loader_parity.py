@@ -9,15 +9,14 @@ skips elsewhere.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "loader_parity.py"
 TF4 = Path(os.environ.get("ROPESCALE_TF4") or ROOT / ".tf4")
 TOLERANCE = 1e-3
 
@@ -29,10 +28,7 @@ def rows(tmp_path_factory):
         if os.environ.get("CI", "").lower() in ("true", "1"):
             pytest.fail(reason)
         pytest.skip(reason)
-    spec = importlib.util.spec_from_file_location("loader_parity", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # its dataclasses look their module up there
-    spec.loader.exec_module(bench)
+    bench = load_script("benchmarks/loader_parity.py")  # registered: its dataclasses look their module up
     return bench.measure(tmp_path_factory.mktemp("parity"), TF4)
 
 

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_train_memory.py"
+from tests.conftest import load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_train_memory", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_train_memory.py")
 
 
 def test_cpu_smoke_measures_every_option_and_length(tmp_path, capsys):

@@ -3,8 +3,6 @@ the passkey prompt's words, saved as a checkpoint (L = 512: yarn x4 reaches 2048
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
@@ -14,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors  # noqa: E4
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 from ropescale.evals.lm_eval import TASKS_DIR  # noqa: E402
+from tests.conftest import load_script  # noqa: E402
 
 TINY_CONTEXT = 512  # L of the tiny model; yarn x4 -> 2048, the length of passkey_2k
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
@@ -21,10 +20,7 @@ SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 def task_utils():
     """evals/tasks/utils.py, loaded by path as lm-eval loads it."""
-    spec = importlib.util.spec_from_file_location("passkey_task_utils", TASKS_DIR / "utils.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(TASKS_DIR / "utils.py", "passkey_task_utils")
 
 
 def word_tokenizer() -> PreTrainedTokenizerFast:
