@@ -27,21 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def parse_args(argv=None):
@@ -187,7 +175,7 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from ropescale.models.runtime import cpu_bf16_kernels
+    from ropescale.models.runtime import cpu_bf16_kernels, cpu_model
 
     print(
         f"machine: {cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -73,18 +74,22 @@ def trained(run: Path, recipe: str) -> bool:
     return bool(done) and int(done[-1].name.split("-")[1]) >= load_run_config(run).train.max_steps
 
 
+def export_dirs(out: Path) -> dict[str, Path]:
+    """Where each fine-tune's exported model lives."""
+    return {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
+
+
 def train_and_export(out: Path, suites: set[str], overrides: list[str]) -> dict[str, Path]:
-    exports = {}
+    """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
+    exports = export_dirs(out)
     for role, recipe in RECIPES.items():
-        run = out / RUN_DIRS[role]
-        exports[role] = out / f"{RUN_DIRS[role]}-export"
         if SUITE_OF[role][0] not in suites:
             continue
+        run = out / RUN_DIRS[role]
         if not trained(run, recipe):
             ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *overrides)
-        export = exports[role]
-        if not (export / "config.json").is_file():
-            ropescale("export", str(run), "--output", str(export))
+        if not (exports[role] / "config.json").is_file():
+            ropescale("export", str(run), "--output", str(exports[role]))
     return exports
 
 
@@ -194,7 +199,7 @@ def main(argv=None) -> int:
 
     out = Path(args.output)
     plan = Plan(ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
-    exports = {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
+    exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
     points = []
     if not args.report_only:
@@ -202,10 +207,8 @@ def main(argv=None) -> int:
         if not args.skip_curve:
             points = curve(out, plan, suites)
         wanted = {int(x) for x in args.passkey_lengths.split(",") if x}
-        chosen = {
-            k: v for k, v in suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items() if k in suites
-        }
-        for name, raw in [] if args.curve_only else chosen.items():
+        raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
+        for name, raw in [] if args.curve_only else [(k, v) for k, v in raws.items() if k in suites]:
             for entry in raw["methods"]:  # the cells asked for now; the rest resume on a later run
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
@@ -217,7 +220,7 @@ def main(argv=None) -> int:
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
-    variant = "".join(f" {flag} {value}" for flag, value in (("--overrides", " ".join(args.overrides)),) if value)
+    variant = f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
     commands.update({"none": commands["control"], "yarn": commands["control"]})
     rows = collect(out, commands)
@@ -249,9 +252,10 @@ def main(argv=None) -> int:
 
         note = (
             "the extension experiment (benchmarks/bench_extension.py, docs/finetuning.md): SmolLM2-135M-Instruct "
-            f"(L = 8,192) on {os.cpu_count()} CPU cores, auto precision (bf16 on {cpu_bf16_kernels()}); PPL: non-overlapping windows of held-out "
-            "Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials per length (passkey_trials = prompts "
-            "decoded; fewer than 30 = cell in progress); control = the same fine-tune without scaling"
+            f"(L = 8,192) on {os.cpu_count()} CPU cores, auto precision (bf16 on {cpu_bf16_kernels()}); "
+            "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
+            "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
+            "fine-tune without scaling"
         )
         for line in write_shipped(args.evidence, evidence_dict(rows, plan, note)):  # earlier cells stay
             print(f"evidence: {line}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -118,6 +117,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     import ropescale
     from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.models.runtime import cpu_model
     from ropescale.training.config import load_config
     from ropescale.training.data import split_holdout
     from ropescale.training.export import merged_model
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
         f"loss {train_record.get('mean_loss_first5', float('nan')):.3f} (first 5 steps) -> "
         f"{train_record.get('mean_loss_last5', float('nan')):.3f} (last 5). "
         f"Evaluation: {eval_wall:.0f} s this session. torch threads {torch.get_num_threads()}, "
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs.",
+        f"{cpu_model()}, {os.cpu_count()} CPUs.",
     ]
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)

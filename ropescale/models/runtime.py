@@ -83,6 +83,21 @@ def cpu_has_bf16() -> bool:
     return cpu_bf16_kernels() != "emulated"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows: for the machine line of
+    a measurement (bf16 speed and answers depend on it)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def cpu_bf16_kernels() -> str:
     """Which instructions compute bf16 matmuls on this CPU, as the hardware has them (the override of
     :func:`cpu_has_bf16` does not change what computes): ``amx``, ``avx512_bf16``, or ``emulated``
