@@ -180,9 +180,11 @@ def measure_cuda(args, option: str) -> list[dict]:
         except torch.OutOfMemoryError:
             module.zero_grad(set_to_none=True)
             cells.append({"option": option, "length": length, "error": "out of memory"})
+            print(f"{option} {length}: out of memory", file=sys.stderr, flush=True)
             continue
         peak = torch.cuda.max_memory_allocated() / 2**20
         cells.append({"option": option, "length": length, "seconds": times[-1], "peak_mib": peak})
+        print(f"{option} {length}: {length / times[-1]:.0f} tok/s, peak {peak:.0f} MiB", file=sys.stderr, flush=True)
     del module
     gc.collect()
     torch.cuda.empty_cache()
@@ -232,9 +234,11 @@ def main(argv=None) -> int:
         "wall_s": time.perf_counter() - t0,
         "peak": "max_memory_allocated (absolute)" if args.device == "cuda" else "RSS growth during the step",
     }
+    from ropescale._io import atomic_write_json
+
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({**meta, "cells": cells, "table": text}, indent=2))
+    atomic_write_json(out / "results.json", {**meta, "cells": cells, "table": text})
     print(f"{args.shape} ({meta['shape']['num_hidden_layers']} layers), {device}, peak = {meta['peak']}")
     print(text)
     return 0
