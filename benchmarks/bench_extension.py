@@ -45,6 +45,12 @@ def parse_args(argv=None):
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument("--evidence", default=None, help="also write the evidence JSON here (evals/measured/...)")
     ap.add_argument(
+        "--machine",
+        default=None,
+        help="the machine that measured the cells, for the evidence note (default: this one; required to "
+        "report GPU cells from a machine without that GPU)",
+    )
+    ap.add_argument(
         "--suites",
         default="base,finetuned,control",
         help="which suites to run (base: none and training-free yarn); only their models are trained",
@@ -62,7 +68,42 @@ def parse_args(argv=None):
 def ropescale(*args: str) -> None:
     cmd = [sys.executable, "-m", "ropescale.cli.main", *args]
     print("$ ropescale " + " ".join(args), flush=True)
-    subprocess.run(cmd, check=True)
+    # Safe path: `-m` would put the working directory first on sys.path, and in a checkout with ropescale
+    # installed from a wheel, the checkout's ropescale/ (which holds no cli/) would hide the installed one.
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONSAFEPATH": "1"})
+
+
+def fail(message: str) -> None:
+    print(f"bench_extension: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def measured_on(out: Path, machine: str | None) -> str:
+    """The evidence note's machine: ``machine`` if given, else this one as the cells' runtimes name it.
+
+    Exits (status 2) when the cells come from more than one kind of device, or from a GPU that this
+    machine does not have and ``--machine`` does not name."""
+    runtimes = {
+        (r.get("device", "cpu"), r.get("dtype", ""), r.get("kernels", ""))
+        for f in sorted(out.glob("*/cells/*.json"))
+        if isinstance(r := json.loads(f.read_text()).get("runtime") or {}, dict)
+    }
+    devices = {d.split(":")[0] for d, _, _ in runtimes}
+    if len(devices) > 1:
+        fail(f"{out}: cells measured on {' and '.join(sorted(devices))}; one experiment, one device")
+    dtypes = ", ".join(sorted({t for _, t, _ in runtimes if t})) or "auto"
+    if machine:
+        return f"{machine} ({dtypes})"
+    if devices == {"cuda"}:
+        import torch
+
+        if not torch.cuda.is_available():
+            fail(f"{out}: cells measured on a GPU that this machine does not have; name it with --machine")
+        return f"one {torch.cuda.get_device_name()} ({dtypes})"
+    from ropescale.models.runtime import cpu_bf16_kernels
+
+    kernels = ", ".join(sorted({k for _, _, k in runtimes if k})) or cpu_bf16_kernels()
+    return f"{os.cpu_count()} CPU cores, auto precision ({dtypes} on {kernels})"
 
 
 def trained(run: Path, recipe: str) -> bool:
@@ -248,11 +289,9 @@ def main(argv=None) -> int:
     atomic_write_text(out / "report.md", text + "\n")
     print(text)
     if args.evidence:
-        from ropescale.models.runtime import cpu_bf16_kernels
-
         note = (
             "the extension experiment (benchmarks/bench_extension.py, docs/finetuning.md): SmolLM2-135M-Instruct "
-            f"(L = 8,192) on {os.cpu_count()} CPU cores, auto precision (bf16 on {cpu_bf16_kernels()}); "
+            f"(L = 8,192) on {measured_on(out, args.machine)}; "
             "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
             "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
             "fine-tune without scaling"

@@ -3,6 +3,8 @@ would run are recorded): the overrides reach the recipes, and only the chosen su
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import load_script
@@ -28,3 +30,33 @@ def test_a_variant_trains_only_its_suites_models_with_its_overrides(bench, tmp_p
     assert [a[2] for a in ran if a[0] == "train"] == ["smollm2-135m/yarn_x4", "smollm2-135m/yarn_x4_control"]
     args = bench.parse_args(["--output", "runs/v", "--suites", "finetuned", "--overrides", *overrides])
     assert args.suites == "finetuned" and args.overrides == overrides
+
+
+def _cells(root, suite: str, runtime: dict) -> None:
+    (root / suite / "cells").mkdir(parents=True)
+    (root / suite / "cells" / "x__passkey__4096.json").write_text(json.dumps({"runtime": runtime}))
+
+
+def test_the_evidence_note_names_the_device_the_cells_were_measured_on(bench, tmp_path, monkeypatch, capsys):
+    import torch
+
+    gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
+    _cells(gpu, "base", {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"})
+    _cells(cpu, "base", {"device": "cpu", "dtype": "bfloat16", "attention": "sdpa", "kernels": "amx"})
+    assert bench.measured_on(gpu, "one NVIDIA H200") == "one NVIDIA H200 (bfloat16)"
+    assert bench.measured_on(cpu, None).endswith("CPU cores, auto precision (bfloat16 on amx)")  # as recorded
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stop:  # GPU cells reported where there is no GPU: say which
+        bench.measured_on(gpu, None)
+    assert stop.value.code == 2 and "--machine" in capsys.readouterr().err
+    _cells(gpu, "control", {"device": "cpu", "dtype": "float32", "attention": "sdpa"})
+    with pytest.raises(SystemExit):  # one experiment, one device
+        bench.measured_on(gpu, "one NVIDIA H200")
+    assert "cpu and cuda" in capsys.readouterr().err
+
+
+def test_the_cli_runs_with_a_safe_path(bench, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, check, env: seen.update(cmd=cmd, env=env))
+    bench.ropescale("doctor")
+    assert seen["cmd"][1:3] == ["-m", "ropescale.cli.main"] and seen["env"]["PYTHONSAFEPATH"] == "1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import numpy as np
 
@@ -126,3 +127,29 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
     free = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=evidence)
     alone = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=list(shipped_evidence()))
     assert (free.method, free.params, free.why) == (alone.method, alone.params, alone.why) and free.measured is None
+
+
+def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrieves_less(tmp_path):
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.recommend import fine_tune_measured
+
+    def experiment(name: str, passkey: dict[int, float]):
+        rows = [
+            Measured("none", "default", passkey={4096: 0.8, 8192: 0.6}, passkey_trials={4096: 30, 8192: 30}),
+            Measured("yarn", "yarn", 4, passkey={4096: 0.4, 16384: 0.8}, passkey_trials={4096: 30, 16384: 30}),
+            Measured("fine-tuned yarn", "yarn", 4, ppl={32768: 24.0}, passkey=passkey, passkey_trials=dict.fromkeys(passkey, 30)),
+            Measured("control", "default", ppl={8192: 23.4}),
+        ]  # fmt: skip
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(evidence_dict([replace(r, commands=("c",)) for r in rows], Plan(), "test")))
+        return load_measured(path)
+
+    short = experiment("short", {4096: 0.9, 8192: 0.9})  # retrieves as well as both: no caveat
+    long = experiment("long", {4096: 0.53, 8192: 0.77, 16384: 0.43, 32768: 0.33})
+    assert fine_tune_measured([short], "smollm2-135m", 4)[1] is None
+    for order in ([short, long], [long, short]):  # the one with more passkey lengths, wherever it was found
+        line, caveat = fine_tune_measured(order, "smollm2-135m", 4)
+        assert "long.json" in line and "passkey 32k 0.33 on 30 prompts" in line
+        assert "4k (0.53 against the unscaled model's 0.80)" in caveat
+        assert "16k (0.43 against training-free YaRN's 0.80)" in caveat and "32k" not in caveat  # no free 32k cell
+    assert fine_tune_measured([long], "smollm2-135m", 8) is None  # another factor
