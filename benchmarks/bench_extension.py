@@ -78,32 +78,32 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def measured_on(out: Path, machine: str | None) -> str:
-    """The evidence note's machine: ``machine`` if given, else this one as the cells' runtimes name it.
+def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | None]:
+    """The evidence note's machine (``machine`` if given, else this one as the cells' runtimes name it)
+    and the runtime that computed the cells (:func:`~ropescale.evals.evidence.cells_runtime`).
 
-    Exits (status 2) when the cells come from more than one kind of device, or from a GPU that this
-    machine does not have and ``--machine`` does not name."""
-    runtimes = {
-        (r.get("device", "cpu"), r.get("dtype", ""), r.get("kernels", ""))
-        for f in sorted(out.glob("*/cells/*.json"))
-        if isinstance(r := json.loads(f.read_text()).get("runtime") or {}, dict)
-    }
-    devices = {d.split(":")[0] for d, _, _ in runtimes}
-    if len(devices) > 1:
-        fail(f"{out}: cells measured on {' and '.join(sorted(devices))}; one experiment, one device")
-    dtypes = ", ".join(sorted({t for _, t, _ in runtimes if t})) or "auto"
+    Exits (status 2) when the cells come from more than one runtime, or from a GPU that this machine
+    does not have and ``--machine`` does not name."""
+    from ropescale.errors import RopescaleError
+    from ropescale.evals.evidence import cells_runtime
+
+    try:
+        runtime = cells_runtime(sorted(p for p in out.iterdir() if (p / "cells").is_dir()))
+    except RopescaleError as exc:
+        fail(f"{out}: {exc}")
+    dtype = (runtime or {}).get("dtype", "auto")
     if machine:
-        return f"{machine} ({dtypes})"
-    if devices == {"cuda"}:
+        return f"{machine} ({dtype})", runtime
+    if (runtime or {}).get("device", "cpu").startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             fail(f"{out}: cells measured on a GPU that this machine does not have; name it with --machine")
-        return f"one {torch.cuda.get_device_name()} ({dtypes})"
+        return f"one {torch.cuda.get_device_name()} ({dtype})", runtime
     from ropescale.models.runtime import cpu_bf16_kernels
 
-    kernels = ", ".join(sorted({k for _, _, k in runtimes if k})) or cpu_bf16_kernels()
-    return f"{os.cpu_count()} CPU cores, auto precision ({dtypes} on {kernels})"
+    kernels = f" on {(runtime or {}).get('kernels') or cpu_bf16_kernels()}" if dtype == "bfloat16" else ""
+    return f"{os.cpu_count()} CPU cores, auto precision ({dtype}{kernels})", runtime
 
 
 def trained(run: Path, recipe: str) -> bool:
@@ -289,14 +289,15 @@ def main(argv=None) -> int:
     atomic_write_text(out / "report.md", text + "\n")
     print(text)
     if args.evidence:
+        machine, runtime = measured_on(out, args.machine)
         note = (
             "the extension experiment (benchmarks/bench_extension.py, docs/finetuning.md): SmolLM2-135M-Instruct "
-            f"(L = 8,192) on {measured_on(out, args.machine)}; "
+            f"(L = 8,192) on {machine}; "
             "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
             "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
             "fine-tune without scaling"
         )
-        for line in write_shipped(args.evidence, evidence_dict(rows, plan, note)):  # earlier cells stay
+        for line in write_shipped(args.evidence, evidence_dict(rows, plan, note, runtime)):  # earlier cells stay
             print(f"evidence: {line}")
     return 0
 

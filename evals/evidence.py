@@ -18,7 +18,10 @@ Two sources, both files, never numbers typed into code:
   ``ppl`` maps a window length to perplexity, ``passkey`` a prompt length to accuracy in [0, 1]
   (the mean over the depths and trials the command ran), the optional ``passkey_trials`` a prompt
   length to the number of prompts behind that accuracy (for its interval). A length measured twice
-  in one row is an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``.
+  in one row is an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``;
+  the optional ``runtime`` (``{"device": "cpu", "dtype": "bfloat16", "kernels": "amx", ...}``, as the
+  cells recorded it) is what computed every number: a merge from another kind of machine is refused
+  (:func:`merge_shipped`), since bf16 answers differ between them.
 """
 
 from __future__ import annotations
@@ -212,12 +215,52 @@ def _row(where: str, raw: Any) -> Measured:
     )
 
 
+def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
+    """The one runtime (device, dtype, attention, bf16 kernels) the cells of these suite folders were
+    computed with (``<folder>/cells/*.json``); None where no cell records one. Cells written before
+    ``kernels`` was recorded count as matching, as a suite's resume counts them.
+
+    Raises:
+        RopescaleError: the cells were computed on different runtimes (the message names two).
+    """
+    runtimes = [
+        runtime
+        for folder in folders
+        for f in sorted(Path(folder).glob("cells/*.json"))
+        if isinstance(runtime := json.loads(f.read_text()).get("runtime"), dict) and runtime
+    ]
+    if not runtimes:
+        return None
+    plain = {tuple(sorted((k, v) for k, v in r.items() if k != "kernels")) for r in runtimes}
+    kernels = {r["kernels"] for r in runtimes if r.get("kernels")}
+    if len(plain) > 1 or len(kernels) > 1:
+        distinct = list({tuple(sorted(r.items())): r for r in runtimes}.values())
+        a, b = distinct[:2]
+        raise RopescaleError(
+            f"cells computed on {runtime_text(a)} and on {runtime_text(b)}: one file, one machine kind"
+        )
+    base = {k: v for k, v in runtimes[0].items() if k != "kernels"}
+    return base | ({"kernels": kernels.pop()} if kernels else {})
+
+
+def runtime_text(runtime: dict[str, str]) -> str:
+    """``cpu bfloat16 (amx) sdpa``."""
+    kernels = f" ({runtime['kernels']})" if runtime.get("kernels") else ""
+    return f"{runtime.get('device', '?')} {runtime.get('dtype', '?')}{kernels} {runtime.get('attention', '')}".strip()
+
+
 def shipped_dict(
-    ev: Evidence, original_context: int, note: str, command: str | None = None, budget: str = "training-free"
+    ev: Evidence,
+    original_context: int,
+    note: str,
+    command: str | None = None,
+    budget: str = "training-free",
+    runtime: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
-    ``measured`` entry, ``command`` (default: the row's own first command)."""
+    ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
+    :func:`cells_runtime`) where known."""
     rows = []
     for r in ev.rows:
         measured: dict[str, Any] = {"command": command or (r.commands[0] if r.commands else "")}
@@ -229,7 +272,8 @@ def shipped_dict(
         rows.append(
             {"label": r.label, "method": r.method, "factor": r.factor, "params": dict(r.params), "measured": [measured]}
         )
-    return {"model": ev.model, "original_context": original_context, "budget": budget, "note": note, "rows": rows}
+    shipped = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
+    return shipped | ({"runtime": dict(runtime)} if runtime else {}) | {"rows": rows}
 
 
 def load_measured(path: str | Path) -> Evidence:
@@ -312,11 +356,23 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
         The merged file and one line per cell: ``added``, ``replaced`` (in progress before) or ``kept``.
 
     Raises:
-        RopescaleError: the two files are of different models, contexts or budgets.
+        RopescaleError: the two files are of different models, contexts or budgets, or both record a
+            runtime and they differ (a file without one, written before runtimes were recorded, takes
+            cells as before and stays without).
     """
     for key in ("model", "original_context", "budget"):
         if old.get(key) != new.get(key):
             raise RopescaleError(f"evidence to merge has {key} {new.get(key)!r}, the file {old.get(key)!r}")
+    mine, theirs = old.get("runtime"), new.get("runtime")
+    if (
+        mine
+        and theirs
+        and {k: v for k, v in mine.items() if k in theirs} != {k: v for k, v in theirs.items() if k in mine}
+    ):
+        raise RopescaleError(
+            f"evidence to merge was computed on {runtime_text(theirs)}, the file's on {runtime_text(mine)} "
+            "(bf16 answers differ between them): write it to a file of its own"
+        )
     merged = json.loads(json.dumps(old))
     lines = []
     for row in new["rows"]:

@@ -190,8 +190,9 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
     return lines
 
 
-def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]:
-    """The shipped-evidence file (``evals/measured/<model>-finetune.json``) in the frontier's format."""
+def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str, str] | None = None) -> dict[str, Any]:
+    """The shipped-evidence file (``evals/measured/<model>-finetune.json``) in the frontier's format,
+    with the ``runtime`` that computed its cells where known."""
 
     def method(row: Measured) -> str:
         return "default" if row.label in ("none", "control") else "yarn"
@@ -199,4 +200,5 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str) -> dict[str, Any]
     fixed = tuple(
         replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={}) for r in rows
     )
-    return shipped_dict(Evidence("", plan.model, note, fixed), plan.original_context, note, budget="fine-tune")
+    ev = Evidence("", plan.model, note, fixed)
+    return shipped_dict(ev, plan.original_context, note, budget="fine-tune", runtime=runtime)

@@ -43,8 +43,11 @@ def test_the_evidence_note_names_the_device_the_cells_were_measured_on(bench, tm
     gpu, cpu = tmp_path / "gpu", tmp_path / "cpu"
     _cells(gpu, "base", {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"})
     _cells(cpu, "base", {"device": "cpu", "dtype": "bfloat16", "attention": "sdpa", "kernels": "amx"})
-    assert bench.measured_on(gpu, "one NVIDIA H200") == "one NVIDIA H200 (bfloat16)"
-    assert bench.measured_on(cpu, None).endswith("CPU cores, auto precision (bfloat16 on amx)")  # as recorded
+    assert bench.measured_on(gpu, "one NVIDIA H200") == (
+        "one NVIDIA H200 (bfloat16)",
+        {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"},
+    )
+    assert bench.measured_on(cpu, None)[0].endswith("CPU cores, auto precision (bfloat16 on amx)")  # as recorded
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as stop:  # GPU cells reported where there is no GPU: say which
         bench.measured_on(gpu, None)
@@ -52,7 +55,7 @@ def test_the_evidence_note_names_the_device_the_cells_were_measured_on(bench, tm
     _cells(gpu, "control", {"device": "cpu", "dtype": "float32", "attention": "sdpa"})
     with pytest.raises(SystemExit):  # one experiment, one device
         bench.measured_on(gpu, "one NVIDIA H200")
-    assert "cpu and cuda" in capsys.readouterr().err
+    assert "cuda bfloat16 sdpa and on cpu float32 sdpa: one file, one machine kind" in capsys.readouterr().err
 
 
 def test_the_cli_runs_with_a_safe_path(bench, monkeypatch):

@@ -147,6 +147,39 @@ def test_a_later_stage_joins_the_shipped_file_without_losing_a_cell(tmp_path):
             evidence.write_shipped(tmp_path / "new" / "e.json", new)
 
 
+def test_cells_of_another_machine_kind_never_join_a_file(tmp_path):
+    def cells(name, *runtimes):
+        (tmp_path / name / "cells").mkdir(parents=True)
+        for i, runtime in enumerate(runtimes):
+            (tmp_path / name / "cells" / f"c{i}.json").write_text(json.dumps({"runtime": runtime}))
+        return tmp_path / name
+
+    amx = {"device": "cpu", "dtype": "bfloat16", "attention": "sdpa", "kernels": "amx"}
+    legacy = {k: v for k, v in amx.items() if k != "kernels"}  # written before kernels were recorded
+    gpu = {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"}
+    assert evidence.cells_runtime([cells("a", amx, legacy), cells("b")]) == amx
+    assert evidence.cells_runtime([cells("none")]) is None
+    with pytest.raises(RopescaleError, match="cells computed on cpu bfloat16 .amx. sdpa and on cpu bfloat16 .avx512"):
+        evidence.cells_runtime([cells("c", amx, {**amx, "kernels": "avx512_bf16"})])
+    with pytest.raises(RopescaleError, match="one file, one machine kind"):
+        evidence.cells_runtime([cells("d", amx), cells("e", gpu)])
+
+    head = {"model": "m", "original_context": 1024, "budget": "training-free", "note": "n"}
+    row = {"label": "yarn", "method": "yarn", "factor": 4.0, "params": {}}
+    ev = evidence.Evidence("", "m", "n", (evidence.Measured("yarn", "yarn", 4.0, ppl={2048: 30.0}, commands=("c",)),))
+    shipped = evidence.shipped_dict(ev, 1024, "n", runtime=amx)
+    assert shipped["runtime"] == amx and "runtime" not in evidence.shipped_dict(ev, 1024, "n")
+    path = tmp_path / "e.json"
+    evidence.write_shipped(path, shipped)
+    later = {**head, "runtime": gpu, "rows": [{**row, "measured": [{"command": "g", "passkey": {"4096": 0.5}}]}]}
+    with pytest.raises(RopescaleError, match="computed on cuda bfloat16 sdpa, the file's on cpu bfloat16 .amx. sdpa"):
+        evidence.write_shipped(path, later)
+    assert json.loads(path.read_text()) == shipped  # untouched
+    assert evidence.write_shipped(path, {**later, "runtime": legacy}) == ["yarn passkey 4k: added"]  # same kind
+    unrecorded = {**head, "rows": [{**row, "measured": [{"command": "c", "ppl": {"2048": 30.0}}]}]}
+    assert evidence.merge_shipped(unrecorded, later)[0].get("runtime") is None  # an old file stays without
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [
@@ -188,7 +221,10 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         json.dumps({"model": "mine", "tasks": {"perplexity": {"yarn": {"2048": {"ppl": 9.0}}}}})
     )
     found = find_evidence("mine", root=tmp_path)
-    shipped = [f"evals/measured/smollm2-135m{s}.json" for s in ("-finetune-400steps", "-finetune", "-frontier-30", "-frontier", "")]
+    shipped = [
+        f"evals/measured/smollm2-135m{s}.json"
+        for s in ("-finetune-400steps", "-finetune", "-frontier-30", "-frontier", "")
+    ]
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
     assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
