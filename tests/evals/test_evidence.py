@@ -229,3 +229,9 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
     assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
     assert MEASURED_DIR == Path(evidence.__file__).parent / "measured"
+
+
+def test_every_shipped_file_names_the_runtime_that_computed_it():
+    for path in sorted(MEASURED_DIR.glob("*.json")):
+        runtime = json.loads(path.read_text()).get("runtime") or {}
+        assert runtime.get("device") in ("cpu", "cuda") and runtime.get("dtype"), path.name
