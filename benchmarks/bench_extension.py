@@ -91,10 +91,11 @@ def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | N
         runtime = cells_runtime(sorted(p for p in out.iterdir() if (p / "cells").is_dir()))
     except RopescaleError as exc:
         fail(f"{out}: {exc}")
-    dtype = (runtime or {}).get("dtype", "auto")
+    recorded = runtime or {}
+    dtype = recorded.get("dtype", "auto")
     if machine:
         return f"{machine} ({dtype})", runtime
-    if (runtime or {}).get("device", "cpu").startswith("cuda"):
+    if recorded.get("device", "cpu").startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
@@ -102,7 +103,7 @@ def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | N
         return f"one {torch.cuda.get_device_name()} ({dtype})", runtime
     from ropescale.models.runtime import cpu_bf16_kernels
 
-    kernels = f" on {(runtime or {}).get('kernels') or cpu_bf16_kernels()}" if dtype == "bfloat16" else ""
+    kernels = f" on {recorded.get('kernels') or cpu_bf16_kernels()}" if dtype == "bfloat16" else ""
     return f"{os.cpu_count()} CPU cores, auto precision ({dtype}{kernels})", runtime
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from typing import Any
 import yaml
 
 from ropescale.errors import RopescaleError
+from ropescale.models.runtime import runtime_text, same_runtime
 
 RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
 MEASURED_DIR = Path(__file__).resolve().parent / "measured"
@@ -231,22 +233,14 @@ def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
     ]
     if not runtimes:
         return None
-    plain = {tuple(sorted((k, v) for k, v in r.items() if k != "kernels")) for r in runtimes}
-    kernels = {r["kernels"] for r in runtimes if r.get("kernels")}
-    if len(plain) > 1 or len(kernels) > 1:
-        distinct = list({tuple(sorted(r.items())): r for r in runtimes}.values())
-        a, b = distinct[:2]
-        raise RopescaleError(
-            f"cells computed on {runtime_text(a)} and on {runtime_text(b)}: one file, one machine kind"
-        )
-    base = {k: v for k, v in runtimes[0].items() if k != "kernels"}
-    return base | ({"kernels": kernels.pop()} if kernels else {})
-
-
-def runtime_text(runtime: dict[str, str]) -> str:
-    """``cpu bfloat16 (amx) sdpa``."""
-    kernels = f" ({runtime['kernels']})" if runtime.get("kernels") else ""
-    return f"{runtime.get('device', '?')} {runtime.get('dtype', '?')}{kernels} {runtime.get('attention', '')}".strip()
+    distinct = list({tuple(sorted(r.items())): r for r in runtimes}.values())
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1 :]:
+            if not same_runtime(a, b):
+                raise RopescaleError(
+                    f"cells computed on {runtime_text(a)} and on {runtime_text(b)}: one file, one machine kind"
+                )
+    return functools.reduce(operator.or_, distinct)  # the kernels of the cells that record them
 
 
 def shipped_dict(
@@ -364,11 +358,7 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
         if old.get(key) != new.get(key):
             raise RopescaleError(f"evidence to merge has {key} {new.get(key)!r}, the file {old.get(key)!r}")
     mine, theirs = old.get("runtime"), new.get("runtime")
-    if (
-        mine
-        and theirs
-        and {k: v for k, v in mine.items() if k in theirs} != {k: v for k, v in theirs.items() if k in mine}
-    ):
+    if mine and theirs and not same_runtime(mine, theirs):
         raise RopescaleError(
             f"evidence to merge was computed on {runtime_text(theirs)}, the file's on {runtime_text(mine)} "
             "(bf16 answers differ between them): write it to a file of its own"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.models.runtime import runtime_text
 from ropescale.plots.curves import plot_perplexity_curves
 from ropescale.plots.grids import plot_accuracy_grid
 
@@ -120,13 +121,7 @@ def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> lis
 def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: int, total: int) -> list[str]:
     """Render: the Markdown report's lines (header, one section per task, regressions, plots, progress)."""
     labels = [m.label for m in suite.methods]
-    runtime = (
-        ", ".join(
-            "{device} / {dtype}{k} / {attention}".format(**rt, k=f" ({rt['kernels']})" if rt.get("kernels") else "")
-            for rt in map(json.loads, runtimes)
-        )
-        or f"dtype {suite.dtype}"
-    )
+    runtime = ", ".join(runtime_text(json.loads(rt)) for rt in runtimes) or f"dtype {suite.dtype}"
     lines = [
         f"# {suite.name}: {suite.model}",
         "",

@@ -40,6 +40,7 @@ from ropescale.evals.cell_keys import cell_id, cell_record
 from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
+from ropescale.models.runtime import same_runtime
 
 TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
@@ -246,16 +247,13 @@ class SuiteRunner:
         # resumed on AVX512-BF16) is redone; cells written before runtimes (or bf16 kernels) were
         # recorded count as matching
         ours = self.runtime_for(entry)
-        runtime = record.get("runtime", ours)
-        if "kernels" not in runtime and "kernels" in ours:
-            runtime = {**runtime, "kernels": ours["kernels"]}
         measured = json.loads(json.dumps(self.measured(task)))  # as it reads back
-        return (record.get("method_name"), record.get("factor"), record.get("params"), runtime) == (
-            entry.method,
-            entry.factor,
-            entry.params,
-            ours,
-        ) and record.get("measured") == measured
+        return (
+            (record.get("method_name"), record.get("factor"), record.get("params"))
+            == (entry.method, entry.factor, entry.params)
+            and same_runtime(record.get("runtime", ours), ours)
+            and record.get("measured") == measured
+        )
 
     def journal(self, entry: MethodEntry, task: str, length: int):
         """The prompts a retrieval cell has finished, kept beside the cell until it is written, so

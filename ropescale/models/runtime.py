@@ -67,6 +67,20 @@ class Runtime:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def same_runtime(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Whether two recorded runtimes (:meth:`Runtime.to_dict`) computed alike: equal on every key both
+    record, so a record written before bf16 ``kernels`` were recorded (or a shipped evidence file that
+    names only device and dtype) matches on what it has."""
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def runtime_text(runtime: dict[str, str]) -> str:
+    """A recorded runtime for people: ``cpu / bfloat16 (amx) / sdpa`` (keys it lacks are left out)."""
+    kernels = f" ({runtime['kernels']})" if runtime.get("kernels") else ""
+    dtype = f"{runtime['dtype']}{kernels}" if "dtype" in runtime else None
+    return " / ".join(x for x in (runtime.get("device"), dtype, runtime.get("attention")) if x)
+
+
 def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 

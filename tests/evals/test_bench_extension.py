@@ -55,7 +55,7 @@ def test_the_evidence_note_names_the_device_the_cells_were_measured_on(bench, tm
     _cells(gpu, "control", {"device": "cpu", "dtype": "float32", "attention": "sdpa"})
     with pytest.raises(SystemExit):  # one experiment, one device
         bench.measured_on(gpu, "one NVIDIA H200")
-    assert "cuda bfloat16 sdpa and on cpu float32 sdpa: one file, one machine kind" in capsys.readouterr().err
+    assert "cuda / bfloat16 / sdpa and on cpu / float32 / sdpa: one file, one machine kind" in capsys.readouterr().err
 
 
 def test_the_cli_runs_with_a_safe_path(bench, monkeypatch):

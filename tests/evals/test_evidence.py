@@ -159,7 +159,9 @@ def test_cells_of_another_machine_kind_never_join_a_file(tmp_path):
     gpu = {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"}
     assert evidence.cells_runtime([cells("a", amx, legacy), cells("b")]) == amx
     assert evidence.cells_runtime([cells("none")]) is None
-    with pytest.raises(RopescaleError, match="cells computed on cpu bfloat16 .amx. sdpa and on cpu bfloat16 .avx512"):
+    with pytest.raises(
+        RopescaleError, match="cells computed on cpu / bfloat16 .amx. / sdpa and on cpu / bfloat16 .avx512"
+    ):
         evidence.cells_runtime([cells("c", amx, {**amx, "kernels": "avx512_bf16"})])
     with pytest.raises(RopescaleError, match="one file, one machine kind"):
         evidence.cells_runtime([cells("d", amx), cells("e", gpu)])
@@ -172,7 +174,9 @@ def test_cells_of_another_machine_kind_never_join_a_file(tmp_path):
     path = tmp_path / "e.json"
     evidence.write_shipped(path, shipped)
     later = {**head, "runtime": gpu, "rows": [{**row, "measured": [{"command": "g", "passkey": {"4096": 0.5}}]}]}
-    with pytest.raises(RopescaleError, match="computed on cuda bfloat16 sdpa, the file's on cpu bfloat16 .amx. sdpa"):
+    with pytest.raises(
+        RopescaleError, match="computed on cuda / bfloat16 / sdpa, the file's on cpu / bfloat16 .amx. / sdpa"
+    ):
         evidence.write_shipped(path, later)
     assert json.loads(path.read_text()) == shipped  # untouched
     assert evidence.write_shipped(path, {**later, "runtime": legacy}) == ["yarn passkey 4k: added"]  # same kind
