@@ -66,6 +66,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
     p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
     p.add_argument("--trials", type=int, default=5)
+    p.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="spread each depth's trials over depth +- JITTER (e.g. 0.125 with the default depths), so a "
+        "cell's prompts are not one position with different keys; 0 (default): the papers' fixed placement",
+    )
 
     p = _task_parser(tasks, "needle", "RULER-style multi-key / multi-value needles in a real-text haystack")
     p.add_argument(
@@ -169,6 +176,8 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--trials must be positive, got {args.trials}")
         if task == "needle":
             settings["task"] = args.needle_task
+        elif args.jitter:  # absent when 0, so cells of the fixed placement keep their protocol key
+            settings["jitter"] = args.jitter
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-")
     return {
         "name": f"{task}-{slug}",

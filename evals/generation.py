@@ -250,7 +250,7 @@ class PromptJournal:
         self.path.unlink(missing_ok=True)
 
 
-def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple[float, float]:
+def wilson_interval(successes: float, trials: float, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval of a proportion (95% for the default ``z``).
 
     Unlike the normal approximation it stays inside [0, 1] and is not degenerate at 0/n or n/n:
@@ -259,7 +259,8 @@ def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple
     Args:
         successes: number of successes; a mean of fractional scores times ``trials`` is taken as is
             (an approximation for partial-credit needle tasks).
-        trials: number of trials (0 gives the uninformative [0, 1]).
+        trials: number of trials (0 gives the uninformative [0, 1]); may be fractional, an
+            effective number of trials (:func:`group_agreement`).
         z: the normal quantile of the interval's confidence.
 
     Returns:
@@ -290,6 +291,55 @@ def difference_interval(successes_a: float, trials_a: int, successes_b: float, t
     return d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
 
 
+def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """How far the trials of a cell are independent measurements: its groups (the trials of one
+    depth, which share a position unless placement is jittered) and how alike they answer.
+
+    Trials that share everything but the key are close to one measurement: when a group is all
+    right or all wrong, the cell's ``n`` trials weigh about as much as its number of groups. This
+    gives the share of groups that agree throughout, the intra-class correlation ``icc`` of the
+    scores (one-way ANOVA estimator, groups of equal size, floored at 0), the design effect
+    ``1 + (m - 1) icc`` of groups of ``m``, the effective number of trials ``n / design_effect``
+    and the Wilson interval of the accuracy on that number (Kish's correction; equal to the plain
+    interval when the groups are no more alike than chance).
+
+    Args:
+        groups: each group's scores in [0, 1]; all groups of one size >= 2.
+
+    Returns:
+        ``{"n", "groups", "unanimous", "icc", "design_effect", "effective_n", "accuracy",
+        "interval", "effective_interval"}``; ``icc`` is None (design effect 1) when every score is
+        the same, where nothing can be said about the correlation.
+
+    Raises:
+        ValueError: fewer than two groups, or groups of unequal size or of size < 2.
+    """
+    sizes = {len(g) for g in groups}
+    if len(groups) < 2 or len(sizes) != 1 or min(sizes) < 2:
+        raise ValueError(f"need two or more groups of one size >= 2, got sizes {[len(g) for g in groups]}")
+    m, k = sizes.pop(), len(groups)
+    n = m * k
+    means = [sum(g) / m for g in groups]
+    mean = sum(means) / k
+    between = m * sum((x - mean) ** 2 for x in means) / (k - 1)
+    within = sum((y - x) ** 2 for g, x in zip(groups, means) for y in g) / (k * (m - 1))
+    denominator = between + (m - 1) * within
+    icc = None if denominator == 0 else max(0.0, (between - within) / denominator)
+    design = 1 + (m - 1) * (icc or 0.0)
+    effective = n / design
+    return {
+        "n": n,
+        "groups": k,
+        "unanimous": sum(1 for g in groups if len(set(g)) == 1),
+        "icc": icc,
+        "design_effect": design,
+        "effective_n": effective,
+        "accuracy": mean,
+        "interval": wilson_interval(mean * n, n),
+        "effective_interval": wilson_interval(mean * effective, effective),
+    }
+
+
 __all__ = [
     "GridResult",
     "bos_prefix",
@@ -299,6 +349,7 @@ __all__ = [
     "difference_interval",
     "encode",
     "greedy_generate",
+    "group_agreement",
     "model_device",
     "plot_accuracy_heatmap",
     "tokenizer_adds_bos",

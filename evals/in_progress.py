@@ -25,7 +25,8 @@ def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
     records = []
     for entry, task, length in todo:
         journal = runner.journal(entry, task, length)
-        result = partial_passkey(tokenizer, journal, [length], depths, trials, seed=runner.suite.seed)
+        jitter = runner.suite.passkey.get("jitter", 0.0)
+        result = partial_passkey(tokenizer, journal, [length], depths, trials, seed=runner.suite.seed, jitter=jitter)
         if result is None:
             continue
         total = len(depths) * trials

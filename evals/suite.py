@@ -391,6 +391,7 @@ class SuiteRunner:
                 seed=self.suite.seed,
                 progress=self.progress,
                 journal=self.journal(entry, task, length),
+                jitter=pk.get("jitter", 0.0),
             )
             return result.to_dict()
         from ropescale.evals.needle import run_needle

@@ -17,7 +17,7 @@ from ropescale.errors import RopescaleError
 #: the keys each task's settings may have
 TASK_KEYS = {
     "perplexity": ("lengths", "mode", "stride", "max_tokens"),
-    "passkey": ("lengths", "depths", "trials"),
+    "passkey": ("lengths", "depths", "trials", "jitter"),
     "needle": ("task", "lengths", "depths", "trials"),
 }
 METHOD_KEYS = ("method", "factor", "params", "label", "only")
@@ -66,6 +66,13 @@ def check_task(task: str, settings: Any) -> None:
         _depths(f"{task}.depths", settings["depths"])
     if "trials" in settings:
         _positive_int(f"{task}.trials", settings["trials"])
+    if "jitter" in settings:
+        from ropescale.evals.passkey import check_jitter
+
+        try:
+            check_jitter(settings["jitter"])
+        except ValueError as e:
+            raise SuiteError(f"{task}.{e}") from None
     if task == "needle" and "task" in settings:
         from ropescale.evals.needle import TASKS
 

@@ -19,6 +19,7 @@ from ropescale.evals.passkey import (
     PasskeyTrial,
     build_passkey_prompt,
     passkey_key,
+    placed_depth,
     plot_passkey_heatmap,
     run_passkey,
     score_passkey,
@@ -277,3 +278,29 @@ def test_a_cell_is_decoded_trial_by_trial_and_recorded_depth_by_depth(bytelevel_
     assert [(r.length, r.depth, r.trial) for r in res.records] == [
         (n, d, t) for n in (110, 130) for d in (0.25, 0.75) for t in range(2)
     ]
+
+
+def test_jitter_spreads_a_depths_trials_over_its_band_with_the_same_keys(bytelevel_tokenizer):
+    kw = dict(lengths=[300], depths=[0.0, 0.5, 1.0], trials=6, progress=False)
+    fixed = run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, **kw)
+    spread = run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, jitter=0.125, **kw)
+    assert [r.key for r in fixed.records] == [r.key for r in spread.records]
+    assert [r.depth for r in fixed.records] == [r.depth for r in spread.records]  # nominal depths kept
+    for depth in kw["depths"]:
+        at = {r.needle_start for r in fixed.records if r.depth == depth}
+        assert len(at) == 1  # the papers' placement: one position per depth
+        starts = [r.needle_start for r in spread.records if r.depth == depth]
+        assert len(set(starts)) >= 4  # six trials, (almost) six positions
+    prompt = build_passkey_prompt(bytelevel_tokenizer, 300, 0.5, 12345)
+    for r in spread.records:  # each inside its band, cut to [0, 1]
+        placed = (r.needle_start - prompt.filler_start) / prompt.n_filler
+        assert max(0.0, r.depth - 0.125) - 0.01 <= placed <= min(1.0, r.depth + 0.125) + 0.01
+    assert placed_depth(0, 300, 0.5, 0, 0.0) == 0.5
+    assert placed_depth(0, 300, 0.5, 0, 0.125) == placed_depth(0, 300, 0.5, 0, 0.125)
+    assert placed_depth(1, 300, 0.5, 0, 0.125) != placed_depth(0, 300, 0.5, 0, 0.125)
+
+
+@pytest.mark.parametrize("jitter", [-0.1, 0.6, True, "0.1"])
+def test_bad_jitter_is_named(bytelevel_tokenizer, jitter):
+    with pytest.raises(ValueError, match=r"jitter must be a number in \[0, 0.5\]"):
+        run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, [100], [0.5], 1, jitter=jitter)

@@ -1,0 +1,111 @@
+"""Are a passkey cell's 30 prompts 30 measurements? Agreement within depth groups, fixed placement
+against jittered, read from finished suite cells.
+
+With the papers' placement (``evals/passkey.py``) the 6 trials of one (length, depth) sit at the
+same token offset and differ only in the key's digits; with ``jitter`` each draws its own depth from
+a band around it. For every passkey cell of the given result folders this prints the accuracy, the
+number of depth groups whose trials all agree, the intra-class correlation of the answers, the
+design effect and effective number of trials it implies, and the plain and the design-corrected
+Wilson intervals (:func:`ropescale.evals.generation.group_agreement`), then the cells measured with
+both placements side by side.
+
+    python benchmarks/bench_passkey_clustering.py runs/passkey-jitter runs/smollm2-frontier-32k-30
+
+Reads cells only (no model); ``--json FILE`` also writes the rows (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", help="suite result folders (each with cells/)")
+    p.add_argument("--json", default=None, help="also write the rows here")
+    return p.parse_args(argv)
+
+
+def cell_rows(folder: Path) -> list[dict]:
+    """One row per finished passkey cell of a suite result folder."""
+    from ropescale.evals.generation import group_agreement
+
+    rows = []
+    for path in sorted((folder / "cells").glob("*__passkey__*.json")):
+        cell = json.loads(path.read_text())
+        result = cell["result"]
+        groups = defaultdict(list)
+        for record in result["records"]:
+            groups[record["depth"]].append(float(record["correct"]))
+        if len(groups) < 2 or len({len(g) for g in groups.values()}) != 1:
+            print(f"{path}: skipped (depth groups of unequal size)", file=sys.stderr)
+            continue
+        protocol = (cell.get("measured") or {}).get("protocol") or {}
+        stats = group_agreement([groups[d] for d in sorted(groups)])
+        rows.append(
+            {
+                "folder": str(folder),
+                "label": path.name.split("__")[0],
+                "length": int(cell["length"]),
+                "jitter": float(protocol.get("jitter", 0.0)),
+                "device": (cell.get("runtime") or {}).get("device", "?"),
+                **stats,
+            }
+        )
+    return rows
+
+
+def _interval(pair) -> str:
+    return f"[{pair[0]:.2f}, {pair[1]:.2f}]"
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(
+        "| run | model | length | placement | correct | groups unanimous | ICC | design effect | effective n "
+        "| 95% Wilson (n) | 95% Wilson (effective n) |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
+    for r in sorted(rows, key=lambda r: (r["label"], r["length"], r["jitter"], r["folder"])):
+        placement = f"jitter {r['jitter']:g}" if r["jitter"] else "fixed"
+        icc = "-" if r["icc"] is None else f"{r['icc']:.2f}"
+        print(
+            f"| {r['folder']} ({r['device']}) | {r['label']} | {r['length']} | {placement} | {round(r['accuracy'] * r['n'])}/{r['n']} "
+            f"| {r['unanimous']}/{r['groups']} | {icc} | {r['design_effect']:.1f} | {r['effective_n']:.1f} "
+            f"| {_interval(r['interval'])} | {_interval(r['effective_interval'])} |"
+        )
+    fixed = [r for r in rows if not r["jitter"]]
+    jittered = [r for r in rows if r["jitter"]]
+    pooled = {
+        name: (sum(r["unanimous"] for r in part), sum(r["groups"] for r in part))
+        for name, part in (("fixed", fixed), ("jittered", jittered))
+        if part
+    }
+    for name, (same, total) in pooled.items():
+        print(f"{name}: {same}/{total} depth groups answered alike throughout ({same / total:.0%})")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    rows = []
+    for folder in map(Path, args.results):
+        if not (folder / "cells").is_dir():
+            print(f"{folder}: no cells/ folder (a suite's --output)", file=sys.stderr)
+            return 2
+        rows += cell_rows(folder)
+    if not rows:
+        print("no finished passkey cells in " + ", ".join(args.results), file=sys.stderr)
+        return 2
+    print_rows(rows)
+    if args.json:
+        from ropescale._io import atomic_write_json
+
+        atomic_write_json(args.json, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Passkey trials that share a position are not independent: the agreement statistics, the jittered
+placement in a suite (its own cells, never mixed with fixed ones) and the script that sets the two
+side by side, reading real suite cells."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ropescale.evals.generation import group_agreement
+from ropescale.evals.suite import SuiteError, SuiteRunner, run_suite, suite_from_dict
+from tests.conftest import load_script
+
+
+def test_groups_that_answer_alike_count_as_one_trial_each():
+    alike = group_agreement([[1.0] * 6, [0.0] * 6, [0.0] * 6, [1.0] * 6, [1.0] * 6])
+    assert alike["icc"] == pytest.approx(1.0) and alike["design_effect"] == pytest.approx(6.0)
+    assert alike["effective_n"] == pytest.approx(5.0) and alike["unanimous"] == 5
+    low, high = alike["effective_interval"]
+    assert low < alike["interval"][0] and high > alike["interval"][1]  # wider: 5 measurements, not 30
+    mixed = group_agreement([[1.0, 0.0, 1.0, 0.0, 1.0, 0.0]] * 5)  # no group is more alike than the rest
+    assert mixed["icc"] == 0.0 and mixed["effective_n"] == 30 and mixed["effective_interval"] == mixed["interval"]
+    assert group_agreement([[1.0, 1.0], [1.0, 1.0]])["icc"] is None  # all right: nothing to say
+    with pytest.raises(ValueError, match="two or more groups of one size"):
+        group_agreement([[1.0, 0.0], [1.0]])
+
+
+def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(model_dir, tmp_path, capsys):
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 200)
+    raw = {
+        "name": "tiny",
+        "model": str(model_dir),
+        "device": "cpu",
+        "data": str(text),
+        "methods": [{"method": "none"}],
+        "passkey": {"lengths": [160], "depths": [0.0, 1.0], "trials": 3},
+    }
+    run_suite(suite_from_dict(raw), tmp_path / "fixed", progress=False)
+    jittered = dict(raw, passkey={**raw["passkey"], "jitter": 0.25})
+    # a folder of fixed-placement cells holds nothing for the jittered protocol
+    assert len(SuiteRunner(suite_from_dict(jittered), tmp_path / "fixed").pending()) == 1
+    run_suite(suite_from_dict(jittered), tmp_path / "jitter", progress=False)
+    (cell,) = (tmp_path / "jitter" / "cells").glob("*__passkey__*.json")
+    record = json.loads(cell.read_text())
+    assert record["measured"]["protocol"]["jitter"] == 0.25
+    assert len({r["needle_start"] for r in record["result"]["records"]}) > 2
+
+    bench = load_script("benchmarks/bench_passkey_clustering.py")
+    assert bench.main([str(tmp_path / "fixed"), str(tmp_path / "jitter"), "--json", str(tmp_path / "rows.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| none | 160 | fixed | " in out and "| none | 160 | jitter 0.25 | " in out
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert sorted(r["jitter"] for r in rows) == [0.0, 0.25] and all(r["n"] == 6 and r["groups"] == 2 for r in rows)
+    assert bench.main([str(tmp_path)]) == 2  # not a suite's output
+
+
+@pytest.mark.parametrize("jitter", [0.7, "wide"])
+def test_a_suite_names_a_bad_jitter(model_dir, jitter):
+    raw = {"name": "t", "model": str(model_dir), "methods": ["none"], "passkey": {"lengths": [160], "jitter": jitter}}
+    with pytest.raises(SuiteError, match=r"passkey\.jitter must be a number in \[0, 0.5\]"):
+        suite_from_dict(raw)
+
+
+def test_eval_passkey_takes_jitter_and_records_it(model_dir, tmp_path, capsys):
+    from ropescale.cli.main import main
+
+    args = ["eval", "passkey", "--model", str(model_dir), "--method", "none", "--lengths", "160"]
+    args += ["--depths", "0,1", "--trials", "2", "--no-progress", "--device", "cpu"]
+    assert main([*args, "--jitter", "0.25", "--output", str(tmp_path / "j")]) == 0
+    assert main([*args, "--output", str(tmp_path / "f")]) == 0
+    protocols = [
+        json.loads(next((tmp_path / d / "cells").glob("*.json")).read_text())["measured"]["protocol"] for d in "jf"
+    ]
+    assert protocols[0]["jitter"] == 0.25 and "jitter" not in protocols[1]  # fixed cells keep their old key
+    assert main([*args, "--jitter", "0.9", "--output", str(tmp_path / "bad")]) == 2
+    assert "jitter must be a number in [0, 0.5]" in capsys.readouterr().err
