@@ -211,7 +211,43 @@ def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
             for n in lengths
         )
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {max(ok) if ok else '—'} |")
-    return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval].", ""]
+    placement = _placement_line(task, settings, table)
+    return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
+
+
+def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[int, Any]]) -> str:
+    """How independent a passkey cell's trials are: the placement, and how often the trials of one
+    depth answered alike in this table (:func:`~ropescale.evals.generation.group_agreement`)."""
+    from ropescale.evals.generation import group_agreement
+
+    if task != "passkey":
+        return ""
+    jitter = settings.get("jitter") or 0
+    placement = (
+        f" Placement: each trial's depth drawn from depth ± {jitter:g}."
+        if jitter
+        else " Placement: fixed, so the trials of one depth share one position and differ only in the key."
+    )
+    unanimous = groups = 0
+    effective: list[float] = []
+    for rows in table.values():
+        for result in rows.values():
+            by_depth: dict[float, list[float]] = {}
+            for r in result.get("records", []):
+                by_depth.setdefault(r["depth"], []).append(float(bool(r["correct"])))
+            try:
+                stats = group_agreement(list(by_depth.values()))
+            except ValueError:  # one depth, one trial per depth, or a cell in progress
+                continue
+            unanimous, groups = unanimous + stats["unanimous"], groups + stats["groups"]
+            effective.append(stats["effective_n"] / stats["n"])
+    if not groups:
+        return placement
+    share = sum(effective) / len(effective)
+    return (
+        placement + f" In this table {unanimous} of {groups} depth groups answered alike throughout; on average a "
+        f"length's trials weigh as {share:.0%} of as many independent ones (design effect; docs/evaluation.md)."
+    )
 
 
 def _threshold(task: str, result: dict[str, Any]) -> float:

@@ -46,6 +46,9 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     record = json.loads(cell.read_text())
     assert record["measured"]["protocol"]["jitter"] == 0.25
     assert len({r["needle_start"] for r in record["result"]["records"]}) > 2
+    fixed_report = (tmp_path / "fixed" / "report.md").read_text()
+    assert "Placement: fixed" in fixed_report and " of 2 depth groups answered alike throughout" in fixed_report
+    assert "each trial's depth drawn from depth ± 0.25" in (tmp_path / "jitter" / "report.md").read_text()
 
     bench = load_script("benchmarks/bench_passkey_clustering.py")
     assert bench.main([str(tmp_path / "fixed"), str(tmp_path / "jitter"), "--json", str(tmp_path / "rows.json")]) == 0
