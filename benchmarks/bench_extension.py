@@ -40,6 +40,13 @@ def parse_args(argv=None):
     ap.add_argument("--output", default="runs/extension-x4", help="runs, exports, suites and report")
     ap.add_argument("--passkey-lengths", default="4096,8192,16384,32768", help="passkey cells to run now")
     ap.add_argument("--ppl-lengths", default="2048,8192,16384,32768")
+    ap.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="passkey placement: each trial's depth drawn from depth +- JITTER (e.g. 0.125; docs/evaluation.md); "
+        "0 (default): the fixed depths of the shipped cells. A jittered experiment needs its own --output",
+    )
     ap.add_argument("--skip-curve", action="store_true", help="no per-checkpoint perplexity")
     ap.add_argument("--curve-only", action="store_true", help="train, export and the curve; no suites")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
@@ -240,7 +247,7 @@ def main(argv=None) -> int:
     from ropescale.evals.suite import run_suite, suite_from_dict
 
     out = Path(args.output)
-    plan = Plan(ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
+    plan = Plan(ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")), jitter=args.jitter)
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
     points = []
@@ -262,7 +269,8 @@ def main(argv=None) -> int:
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
-    variant = f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
+    variant = f" --jitter {args.jitter:g}" if args.jitter else ""
+    variant += f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
     commands.update({"none": commands["control"], "yarn": commands["control"]})
     rows = collect(out, commands)
@@ -295,7 +303,8 @@ def main(argv=None) -> int:
             "the extension experiment (benchmarks/bench_extension.py, docs/finetuning.md): SmolLM2-135M-Instruct "
             f"(L = 8,192) on {machine}; "
             "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
-            "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
+            + (f"(each trial's depth drawn from depth +- {args.jitter:g}) " if args.jitter else "")
+            + "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
             "fine-tune without scaling"
         )
         for line in write_shipped(args.evidence, evidence_dict(rows, plan, note, runtime)):  # earlier cells stay

@@ -109,12 +109,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"'{results}' is not a suite's results.json")
     original = _original_context(ev.model, args.original_max_position_embeddings)
     if args.evidence:
-        from ropescale.evals.evidence import cells_runtime, shipped_dict, write_shipped
+        from ropescale.evals.evidence import cells_jitter, cells_runtime, shipped_dict, write_shipped
 
         if not args.command:
             raise ValueError("--evidence needs --command: the command that reproduces the numbers")
         runtime = cells_runtime([results.parent])  # what computed the cells: a merge from another kind is refused
-        shipped = shipped_dict(ev, original, args.note or ev.note, args.command, runtime=runtime)
+        jitter = cells_jitter([results.parent])  # how the passkey needles were placed: a merge of the other is refused
+        shipped = shipped_dict(ev, original, args.note or ev.note, args.command, runtime=runtime, passkey_jitter=jitter)
         merged = write_shipped(args.evidence, shipped)
         print("".join(f"evidence: {line}\n" for line in merged) + f"evidence: {args.evidence}")
     for extra in args.also:

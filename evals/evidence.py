@@ -21,7 +21,9 @@ Two sources, both files, never numbers typed into code:
   in one row is an error. The protocol shared by a file's rows (data, windows, dtype) is its ``note``;
   the optional ``runtime`` (``{"device": "cpu", "dtype": "bfloat16", "kernels": "amx", ...}``, as the
   cells recorded it) is what computed every number: a merge from another kind of machine is refused
-  (:func:`merge_shipped`), since bf16 answers differ between them.
+  (:func:`merge_shipped`), since bf16 answers differ between them. The optional ``passkey_jitter``
+  says the passkey needles were placed at depths drawn around the nominal ones (``evals/passkey.py``;
+  absent: the papers' fixed depths); a merge of the other placement is refused too.
 """
 
 from __future__ import annotations
@@ -243,6 +245,26 @@ def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
     return functools.reduce(operator.or_, distinct)  # the kernels of the cells that record them
 
 
+def cells_jitter(folders: list[Path]) -> float:
+    """The passkey placement the passkey cells of these suite folders share: 0 for the papers' fixed
+    depths, else the ``jitter`` of their protocol (``evals/passkey.py``).
+
+    Raises:
+        RopescaleError: cells of both placements, or of two jitters (the message names two).
+    """
+    found = {
+        float(((json.loads(f.read_text()).get("measured") or {}).get("protocol") or {}).get("jitter", 0.0))
+        for folder in folders
+        for f in sorted(Path(folder).glob("cells/*__passkey__*.json"))
+    }
+    if len(found) > 1:
+        a, b = sorted(found)[:2]
+        raise RopescaleError(
+            f"passkey cells placed with jitter {a:g} and {b:g}: one file, one placement (0 = fixed depths)"
+        )
+    return found.pop() if found else 0.0
+
+
 def shipped_dict(
     ev: Evidence,
     original_context: int,
@@ -250,11 +272,13 @@ def shipped_dict(
     command: str | None = None,
     budget: str = "training-free",
     runtime: dict[str, str] | None = None,
+    passkey_jitter: float = 0.0,
 ) -> dict[str, Any]:
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
     ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
-    :func:`cells_runtime`) where known."""
+    :func:`cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
+    at fixed depths (:func:`cells_jitter`)."""
     rows = []
     for r in ev.rows:
         measured: dict[str, Any] = {"command": command or (r.commands[0] if r.commands else "")}
@@ -267,7 +291,8 @@ def shipped_dict(
             {"label": r.label, "method": r.method, "factor": r.factor, "params": dict(r.params), "measured": [measured]}
         )
     shipped = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
-    return shipped | ({"runtime": dict(runtime)} if runtime else {}) | {"rows": rows}
+    placement = {"passkey_jitter": float(passkey_jitter)} if passkey_jitter else {}
+    return shipped | ({"runtime": dict(runtime)} if runtime else {}) | placement | {"rows": rows}
 
 
 def load_measured(path: str | Path) -> Evidence:
@@ -350,13 +375,23 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
         The merged file and one line per cell: ``added``, ``replaced`` (in progress before) or ``kept``.
 
     Raises:
-        RopescaleError: the two files are of different models, contexts or budgets, or both record a
+        RopescaleError: the two files are of different models, contexts, budgets or passkey
+            placements (``passkey_jitter``, absent = fixed depths), or both record a
             runtime and they differ (a file without one, written before runtimes were recorded, takes
             cells as before and stays without).
     """
     for key in ("model", "original_context", "budget"):
         if old.get(key) != new.get(key):
             raise RopescaleError(f"evidence to merge has {key} {new.get(key)!r}, the file {old.get(key)!r}")
+    if old.get("passkey_jitter", 0.0) != new.get("passkey_jitter", 0.0):
+        placement = {
+            k: f"jitter {f.get('passkey_jitter', 0.0):g}" if f.get("passkey_jitter") else "fixed depths"
+            for k, f in (("old", old), ("new", new))
+        }
+        raise RopescaleError(
+            f"evidence to merge placed its passkey needles at {placement['new']}, the file at {placement['old']}: "
+            "write it to a file of its own"
+        )
     mine, theirs = old.get("runtime"), new.get("runtime")
     if mine and theirs and not same_runtime(mine, theirs):
         raise RopescaleError(

@@ -48,6 +48,8 @@ class Plan:
     passkey_lengths: tuple[int, ...] = (4096, 8192, 16384, 32768)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     trials: int = 6
+    #: passkey placement: 0 = the papers' fixed depths; h = each trial's depth drawn from depth +- h
+    jitter: float = 0.0
     ppl_max_tokens: int = 4096
     data: str = "austen"
     dtype: str = "auto"
@@ -71,7 +73,12 @@ def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[
         "data": plan.data,
         "seed": plan.seed,
         "perplexity": {"lengths": list(plan.ppl_lengths), "mode": "nonoverlap", "max_tokens": plan.ppl_max_tokens},
-        "passkey": {"lengths": list(plan.passkey_lengths), "depths": list(plan.depths), "trials": plan.trials},
+        "passkey": {
+            "lengths": list(plan.passkey_lengths),
+            "depths": list(plan.depths),
+            "trials": plan.trials,
+            **({"jitter": plan.jitter} if plan.jitter else {}),  # absent when fixed: the cells' old protocol key
+        },
     }
     short = {"passkey": plan.short()}
     yarn = {"method": "yarn", "factor": plan.factor}
@@ -201,4 +208,6 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str
         replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={}) for r in rows
     )
     ev = Evidence("", plan.model, note, fixed)
-    return shipped_dict(ev, plan.original_context, note, budget="fine-tune", runtime=runtime)
+    return shipped_dict(
+        ev, plan.original_context, note, budget="fine-tune", runtime=runtime, passkey_jitter=plan.jitter
+    )

@@ -239,3 +239,31 @@ def test_every_shipped_file_names_the_runtime_that_computed_it():
     for path in sorted(MEASURED_DIR.glob("*.json")):
         runtime = json.loads(path.read_text()).get("runtime") or {}
         assert runtime.get("device") in ("cpu", "cuda") and runtime.get("dtype"), path.name
+
+
+def test_jittered_passkey_cells_never_join_a_file_of_fixed_ones(tmp_path):
+    def cells(name, *jitters):
+        (tmp_path / name / "cells").mkdir(parents=True)
+        for i, jitter in enumerate(jitters):
+            protocol = {"task": "passkey", **({} if jitter is None else {"jitter": jitter})}
+            cell = tmp_path / name / "cells" / f"m__passkey__{4096 * (i + 1)}.json"
+            cell.write_text(json.dumps({"measured": {"protocol": protocol}}))
+        return tmp_path / name
+
+    assert evidence.cells_jitter([cells("fixed", None, None)]) == 0.0
+    assert evidence.cells_jitter([cells("j", 0.125, 0.125)]) == 0.125
+    with pytest.raises(RopescaleError, match="passkey cells placed with jitter 0 and 0.125: one file, one placement"):
+        evidence.cells_jitter([cells("mixed", None, 0.125)])
+
+    ev = evidence.Evidence(
+        "", "m", "n", (evidence.Measured("yarn", "yarn", 4.0, passkey={4096: 0.5}, commands=("c",)),)
+    )
+    fixed, jittered = evidence.shipped_dict(ev, 1024, "n"), evidence.shipped_dict(ev, 1024, "n", passkey_jitter=0.125)
+    assert "passkey_jitter" not in fixed and jittered["passkey_jitter"] == 0.125
+    path = tmp_path / "e.json"
+    evidence.write_shipped(path, fixed)
+    with pytest.raises(RopescaleError, match="placed its passkey needles at jitter 0.125, the file at fixed depths"):
+        evidence.write_shipped(path, jittered)
+    assert json.loads(path.read_text()) == fixed
+    evidence.write_shipped(tmp_path / "j.json", jittered)
+    assert evidence.load_measured(tmp_path / "j.json").rows[0].passkey == {4096: 0.5}
