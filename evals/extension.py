@@ -194,6 +194,12 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
             (ft.passkey[n] >= bar) if k >= full else "in progress",
             f"{ft.passkey[n]:.2f} on {k} of {full} prompts",
         )
+    if not plan.jitter:
+        lines.append(
+            f"- (passkey at fixed depths: a length's {plan.trials * len(plan.depths)} prompts are "
+            f"{len(plan.depths)} needle positions with {plan.trials} keys each, which mostly answer alike; "
+            "--jitter spreads them, docs/evaluation.md)"
+        )
     return lines
 
 

@@ -240,14 +240,18 @@ def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[i
             except ValueError:  # one depth, one trial per depth, or a cell in progress
                 continue
             unanimous, groups = unanimous + stats["unanimous"], groups + stats["groups"]
-            effective.append(stats["effective_n"] / stats["n"])
+            if stats["icc"] is not None:  # all right or all wrong: the cell says nothing about it
+                effective.append(stats["effective_n"] / stats["n"])
     if not groups:
         return placement
-    share = sum(effective) / len(effective)
-    return (
-        placement + f" In this table {unanimous} of {groups} depth groups answered alike throughout; on average a "
-        f"length's trials weigh as {share:.0%} of as many independent ones (design effect; docs/evaluation.md)."
-    )
+    line = placement + f" In this table {unanimous} of {groups} depth groups answered alike throughout"
+    if effective:
+        share = sum(effective) / len(effective)
+        line += (
+            f"; where cells had both answers, a length's trials weighed as {share:.0%} of as many "
+            "independent ones (design effect; docs/evaluation.md)"
+        )
+    return line + "."
 
 
 def _threshold(task: str, result: dict[str, Any]) -> float:
