@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=0.0,
         help="spread each depth's trials over depth +- JITTER (e.g. 0.125 with the default depths), so a "
-        "cell's prompts are not one position with different keys; 0 (default): the papers' fixed placement",
+        "cell's prompts are not one position with different keys; 0 (default): fixed depths, as every shipped cell",
     )
 
     p = _task_parser(tasks, "needle", "RULER-style multi-key / multi-value needles in a real-text haystack")

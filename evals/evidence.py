@@ -23,7 +23,7 @@ Two sources, both files, never numbers typed into code:
   cells recorded it) is what computed every number: a merge from another kind of machine is refused
   (:func:`merge_shipped`), since bf16 answers differ between them. The optional ``passkey_jitter``
   says the passkey needles were placed at depths drawn around the nominal ones (``evals/passkey.py``;
-  absent: the papers' fixed depths); a merge of the other placement is refused too.
+  absent: fixed depths); a merge of the other placement is refused too.
 """
 
 from __future__ import annotations
@@ -246,8 +246,8 @@ def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
 
 
 def cells_jitter(folders: list[Path]) -> float:
-    """The passkey placement the passkey cells of these suite folders share: 0 for the papers' fixed
-    depths, else the ``jitter`` of their protocol (``evals/passkey.py``).
+    """The passkey placement the passkey cells of these suite folders share: 0 for fixed depths,
+    else the ``jitter`` of their protocol (``evals/passkey.py``).
 
     Raises:
         RopescaleError: cells of both placements, or of two jitters (the message names two).

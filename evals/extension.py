@@ -48,7 +48,7 @@ class Plan:
     passkey_lengths: tuple[int, ...] = (4096, 8192, 16384, 32768)
     depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     trials: int = 6
-    #: passkey placement: 0 = the papers' fixed depths; h = each trial's depth drawn from depth +- h
+    #: passkey placement: 0 = fixed depths (every shipped cell); h = each trial's depth drawn from depth +- h
     jitter: float = 0.0
     ppl_max_tokens: int = 4096
     data: str = "austen"

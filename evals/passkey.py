@@ -16,13 +16,15 @@ Prompt layout, in tokens (each part tokenized once, then concatenated as token i
 * **Depth** is the fraction of the ``n`` filler tokens placed before the needle:
   ``k = floor(depth · n + 0.5)``. Depth 0 puts the needle right after the task description, depth 1
   right before the question. The text after the needle continues the filler stream where it was cut.
-* **Jitter** (off by default, as in the papers): every trial of a cell sits at the same token
-  offset, so its trials differ only in the key's digits and mostly succeed or fail together (in the
-  shipped 30-prompt cells 88% of (length, depth) groups of 6 were all right or all wrong: 30 prompts
-  measured ~5 positions). With ``jitter = h`` each trial draws its own depth uniformly from
-  ``[depth - h, depth + h]`` cut to [0, 1] (its own ``random.Random``, like the key), so the trials
-  of a cell spread over a band of positions; ``h = 0.125`` with depths 0, 0.25, ..., 1 tiles [0, 1].
-  Records keep the nominal depth; ``needle_start`` says where each needle went.
+* **Jitter** (off by default: the fixed depth grid of every shipped cell). At fixed depths every
+  trial of a (length, depth) group sits at the same token offset, so its trials differ only in the
+  key's digits and mostly succeed or fail together (88% of the groups of 6 in our 30-prompt cells
+  were all right or all wrong: 30 prompts measured about 5 positions). The passkey scripts of YaRN
+  and LongLoRA (after landmark attention's) draw each trial's position at random instead. With
+  ``jitter = h`` each trial draws its own depth uniformly from ``[depth - h, depth + h]`` cut to
+  [0, 1] (its own ``random.Random``, like the key), so a group spreads over a band of positions;
+  ``h = 0.125`` with depths 0, 0.25, ..., 1 covers [0, 1]. Records keep the nominal depth;
+  ``needle_start`` says where each needle went.
 * The needle, question and filler are tokenized as they appear after a sentence (``". " + part``,
   keeping the tokens after the ``"."``), so byte-level BPE tokenizers get their leading-space tokens
   (" The") and SentencePiece ones their "▁" word starts.
@@ -333,7 +335,7 @@ def run_passkey(
         journal: records each prompt's text as it finishes and skips the prompts it holds
             (:class:`~ropescale.evals.generation.PromptJournal`; the suite runner keeps one per cell).
         jitter: half-width of the band of depths a cell's trials spread over (module doc; 0: all
-            at the depth itself, as the papers place them).
+            at the depth itself, the fixed grid).
 
     Returns:
         A :class:`PasskeyResult` (per-cell accuracy, per-trial records, passkey context).
