@@ -80,6 +80,9 @@ class Evidence:
     #: ``training-free`` (methods applied to the model as trained) or ``fine-tune`` (models trained at
     #: their scaling: the extension experiment); only the first are candidates of the training-free frontier
     budget: str = "training-free"
+    #: passkey placement of its cells: 0 = fixed depths (a depth's trials share one position), h = each
+    #: trial's depth drawn from depth +- h (``evals/passkey.py``)
+    passkey_jitter: float = 0.0
 
     def find(self, method: str, factor: float | None = None, **params: Any) -> Measured | None:
         """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
@@ -327,6 +330,7 @@ def load_measured(path: str | Path) -> Evidence:
         rows=rows,
         original_context=int(original) if original else None,
         budget=budget,
+        passkey_jitter=float(data.get("passkey_jitter") or 0.0),
     )
 
 

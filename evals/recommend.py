@@ -292,6 +292,11 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
             f"{backed} show retrieval not lost, not kept: confirm with `ropescale eval passkey` "
             f"({FEW_PROMPTS} prompts per length by default)"
         )
+    if not ev.passkey_jitter and not few:
+        rec.caveats.append(
+            f"the {backed} place their needles at fixed depths, where a depth's prompts mostly answer alike: "
+            "they weigh like a handful of positions (docs/evaluation.md, 'Where the needle sits')"
+        )
     rec.reasons.append(
         f"measured on this model ({ev.source}): {row.title} keeps the native perplexity (worst "
         f"{verdict.ppl_ratio:.3f}× native PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, up to {_k(rec.target_length)}) and "

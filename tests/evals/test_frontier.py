@@ -3,6 +3,7 @@ and ``ropescale recommend`` choosing from a model's own measured frontier."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -197,6 +198,10 @@ def test_the_shipped_frontier_decides_the_embedded_models_2x():
     assert at_4x.params == {"group_size": 8, "window": 1024, "logn": True}
     assert "evals/measured/smollm2-135m-frontier-30.json" in at_4x.reasons[0]
     assert "30 prompts per length" in at_4x.reasons[0] and "only not shown lost" not in at_4x.reasons[0]
+    # fixed-depth cells: the recommendation says what their 30 prompts weigh; jittered ones need no caveat
+    assert any("place their needles at fixed depths" in c for c in at_4x.caveats)
+    spread = [dataclasses.replace(e, passkey_jitter=0.125) for e in shipped_evidence()]
+    assert not any("fixed depths" in c for c in recommend("smollm2-135m", L, 32768, evidence=spread).caveats)
     assert recommend("smollm2-135m", L, 65536, evidence=list(shipped_evidence())).method == "yarn"  # none at ×8
 
 
