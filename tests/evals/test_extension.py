@@ -153,3 +153,15 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
         assert "4k (0.53 against the unscaled model's 0.80)" in caveat
         assert "16k (0.43 against training-free YaRN's 0.80)" in caveat and "32k" not in caveat  # no free 32k cell
     assert fine_tune_measured([long], "smollm2-135m", 8) is None  # another factor
+
+
+def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
+    fixed, spread = Plan(), Plan(jitter=0.125)
+    for name, raw in suite_dicts(spread, tmp_path / "ft", tmp_path / "control").items():
+        assert raw["passkey"]["jitter"] == 0.125, name
+        assert suite_from_dict(raw).passkey["jitter"] == 0.125
+    assert all("jitter" not in raw["passkey"] for raw in suite_dicts(fixed, "ft", "control").values())
+    assert any("passkey at fixed depths" in line for line in goal_lines([], fixed))
+    assert not any("fixed depths" in line for line in goal_lines([], spread))
+    ev = evidence_dict([], spread, "n")
+    assert ev["passkey_jitter"] == 0.125 and "passkey_jitter" not in evidence_dict([], fixed, "n")
