@@ -11,7 +11,9 @@ both placements side by side.
 
     python benchmarks/bench_passkey_clustering.py runs/passkey-jitter runs/smollm2-frontier-32k-30
 
-Reads cells only (no model); ``--json FILE`` also writes the rows (atomically).
+Reads cells only (no model); ``--json FILE`` also writes the rows (atomically); ``--plot FILE``
+draws every trial where its needle sat (one line per cell; o found, x lost), fixed and jittered
+cells of one model and length next to each other.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", help="suite result folders (each with cells/)")
     p.add_argument("--json", default=None, help="also write the rows here")
+    p.add_argument("--plot", default=None, help="also draw each trial at its needle's position here (PNG)")
     return p.parse_args(argv)
 
 
@@ -48,6 +51,7 @@ def cell_rows(folder: Path) -> list[dict]:
         stats = group_agreement([groups[d] for d in sorted(groups)])
         rows.append(
             {
+                "trials": [(r["needle_start"] / int(cell["length"]), bool(r["correct"])) for r in result["records"]],
                 "folder": str(folder),
                 "label": path.name.split("__")[0],
                 "length": int(cell["length"]),
@@ -103,8 +107,37 @@ def main(argv=None) -> int:
     if args.json:
         from ropescale._io import atomic_write_json
 
-        atomic_write_json(args.json, rows)
+        atomic_write_json(args.json, [{k: v for k, v in r.items() if k != "trials"} for r in rows])
+    if args.plot:
+        print(f"plot: {plot_trials(rows, args.plot)}")
     return 0
+
+
+def plot_trials(rows: list[dict], path: str) -> Path:
+    """Each cell a line, each trial a mark at its needle's position in the prompt (o found, x lost)."""
+    from ropescale.plots import figure, length_label, save_png
+
+    rows = sorted(rows, key=lambda r: (r["label"], r["length"], r["jitter"], r["folder"]))
+    fig = figure(figsize=(8, 0.45 * len(rows) + 1.4))
+    ax = fig.add_subplot(1, 1, 1)
+    for y, r in enumerate(rows):
+        found = [x for x, ok in r["trials"] if ok]
+        lost = [x for x, ok in r["trials"] if not ok]
+        ax.scatter(found, [y] * len(found), marker="o", s=22, facecolors="none", edgecolors="tab:green")
+        ax.scatter(lost, [y] * len(lost), marker="x", s=28, color="tab:red")
+    labels = [
+        f"{r['label']} {length_label(r['length'])} {'jittered' if r['jitter'] else 'fixed'} "
+        f"{round(r['accuracy'] * r['n'])}/{r['n']}" + ("" if r["device"] == "cpu" else f" ({r['device']})")
+        for r in rows
+    ]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("needle position / prompt length   (o found, x lost)")
+    ax.set_title("Passkey trials by where the needle sat (fixed depths: 6 keys on one spot)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return save_png(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

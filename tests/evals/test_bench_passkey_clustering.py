@@ -51,7 +51,9 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     assert "each trial's depth drawn from depth ± 0.25" in (tmp_path / "jitter" / "report.md").read_text()
 
     bench = load_script("benchmarks/bench_passkey_clustering.py")
-    assert bench.main([str(tmp_path / "fixed"), str(tmp_path / "jitter"), "--json", str(tmp_path / "rows.json")]) == 0
+    folders = [str(tmp_path / "fixed"), str(tmp_path / "jitter")]
+    assert bench.main([*folders, "--json", str(tmp_path / "rows.json"), "--plot", str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
     out = capsys.readouterr().out
     assert "| none | 160 | fixed | " in out and "| none | 160 | jitter 0.25 | " in out
     rows = json.loads((tmp_path / "rows.json").read_text())
