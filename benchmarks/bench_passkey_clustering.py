@@ -28,6 +28,8 @@ from pathlib import Path
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", help="suite result folders (each with cells/)")
+    p.add_argument("--lengths", default=None, help="only these prompt lengths, e.g. 4096,8192")
+    p.add_argument("--labels", default=None, help="only these cell labels (file-name form), e.g. none,yarn")
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--plot", default=None, help="also draw each trial at its needle's position here (PNG)")
     return p.parse_args(argv)
@@ -100,6 +102,10 @@ def main(argv=None) -> int:
             print(f"{folder}: no cells/ folder (a suite's --output)", file=sys.stderr)
             return 2
         rows += cell_rows(folder)
+    if args.lengths:
+        rows = [r for r in rows if r["length"] in {int(x) for x in args.lengths.split(",")}]
+    if args.labels:
+        rows = [r for r in rows if r["label"] in set(args.labels.split(","))]
     if not rows:
         print("no finished passkey cells in " + ", ".join(args.results), file=sys.stderr)
         return 2
@@ -109,15 +115,20 @@ def main(argv=None) -> int:
 
         atomic_write_json(args.json, [{k: v for k, v in r.items() if k != "trials"} for r in rows])
     if args.plot:
-        print(f"plot: {plot_trials(rows, args.plot)}")
+        order = args.labels.split(",") if args.labels else None
+        print(f"plot: {plot_trials(rows, args.plot, order)}")
     return 0
 
 
-def plot_trials(rows: list[dict], path: str) -> Path:
-    """Each cell a line, each trial a mark at its needle's position in the prompt (o found, x lost)."""
+def plot_trials(rows: list[dict], path: str, order: list[str] | None = None) -> Path:
+    """Each cell a line, each trial a mark at its needle's position in the prompt (o found, x lost);
+    models in ``order`` (default: by name), then by length and placement."""
     from ropescale.plots import figure, length_label, save_png
 
-    rows = sorted(rows, key=lambda r: (r["label"], r["length"], r["jitter"], r["folder"]))
+    rank = {label: i for i, label in enumerate(order or [])}
+    rows = sorted(
+        rows, key=lambda r: (rank.get(r["label"], len(rank)), r["label"], r["length"], r["jitter"], r["folder"])
+    )
     fig = figure(figsize=(8, 0.45 * len(rows) + 1.4))
     ax = fig.add_subplot(1, 1, 1)
     for y, r in enumerate(rows):
