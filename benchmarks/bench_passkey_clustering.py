@@ -54,6 +54,9 @@ def cell_rows(folder: Path) -> list[dict]:
         rows.append(
             {
                 "trials": [(r["needle_start"] / int(cell["length"]), bool(r["correct"])) for r in result["records"]],
+                "prompts": {
+                    (r["depth"], r["trial"], r["key"], r["needle_start"]): bool(r["correct"]) for r in result["records"]
+                },
                 "folder": str(folder),
                 "label": path.name.split("__")[0],
                 "length": int(cell["length"]),
@@ -92,6 +95,35 @@ def print_rows(rows: list[dict]) -> None:
     }
     for name, (same, total) in pooled.items():
         print(f"{name}: {same}/{total} depth groups answered alike throughout ({same / total:.0%})")
+    print_pairs(rows)
+
+
+def _name(row: dict) -> str:
+    return f"{row['label']} ({Path(row['folder']).name})"
+
+
+def print_pairs(rows: list[dict]) -> None:
+    """Every two models measured on the same prompts (same keys and needle positions), compared prompt
+    by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
+    from ropescale.evals.generation import paired_exact_p
+
+    lines = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if a["length"] != b["length"] or a["prompts"].keys() != b["prompts"].keys():
+                continue
+            only_a = sum(1 for k, ok in a["prompts"].items() if ok and not b["prompts"][k])
+            only_b = sum(1 for k, ok in b["prompts"].items() if ok and not a["prompts"][k])
+            placement = f"jitter {a['jitter']:g}" if a["jitter"] else "fixed"
+            lines.append(
+                f"| {_name(a)} vs {_name(b)} | {a['length']} | {placement} | {only_a} | {only_b} "
+                f"| {paired_exact_p(only_a, only_b):.3g} |"
+            )
+    if lines:
+        print("\nSame prompts, prompt by prompt (right for one model only; exact McNemar p):\n")
+        print("| models (a vs b) | length | placement | only a | only b | p |")
+        print("|---|---:|---|---:|---:|---:|")
+        print("\n".join(lines))
 
 
 def main(argv=None) -> int:
@@ -113,7 +145,7 @@ def main(argv=None) -> int:
     if args.json:
         from ropescale._io import atomic_write_json
 
-        atomic_write_json(args.json, [{k: v for k, v in r.items() if k != "trials"} for r in rows])
+        atomic_write_json(args.json, [{k: v for k, v in r.items() if k not in ("trials", "prompts")} for r in rows])
     if args.plot:
         order = args.labels.split(",") if args.labels else None
         print(f"plot: {plot_trials(rows, args.plot, order)}")

@@ -340,6 +340,22 @@ def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
     }
 
 
+def paired_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value of two models on the same prompts: the chance, were both
+    equally good, of a split of the discordant prompts (right for one model only) at least as uneven
+    as ``only_a`` against ``only_b``. Prompts both get right or both get wrong say nothing, so a paired
+    test separates models whose unpaired Wilson intervals overlap when their misses nest.
+
+    Returns:
+        The p-value in [0, 1] (1 when no prompt is discordant).
+    """
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 __all__ = [
     "GridResult",
     "bos_prefix",
@@ -351,6 +367,7 @@ __all__ = [
     "greedy_generate",
     "group_agreement",
     "model_device",
+    "paired_exact_p",
     "plot_accuracy_heatmap",
     "tokenizer_adds_bos",
     "wilson_interval",

@@ -8,9 +8,15 @@ import json
 
 import pytest
 
-from ropescale.evals.generation import group_agreement
+from ropescale.evals.generation import group_agreement, paired_exact_p
 from ropescale.evals.suite import SuiteError, SuiteRunner, run_suite, suite_from_dict
 from tests.conftest import load_script
+
+
+def test_paired_exact_p():
+    assert paired_exact_p(0, 0) == 1.0 and paired_exact_p(5, 5) == 1.0
+    assert paired_exact_p(8, 0) == paired_exact_p(0, 8) == pytest.approx(2 / 2**8)  # 8 discordant, all one way
+    assert paired_exact_p(3, 1) == pytest.approx(2 * (1 + 4) / 16)
 
 
 def test_groups_that_answer_alike_count_as_one_trial_each():
@@ -34,20 +40,20 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
         "model": str(model_dir),
         "device": "cpu",
         "data": str(text),
-        "methods": [{"method": "none"}],
+        "methods": [{"method": "none"}, {"method": "linear", "factor": 2}],
         "passkey": {"lengths": [160], "depths": [0.0, 1.0], "trials": 3},
     }
     run_suite(suite_from_dict(raw), tmp_path / "fixed", progress=False)
     jittered = dict(raw, passkey={**raw["passkey"], "jitter": 0.25})
     # a folder of fixed-placement cells holds nothing for the jittered protocol
-    assert len(SuiteRunner(suite_from_dict(jittered), tmp_path / "fixed").pending()) == 1
+    assert len(SuiteRunner(suite_from_dict(jittered), tmp_path / "fixed").pending()) == 2
     run_suite(suite_from_dict(jittered), tmp_path / "jitter", progress=False)
-    (cell,) = (tmp_path / "jitter" / "cells").glob("*__passkey__*.json")
+    cell = tmp_path / "jitter" / "cells" / "none__passkey__160.json"
     record = json.loads(cell.read_text())
     assert record["measured"]["protocol"]["jitter"] == 0.25
     assert len({r["needle_start"] for r in record["result"]["records"]}) > 2
     fixed_report = (tmp_path / "fixed" / "report.md").read_text()
-    assert "Placement: fixed" in fixed_report and " of 2 depth groups answered alike throughout" in fixed_report
+    assert "Placement: fixed" in fixed_report and " of 4 depth groups answered alike throughout" in fixed_report
     assert "each trial's depth drawn from depth ± 0.25" in (tmp_path / "jitter" / "report.md").read_text()
 
     bench = load_script("benchmarks/bench_passkey_clustering.py")
@@ -56,8 +62,15 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     assert (tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
     out = capsys.readouterr().out
     assert "| none | 160 | fixed | " in out and "| none | 160 | jitter 0.25 | " in out
+    # the two models on the same prompts are compared prompt by prompt, within each placement only
+    assert out.count("| none (fixed) vs linear (fixed) | 160 | fixed |") == 1
+    assert (
+        out.count("| none (jitter) vs linear (jitter) | 160 | jitter 0.25 |") == 1
+        and "(fixed) vs none (jitter)" not in out
+    )
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert sorted(r["jitter"] for r in rows) == [0.0, 0.25] and all(r["n"] == 6 and r["groups"] == 2 for r in rows)
+    assert sorted(r["jitter"] for r in rows) == [0.0, 0.0, 0.25, 0.25]
+    assert all(r["n"] == 6 and r["groups"] == 2 for r in rows)
     assert bench.main([str(tmp_path)]) == 2  # not a suite's output
 
 
