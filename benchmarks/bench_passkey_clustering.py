@@ -30,6 +30,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("results", nargs="+", help="suite result folders (each with cells/)")
     p.add_argument("--lengths", default=None, help="only these prompt lengths, e.g. 4096,8192")
     p.add_argument("--labels", default=None, help="only these cell labels (file-name form), e.g. none,yarn")
+    p.add_argument(
+        "--rename",
+        action="append",
+        default=[],
+        metavar="FOLDER=NAME",
+        help="call the cells of FOLDER NAME (repeatable; two fine-tunes both labelled 'fine-tuned yarn')",
+    )
     p.add_argument("--json", default=None, help="also write the rows here")
     p.add_argument("--plot", default=None, help="also draw each trial at its needle's position here (PNG)")
     return p.parse_args(argv)
@@ -134,6 +141,9 @@ def main(argv=None) -> int:
             print(f"{folder}: no cells/ folder (a suite's --output)", file=sys.stderr)
             return 2
         rows += cell_rows(folder)
+    names = dict(item.split("=", 1) for item in args.rename)
+    for r in rows:
+        r["label"] = names.get(r["folder"], r["label"])
     if args.lengths:
         rows = [r for r in rows if r["length"] in {int(x) for x in args.lengths.split(",")}]
     if args.labels:
