@@ -87,12 +87,12 @@ def fail(message: str) -> None:
 
 def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | None]:
     """The evidence note's machine (``machine`` if given, else this one as the cells' runtimes name it)
-    and the runtime that computed the cells (:func:`~ropescale.evals.evidence.cells_runtime`).
+    and the runtime that computed the cells (:func:`~ropescale.evals.cell_keys.cells_runtime`).
 
     Exits (status 2) when the cells come from more than one runtime, or from a GPU that this machine
     does not have and ``--machine`` does not name."""
     from ropescale.errors import RopescaleError
-    from ropescale.evals.evidence import cells_runtime
+    from ropescale.evals.cell_keys import cells_runtime
 
     try:
         runtime = cells_runtime(sorted(p for p in out.iterdir() if (p / "cells").is_dir()))

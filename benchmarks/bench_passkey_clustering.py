@@ -6,7 +6,7 @@ same token offset and differ only in the key's digits; with ``jitter`` each draw
 a band around it. For every passkey cell of the given result folders this prints the accuracy, the
 number of depth groups whose trials all agree, the intra-class correlation of the answers, the
 design effect and effective number of trials it implies, and the plain and the design-corrected
-Wilson intervals (:func:`ropescale.evals.generation.group_agreement`), then the cells measured with
+Wilson intervals (:func:`ropescale.evals.proportions.group_agreement`), then the cells measured with
 both placements side by side.
 
     python benchmarks/bench_passkey_clustering.py runs/passkey-jitter runs/smollm2-frontier-32k-30
@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def cell_rows(folder: Path) -> list[dict]:
     """One row per finished passkey cell of a suite result folder."""
-    from ropescale.evals.generation import group_agreement
+    from ropescale.evals.proportions import group_agreement
 
     rows = []
     for path in sorted((folder / "cells").glob("*__passkey__*.json")):
@@ -112,7 +112,7 @@ def _name(row: dict) -> str:
 def print_pairs(rows: list[dict]) -> None:
     """Every two models measured on the same prompts (same keys and needle positions), compared prompt
     by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
-    from ropescale.evals.generation import paired_exact_p
+    from ropescale.evals.proportions import paired_exact_p
 
     lines = []
     for i, a in enumerate(rows):

@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"'{results}' is not a suite's results.json")
     original = _original_context(ev.model, args.original_max_position_embeddings)
     if args.evidence:
-        from ropescale.evals.evidence import cells_jitter, cells_runtime, shipped_dict, write_shipped
+        from ropescale.evals.cell_keys import cells_jitter, cells_runtime
+        from ropescale.evals.evidence import shipped_dict, write_shipped
 
         if not args.command:
             raise ValueError("--evidence needs --command: the command that reproduces the numbers")

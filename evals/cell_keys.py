@@ -6,16 +6,23 @@ A cell's record names its method and runtime (a different one is recomputed, see
 (:func:`ropescale.models.identity.model_identity`), the data it read and the task's protocol
 (mode, stride, token budget, depths, trials, seed...). A results folder whose cells measured
 something else stops the run with the first difference named (:func:`check_measured`): the report
-would otherwise show one model's numbers under another's name.
+would otherwise show one model's numbers under another's name. What a file of evidence takes from
+its suites' cells, the one runtime and the one passkey placement they share, is read here too
+(:func:`cells_runtime`, :func:`cells_jitter`).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import re
+from pathlib import Path
 from typing import Any
 
+from ropescale.errors import RopescaleError
 from ropescale.evals.suite_checks import SuiteError
+from ropescale.models.runtime import runtime_text, same_runtime
 
 TASKS = ("perplexity", "passkey", "needle")
 
@@ -115,3 +122,49 @@ def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
             )
         return first_difference(a, b, f"{section}.")
     return first_difference(old, new)
+
+
+def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
+    """The one runtime (device, dtype, attention, bf16 kernels) the cells of these suite folders were
+    computed with (``<folder>/cells/*.json``); None where no cell records one. Cells written before
+    ``kernels`` was recorded count as matching, as a suite's resume counts them.
+
+    Raises:
+        RopescaleError: the cells were computed on different runtimes (the message names two).
+    """
+    runtimes = [
+        runtime
+        for folder in folders
+        for f in sorted(Path(folder).glob("cells/*.json"))
+        if isinstance(runtime := json.loads(f.read_text()).get("runtime"), dict) and runtime
+    ]
+    if not runtimes:
+        return None
+    distinct = list({tuple(sorted(r.items())): r for r in runtimes}.values())
+    for i, a in enumerate(distinct):
+        for b in distinct[i + 1 :]:
+            if not same_runtime(a, b):
+                raise RopescaleError(
+                    f"cells computed on {runtime_text(a)} and on {runtime_text(b)}: one file, one machine kind"
+                )
+    return functools.reduce(operator.or_, distinct)  # the kernels of the cells that record them
+
+
+def cells_jitter(folders: list[Path]) -> float:
+    """The passkey placement the passkey cells of these suite folders share: 0 for fixed depths,
+    else the ``jitter`` of their protocol (``evals/passkey.py``).
+
+    Raises:
+        RopescaleError: cells of both placements, or of two jitters (the message names two).
+    """
+    found = {
+        float(((json.loads(f.read_text()).get("measured") or {}).get("protocol") or {}).get("jitter", 0.0))
+        for folder in folders
+        for f in sorted(Path(folder).glob("cells/*__passkey__*.json"))
+    }
+    if len(found) > 1:
+        a, b = sorted(found)[:2]
+        raise RopescaleError(
+            f"passkey cells placed with jitter {a:g} and {b:g}: one file, one placement (0 = fixed depths)"
+        )
+    return found.pop() if found else 0.0

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,52 +221,6 @@ def _row(where: str, raw: Any) -> Measured:
     )
 
 
-def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
-    """The one runtime (device, dtype, attention, bf16 kernels) the cells of these suite folders were
-    computed with (``<folder>/cells/*.json``); None where no cell records one. Cells written before
-    ``kernels`` was recorded count as matching, as a suite's resume counts them.
-
-    Raises:
-        RopescaleError: the cells were computed on different runtimes (the message names two).
-    """
-    runtimes = [
-        runtime
-        for folder in folders
-        for f in sorted(Path(folder).glob("cells/*.json"))
-        if isinstance(runtime := json.loads(f.read_text()).get("runtime"), dict) and runtime
-    ]
-    if not runtimes:
-        return None
-    distinct = list({tuple(sorted(r.items())): r for r in runtimes}.values())
-    for i, a in enumerate(distinct):
-        for b in distinct[i + 1 :]:
-            if not same_runtime(a, b):
-                raise RopescaleError(
-                    f"cells computed on {runtime_text(a)} and on {runtime_text(b)}: one file, one machine kind"
-                )
-    return functools.reduce(operator.or_, distinct)  # the kernels of the cells that record them
-
-
-def cells_jitter(folders: list[Path]) -> float:
-    """The passkey placement the passkey cells of these suite folders share: 0 for fixed depths,
-    else the ``jitter`` of their protocol (``evals/passkey.py``).
-
-    Raises:
-        RopescaleError: cells of both placements, or of two jitters (the message names two).
-    """
-    found = {
-        float(((json.loads(f.read_text()).get("measured") or {}).get("protocol") or {}).get("jitter", 0.0))
-        for folder in folders
-        for f in sorted(Path(folder).glob("cells/*__passkey__*.json"))
-    }
-    if len(found) > 1:
-        a, b = sorted(found)[:2]
-        raise RopescaleError(
-            f"passkey cells placed with jitter {a:g} and {b:g}: one file, one placement (0 = fixed depths)"
-        )
-    return found.pop() if found else 0.0
-
-
 def shipped_dict(
     ev: Evidence,
     original_context: int,
@@ -280,8 +233,8 @@ def shipped_dict(
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
     ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
-    :func:`cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
-    at fixed depths (:func:`cells_jitter`)."""
+    :func:`.cell_keys.cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
+    at fixed depths (:func:`.cell_keys.cells_jitter`)."""
     rows = []
     for r in ev.rows:
         measured: dict[str, Any] = {"command": command or (r.commands[0] if r.commands else "")}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.evals.evidence import Evidence, Measured, length_text, load_results, shipped_dict
-from ropescale.evals.generation import wilson_interval
+from ropescale.evals.proportions import wilson_interval
 
 ROLES = ("none", "yarn", "fine-tuned yarn", "control")
 #: the suite folder each role's cells live in, and its label inside that suite

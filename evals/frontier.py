@@ -32,7 +32,7 @@ from ropescale.evals.evidence import Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.frontier_bar import bar_table, with_rows  # noqa: F401 (with_rows: part of this API)
 from ropescale.evals.frontier_verdict import FEW_PROMPTS, FrontierVerdict, Reference  # noqa: F401 (FEW_PROMPTS: part of this API)
-from ropescale.evals.generation import wilson_interval
+from ropescale.evals.proportions import wilson_interval
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
 PPL_TOLERANCE = 0.01

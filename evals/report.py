@@ -217,8 +217,8 @@ def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
 
 def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[int, Any]]) -> str:
     """How independent a passkey cell's trials are: the placement, and how often the trials of one
-    depth answered alike in this table (:func:`~ropescale.evals.generation.group_agreement`)."""
-    from ropescale.evals.generation import group_agreement
+    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`)."""
+    from ropescale.evals.proportions import group_agreement
 
     if task != "passkey":
         return ""
@@ -273,7 +273,7 @@ def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
     Cells written before the intervals were recorded are recomputed from their records (or, lacking
     those, from the accuracy grid and depths × trials).
     """
-    from ropescale.evals.generation import wilson_interval
+    from ropescale.evals.proportions import wilson_interval
 
     key = str(length)
     records = [r for r in result.get("records", []) if r.get("length", length) == length]
@@ -317,7 +317,7 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
         ``(flags, report lines)``; each flag has ``method``, ``task``, ``length``, ``value`` and
         ``baseline`` (retrieval flags also the difference's ``interval``).
     """
-    from ropescale.evals.generation import difference_interval
+    from ropescale.evals.proportions import difference_interval
     from ropescale.methods import method_class
 
     base = next((m for m in suite.methods if method_class(m.method).name == "default"), None)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ropescale.evals.generation import group_agreement, paired_exact_p
+from ropescale.evals.proportions import group_agreement, paired_exact_p
 from ropescale.evals.suite import SuiteError, SuiteRunner, run_suite, suite_from_dict
 from tests.conftest import load_script
 

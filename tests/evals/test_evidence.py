@@ -10,7 +10,7 @@ import pytest
 
 from ropescale._lock import output_lock
 from ropescale.errors import RopescaleError
-from ropescale.evals import evidence
+from ropescale.evals import cell_keys, evidence
 from ropescale.evals.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -157,14 +157,14 @@ def test_cells_of_another_machine_kind_never_join_a_file(tmp_path):
     amx = {"device": "cpu", "dtype": "bfloat16", "attention": "sdpa", "kernels": "amx"}
     legacy = {k: v for k, v in amx.items() if k != "kernels"}  # written before kernels were recorded
     gpu = {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"}
-    assert evidence.cells_runtime([cells("a", amx, legacy), cells("b")]) == amx
-    assert evidence.cells_runtime([cells("none")]) is None
+    assert cell_keys.cells_runtime([cells("a", amx, legacy), cells("b")]) == amx
+    assert cell_keys.cells_runtime([cells("none")]) is None
     with pytest.raises(
         RopescaleError, match="cells computed on cpu / bfloat16 .amx. / sdpa and on cpu / bfloat16 .avx512"
     ):
-        evidence.cells_runtime([cells("c", amx, {**amx, "kernels": "avx512_bf16"})])
+        cell_keys.cells_runtime([cells("c", amx, {**amx, "kernels": "avx512_bf16"})])
     with pytest.raises(RopescaleError, match="one file, one machine kind"):
-        evidence.cells_runtime([cells("d", amx), cells("e", gpu)])
+        cell_keys.cells_runtime([cells("d", amx), cells("e", gpu)])
 
     head = {"model": "m", "original_context": 1024, "budget": "training-free", "note": "n"}
     row = {"label": "yarn", "method": "yarn", "factor": 4.0, "params": {}}
@@ -250,10 +250,10 @@ def test_jittered_passkey_cells_never_join_a_file_of_fixed_ones(tmp_path):
             cell.write_text(json.dumps({"measured": {"protocol": protocol}}))
         return tmp_path / name
 
-    assert evidence.cells_jitter([cells("fixed", None, None)]) == 0.0
-    assert evidence.cells_jitter([cells("j", 0.125, 0.125)]) == 0.125
+    assert cell_keys.cells_jitter([cells("fixed", None, None)]) == 0.0
+    assert cell_keys.cells_jitter([cells("j", 0.125, 0.125)]) == 0.125
     with pytest.raises(RopescaleError, match="passkey cells placed with jitter 0 and 0.125: one file, one placement"):
-        evidence.cells_jitter([cells("mixed", None, 0.125)])
+        cell_keys.cells_jitter([cells("mixed", None, 0.125)])
 
     ev = evidence.Evidence(
         "", "m", "n", (evidence.Measured("yarn", "yarn", 4.0, passkey={4096: 0.5}, commands=("c",)),)
