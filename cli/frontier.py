@@ -44,6 +44,13 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
     p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")
     p.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="each passkey trial's depth drawn from depth +- JITTER (e.g. 0.1 with the default depths), so "
+        "trials do not share positions (docs/evaluation.md); 0 (default): fixed depths",
+    )
+    p.add_argument(
         "--max-tokens", type=_positive_int, default=4096, help="tokens scored per perplexity length (at least a window)"
     )
     p.add_argument("--data", default="austen", help="perplexity text and passkey haystack (as `eval perplexity`)")
@@ -96,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             args.trials,
             args.data,
             args.max_tokens,
+            args.jitter,
         )
         suite = suite_from_dict(raw)  # validated whole before anything loads
         if args.dry_run:

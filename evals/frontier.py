@@ -348,6 +348,7 @@ def frontier_suite(
     trials: int = 1,
     data: Any = "austen",
     max_tokens: int = 4096,
+    jitter: float = 0.0,
 ) -> dict[str, Any]:
     """The suite ``ropescale eval frontier`` runs: the candidates at N / L, perplexity and passkey at
     L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
@@ -359,6 +360,8 @@ def frontier_suite(
             reference variants).
         depths, trials: passkey grid per length (default depths 0.2/0.4/0.6/0.8, 1 trial).
         max_tokens: tokens scored per perplexity length (non-overlapping windows; at least one window).
+        jitter: each passkey trial's depth drawn from depth +- jitter (0: the fixed depths;
+            ``evals/passkey.py``).
 
     Raises:
         ValueError: an unknown candidate.
@@ -388,5 +391,10 @@ def frontier_suite(
         "seed": 0,
         "methods": [native, *(entries[c] for c in candidates or CANDIDATES)],
         "perplexity": {"lengths": lengths, "mode": "nonoverlap", "max_tokens": max_tokens},
-        "passkey": {"lengths": pk_lengths, "depths": depths or [0.2, 0.4, 0.6, 0.8], "trials": trials},
+        "passkey": {
+            "lengths": pk_lengths,
+            "depths": depths or [0.2, 0.4, 0.6, 0.8],
+            "trials": trials,
+            **({"jitter": jitter} if jitter else {}),  # absent when fixed: the cells' old protocol key
+        },
     }

@@ -230,7 +230,11 @@ def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
 
     assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "method: dca" in out and "self_extend" not in out
+    assert "method: dca" in out and "self_extend" not in out and "jitter" not in out
+    assert (
+        main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--jitter", "0.1", "--dry-run"]) == 0
+    )
+    assert "jitter: 0.1" in capsys.readouterr().out
     assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dcaa"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown frontier candidate 'dcaa'" in err[0]
