@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 
@@ -44,20 +43,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def cell_rows(folder: Path) -> list[dict]:
     """One row per finished passkey cell of a suite result folder."""
-    from ropescale.evals.proportions import group_agreement
+    from ropescale.evals.proportions import depth_groups, group_agreement
 
     rows = []
     for path in sorted((folder / "cells").glob("*__passkey__*.json")):
         cell = json.loads(path.read_text())
         result = cell["result"]
-        groups = defaultdict(list)
-        for record in result["records"]:
-            groups[record["depth"]].append(float(record["correct"]))
-        if len(groups) < 2 or len({len(g) for g in groups.values()}) != 1:
+        groups = depth_groups(result["records"])
+        if len(groups) < 2 or len({len(g) for g in groups}) != 1:
             print(f"{path}: skipped (depth groups of unequal size)", file=sys.stderr)
             continue
         protocol = (cell.get("measured") or {}).get("protocol") or {}
-        stats = group_agreement([groups[d] for d in sorted(groups)])
+        stats = group_agreement(groups)
         rows.append(
             {
                 "trials": [(r["needle_start"] / int(cell["length"]), bool(r["correct"])) for r in result["records"]],

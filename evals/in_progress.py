@@ -22,10 +22,10 @@ def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
         return []
     tokenizer = load_tokenizer(runner.suite.model)
     depths, trials = runner.suite.passkey.get("depths", [0.5]), int(runner.suite.passkey.get("trials", 1))
+    jitter = runner.suite.passkey.get("jitter", 0.0)
     records = []
     for entry, task, length in todo:
         journal = runner.journal(entry, task, length)
-        jitter = runner.suite.passkey.get("jitter", 0.0)
         result = partial_passkey(tokenizer, journal, [length], depths, trials, seed=runner.suite.seed, jitter=jitter)
         if result is None:
             continue

@@ -102,6 +102,15 @@ def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
     }
 
 
+def depth_groups(records: Sequence[dict[str, Any]]) -> list[list[float]]:
+    """A retrieval cell's scores grouped by depth, in depth order (the groups :func:`group_agreement`
+    takes): each record's ``correct`` (passkey) as 0/1."""
+    groups: dict[float, list[float]] = {}
+    for r in records:
+        groups.setdefault(r["depth"], []).append(float(bool(r["correct"])))
+    return [groups[d] for d in sorted(groups)]
+
+
 def paired_exact_p(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value of two models on the same prompts: the chance, were both
     equally good, of a split of the discordant prompts (right for one model only) at least as uneven
@@ -118,4 +127,4 @@ def paired_exact_p(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
-__all__ = ["difference_interval", "group_agreement", "paired_exact_p", "wilson_interval"]
+__all__ = ["depth_groups", "difference_interval", "group_agreement", "paired_exact_p", "wilson_interval"]

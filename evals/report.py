@@ -218,7 +218,7 @@ def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
 def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[int, Any]]) -> str:
     """How independent a passkey cell's trials are: the placement, and how often the trials of one
     depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`)."""
-    from ropescale.evals.proportions import group_agreement
+    from ropescale.evals.proportions import depth_groups, group_agreement
 
     if task != "passkey":
         return ""
@@ -232,11 +232,8 @@ def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[i
     effective: list[float] = []
     for rows in table.values():
         for result in rows.values():
-            by_depth: dict[float, list[float]] = {}
-            for r in result.get("records", []):
-                by_depth.setdefault(r["depth"], []).append(float(bool(r["correct"])))
             try:
-                stats = group_agreement(list(by_depth.values()))
+                stats = group_agreement(depth_groups(result.get("records", [])))
             except ValueError:  # one depth, one trial per depth, or a cell in progress
                 continue
             unanimous, groups = unanimous + stats["unanimous"], groups + stats["groups"]
