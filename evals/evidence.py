@@ -2,9 +2,9 @@
 
 Two sources, both files, never numbers typed into code:
 
-* **runs**: every ``results.json`` written by ``ropescale eval`` (its ``suite.yaml`` beside it names
-  each row's method, factor and parameters), found under ``runs/`` and ``benchmarks/results/`` or
-  given with ``--results``; only those of the model asked about count.
+* **runs**: every ``results.json`` written by ``ropescale eval`` (it records each label's method, factor
+  and parameters, and the passkey placement; older ones: the ``suite.yaml`` beside it), under ``runs/``
+  and ``benchmarks/results/`` or given with ``--results``; only those of the model asked about count.
 * **shipped measurements**: ``evals/measured/*.json`` (installed as ``ropescale/evals/measured``),
   one file per measured model. Each row is a method at a factor with its parameters; each of its
   numbers sits in a ``measured`` entry with the command that produced it, so every number can be
@@ -101,13 +101,18 @@ def length_text(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else f"{n:,}"
 
 
-def _method_name(name: str) -> str:
+def _method_name(name: str) -> str | None:
+    """The registry name of ``name`` (or an alias); None for a name no method has."""
     from ropescale.methods import method_class
 
     try:
         return method_class(name).name
     except ValueError:
-        return str(name)
+        return None
+
+
+def _known(name: str) -> bool:
+    return _method_name(name) is not None
 
 
 def load_results(path: str | Path) -> Evidence | None:
@@ -121,7 +126,9 @@ def load_results(path: str | Path) -> Evidence | None:
         return None
     entries: dict[str, dict[str, Any]] = {}
     suite_file = path.with_name("suite.yaml")
-    if suite_file.is_file():
+    if isinstance(summary.get("methods"), dict):  # what each label ran, as the runner recorded it
+        entries = {str(k): v for k, v in summary["methods"].items() if isinstance(v, dict) and v.get("method")}
+    elif suite_file.is_file():  # results written before they recorded it
         try:
             suite = yaml.safe_load(suite_file.read_text()) or {}
             entries = {str(m.get("label") or m["method"]): m for m in suite.get("methods") or [] if isinstance(m, dict)}
@@ -131,7 +138,9 @@ def load_results(path: str | Path) -> Evidence | None:
     labels = list(dict.fromkeys(lb for task in tasks.values() if isinstance(task, dict) for lb in task))
     rows = []
     for label in labels:
-        entry = entries.get(label, {"method": label})
+        entry = entries.get(label) or {"method": label}
+        if not _known(str(entry.get("method"))):  # a label whose method nothing records: no row, not a guess
+            continue
         ppl = {
             int(n): float(r["ppl"])
             for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
@@ -152,7 +161,7 @@ def load_results(path: str | Path) -> Evidence | None:
         rows.append(
             Measured(
                 label,
-                _method_name(entry.get("method", label)),
+                str(_method_name(str(entry["method"]))),
                 float(factor) if factor is not None else None,
                 dict(entry.get("params") or {}),
                 ppl,
@@ -167,7 +176,20 @@ def load_results(path: str | Path) -> Evidence | None:
         str(summary.get("model", "?")),
         f"{summary.get('suite', path.parent.name)} suite, dtype {summary.get('dtype', '?')}{partial}",
         tuple(r for r in rows if r.ppl or r.passkey),
+        passkey_jitter=_jitter(summary, path.parent),
     )
+
+
+def _jitter(summary: dict[str, Any], folder: Path) -> float:
+    """The passkey placement of a results file: as recorded, else as its cells say (fixed when they disagree)."""
+    from .cell_keys import cells_jitter
+
+    if isinstance(summary.get("passkey_jitter"), int | float):
+        return float(summary["passkey_jitter"])
+    try:
+        return cells_jitter([folder])
+    except RopescaleError:
+        return 0.0
 
 
 def _numbers(where: str, table: Any, low: float, high: float | None) -> dict[int, float]:
@@ -208,10 +230,12 @@ def _row(where: str, raw: Any) -> Measured:
                 f"{at}.passkey_trials: length {min(set(counts) - set(passkey))} has no passkey accuracy"
             )
         trials.update({n: int(v) for n, v in counts.items()})
+    if not _known(str(raw.get("method"))):
+        raise RopescaleError(f"{where}.method: {raw.get('method')!r} is not a method ropescale knows")
     factor = raw.get("factor")
     return Measured(
         str(raw.get("label") or raw.get("method")),
-        _method_name(str(raw.get("method"))),
+        str(_method_name(str(raw.get("method")))),
         None if factor is None else float(factor),
         dict(raw.get("params") or {}),
         ppl,

@@ -22,11 +22,10 @@ Before the rule, a training-free recommendation reads the measured frontier of t
 and the native retrieval, that method is recommended (the rule's method stays as the alternative
 for engines that cannot run it). Another model's measurements never decide, they only illustrate.
 
-The expected trade-offs are computed (:mod:`.tradeoffs`: typed records, then sentences) from measured results (:mod:`ropescale.evals.evidence`):
-every ``results.json`` written by ``ropescale eval`` for the same model, then the measurements
-shipped with ropescale (``evals/measured/*.json``: SmolLM2-135M, each number with the command
-that produced it), which fill in what the runs lack. Each trade-off names the file it was read
-from, and the printed evidence lists the commands behind the shipped numbers.
+The expected trade-offs (:mod:`.tradeoffs`) are read from measured results (:mod:`.evidence`): every
+``results.json`` of ``ropescale eval`` for the same model, then those shipped (``evals/measured/*.json``,
+each number with its command) for what the runs lack. Each names its file; a fine-tune's retrieval
+losses are told apart from the noise of their prompts (Newcombe's interval of the difference).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from typing import Any
 
 from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from ropescale.evals.evidence import length_text as _k
+from ropescale.evals.proportions import difference_interval
 from ropescale.evals.tradeoffs import num, tradeoffs
 
 __all__ = [
@@ -216,27 +216,25 @@ def recommend(
             if caveat:
                 rec.caveats.append(caveat)
                 rec.reasons.append("caveat: " + caveat)
-    rec.tradeoffs = tradeoffs(
-        method, [ev for ev in evidence if ev.budget != "fine-tune"], original_context, target_length
-    )
+    free = [ev for ev in evidence if ev.budget != "fine-tune"]
+    rec.tradeoffs = tradeoffs(method, free, original_context, target_length)
     return rec
 
 
 def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned
     YaRN against its control and the training-free model, and a caveat where the fine-tune's passkey
-    at its shortest length stays below the unscaled model's (retrieval not restored). Where several
-    experiments are shipped (a recipe run as shipped, a longer run on a GPU), the most complete one is
-    quoted: most passkey lengths, then most prompts."""
+    at its shortest length stays below the unscaled model's (retrieval not restored). Of several experiments
+    the most complete is quoted (most passkey lengths, then prompts, then spread needles over fixed depths)."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
         ft = next((r for r in ev.rows if r.label == "fine-tuned yarn"), None)
         ok = ev.budget == "fine-tune" and same_model(ev.model, model) and ft is not None and ft.at_factor(factor)
         return ft if ok else None
 
-    def completeness(ev: Evidence) -> tuple[int, int]:
+    def completeness(ev: Evidence) -> tuple[int, int, bool]:
         ft = fine_tuned(ev)
-        return len(ft.passkey), sum(ft.passkey_trials.values())
+        return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
 
     matching = [ev for ev in evidence if fine_tuned(ev)]
     if not matching:
@@ -251,18 +249,28 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> t
     for n in sorted(ft.passkey):
         base = f", training-free {free.passkey[n]:.2f}" if free and n in free.passkey else ""
         parts.append(f"passkey {_k(n)} {ft.passkey[n]:.2f} on {ft.passkey_trials.get(n, '?')} prompts{base}")
-    losses = []  # where retrieval is below the unscaled model's (its shortest length) or training-free YaRN's
-    first = min(ft.passkey, default=None)
-    if first is not None and none is not None and first in none.passkey and ft.passkey[first] < none.passkey[first]:
-        losses.append(f"{_k(first)} ({ft.passkey[first]:.2f} against the unscaled model's {none.passkey[first]:.2f})")
+    shown, noise = [], []  # where retrieval is below the unscaled model's (its shortest length) or training-free YaRN's
+
+    def below(n: int, ref, whose: str) -> None:
+        if ref is None or n not in ref.passkey or ft.passkey[n] >= ref.passkey[n]:
+            return
+        text = f"{_k(n)} ({ft.passkey[n]:.2f} against {whose} {ref.passkey[n]:.2f})"
+        a, b = ft.passkey_trials.get(n), ref.passkey_trials.get(n)
+        clear = not (a and b) or difference_interval(ref.passkey[n] * b, b, ft.passkey[n] * a, a)[0] > 0
+        (shown if clear else noise).append(text)
+
+    if ft.passkey:
+        below(min(ft.passkey), none, "the unscaled model's")
     for n in sorted(ft.passkey):
-        if free is not None and n in free.passkey and ft.passkey[n] < free.passkey[n]:
-            losses.append(f"{_k(n)} ({ft.passkey[n]:.2f} against training-free YaRN's {free.passkey[n]:.2f})")
+        below(n, free, "training-free YaRN's")
     caveat = None
-    if losses:
+    if shown or noise:
+        said = [f"retrieves less at {', '.join(shown)}"] * bool(shown)
+        said += [f"lower but within the noise of its prompts at {', '.join(noise)}"] * bool(noise)
         caveat = (
-            f"the measured fine-tune retrieves less at {', '.join(losses)} ({ev.source}): it lowers perplexity "
-            "without restoring retrieval there; check with `ropescale eval passkey` before relying on it"
+            f"the measured fine-tune {'; '.join(said)} ({ev.source})"
+            + (": it lowers perplexity without restoring retrieval there" if shown else "")
+            + "; check with `ropescale eval passkey` before relying on it"
         )
     return f"fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts), caveat
 

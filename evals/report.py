@@ -84,8 +84,12 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
         "model": suite.model,
         "dtype": suite.dtype,
         "runtimes": [json.loads(r) for r in runtimes],
+        # what each label ran: the file reads back without its suite.yaml (evidence.load_results)
+        "methods": {m.label: {"method": m.method, "factor": m.factor, "params": dict(m.params)} for m in suite.methods},
         "tasks": {},
     }
+    if suite.passkey is not None:  # the placement its passkey numbers were measured with (0: fixed depths)
+        summary["passkey_jitter"] = float(suite.passkey.get("jitter", 0.0))
     for tt in tables:
         summary["tasks"][tt.task] = {label: {str(n): r for n, r in rows.items()} for label, rows in tt.table.items()}
         if tt.stats is not None:

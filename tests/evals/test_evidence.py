@@ -193,6 +193,7 @@ def test_cells_of_another_machine_kind_never_join_a_file(tmp_path):
         ({"method": "yarn", "measured": [{"command": "c", "ppl": {"1k": 3.0}}]}, r"measured\[0\]\.ppl: '1k'"),
         ({"method": "yarn", "measured": [{"command": "c", "passkey": {"1024": 80}}]}, r"passkey: '1024': 80 is not"),
         ({"method": "yarn", "measured": [{"command": "c", "ppl": [3.0]}]}, "must map lengths to numbers"),
+        ({"method": "se-g8", "measured": [{"command": "c"}]}, r"rows\[0\]\.method: 'se-g8' is not a method ropescale"),
         (
             {
                 "method": "yarn",
@@ -227,7 +228,8 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
     found = find_evidence("mine", root=tmp_path)
     shipped = [
         f"evals/measured/smollm2-135m{s}.json"
-        for s in ("-finetune-400steps", "-finetune", "-frontier-30", "-frontier", "")
+        for s in ("-finetune-400steps-jitter", "-finetune-400steps", "-finetune", "-frontier-30-jitter", "-frontier-30")
+        + ("-frontier", "")
     ]
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands

@@ -196,12 +196,13 @@ def test_the_shipped_frontier_decides_the_embedded_models_2x():
     # the 30-prompt frontier: Self-Extend G 8 + logn is the one row measured at every length that keeps both
     assert (at_4x.method, at_4x.factor) == ("self_extend", 4.0)
     assert at_4x.params == {"group_size": 8, "window": 1024, "logn": True}
-    assert "evals/measured/smollm2-135m-frontier-30.json" in at_4x.reasons[0]
+    assert "evals/measured/smollm2-135m-frontier-30-jitter.json" in at_4x.reasons[0]
     assert "30 prompts per length" in at_4x.reasons[0] and "only not shown lost" not in at_4x.reasons[0]
-    # fixed-depth cells: the recommendation says what their 30 prompts weigh; jittered ones need no caveat
-    assert any("place their needles at fixed depths" in c for c in at_4x.caveats)
-    spread = [dataclasses.replace(e, passkey_jitter=0.125) for e in shipped_evidence()]
-    assert not any("fixed depths" in c for c in recommend("smollm2-135m", L, 32768, evidence=spread).caveats)
+    # spread needles (the shipped 30-prompt frontier) need no caveat; fixed-depth cells say what their 30 prompts weigh
+    assert not any("fixed depths" in c for c in at_4x.caveats)
+    fixed = [dataclasses.replace(e, passkey_jitter=0.0) for e in shipped_evidence()]
+    caveats = recommend("smollm2-135m", L, 32768, evidence=fixed).caveats
+    assert any("place their needles at fixed depths" in c for c in caveats)
     assert recommend("smollm2-135m", L, 65536, evidence=list(shipped_evidence())).method == "yarn"  # none at ×8
 
 
@@ -265,7 +266,7 @@ def test_recommend_shipped_frontier_in_a_few_lines():
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) <= 15, out
     assert lines[0].startswith("recommendation:  self_extend ×4")
-    assert "30 prompts per length" in out and "evals/measured/smollm2-135m-frontier-30.json" in out
+    assert "30 prompts per length" in out and "evals/measured/smollm2-135m-frontier-30-jitter.json" in out
     assert "for vLLM, SGLang, TGI, llama.cpp" in out
     assert "--method yarn --target-length 32768" in out and "measured with:" not in out
 

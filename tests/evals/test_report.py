@@ -75,3 +75,31 @@ def test_nothing_flagged_and_no_baseline(suite, tmp_path, model_dir):
     assert "- none flagged" in write_report(suite, tmp_path)["markdown"]
     alone = suite_from_dict({"name": "t", "model": str(model_dir), "methods": ["yarn"], "passkey": {"lengths": [100]}})
     assert "No unscaled method (`none`)" in write_report(alone, tmp_path / "other")["markdown"]
+
+
+def test_results_read_back_without_their_suite_file(suite, tmp_path):
+    """A results folder merged from several runs (cells copied, report written again) has no suite.yaml
+    of the labels it reports: results.json itself says what each label ran and where the needles sat."""
+    from ropescale.evals.evidence import load_results
+
+    labelled = suite_from_dict(
+        {
+            "name": "t",
+            "model": suite.model,
+            "methods": [{"method": "self_extend", "factor": 4, "params": {"group_size": 8}, "label": "se-g8"}],
+            "passkey": {"lengths": [100], "jitter": 0.125},
+        }
+    )
+    write_cells(tmp_path, labelled, {("se-g8", "passkey", 100): passkey_result(100, [True] * 6)})
+    write_report(labelled, tmp_path)
+    assert not (tmp_path / "suite.yaml").exists()
+    ev = load_results(tmp_path / "results.json")
+    assert [(r.label, r.method, r.factor, r.params) for r in ev.rows] == [
+        ("se-g8", "self_extend", 4.0, {"group_size": 8})
+    ]
+    assert ev.passkey_jitter == 0.125
+    # written before results recorded it: a label no method has is left out, never taken for a method name
+    summary = json.loads((tmp_path / "results.json").read_text())
+    del summary["methods"], summary["passkey_jitter"]
+    (tmp_path / "results.json").write_text(json.dumps(summary))
+    assert load_results(tmp_path / "results.json").rows == ()
