@@ -27,19 +27,25 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ropescale.evals.extension import SUITE_OF
 
-RECIPES = {"fine-tuned yarn": "smollm2-135m/yarn_x4", "control": "smollm2-135m/yarn_x4_control"}
+#: the fine-tune's recipe per factor; the control (no scaling, positions within 8192) is the same at every factor
+SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
+RECIPES = {"fine-tuned yarn": SCALED[4], "control": "smollm2-135m/yarn_x4_control"}
 RUN_DIRS = {"fine-tuned yarn": "yarn", "control": "control"}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output", default="runs/extension-x4", help="runs, exports, suites and report")
-    ap.add_argument("--passkey-lengths", default="4096,8192,16384,32768", help="passkey cells to run now")
-    ap.add_argument("--ppl-lengths", default="2048,8192,16384,32768")
+    ap.add_argument("--factor", type=int, default=4, choices=sorted(SCALED), help="YaRN factor (x8: to 64k)")
+    ap.add_argument(
+        "--passkey-lengths", default=None, help="passkey cells to run now (default: all, 4k to factor x 8k)"
+    )
+    ap.add_argument("--ppl-lengths", default=None, help="default: 2k, 8k and every doubling to factor x 8k")
     ap.add_argument(
         "--jitter",
         type=float,
@@ -123,15 +129,28 @@ def trained(run: Path, recipe: str) -> bool:
     return bool(done) and int(done[-1].name.split("-")[1]) >= load_run_config(run).train.max_steps
 
 
+def check_factor(out: Path, factor: int) -> None:
+    """Stop when ``out`` holds a fine-tune trained at another factor (its cells would be read as this one's)."""
+    from ropescale.training.config import load_run_config
+
+    run = out / RUN_DIRS["fine-tuned yarn"]
+    if (run / "config.yaml").is_file():
+        trained_at = load_run_config(run).scaling.factor
+        if float(trained_at) != float(factor):
+            fail(
+                f"{run / 'config.yaml'}: scaling.factor {trained_at:g} was trained there, --factor {factor} asked; give another --output"
+            )
+
+
 def export_dirs(out: Path) -> dict[str, Path]:
     """Where each fine-tune's exported model lives."""
     return {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
 
 
-def train_and_export(out: Path, suites: set[str], overrides: list[str]) -> dict[str, Path]:
+def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:
     """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
     exports = export_dirs(out)
-    for role, recipe in RECIPES.items():
+    for role, recipe in {**RECIPES, "fine-tuned yarn": SCALED[factor]}.items():
         if SUITE_OF[role][0] not in suites:
             continue
         run = out / RUN_DIRS[role]
@@ -247,15 +266,18 @@ def main(argv=None) -> int:
     from ropescale.evals.suite import run_suite, suite_from_dict
 
     out = Path(args.output)
-    plan = Plan(ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")), jitter=args.jitter)
+    plan = Plan.at(args.factor, jitter=args.jitter)
+    if args.ppl_lengths:
+        plan = replace(plan, ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
+    check_factor(out, args.factor)
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
     points = []
     if not args.report_only:
-        exports = train_and_export(out, suites, args.overrides)
+        exports = train_and_export(out, suites, args.overrides, args.factor)
         if not args.skip_curve:
             points = curve(out, plan, suites)
-        wanted = {int(x) for x in args.passkey_lengths.split(",") if x}
+        wanted = {int(x) for x in (args.passkey_lengths or "").split(",") if x} or set(plan.passkey_lengths)
         raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
         for name, raw in [] if args.curve_only else [(k, v) for k, v in raws.items() if k in suites]:
             for entry in raw["methods"]:  # the cells asked for now; the rest resume on a later run
@@ -269,7 +291,8 @@ def main(argv=None) -> int:
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
-    variant = f" --jitter {args.jitter:g}" if args.jitter else ""
+    variant = f" --factor {args.factor}" if args.factor != 4 else ""
+    variant += f" --jitter {args.jitter:g}" if args.jitter else ""
     variant += f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
     commands.update({"none": commands["control"], "yarn": commands["control"]})

@@ -60,6 +60,19 @@ class Plan:
     def short(self) -> list[int]:
         return [n for n in self.passkey_lengths if n <= self.original_context]
 
+    @classmethod
+    def at(cls, factor: float, **overrides) -> Plan:
+        """The protocol at ×``factor``: perplexity at L/4, L and every doubling to factor·L, passkey at
+        L/2, L and every doubling to factor·L (×4: the shipped lengths; ×8 adds 64k)."""
+        L = overrides.get("original_context", cls.original_context)
+        doublings = tuple(L * 2**k for k in range(1, int(factor).bit_length()) if L * 2**k <= factor * L)
+        return cls(
+            factor=float(factor),
+            ppl_lengths=(L // 4, L, *doublings),
+            passkey_lengths=(L // 2, L, *doublings),
+            **overrides,
+        )
+
 
 def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[str, dict[str, Any]]:
     """The three suites (``base``, ``finetuned``, ``control``) as :func:`~.suite.suite_from_dict` takes them.

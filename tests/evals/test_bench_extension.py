@@ -63,3 +63,32 @@ def test_the_cli_runs_with_a_safe_path(bench, monkeypatch):
     monkeypatch.setattr(bench.subprocess, "run", lambda cmd, check, env: seen.update(cmd=cmd, env=env))
     bench.ropescale("doctor")
     assert seen["cmd"][1:3] == ["-m", "ropescale.cli.main"] and seen["env"]["PYTHONSAFEPATH"] == "1"
+
+
+def test_x8_trains_its_own_recipe_measures_to_64k_and_never_reads_a_x4_run(bench, tmp_path, monkeypatch, capsys):
+    from ropescale.evals.extension import Plan, suite_dicts
+    from ropescale.training.config import load_config
+
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    monkeypatch.setattr(bench, "trained", lambda run, recipe: False)
+    bench.train_and_export(tmp_path, {"finetuned", "control"}, [], factor=8)
+    assert [a[2] for a in ran if a[0] == "train"] == ["smollm2-135m/yarn_x8", "smollm2-135m/yarn_x4_control"]
+    recipe = load_config("smollm2-135m/yarn_x8")
+    assert (recipe.scaling.factor, recipe.pose.target_length) == (8, 65536)
+    plan = Plan.at(8, jitter=0.125)
+    assert plan.passkey_lengths == (4096, 8192, 16384, 32768, 65536) and plan.ppl_lengths[-1] == 65536
+    assert Plan.at(4) == Plan()  # the shipped x4 protocol, unchanged
+    raws = suite_dicts(plan, "ft", "control")
+    assert raws["finetuned"]["methods"][0]["factor"] == 8 and raws["control"]["methods"][0]["only"]["passkey"] == [
+        4096,
+        8192,
+    ]
+    # an output folder whose fine-tune was trained at x4: its cells are not reported as x8's
+    run = tmp_path / "x4" / "yarn"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text((bench.Path("configs/train/smollm2-135m/yarn_x4.yaml")).read_text())
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--factor", "8", "--output", str(tmp_path / "x4"), "--report-only"])
+    assert stop.value.code == 2
+    assert "scaling.factor 4 was trained there, --factor 8 asked" in capsys.readouterr().err
