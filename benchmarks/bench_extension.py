@@ -57,6 +57,7 @@ def parse_args(argv=None):
     ap.add_argument("--curve-only", action="store_true", help="train, export and the curve; no suites")
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument("--evidence", default=None, help="also write the evidence JSON here (evals/measured/...)")
+    ap.add_argument("--note", default=None, help="with --evidence: appended to the file's protocol note")
     ap.add_argument(
         "--machine",
         default=None,
@@ -305,7 +306,7 @@ def main(argv=None) -> int:
     files = plot(out, rows, points, plan) if rows else []
     text = "\n".join(
         [
-            "# Does fine-tuning extend? YaRN ×4 on SmolLM2-135M-Instruct",
+            f"# Does fine-tuning extend? YaRN ×{plan.factor:g} on SmolLM2-135M-Instruct",
             "",
             *table,
             "",
@@ -328,7 +329,7 @@ def main(argv=None) -> int:
             "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
             + (f"(each trial's depth drawn from depth +- {args.jitter:g}) " if args.jitter else "")
             + "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
-            "fine-tune without scaling"
+            "fine-tune without scaling" + (f"; {args.note}" if args.note else "")
         )
         for line in write_shipped(args.evidence, evidence_dict(rows, plan, note, runtime)):  # earlier cells stay
             print(f"evidence: {line}")

@@ -182,7 +182,8 @@ def recommend(
             )
         else:
             rec.reasons.append(
-                f"s = {s:.3g}: a fine-tune of the YaRN-scaled model removes most of the training-free trade-offs below"
+                f"s = {s:.3g}: the field's bridge is a short fine-tune at the target scaling (YaRN, PoSE papers); "
+                "what it gave on a measured model is below"
             )
         rec.why = rec.reasons[-1]
         rec.reasons += [
@@ -222,10 +223,9 @@ def recommend(
 
 
 def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
-    """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned
-    YaRN against its control and the training-free model, and a caveat where the fine-tune's passkey
-    at its shortest length stays below the unscaled model's (retrieval not restored). Of several experiments
-    the most complete is quoted (most passkey lengths, then prompts, then spread needles over fixed depths)."""
+    """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
+    against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
+    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles)."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
         ft = next((r for r in ev.rows if r.label == "fine-tuned yarn"), None)
