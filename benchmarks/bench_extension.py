@@ -55,6 +55,12 @@ def parse_args(argv=None):
     )
     ap.add_argument("--skip-curve", action="store_true", help="no per-checkpoint perplexity")
     ap.add_argument("--curve-only", action="store_true", help="train, export and the curve; no suites")
+    ap.add_argument(
+        "--curve-tasks",
+        default="perplexity",
+        help="what each checkpoint is measured on: perplexity, passkey (the shortest passkey length, the "
+        "suites' prompts) or both, comma-separated",
+    )
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument("--evidence", default=None, help="also write the evidence JSON here (evals/measured/...)")
     ap.add_argument("--note", default=None, help="with --evidence: appended to the file's protocol note")
@@ -162,12 +168,15 @@ def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: 
     return exports
 
 
-def curve(out: Path, plan, suites: set[str]) -> list[dict]:
-    """Perplexity of each saved checkpoint: fine-tuned at the target length, control at L (kept in curve/)."""
+def curve(out: Path, plan, suites: set[str], tasks: tuple[str, ...] = ("perplexity",)) -> list[dict]:
+    """Each saved checkpoint measured (kept in curve/): perplexity of the fine-tune at the target length and
+    of the control at L; with ``passkey`` in ``tasks``, both models' passkey at the shortest passkey length
+    on the plan's prompts (the suites' own, so the last checkpoint's equals the export's cell)."""
     import torch
 
     import ropescale as rs
     from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.evals.passkey import run_passkey
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scoring.perplexity import evaluate_perplexity
     from ropescale.training.checkpoints import list_checkpoints
@@ -179,33 +188,56 @@ def curve(out: Path, plan, suites: set[str]) -> list[dict]:
     tokenizer = rs.load_tokenizer(plan.model)
     _, held = split_holdout(load_documents(plan.data), ["Emma"])
     doc = tokenize_documents(tokenizer, held, max_tokens=max(plan.ppl_lengths))[0]
-    dtype = resolve_runtime("cpu", plan.dtype).torch_dtype
+    runtime = resolve_runtime("auto", plan.dtype)  # the GPU where there is one
+    short = min(plan.passkey_lengths)
+
+    def passkey(model) -> dict:
+        r = run_passkey(
+            model, tokenizer, [short], plan.depths, plan.trials, seed=plan.seed, progress=False, jitter=plan.jitter
+        )
+        hits = [bool(rec["correct"]) for rec in r.to_dict()["records"]]
+        return {"passkey": sum(hits) / len(hits), "passkey_trials": len(hits)}
+
     for role, length in (("fine-tuned yarn", max(plan.ppl_lengths)), ("control", plan.original_context)):
         if SUITE_OF[role][0] not in suites:
             continue
         run = out / RUN_DIRS[role]
         for ckpt in list_checkpoints(run):
             step = int(ckpt.name.split("-")[1])
-            path = cells / f"{RUN_DIRS[role]}-{step}-{length}.json"
-            if not path.is_file():
-                model = merged_model(run, ckpt.name).to(dtype)
-                with torch.inference_mode():
-                    r = evaluate_perplexity(
-                        model,
-                        [doc],
-                        window=length,
-                        mode="nonoverlap",
-                        bos_token_id=tokenizer.bos_token_id,
-                        max_tokens=max(length, plan.ppl_max_tokens),
-                    )
-                tokens = json.loads((ckpt / "state.json").read_text())["tokens"]
-                path.write_text(
-                    json.dumps({"role": role, "step": step, "tokens": tokens, "length": length, "ppl": r.ppl})
-                )
-                print(f"curve {role} step {step} ({tokens} tokens): PPL({length}) {r.ppl:.3f}", flush=True)
+            tokens = json.loads((ckpt / "state.json").read_text())["tokens"]
+            todo = {  # one file per measurement: a task added later leaves the other's points as they are
+                task: cells / f"{RUN_DIRS[role]}-{step}-{length if task == 'perplexity' else f'passkey-{short}'}.json"
+                for task in tasks
+            }
+            todo = {task: path for task, path in todo.items() if not path.is_file()}
+            if todo:
+                model = runtime.place(merged_model(run, ckpt.name).to(runtime.torch_dtype)).eval()
+                for task, path in todo.items():
+                    with torch.inference_mode():
+                        if task == "perplexity":
+                            r = evaluate_perplexity(
+                                model,
+                                [doc],
+                                window=length,
+                                mode="nonoverlap",
+                                bos_token_id=tokenizer.bos_token_id,
+                                max_tokens=max(length, plan.ppl_max_tokens),
+                            )
+                            point = {"length": length, "ppl": r.ppl}
+                        else:
+                            point = {"length": short, **passkey(model), "jitter": plan.jitter}
+                    path.write_text(json.dumps({"role": role, "step": step, "tokens": tokens, **point}))
+                    print(f"curve {role} step {step} ({tokens} tokens): {curve_text(json.loads(path.read_text()))}")
                 del model
-            points.append(json.loads(path.read_text()))
+            points += [json.loads(f.read_text()) for f in sorted(cells.glob(f"{RUN_DIRS[role]}-{step}-*.json"))]
     return points
+
+
+def curve_text(p: dict) -> str:
+    """One curve point as the report prints it."""
+    if "ppl" in p:
+        return f"PPL({p['length'] // 1024}k) {p['ppl']:.3f}"
+    return f"passkey {p['length'] // 1024}k {round(p['passkey'] * p['passkey_trials'])}/{p['passkey_trials']}"
 
 
 def plot(out: Path, rows, points, plan) -> list[str]:
@@ -231,26 +263,30 @@ def plot(out: Path, rows, points, plan) -> list[str]:
     files.append(str(out / "perplexity.png"))
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
-    if points:
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    kinds = [k for k in ("ppl", "passkey") if any(k in p for p in points)]
+    if kinds:
+        fig, axes = plt.subplots(1, len(kinds), figsize=(6.4 * len(kinds), 4.2), squeeze=False)
         by = {r.label: r for r in rows}
         start = {"fine-tuned yarn": by.get("yarn"), "control": by.get("none")}  # before training: step 0
-        for role in ("fine-tuned yarn", "control"):
-            pts = sorted((p["tokens"], p["ppl"], p["length"]) for p in points if p["role"] == role)
-            first = start[role]
-            if pts and first is not None and pts[0][2] in first.ppl:
-                pts.insert(0, (0, first.ppl[pts[0][2]], pts[0][2]))
-            if pts:
-                ax.plot(
-                    [t for t, _, _ in pts],
-                    [v for _, v, _ in pts],
-                    marker="o",
-                    label=f"{role}: PPL({pts[0][2] // 1024}k)",
-                )
-        ax.set_xlabel("training tokens (0: before training: training-free yarn / the unscaled model)")
-        ax.set_ylabel("held-out perplexity")
-        ax.set_title("gain against training tokens")
-        ax.legend()
+        for ax, kind in zip(axes[0], kinds):
+            for role in ("fine-tuned yarn", "control"):
+                pts = sorted((p["tokens"], p[kind], p["length"]) for p in points if p["role"] == role and kind in p)
+                first = start[role]
+                before = (first.ppl if kind == "ppl" else first.passkey) if first is not None else {}
+                if pts and pts[0][2] in before:
+                    pts.insert(0, (0, before[pts[0][2]], pts[0][2]))
+                if pts:
+                    name = "PPL" if kind == "ppl" else "passkey"
+                    ax.plot(
+                        [t for t, _, _ in pts],
+                        [v for _, v, _ in pts],
+                        marker="o",
+                        label=f"{role}: {name}({pts[0][2] // 1024}k)",
+                    )
+            ax.set_xlabel("training tokens (0: training-free yarn / the unscaled model)")
+            ax.set_ylabel("held-out perplexity" if kind == "ppl" else "passkey accuracy (30 prompts)")
+            ax.set_title("perplexity against training tokens" if kind == "ppl" else "retrieval against training tokens")
+            ax.legend()
         fig.tight_layout()
         files.append(str(out / "curve.png"))
         fig.savefig(files[-1], dpi=120)
@@ -270,6 +306,9 @@ def main(argv=None) -> int:
     plan = Plan.at(args.factor, jitter=args.jitter)
     if args.ppl_lengths:
         plan = replace(plan, ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
+    tasks = tuple(t for t in args.curve_tasks.split(",") if t)
+    if set(tasks) - {"perplexity", "passkey"} or not tasks:  # before anything trains
+        fail(f"--curve-tasks {args.curve_tasks!r}: perplexity, passkey or both")
     check_factor(out, args.factor)
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
@@ -277,7 +316,7 @@ def main(argv=None) -> int:
     if not args.report_only:
         exports = train_and_export(out, suites, args.overrides, args.factor)
         if not args.skip_curve:
-            points = curve(out, plan, suites)
+            points = curve(out, plan, suites, tasks)
         wanted = {int(x) for x in (args.passkey_lengths or "").split(",") if x} or set(plan.passkey_lengths)
         raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
         for name, raw in [] if args.curve_only else [(k, v) for k, v in raws.items() if k in suites]:
@@ -300,8 +339,8 @@ def main(argv=None) -> int:
     rows = collect(out, commands)
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
     curve_lines = [
-        f"- {p['role']}, step {p['step']} ({p['tokens']:,} tokens): PPL({p['length'] // 1024}k) {p['ppl']:.3f}"
-        for p in sorted(points, key=lambda p: (p["role"], p["step"]))
+        f"- {p['role']}, step {p['step']} ({p['tokens']:,} tokens): {curve_text(p)}"
+        for p in sorted(points, key=lambda p: (p["role"], p["step"], "ppl" not in p))
     ]
     files = plot(out, rows, points, plan) if rows else []
     text = "\n".join(

@@ -92,3 +92,25 @@ def test_x8_trains_its_own_recipe_measures_to_64k_and_never_reads_a_x4_run(bench
         bench.main(["--factor", "8", "--output", str(tmp_path / "x4"), "--report-only"])
     assert stop.value.code == 2
     assert "scaling.factor 4 was trained there, --factor 8 asked" in capsys.readouterr().err
+
+
+def test_the_curve_can_follow_retrieval_and_a_bad_task_stops_before_training(bench, tmp_path, monkeypatch, capsys):
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.extension import Plan
+
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--output", str(tmp_path / "x"), "--curve-tasks", "perplexity,needle"])
+    assert stop.value.code == 2 and ran == [] and "--curve-tasks 'perplexity,needle'" in capsys.readouterr().err
+    points = [
+        {"role": "fine-tuned yarn", "step": 20, "tokens": 81920, "length": 32768, "ppl": 26.5},
+        {"role": "fine-tuned yarn", "step": 20, "tokens": 81920, "length": 4096, "passkey": 0.6, "passkey_trials": 30},
+    ]
+    assert [bench.curve_text(p) for p in points] == ["PPL(32k) 26.500", "passkey 4k 18/30"]
+    rows = [Measured("yarn", "yarn", 4, ppl={32768: 33.2}, passkey={4096: 0.9}, passkey_trials={4096: 30})]
+    files = bench.plot(tmp_path, rows, points, Plan())
+    assert [bench.Path(f).name for f in files] == ["perplexity.png", "curve.png"]
+    import matplotlib.image
+
+    assert matplotlib.image.imread(files[1]).shape[1] > 1.5 * matplotlib.image.imread(files[0]).shape[1]  # two panels
