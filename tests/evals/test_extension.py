@@ -170,3 +170,23 @@ def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_pa
     assert not any("fixed depths" in line for line in goal_lines([], spread))
     ev = evidence_dict([], spread, "n")
     assert ev["passkey_jitter"] == 0.125 and "passkey_jitter" not in evidence_dict([], fixed, "n")
+
+
+def test_trade_offs_read_a_fine_tune_files_training_free_rows_only(tmp_path):
+    """The x8 experiment's file holds training-free YaRN x8 (a trade-off the rule's answer should quote) and the
+    fine-tuned and control models (which must never stand in for it or for the unscaled baseline)."""
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.tradeoffs import measure
+
+    rows = [
+        Measured("none", "default", ppl={2048: 28.8, 65536: 1925.0}, passkey={4096: 1.0}, passkey_trials={4096: 30}),
+        Measured("yarn", "yarn", 8, ppl={2048: 33.0, 65536: 45.3}, passkey={4096: 0.7}, passkey_trials={4096: 30}),
+        Measured("fine-tuned yarn", "yarn", 8, ppl={2048: 22.7, 65536: 27.6}, passkey={4096: 0.37}, passkey_trials={4096: 30}),
+        Measured("control", "default", ppl={2048: 22.0}, passkey={4096: 1.0}, passkey_trials={4096: 30}),
+    ]  # fmt: skip
+    path = tmp_path / "x8.json"
+    path.write_text(json.dumps(evidence_dict([replace(r, commands=("c",)) for r in rows], Plan.at(8), "test")))
+    found = measure("yarn", [load_measured(path)], 8192, 65536)
+    text = " ".join(t.sentence() for t in found)
+    assert "PPL 33.00 at 2k vs 28.80 unscaled" in text and "45.30 at 64k" in text and "70% at 4k" in text
+    assert "22.7" not in text and "27.6" not in text and "37%" not in text and "22.00" not in text
