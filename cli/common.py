@@ -82,7 +82,11 @@ def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -
         metavar="KEY=VALUE",
         help="a method parameter, repeatable (e.g. --param beta_fast=32 --param attention_factor=1.0)",
     )
-    p.add_argument("--replace", action="store_true", help="replace an existing scaling (starts from the original)")
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an existing scaling (starts from the original; the saved method and factor with no --param keep the saved parameters)",
+    )
     p.add_argument(
         "--sliding-window",
         type=typed(options.sliding_window, "--sliding-window"),

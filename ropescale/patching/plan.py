@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import AlreadyScaledError, RopescaleError, UnsupportedModelError
-from ..methods import RotarySpec, ScalingMethod, get_method
+from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import coerce
 from ..methods.factor import resolve_factor
 
@@ -202,6 +202,7 @@ def plan_patch(
             "to replace the scaling, starting from the original parameters"
         )
     kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
+    params = {**_as_saved(config, method, factor, target_length), **params} if replace and not params else params
     if isinstance(method, ScalingMethod):
         if factor is not None or params or target_length is not None:
             raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
@@ -223,6 +224,18 @@ def plan_patch(
             f"max_position_embeddings = {written}, beyond int64 ({INT64_MAX}); use a smaller --factor"
         )
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
+
+
+def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> dict[str, Any]:
+    """The saved scaling's own parameters when a re-patch asks for the same method at the same factor and
+    names no parameter: a fine-tuned checkpoint is measured with the scaling it was trained with (its
+    attention factor, say), not the method's defaults. Anything else starts from the defaults."""
+    block = provenance(config) if isinstance(method, str) and target_length is None else None
+    if block is None or method_class(method).name != block["method"]:
+        return {}
+    saved = {k: v for k, v in block["params"].items() if v is not None}
+    same = factor is None or float(factor) == float(saved.get("factor", -1))
+    return {k: v for k, v in saved.items() if k != "factor"} if same else {}
 
 
 def check_method_args(method: str | ScalingMethod, factor: Any = None, **params: Any) -> None:

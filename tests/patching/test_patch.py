@@ -196,6 +196,19 @@ def test_already_scaled_is_refused_then_replaced_from_original(long_input):
     assert ntk.config.rope_parameters["rope_theta"] == BASE
 
 
+def test_a_re_patch_with_the_same_method_and_factor_keeps_the_saved_parameters():
+    """A checkpoint fine-tuned at YaRN x4 with attention factor 1.07, measured by a suite entry `yarn x4`:
+    it is measured as trained (the entry asked for no parameter), not at YaRN's default temperature."""
+    saved = ropescale.patch_config(tiny_config(), "yarn", factor=4, attention_factor=1.07, beta_fast=16)
+    again = ropescale.patch_config(saved, "yarn", factor=4, replace=True)
+    assert again.ropescale["params"]["attention_factor"] == 1.07 and again.ropescale["params"]["beta_fast"] == 16
+    asked = ropescale.patch_config(saved, "yarn", factor=4, replace=True, attention_factor=1.0)
+    assert asked.ropescale["params"]["attention_factor"] == 1.0 and asked.ropescale["params"]["beta_fast"] == 32
+    for other in (ropescale.patch_config(saved, "yarn", factor=2, replace=True),
+                  ropescale.patch_config(saved, "dynamic_yarn", factor=4, replace=True)):  # fmt: skip
+        assert other.ropescale["params"].get("attention_factor") is None  # another scaling: its defaults
+
+
 def test_natively_scaled_checkpoint_is_detected_and_replaced_from_its_fields():
     native = {"rope_type": "yarn", "rope_theta": BASE, "factor": 4.0, "original_max_position_embeddings": 32}
     config = tiny_config(rope_parameters=native, max_position_embeddings=128)
