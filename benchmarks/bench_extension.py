@@ -171,7 +171,7 @@ def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: 
 def curve(out: Path, plan, suites: set[str], tasks: tuple[str, ...] = ("perplexity",)) -> list[dict]:
     """Each saved checkpoint measured (kept in curve/): perplexity of the fine-tune at the target length and
     of the control at L; with ``passkey`` in ``tasks``, both models' passkey at the shortest passkey length
-    on the plan's prompts (the suites' own, so the last checkpoint's equals the export's cell)."""
+    on the plan's prompts (the suites' own: the same 30 prompts as the export's cell)."""
     import torch
 
     import ropescale as rs
