@@ -235,7 +235,7 @@ def _as_saved(config: Any, method: Any, factor: float | None, target_length: int
         return {}
     saved = {k: v for k, v in block["params"].items() if v is not None}
     same = factor is None or float(factor) == float(saved.get("factor", -1))
-    return {k: v for k, v in saved.items() if k != "factor"} if same else {}
+    return {k: v for k, v in saved.items() if k != "factor" or factor is None} if same else {}
 
 
 def check_method_args(method: str | ScalingMethod, factor: Any = None, **params: Any) -> None:

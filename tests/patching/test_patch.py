@@ -202,6 +202,8 @@ def test_a_re_patch_with_the_same_method_and_factor_keeps_the_saved_parameters()
     saved = ropescale.patch_config(tiny_config(), "yarn", factor=4, attention_factor=1.07, beta_fast=16)
     again = ropescale.patch_config(saved, "yarn", factor=4, replace=True)
     assert again.ropescale["params"]["attention_factor"] == 1.07 and again.ropescale["params"]["beta_fast"] == 16
+    unsaid = ropescale.patch_config(saved, "yarn", replace=True)  # no factor either: the saved one too
+    assert (unsaid.ropescale["params"]["factor"], unsaid.ropescale["params"]["attention_factor"]) == (4.0, 1.07)
     asked = ropescale.patch_config(saved, "yarn", factor=4, replace=True, attention_factor=1.0)
     assert asked.ropescale["params"]["attention_factor"] == 1.0 and asked.ropescale["params"]["beta_fast"] == 32
     for other in (ropescale.patch_config(saved, "yarn", factor=2, replace=True),
