@@ -4,6 +4,8 @@ resumably; print the table, the goal's verdict and write the plots and the evide
     python benchmarks/bench_extension.py                         # everything (hours on 2 CPU cores)
     python benchmarks/bench_extension.py --passkey-lengths 4096,8192   # the short cells first
     python benchmarks/bench_extension.py --report-only           # table and plots of what is measured
+    python benchmarks/bench_extension.py --factor 8 --jitter 0.125 --output runs/extension-x8   # x8 (64k), spread needles
+    python benchmarks/bench_extension.py --curve-tasks perplexity,passkey   # each checkpoint's retrieval too
     python benchmarks/bench_extension.py --output runs/extension-x4-contiguous4k --suites finetuned \
         --overrides pose.enabled=false data.seq_len=4096 train.grad_accum=1   # a variant of the fine-tune
 
