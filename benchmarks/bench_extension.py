@@ -229,7 +229,7 @@ def curve(out: Path, plan, suites: set[str], tasks: tuple[str, ...] = ("perplexi
                         else:
                             point = {"length": short, **passkey(model), "jitter": plan.jitter}
                     path.write_text(json.dumps({"role": role, "step": step, "tokens": tokens, **point}))
-                    print(f"curve {role} step {step} ({tokens} tokens): {curve_text(json.loads(path.read_text()))}")
+                    print(f"curve {role} step {step} ({tokens} tokens): {curve_text(point)}")
                 del model
             points += [json.loads(f.read_text()) for f in sorted(cells.glob(f"{RUN_DIRS[role]}-{step}-*.json"))]
     return points

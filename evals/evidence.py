@@ -111,10 +111,6 @@ def _method_name(name: str) -> str | None:
         return None
 
 
-def _known(name: str) -> bool:
-    return _method_name(name) is not None
-
-
 def load_results(path: str | Path) -> Evidence | None:
     """Evidence from one ``results.json`` written by the suite runner (None if unreadable)."""
     path = Path(path)
@@ -139,7 +135,8 @@ def load_results(path: str | Path) -> Evidence | None:
     rows = []
     for label in labels:
         entry = entries.get(label) or {"method": label}
-        if not _known(str(entry.get("method"))):  # a label whose method nothing records: no row, not a guess
+        method = _method_name(str(entry.get("method")))
+        if method is None:  # a label whose method nothing records: no row, not a guess
             continue
         ppl = {
             int(n): float(r["ppl"])
@@ -161,7 +158,7 @@ def load_results(path: str | Path) -> Evidence | None:
         rows.append(
             Measured(
                 label,
-                str(_method_name(str(entry["method"]))),
+                method,
                 float(factor) if factor is not None else None,
                 dict(entry.get("params") or {}),
                 ppl,
@@ -230,12 +227,13 @@ def _row(where: str, raw: Any) -> Measured:
                 f"{at}.passkey_trials: length {min(set(counts) - set(passkey))} has no passkey accuracy"
             )
         trials.update({n: int(v) for n, v in counts.items()})
-    if not _known(str(raw.get("method"))):
+    method = _method_name(str(raw.get("method")))
+    if method is None:
         raise RopescaleError(f"{where}.method: {raw.get('method')!r} is not a method ropescale knows")
     factor = raw.get("factor")
     return Measured(
         str(raw.get("label") or raw.get("method")),
-        str(_method_name(str(raw.get("method")))),
+        method,
         None if factor is None else float(factor),
         dict(raw.get("params") or {}),
         ppl,
