@@ -7,7 +7,8 @@ optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
     scaling:  {method: yarn, factor: 4, params: {}}
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
-    data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null}
+    data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null,
+               recall_facts: 0}
     pose:     {enabled: true, target_length: 32768, chunks: 2, content: skip}
     s2attn:   {enabled: false, group_ratio: 0.25}
     optim:    {lr: 2.0e-5, betas: [0.9, 0.95], weight_decay: 0.0, warmup_steps: 20, schedule: linear}
@@ -87,6 +88,7 @@ class DataSection:
     bos_each_window: bool = True  # every window starts with BOS, as the perplexity evaluation does
     max_tokens: int | None = None  # stop tokenizing training text after this many tokens
     text_field: str = "text"
+    recall_facts: int = 0  # recall sentences written into every window (training/recall.py); 0: none
 
 
 @dataclass
@@ -323,6 +325,9 @@ def validate(c: TrainConfig) -> None:
         raise ConfigError(f"data.seq_len must be at least 2, got {c.data.seq_len}")
     if c.data.max_tokens is not None:
         _positive("data.max_tokens", c.data.max_tokens)
+    _positive("data.recall_facts", c.data.recall_facts, allow_zero=True)
+    if c.data.recall_facts and c.data.seq_len < 128 * c.data.recall_facts:
+        raise ConfigError(f"data.recall_facts={c.data.recall_facts} needs data.seq_len >= {128 * c.data.recall_facts}")
     if c.pose.enabled:
         _positive("pose.chunks", c.pose.chunks)
         if c.pose.chunks > c.data.seq_len:

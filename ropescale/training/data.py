@@ -8,6 +8,8 @@
   ``bos_each_window`` every window starts with BOS, as every window of the perplexity evaluation
   does. With PoSE the window's tokens come from a span of up to ``target_length`` text tokens and
   carry the skipped position ids (:mod:`ropescale.training.pose`).
+* **Recall sentences** (``data.recall_facts``): written over each window's text after it is cut
+  (:mod:`ropescale.training.recall`).
 * **Order.** A window is a pure function of ``(seed, global sample index)``: the epoch's
   permutation comes from ``seed + epoch``, a PoSE layout from ``(seed, index)``. Resuming at step
   ``s`` therefore needs nothing but ``s``; each data-parallel rank reads its own slice of every
@@ -30,6 +32,7 @@ from .._io import atomic_write_json
 from ..errors import RopescaleError
 from ..scoring.nll import IGNORE_INDEX
 from .pose import pose_layout, pose_text_offsets
+from .recall import RecallWriter
 
 
 def pack_documents(docs: Sequence[Sequence[int]], bos_token_id: int | None, eos_token_id: int | None) -> np.ndarray:
@@ -167,8 +170,8 @@ class WindowDataset:
     first token of a PoSE chunk whose text skipped). # each [seq_len]
     """
 
-    def __init__(self, stream: np.ndarray, spec: WindowSpec, seed: int = 0):
-        self.stream, self.spec, self.seed = np.asarray(stream), spec, seed
+    def __init__(self, stream: np.ndarray, spec: WindowSpec, seed: int = 0, recall: RecallWriter | None = None):
+        self.stream, self.spec, self.seed, self.recall = np.asarray(stream), spec, seed, recall
         span = spec.text_span
         if self.stream.size < span:
             what = (
@@ -197,12 +200,14 @@ class WindowDataset:
         spec = self.spec
         base = self._slot(index) * spec.stride
         labels_mask = np.ones(spec.seq_len, dtype=bool)
+        chunk_starts = np.zeros(0, np.int64)
         if spec.pose:
             layout = pose_layout(
                 spec.seq_len, spec.target_length, spec.chunks, np.random.default_rng([self.seed, index, 1])
             )
             positions = layout.position_ids()  # [seq_len]
             offsets = pose_text_offsets(layout, spec.content)  # [seq_len]
+            chunk_starts = layout.starts[1:]
             if spec.content == "skip":
                 jumped = layout.starts[1:][np.diff(layout.skips) > 0]
                 labels_mask[jumped] = False  # the text jumped: not predictable from the previous token
@@ -213,6 +218,8 @@ class WindowDataset:
         ids = np.asarray(self.stream[text_index], np.int64)
         if spec.bos:
             ids = np.concatenate([[spec.bos_token_id], ids])
+        if self.recall is not None:  # the same window indices with PoSE or without (training/recall.py)
+            self.recall.write(ids, chunk_starts, np.random.default_rng([self.seed, index, 2]), first=spec.bos)
         labels = np.where(labels_mask, ids, IGNORE_INDEX)
         return {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),

@@ -71,6 +71,7 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
 )
 from .optim import build_optimizer, lr_lambda, sync_lr
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
+from .recall import recall_writer
 
 __all__ = [
     "Trainer",
@@ -223,7 +224,8 @@ class Trainer:
             c.data.seq_len, bos, self.target_length if c.pose.enabled else None, c.pose.chunks, c.pose.content
         )
         self.bos_token_id = bos
-        return WindowDataset(stream, spec, seed=c.train.seed)
+        recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
+        return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)
 
     # --------------------------------------------------------------------------- checkpoints
 
