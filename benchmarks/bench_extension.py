@@ -32,12 +32,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ropescale.evals.evidence import CONTROL, FINE_TUNED
 from ropescale.evals.extension import SUITE_OF
 
 #: the fine-tune's recipe per factor; the control (no scaling, positions within 8192) is the same at every factor
 SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
-RECIPES = {"fine-tuned yarn": SCALED[4], "control": "smollm2-135m/yarn_x4_control"}
-RUN_DIRS = {"fine-tuned yarn": "yarn", "control": "control"}
+RECIPES = {FINE_TUNED: SCALED[4], CONTROL: "smollm2-135m/yarn_x4_control"}
+RUN_DIRS = {FINE_TUNED: "yarn", CONTROL: "control"}
 
 
 def parse_args(argv=None):
@@ -142,7 +143,7 @@ def check_factor(out: Path, factor: int) -> None:
     """Stop when ``out`` holds a fine-tune trained at another factor (its cells would be read as this one's)."""
     from ropescale.training.config import load_run_config
 
-    run = out / RUN_DIRS["fine-tuned yarn"]
+    run = out / RUN_DIRS[FINE_TUNED]
     if (run / "config.yaml").is_file():
         trained_at = load_run_config(run).scaling.factor
         if float(trained_at) != float(factor):
@@ -159,7 +160,7 @@ def export_dirs(out: Path) -> dict[str, Path]:
 def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:
     """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
     exports = export_dirs(out)
-    for role, recipe in {**RECIPES, "fine-tuned yarn": SCALED[factor]}.items():
+    for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
         if SUITE_OF[role][0] not in suites:
             continue
         run = out / RUN_DIRS[role]
@@ -200,7 +201,7 @@ def curve(out: Path, plan, suites: set[str], tasks: tuple[str, ...] = ("perplexi
         hits = [bool(rec["correct"]) for rec in r.to_dict()["records"]]
         return {"passkey": sum(hits) / len(hits), "passkey_trials": len(hits)}
 
-    for role, length in (("fine-tuned yarn", max(plan.ppl_lengths)), ("control", plan.original_context)):
+    for role, length in ((FINE_TUNED, max(plan.ppl_lengths)), (CONTROL, plan.original_context)):
         if SUITE_OF[role][0] not in suites:
             continue
         run = out / RUN_DIRS[role]
@@ -269,9 +270,9 @@ def plot(out: Path, rows, points, plan) -> list[str]:
     if kinds:
         fig, axes = plt.subplots(1, len(kinds), figsize=(6.4 * len(kinds), 4.2), squeeze=False)
         by = {r.label: r for r in rows}
-        start = {"fine-tuned yarn": by.get("yarn"), "control": by.get("none")}  # before training: step 0
+        start = {FINE_TUNED: by.get("yarn"), CONTROL: by.get("none")}  # before training: step 0
         for ax, kind in zip(axes[0], kinds):
-            for role in ("fine-tuned yarn", "control"):
+            for role in (FINE_TUNED, CONTROL):
                 pts = sorted((p["tokens"], p[kind], p["length"]) for p in points if p["role"] == role and kind in p)
                 first = start[role]
                 before = (first.ppl if kind == "ppl" else first.passkey) if first is not None else {}
@@ -320,7 +321,7 @@ def main(argv=None) -> int:
         if not args.skip_curve:
             points = curve(out, plan, suites, tasks)
         wanted = {int(x) for x in (args.passkey_lengths or "").split(",") if x} or set(plan.passkey_lengths)
-        raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
+        raws = suite_dicts(plan, exports[FINE_TUNED], exports[CONTROL])
         for name, raw in [] if args.curve_only else [(k, v) for k, v in raws.items() if k in suites]:
             for entry in raw["methods"]:  # the cells asked for now; the rest resume on a later run
                 only = entry.setdefault("only", {})
@@ -329,7 +330,7 @@ def main(argv=None) -> int:
     else:  # the suites' reports of their finished cells and, marked in progress, the partial ones
         from ropescale.evals.suite import SuiteRunner
 
-        for name, raw in suite_dicts(plan, exports["fine-tuned yarn"], exports["control"]).items():
+        for name, raw in suite_dicts(plan, exports[FINE_TUNED], exports[CONTROL]).items():
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
@@ -337,7 +338,7 @@ def main(argv=None) -> int:
     variant += f" --jitter {args.jitter:g}" if args.jitter else ""
     variant += f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
-    commands.update({"none": commands["control"], "yarn": commands["control"]})
+    commands.update({"none": commands[CONTROL], "yarn": commands[CONTROL]})
     rows = collect(out, commands)
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
     curve_lines = [

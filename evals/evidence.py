@@ -42,6 +42,8 @@ from ropescale.models.runtime import runtime_text, same_runtime
 
 RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
 MEASURED_DIR = Path(__file__).resolve().parent / "measured"
+#: the rows of a fine-tune experiment that are trained models, not training-free methods
+FINE_TUNED, CONTROL = "fine-tuned yarn", "control"
 
 
 @dataclass(frozen=True)

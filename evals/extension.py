@@ -15,7 +15,8 @@ at short lengths is adaptation to the training text. Three suites measure them (
 folder: the base model runs ``none`` and ``yarn``; each export runs as saved), and
 :func:`collect` reads their ``results.json`` back into one :class:`~.evidence.Measured` row per
 model, which :func:`render_table`, :func:`goal_lines` and :func:`evidence_dict` turn into the
-report, the goal's verdict and the shipped evidence (``evals/measured/``).
+report, the goal's verdict and the shipped evidence (``evals/measured/``);
+:func:`fine_tune_measured` quotes shipped evidence for ``ropescale recommend --budget fine-tune``.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.evidence import Evidence, Measured, length_text, load_results, shipped_dict
-from ropescale.evals.proportions import wilson_interval
+from ropescale.evals.evidence import (
+    CONTROL,
+    FINE_TUNED,
+    Evidence,
+    Measured,
+    length_text,
+    load_results,
+    same_model,
+    shipped_dict,
+)
+from ropescale.evals.proportions import difference_interval, wilson_interval
 
-ROLES = ("none", "yarn", "fine-tuned yarn", "control")
+ROLES = ("none", "yarn", FINE_TUNED, CONTROL)
 #: the suite folder each role's cells live in, and its label inside that suite
 SUITE_OF = {
     "none": ("base", "none"),
     "yarn": ("base", "yarn"),
-    "fine-tuned yarn": ("finetuned", "fine-tuned yarn"),
-    "control": ("control", "control"),
+    FINE_TUNED: ("finetuned", FINE_TUNED),
+    CONTROL: ("control", CONTROL),
 }
 
 
@@ -55,7 +65,7 @@ class Plan:
     dtype: str = "auto"
     seed: int = 0
     #: passkey lengths of the unscaled models (none, control): they cannot retrieve beyond L
-    short_only: tuple[str, ...] = field(default=("none", "control"))
+    short_only: tuple[str, ...] = field(default=("none", CONTROL))
 
     def short(self) -> list[int]:
         return [n for n in self.passkey_lengths if n <= self.original_context]
@@ -105,13 +115,13 @@ def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[
         "finetuned": {
             "name": "extension-finetuned",
             "model": str(finetuned),
-            "methods": [{"label": "fine-tuned yarn", **yarn}],
+            "methods": [{"label": FINE_TUNED, **yarn}],
             **common,
         },
         "control": {
             "name": "extension-control",
             "model": str(control),
-            "methods": [{"label": "control", "method": "none", "only": short}],
+            "methods": [{"label": CONTROL, "method": "none", "only": short}],
             **common,
         },
     }
@@ -156,7 +166,7 @@ def render_table(rows: list[Measured], plan: Plan) -> list[str]:
 def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[str]:
     """The goal, part by part: met, not met, or not measured yet (the numbers beside each)."""
     by = {r.label: r for r in rows}
-    ft, control, none = by.get("fine-tuned yarn"), by.get("control"), by.get("none")
+    ft, control, none = by.get(FINE_TUNED), by.get(CONTROL), by.get("none")
     L, lines = plan.original_context, []
 
     def say(part: str, ok: bool | str | None, detail: str) -> None:
@@ -221,7 +231,7 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str
     with the ``runtime`` that computed its cells where known."""
 
     def method(row: Measured) -> str:
-        return "default" if row.label in ("none", "control") else "yarn"
+        return "default" if row.label in ("none", CONTROL) else "yarn"
 
     fixed = tuple(
         replace(r, method=method(r), factor=None if method(r) == "default" else plan.factor, params={}) for r in rows
@@ -230,3 +240,56 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str
     return shipped_dict(
         ev, plan.original_context, note, budget="fine-tune", runtime=runtime, passkey_jitter=plan.jitter
     )
+
+
+def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
+    """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
+    against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
+    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles)."""
+
+    def fine_tuned(ev: Evidence) -> Measured | None:
+        ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
+        ok = ev.budget == "fine-tune" and same_model(ev.model, model) and ft is not None and ft.at_factor(factor)
+        return ft if ok else None
+
+    def completeness(ev: Evidence) -> tuple[int, int, bool]:
+        ft = fine_tuned(ev)
+        return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
+
+    matching = [ev for ev in evidence if fine_tuned(ev)]
+    if not matching:
+        return None
+    ev = max(matching, key=completeness)  # the first of equals: the order evidence was found in
+    rows = {r.label: r for r in ev.rows}
+    ft, control, free, none = (rows.get(k) for k in (FINE_TUNED, CONTROL, "yarn", "none"))
+    parts = []
+    for n in sorted(ft.ppl):
+        ref = f" (control {control.ppl[n]:.2f})" if control and n in control.ppl else ""
+        parts.append(f"PPL {length_text(n)} {ft.ppl[n]:.2f}{ref}")
+    for n in sorted(ft.passkey):
+        base = f", training-free {free.passkey[n]:.2f}" if free and n in free.passkey else ""
+        parts.append(f"passkey {length_text(n)} {ft.passkey[n]:.2f} on {ft.passkey_trials.get(n, '?')} prompts{base}")
+    shown, noise = [], []  # where retrieval is below the unscaled model's (its shortest length) or training-free YaRN's
+
+    def below(n: int, ref, whose: str) -> None:
+        if ref is None or n not in ref.passkey or ft.passkey[n] >= ref.passkey[n]:
+            return
+        text = f"{length_text(n)} ({ft.passkey[n]:.2f} against {whose} {ref.passkey[n]:.2f})"
+        a, b = ft.passkey_trials.get(n), ref.passkey_trials.get(n)
+        clear = not (a and b) or difference_interval(ref.passkey[n] * b, b, ft.passkey[n] * a, a)[0] > 0
+        (shown if clear else noise).append(text)
+
+    if ft.passkey:
+        below(min(ft.passkey), none, "the unscaled model's")
+    for n in sorted(ft.passkey):
+        below(n, free, "training-free YaRN's")
+    caveat = None
+    if shown or noise:
+        said = [f"retrieves less at {', '.join(shown)}"] * bool(shown)
+        said += [f"lower but within the noise of its prompts at {', '.join(noise)}"] * bool(noise)
+        caveat = (
+            f"the measured fine-tune {'; '.join(said)} ({ev.source})"
+            + (": it lowers perplexity without restoring retrieval there" if shown else "")
+            + "; check with `ropescale eval passkey` before relying on it"
+        )
+    return f"fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts), caveat

@@ -36,7 +36,7 @@ from typing import Any
 
 from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from ropescale.evals.evidence import length_text as _k
-from ropescale.evals.proportions import difference_interval
+from ropescale.evals.extension import fine_tune_measured
 from ropescale.evals.tradeoffs import num, tradeoffs
 
 __all__ = [
@@ -219,59 +219,6 @@ def recommend(
                 rec.reasons.append("caveat: " + caveat)
     rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)  # training-free rows only
     return rec
-
-
-def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
-    """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
-    against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
-    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles)."""
-
-    def fine_tuned(ev: Evidence) -> Measured | None:
-        ft = next((r for r in ev.rows if r.label == "fine-tuned yarn"), None)
-        ok = ev.budget == "fine-tune" and same_model(ev.model, model) and ft is not None and ft.at_factor(factor)
-        return ft if ok else None
-
-    def completeness(ev: Evidence) -> tuple[int, int, bool]:
-        ft = fine_tuned(ev)
-        return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
-
-    matching = [ev for ev in evidence if fine_tuned(ev)]
-    if not matching:
-        return None
-    ev = max(matching, key=completeness)  # the first of equals: the order evidence was found in
-    rows = {r.label: r for r in ev.rows}
-    ft, control, free, none = (rows.get(k) for k in ("fine-tuned yarn", "control", "yarn", "none"))
-    parts = []
-    for n in sorted(ft.ppl):
-        ref = f" (control {control.ppl[n]:.2f})" if control and n in control.ppl else ""
-        parts.append(f"PPL {_k(n)} {ft.ppl[n]:.2f}{ref}")
-    for n in sorted(ft.passkey):
-        base = f", training-free {free.passkey[n]:.2f}" if free and n in free.passkey else ""
-        parts.append(f"passkey {_k(n)} {ft.passkey[n]:.2f} on {ft.passkey_trials.get(n, '?')} prompts{base}")
-    shown, noise = [], []  # where retrieval is below the unscaled model's (its shortest length) or training-free YaRN's
-
-    def below(n: int, ref, whose: str) -> None:
-        if ref is None or n not in ref.passkey or ft.passkey[n] >= ref.passkey[n]:
-            return
-        text = f"{_k(n)} ({ft.passkey[n]:.2f} against {whose} {ref.passkey[n]:.2f})"
-        a, b = ft.passkey_trials.get(n), ref.passkey_trials.get(n)
-        clear = not (a and b) or difference_interval(ref.passkey[n] * b, b, ft.passkey[n] * a, a)[0] > 0
-        (shown if clear else noise).append(text)
-
-    if ft.passkey:
-        below(min(ft.passkey), none, "the unscaled model's")
-    for n in sorted(ft.passkey):
-        below(n, free, "training-free YaRN's")
-    caveat = None
-    if shown or noise:
-        said = [f"retrieves less at {', '.join(shown)}"] * bool(shown)
-        said += [f"lower but within the noise of its prompts at {', '.join(noise)}"] * bool(noise)
-        caveat = (
-            f"the measured fine-tune {'; '.join(said)} ({ev.source})"
-            + (": it lowers perplexity without restoring retrieval there" if shown else "")
-            + "; check with `ropescale eval passkey` before relying on it"
-        )
-    return f"fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts), caveat
 
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ropescale.evals.evidence import Evidence, Measured
+from ropescale.evals.evidence import CONTROL, FINE_TUNED, Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
 
 
@@ -108,7 +108,7 @@ def measure(
     fine-tune experiment only its training-free rows count: its fine-tuned and control models are others."""
     scale = (target_length or math.inf) / original_context
     evidence = [
-        replace(ev, rows=tuple(r for r in ev.rows if r.label not in ("fine-tuned yarn", "control")))
+        replace(ev, rows=tuple(r for r in ev.rows if r.label not in (FINE_TUNED, CONTROL)))
         if ev.budget == "fine-tune"
         else ev
         for ev in evidence

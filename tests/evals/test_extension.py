@@ -130,7 +130,7 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
 
 def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrieves_less(tmp_path):
     from ropescale.evals.evidence import Measured
-    from ropescale.evals.recommend import fine_tune_measured
+    from ropescale.evals.extension import fine_tune_measured
 
     def experiment(name: str, passkey: dict[int, float]):
         rows = [
