@@ -34,20 +34,58 @@ def cell_record(
     runtime: dict[str, str],
     result: dict[str, Any],
     measured: dict[str, Any] | None = None,
+    scaling: dict[str, Any] | None = None,
 ) -> dict:
     """A cell file's content: which method, task and length, on which runtime, what it measured
-    (model, data, protocol: :meth:`SuiteRunner.measured`), and its result."""
+    (model, data, protocol: :meth:`SuiteRunner.measured`), the scaling it ran (:func:`scaling_run`),
+    and its result."""
     return {
         **({"measured": measured} if measured is not None else {}),
         "method": entry.label,
         "method_name": entry.method,
         "factor": entry.factor,
         "params": entry.params,
+        **({"scaling": scaling} if scaling is not None else {}),
         "task": task,
         "length": length,
         "runtime": runtime,
         "result": result,
     }
+
+
+@functools.lru_cache(maxsize=64)
+def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str, Any] | None:
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import plan_patch
+
+    try:
+        config = load_config(model)
+    except (RopescaleError, OSError, ValueError):  # a report of a folder copied without its model
+        return None
+    plan = plan_patch(config, method, factor=factor, replace=True, **json.loads(params))
+    return json.loads(json.dumps({"method": plan.method.name, "params": plan.method.params()}))
+
+
+def scaling_run(model: str, entry: Any) -> dict[str, Any] | None:
+    """The scaling a cell of ``entry`` runs on ``model``: the method and every parameter patching
+    resolves, a saved checkpoint's own where the entry names none (``patching.plan._as_saved``);
+    None where the model's config cannot be read."""
+    return _scaling_run(str(model), entry.method, entry.factor, json.dumps(entry.params, sort_keys=True))
+
+
+def same_scaling(record: dict[str, Any], ours: dict[str, Any] | None, entry: Any) -> bool:
+    """Whether a cell ran the scaling a cell of ``entry`` runs now (``ours``: :func:`scaling_run`). A cell
+    written before cells recorded it ran the method's defaults with the entry's parameters (a saved
+    checkpoint's own parameters were not kept then): it counts only where those are what runs now."""
+    if ours is None:
+        return True
+    if "scaling" in record:
+        return record["scaling"] == ours
+    from ropescale.methods import get_method
+
+    params = {k: v for k, v in entry.params.items() if k != "kv_consistent"}
+    method = get_method(entry.method, **params, **({"factor": entry.factor} if entry.factor is not None else {}))
+    return json.loads(json.dumps({"method": method.name, "params": method.params()})) == ours
 
 
 def cell_id(entry: Any, task: str, length: int) -> str:

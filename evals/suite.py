@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from ropescale._io import atomic_write_json, atomic_write_text
-from ropescale.evals.cell_keys import cell_id, cell_record
+from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
 from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
@@ -253,6 +253,7 @@ class SuiteRunner:
             == (entry.method, entry.factor, entry.params)
             and same_runtime(record.get("runtime", ours), ours)
             and record.get("measured") == measured
+            and same_scaling(record, scaling_run(self.suite.model, entry), entry)
         )
 
     def journal(self, entry: MethodEntry, task: str, length: int):
@@ -327,7 +328,8 @@ class SuiteRunner:
                 result = self._run_cell(model, tokenizer, entry, task, length)
                 # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
                 runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
-                record = cell_record(entry, task, length, runtime, result, self.measured(task))
+                scaling = scaling_run(self.suite.model, entry)
+                record = cell_record(entry, task, length, runtime, result, self.measured(task), scaling)
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 self.journal(entry, task, length).remove()
                 bar.update(1)

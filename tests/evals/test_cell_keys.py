@@ -101,3 +101,31 @@ def test_report_only_needs_no_model(models, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", "suite", str(out / "suite.yaml"), "--output", str(out), "--report-only"]) == 0
     assert "finished 1/1 cells (nothing run)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("attention_factor, legacy_reused", [(1.07, False), (None, True)])
+def test_a_cell_records_the_scaling_it_ran_and_older_cells_count_only_at_the_defaults(
+    models, tmp_path, capsys, attention_factor, legacy_reused
+):
+    """A checkpoint saved with YaRN x4 at its own attention factor is measured at that factor; a cell from
+    before cells recorded their scaling ran the method's defaults, so it counts only where those run now."""
+    import ropescale
+
+    model = tmp_path / "saved"
+    params = {} if attention_factor is None else {"attention_factor": attention_factor}
+    scaled = ropescale.patch(tiny_model(seed=0, attn_implementation="sdpa"), "yarn", factor=4, **params)
+    ropescale.save_pretrained(scaled, model, tokenizer=char_tokenizer())
+    out = tmp_path / "d"
+    assert _eval(capsys, tmp_path, out, "saved", models / "t1.txt", "--method", "yarn", "--factor", "4") == (0, [])
+    cell = out / "cells" / "yarn__perplexity__32.json"
+    record = json.loads(cell.read_text())
+    assert record["scaling"]["params"]["attention_factor"] == attention_factor
+    for older, reused in (({"scaling": None}, legacy_reused), ({"attention_factor": 1.5}, False), ({}, True)):
+        changed = {**record, "result": {**record["result"], "ppl": 1.0}}  # a number that survives only if reused
+        if "scaling" in older:
+            changed.pop("scaling")  # written before cells recorded it
+        elif older:
+            changed["scaling"] = {**record["scaling"], "params": {**record["scaling"]["params"], **older}}
+        cell.write_text(json.dumps(changed))
+        assert _eval(capsys, tmp_path, out, "saved", models / "t1.txt", "--method", "yarn", "--factor", "4") == (0, [])
+        assert (json.loads(cell.read_text())["result"]["ppl"] == 1.0) is reused, older
