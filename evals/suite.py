@@ -266,6 +266,7 @@ class SuiteRunner:
             "method_name": entry.method,
             "factor": entry.factor,
             "params": entry.params,
+            "scaling": scaling_run(self.suite.model, entry),  # a checkpoint's own parameters, resolved
             "runtime": self.runtime_for(entry),
             "measured": self.measured(task),
         }

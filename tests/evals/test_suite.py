@@ -341,6 +341,38 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     assert not list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))  # gone once the cell is written
 
 
+def test_prompts_decoded_under_another_scaling_are_not_resumed(suite_dict, tmp_path, monkeypatch):
+    """The journal of a cut-short cell names the scaling that ran (every resolved parameter): a cell
+    resumed under other parameters (a saved checkpoint's own, where an older version used the defaults)
+    decodes every prompt again instead of mixing two scalings' answers."""
+    from ropescale.evals.generation import PromptJournal
+
+    one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], perplexity=None)
+    one["passkey"] = {"lengths": [128], "depths": [0.0, 1.0], "trials": 2}
+    real, recorded = PromptJournal.record, []
+
+    def crash_after_two(self, *args):
+        if len(recorded) == 2:
+            raise KeyboardInterrupt
+        recorded.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(PromptJournal, "record", crash_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(suite_from_dict(one), tmp_path, progress=False)
+    journal = next((tmp_path / "cells").glob("*.partial.jsonl"))
+    head, *rest = journal.read_text().splitlines()
+    fingerprint = json.loads(head)["fingerprint"]
+    assert fingerprint["scaling"]["method"] == "yarn" and fingerprint["scaling"]["params"]["factor"] == 4.0
+    fingerprint["scaling"]["params"]["attention_factor"] = 1.5  # decoded under another attention factor
+    journal.write_text("\n".join([json.dumps({"fingerprint": fingerprint}), *rest]) + "\n")
+    monkeypatch.undo()
+    recorded.clear()
+    monkeypatch.setattr(PromptJournal, "record", lambda self, *a: recorded.append(a) or real(self, *a))
+    run_suite(suite_from_dict(one), tmp_path, progress=False)
+    assert len(recorded) == 4  # all four prompts again, none taken from the other scaling's journal
+
+
 def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
     """A cell in progress may have sampled some depths only: each cell is read at its own depths."""
     from ropescale.evals.report import _plot_grids
