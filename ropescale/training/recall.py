@@ -15,7 +15,7 @@ one. The loss is the ordinary next-token loss over the whole window.
 * **Not the passkey prompt.** No "pass key", no question, no filler, 3 to 7 digits: the passkey cells
   measure a skill this data trains, not this data (say so beside any number it produced).
 * **Where.** Window token indices, the same rule with PoSE or without. A sentence never straddles a
-  PoSE chunk start: it moves to begin there; one that then no longer fits its quarter is left out. A
+  PoSE chunk start: it moves to begin there; one that then no longer fits its quarter is left out (with many short chunks, several are). A
   PoSE window's chunk starts depend on the seed and the window length, not on the target, so a scaled
   fine-tune and its control (same seed, windows and chunks) see the same sentences at the same window
   indices, the fine-tune's quarters often in different chunks, thousands of positions apart.
@@ -109,9 +109,8 @@ class RecallWriter:
         for slot, i in enumerate(order):
             n = sents[i].size
             at = max(cursor, lo + slot * share + int(rng.integers(0, max(1, share - n))))
-            inside = chunk_starts[(chunk_starts > at) & (chunk_starts < at + n)]
-            if inside.size:
-                at = int(inside[-1])  # begin where the chunk begins
+            while (inside := chunk_starts[(chunk_starts > at) & (chunk_starts < at + n)]).size:
+                at = int(inside[-1])  # begin where the chunk begins (and again, where chunks are short)
             if at + n > hi:
                 continue
             placed[i], cursor = at, at + n

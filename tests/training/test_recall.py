@@ -21,8 +21,8 @@ SENTENCE = re.compile(r" [A-Z][a-z]+\.? [A-Z][a-z]+'s [a-z]+ number is (\d+)\.")
 STREAM = np.random.default_rng(0).integers(4, 90, size=40_000).astype(np.int32)  # ids of letters, no sentences
 
 
-def _windows(target: int | None, n: int = 3, seed: int = 0) -> WindowDataset:
-    spec = WindowSpec(SEQ, 1, target, 2, "skip")
+def _windows(target: int | None, n: int = 3, seed: int = 0, chunks: int = 2) -> WindowDataset:
+    spec = WindowSpec(SEQ, 1, target, chunks, "skip")
     return WindowDataset(STREAM, spec, seed=seed, recall=RecallWriter(char_tokenizer(), n))
 
 
@@ -56,8 +56,9 @@ def test_a_fine_tune_and_its_control_see_the_same_sentences_at_the_same_indices(
         assert _sentences(tok, a["input_ids"].numpy()) == _sentences(tok, b["input_ids"].numpy())
 
 
-def test_sentences_never_straddle_a_chunk_start_and_far_pairs_occur():
-    tok, data = char_tokenizer(), _windows(TARGET, n=4)
+@pytest.mark.parametrize("chunks", [2, 6])
+def test_sentences_never_straddle_a_chunk_start_and_far_pairs_occur(chunks):
+    tok, data = char_tokenizer(), _windows(TARGET, n=4, chunks=chunks)
     far = 0
     for index in range(40):
         sample = data.sample(index)
