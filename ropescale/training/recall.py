@@ -15,10 +15,11 @@ one. The loss is the ordinary next-token loss over the whole window.
 * **Not the passkey prompt.** No "pass key", no question, no filler, 3 to 7 digits: the passkey cells
   measure a skill this data trains, not this data (say so beside any number it produced).
 * **Where.** Window token indices, the same rule with PoSE or without. A sentence never straddles a
-  PoSE chunk start: it moves to begin there; one that then no longer fits its quarter is left out (with many short chunks, several are). A
-  PoSE window's chunk starts depend on the seed and the window length, not on the target, so a scaled
-  fine-tune and its control (same seed, windows and chunks) see the same sentences at the same window
-  indices, the fine-tune's quarters often in different chunks, thousands of positions apart.
+  PoSE chunk start: it moves to begin there; one that then no longer fits its quarter is left out
+  (with many short chunks, several are). A PoSE window's chunk starts depend on the seed and the
+  window length, not on the target, so a scaled fine-tune and its control (same seed, windows and
+  chunks) see the same sentences at the same window indices, the fine-tune's quarters often in
+  different chunks, thousands of positions apart.
 * **Deterministic.** Names, numbers and places come from the window's own generator (the data
   pipeline seeds one per window), so a resumed run writes the same sentences.
 """
