@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from ropescale.data.documents import tokens_after_sentence
 from ropescale.evals.generation import (
     GridResult,
     PromptJournal,
@@ -105,15 +106,6 @@ class PasskeyPrompt:
         return (self.needle_start - self.filler_start) / self.n_filler if self.n_filler else self.depth
 
 
-def _encode_after_sentence(tokenizer: Any, text: str) -> list[int]:
-    """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included."""
-    head = encode(tokenizer, ".")
-    both = encode(tokenizer, ". " + text)
-    if both[: len(head)] == head and len(both) > len(head):
-        return both[len(head) :]
-    return encode(tokenizer, text)  # the tokenizer merged across the boundary: fall back
-
-
 class _PromptBuilder:
     """Tokenizes the fixed parts once and the filler lazily, then assembles prompts."""
 
@@ -121,7 +113,7 @@ class _PromptBuilder:
         self.tokenizer = tokenizer
         self.prefix = bos_prefix(tokenizer, add_bos)
         self.task = encode(tokenizer, TASK)
-        self.question = _encode_after_sentence(tokenizer, QUESTION)
+        self.question = tokens_after_sentence(tokenizer, QUESTION)
         self._filler: list[int] = []
         self._filler_reps = 0
 
@@ -130,7 +122,7 @@ class _PromptBuilder:
         if len(self._filler) < n:
             reps = max(64, self._filler_reps)
             while True:
-                ids = _encode_after_sentence(self.tokenizer, " ".join([FILLER] * reps))
+                ids = tokens_after_sentence(self.tokenizer, " ".join([FILLER] * reps))
                 if len(ids) >= n:
                     break
                 reps *= 2
@@ -142,7 +134,7 @@ class _PromptBuilder:
         depth = check_depth(depth)
         if isinstance(key, bool) or not isinstance(key, int) or key < 0:
             raise ValueError(f"key must be a non-negative integer, got {key!r}")
-        needle = _encode_after_sentence(self.tokenizer, NEEDLE.format(key=key))
+        needle = tokens_after_sentence(self.tokenizer, NEEDLE.format(key=key))
         fixed = len(self.prefix) + len(self.task) + len(needle) + len(self.question)
         if length < fixed:
             raise ValueError(

@@ -119,3 +119,14 @@ def tokenize_documents(
         if max_tokens is not None and total >= max_tokens:
             break
     return out
+
+
+def tokens_after_sentence(tokenizer: Any, text: str) -> list[int]:
+    """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included: a
+    byte-level BPE's " The", a SentencePiece "▁The". Where the tokenizer merges across the boundary,
+    the tokens of ``text`` alone."""
+    head = tokenizer.encode(".", add_special_tokens=False)
+    both = tokenizer.encode(". " + text, add_special_tokens=False)
+    if both[: len(head)] == head and len(both) > len(head):
+        return list(both[len(head) :])
+    return list(tokenizer.encode(text, add_special_tokens=False))

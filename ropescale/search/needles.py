@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from ..data.documents import tokens_after_sentence
 from ..scoring.nll import IGNORE_INDEX, final_hidden_states, model_device, summed_nll
 from .objective import PerplexityObjective, Score, Window
 from .options import OBJECTIVES
@@ -171,19 +172,11 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _after_sentence(tokenizer: Any, text: str) -> list[int]:
-    """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included."""
-    head, both = _encode(tokenizer, "."), _encode(tokenizer, ". " + text)
-    if both[: len(head)] == head and len(both) > len(head):
-        return both[len(head) :]
-    return _encode(tokenizer, text)  # the tokenizer merged across the boundary
-
-
 def question_and_answer(tokenizer: Any, key: int) -> tuple[list[int], list[int]]:
     """(question tokens, answer tokens): the key as it follows the question, whitespace-only tokens
     moved to the question so that only the key's own tokens are scored."""
-    question = _after_sentence(tokenizer, QUESTION)
-    both = _after_sentence(tokenizer, f"{QUESTION} {key}")
+    question = tokens_after_sentence(tokenizer, QUESTION)
+    both = tokens_after_sentence(tokenizer, f"{QUESTION} {key}")
     answer = both[len(question) :] if both[: len(question)] == question else _encode(tokenizer, f" {key}")
     while len(answer) > 1 and not tokenizer.decode([answer[0]]).strip():
         question, answer = question + answer[:1], answer[1:]
@@ -203,7 +196,7 @@ def build_needle_prompts(
     task = _encode(tokenizer, TASK)
     prompts = []
     for i, key in enumerate(settings.keys()):
-        needle = _after_sentence(tokenizer, NEEDLE.format(key=key))
+        needle = tokens_after_sentence(tokenizer, NEEDLE.format(key=key))
         question, answer = question_and_answer(tokenizer, key)
         n = settings.length - len(prefix) - len(task) - len(needle) - len(question) - len(answer)
         if n < 1:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.documents import tokens_after_sentence
 from ..errors import RopescaleError
 
 TITLES = ("Mr.", "Mrs.", "Miss", "Captain", "Colonel", "Lady", "Sir", "Dr.", "Admiral", "Major")
@@ -40,14 +41,6 @@ SURNAMES = (
 )  # fmt: skip
 THINGS = ("parcel", "ledger", "cabin", "carriage", "account", "locker", "ticket", "room", "box", "letter")
 SENTENCE = "{title} {surname}'s {thing} number is {digits}."
-
-
-def _after_sentence(tokenizer: Any, text: str) -> np.ndarray:
-    """Tokens of ``text`` as it reads after a sentence end (". text"), leading space included."""
-    head = tokenizer.encode(".", add_special_tokens=False)
-    both = tokenizer.encode(". " + text, add_special_tokens=False)
-    ids = both[len(head) :] if both[: len(head)] == head and len(both) > len(head) else both
-    return np.asarray(ids, np.int64)
 
 
 class RecallWriter:
@@ -74,7 +67,7 @@ class RecallWriter:
                 thing=THINGS[rng.integers(len(THINGS))],
                 digits=digits,
             )
-            out.append(_after_sentence(self.tokenizer, text))
+            out.append(np.asarray(tokens_after_sentence(self.tokenizer, text), np.int64))
         return out
 
     def write(self, ids: np.ndarray, chunk_starts: np.ndarray, rng: np.random.Generator, first: int) -> list[tuple]:
@@ -126,7 +119,7 @@ def recall_writer(tokenizer: Any, n: int, seq_len: int) -> RecallWriter | None:
     if tokenizer is None:
         raise RopescaleError(f"data.recall_facts={n} needs the model's tokenizer, and this run has none")
     longest = SENTENCE.format(title="Admiral", surname=max(SURNAMES, key=len), thing="carriage", digits="0" * 7)
-    need = 4 * n * _after_sentence(tokenizer, longest).size
+    need = 4 * n * len(tokens_after_sentence(tokenizer, longest))
     if seq_len < need:
         raise RopescaleError(f"data.recall_facts={n} needs data.seq_len >= {need} with this tokenizer, got {seq_len}")
     return RecallWriter(tokenizer, n)
