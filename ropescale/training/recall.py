@@ -70,7 +70,7 @@ class RecallWriter:
             out.append(np.asarray(tokens_after_sentence(self.tokenizer, text), np.int64))
         return out
 
-    def write(self, ids: np.ndarray, chunk_starts: np.ndarray, rng: np.random.Generator, first: int) -> list[tuple]:
+    def write(self, ids: np.ndarray, chunk_starts: np.ndarray, rng: np.random.Generator, first: int) -> None:
         """Overwrite ``ids`` in place with the statements and their repetitions.
 
         Args:
@@ -79,9 +79,6 @@ class RecallWriter:
                 PoSE); no sentence straddles one.
             rng: the window's generator.
             first: the first index that may be written (after the BOS).
-
-        Returns:
-            ``(statement_start, recall_start, length)`` of every sentence written both times.
         """
         length = ids.size
         sents = self.sentences(rng)
@@ -89,12 +86,9 @@ class RecallWriter:
         said = self._place(sents, range(len(sents)), first, quarter, chunk_starts, rng)
         order = [i for i in rng.permutation(len(sents)) if i in said]
         again = self._place(sents, order, length - quarter, length, chunk_starts, rng)
-        written = []
-        for i, at in again.items():
+        for i, at in again.items():  # only sentences that fit both times are written
             ids[said[i] : said[i] + sents[i].size] = sents[i]
             ids[at : at + sents[i].size] = sents[i]
-            written.append((said[i], at, int(sents[i].size)))
-        return written
 
     def _place(self, sents, order, lo: int, hi: int, chunk_starts, rng) -> dict[int, int]:
         """Start index of each sentence of ``order`` within ``[lo, hi)``, one after another, each
