@@ -291,6 +291,23 @@ def test_report_context_uses_each_results_threshold(tmp_path):
     assert "accuracy ≥ 0.856." in needle
 
 
+def _interrupt_after(n: int, monkeypatch):
+    """Make the n+1-th prompt a retrieval cell records raise KeyboardInterrupt (a cut-short run).
+    Returns the real ``PromptJournal.record`` and the list of what was recorded."""
+    from ropescale.evals.generation import PromptJournal
+
+    real, recorded = PromptJournal.record, []
+
+    def record(self, *args):
+        if len(recorded) == n:
+            raise KeyboardInterrupt
+        recorded.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(PromptJournal, "record", record)
+    return real, recorded
+
+
 def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suite_dict, tmp_path, monkeypatch):
     from ropescale.evals.generation import PromptJournal
 
@@ -299,16 +316,7 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     run_suite(suite_from_dict(one), tmp_path / "full", progress=False)
     expected = _strip_times(_cells(tmp_path / "full"))
 
-    real = PromptJournal.record
-    recorded = []
-
-    def crash_after_four(self, *args):
-        if len(recorded) == 4:
-            raise KeyboardInterrupt
-        recorded.append(args)
-        return real(self, *args)
-
-    monkeypatch.setattr(PromptJournal, "record", crash_after_four)
+    real, recorded = _interrupt_after(4, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
     assert not _cells(tmp_path / "resumed") and len(list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))) == 1
@@ -349,15 +357,7 @@ def test_prompts_decoded_under_another_scaling_are_not_resumed(suite_dict, tmp_p
 
     one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], perplexity=None)
     one["passkey"] = {"lengths": [128], "depths": [0.0, 1.0], "trials": 2}
-    real, recorded = PromptJournal.record, []
-
-    def crash_after_two(self, *args):
-        if len(recorded) == 2:
-            raise KeyboardInterrupt
-        recorded.append(args)
-        return real(self, *args)
-
-    monkeypatch.setattr(PromptJournal, "record", crash_after_two)
+    real, recorded = _interrupt_after(2, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_suite(suite_from_dict(one), tmp_path, progress=False)
     journal = next((tmp_path / "cells").glob("*.partial.jsonl"))
