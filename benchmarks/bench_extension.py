@@ -83,7 +83,8 @@ def parse_args(argv=None):
         nargs="*",
         default=[],
         metavar="KEY=VALUE",
-        help="recipe overrides for both fine-tunes (a variant of the experiment: use its own --output)",
+        help="recipe overrides for both fine-tunes, scaling.* for the scaled one only (a variant of the "
+        "experiment: use its own --output)",
     )
     return ap.parse_args(argv)
 
@@ -157,6 +158,25 @@ def export_dirs(out: Path) -> dict[str, Path]:
     return {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
 
 
+def role_overrides(role: str, overrides: list[str]) -> list[str]:
+    """What reaches ``role``'s recipe: ``scaling.*`` only the scaled fine-tune (its control has no scaling to
+    set: the same data, windows and steps, unscaled), every other key both."""
+    return [o for o in overrides if role == FINE_TUNED or not o.startswith("scaling.")]
+
+
+def check_recipes(suites: set[str], overrides: list[str], factor: int = 4) -> None:
+    """Stop (status 2) before anything trains when a recipe refuses its overrides, naming recipe and key."""
+    from ropescale.errors import RopescaleError
+    from ropescale.training.config import load_config
+
+    for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
+        if SUITE_OF[role][0] in suites:
+            try:
+                load_config(recipe, role_overrides(role, overrides))
+            except RopescaleError as exc:
+                fail(f"{recipe} with --overrides {shlex.join(role_overrides(role, overrides))}: {exc}")
+
+
 def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:
     """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
     exports = export_dirs(out)
@@ -165,7 +185,8 @@ def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: 
             continue
         run = out / RUN_DIRS[role]
         if not trained(run, recipe):
-            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *overrides)
+            given = role_overrides(role, overrides)
+            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *given)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
     return exports
@@ -317,6 +338,7 @@ def main(argv=None) -> int:
     suites = {x for x in args.suites.split(",") if x}
     points = []
     if not args.report_only:
+        check_recipes(suites, args.overrides, args.factor)
         exports = train_and_export(out, suites, args.overrides, args.factor)
         if not args.skip_curve:
             points = curve(out, plan, suites, tasks)

@@ -32,6 +32,30 @@ def test_a_variant_trains_only_its_suites_models_with_its_overrides(bench, tmp_p
     assert args.suites == "finetuned" and args.overrides == overrides
 
 
+def test_scaling_overrides_reach_only_the_scaled_fine_tune(bench, tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    monkeypatch.setattr(bench, "trained", lambda run, recipe: False)
+    overrides = ["scaling.params={attention_factor: 1.07}", "data.recall_facts=4"]
+    bench.check_recipes({"finetuned", "control"}, overrides)  # the control alone would refuse the attention factor
+    bench.train_and_export(tmp_path, {"finetuned", "control"}, overrides)
+    trains = {a[2]: a[7:] for a in ran if a[0] == "train"}
+    assert trains == {
+        "smollm2-135m/yarn_x4": tuple(overrides),
+        "smollm2-135m/yarn_x4_control": ("data.recall_facts=4",),
+    }
+
+
+def test_an_override_a_recipe_refuses_stops_before_anything_trains(bench, tmp_path, monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--output", str(tmp_path / "v"), "--suites", "control", "--overrides", "data.recall_facts=-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and ran == [] and "smollm2-135m/yarn_x4_control" in err and "recall_facts" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def _cells(root, suite: str, runtime: dict) -> None:
     (root / suite / "cells").mkdir(parents=True)
     (root / suite / "cells" / "x__passkey__4096.json").write_text(json.dumps({"runtime": runtime}))
