@@ -21,6 +21,8 @@ report, the goal's verdict and the shipped evidence (``evals/measured/``);
 
 from __future__ import annotations
 
+import itertools
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -242,10 +244,32 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str
     )
 
 
-def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> tuple[str, str | None] | None:
+@dataclass(frozen=True)
+class FineTuneQuote:
+    """What ``recommend --budget fine-tune`` says of a shipped extension experiment (:func:`fine_tune_measured`)."""
+
+    line: str  #: the fine-tune's numbers beside its control's and training-free YaRN's
+    caveat: str | None = None  #: where it retrieves less than the unscaled model or training-free YaRN
+    #: recipe overrides of another shipped experiment (same model, factor and prompts) that retrieves
+    #: at least as well as both wherever it measured, when the quoted one does not; and its numbers
+    variant: tuple[str, ...] = ()
+    variant_text: str | None = None
+
+
+def command_overrides(command: str) -> tuple[str, ...]:
+    """The recipe overrides of a ``bench_extension.py`` command (``--overrides`` up to the next option)."""
+    words = shlex.split(command)
+    if "--overrides" not in words:
+        return ()
+    rest = words[words.index("--overrides") + 1 :]
+    return tuple(itertools.takewhile(lambda w: not w.startswith("--"), rest))
+
+
+def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> FineTuneQuote | None:
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
     against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
-    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles)."""
+    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles); where
+    it has a caveat and another (same prompts) has none, that one's overrides are named as the variant."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
         ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
@@ -260,6 +284,33 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> t
     if not matching:
         return None
     ev = max(matching, key=completeness)  # the first of equals: the order evidence was found in
+    line, caveat = _quote(ev)
+    if caveat is None:
+        return FineTuneQuote(line)
+
+    def keeps_retrieval(other: Evidence) -> bool:  # on the same prompts, with overrides to name
+        ft = fine_tuned(other)
+        same = other is not ev and other.passkey_jitter == ev.passkey_jitter and bool(ft.passkey)
+        return same and _quote(other)[1] is None and bool(command_overrides((ft.commands or ("",))[0]))
+
+    keeps = [other for other in matching if keeps_retrieval(other)]
+    if not keeps:
+        return FineTuneQuote(line, caveat)
+    best = max(keeps, key=completeness)
+    ft = fine_tuned(best)
+    overrides = command_overrides(ft.commands[0])
+    cells = ", ".join(f"{length_text(n)} {ft.passkey[n]:.2f}" for n in sorted(ft.passkey))
+    prompts = ", ".join(str(ft.passkey_trials.get(n, "?")) for n in sorted(ft.passkey))
+    ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
+    text = (
+        f"the same recipe with {shlex.join(overrides)} kept retrieval on the same prompts ({best.source}): "
+        f"passkey {cells} on {prompts} prompts" + (f"; PPL {ppl}" if ft.ppl else "")
+    )
+    return FineTuneQuote(line, caveat, overrides, text)
+
+
+def _quote(ev: Evidence) -> tuple[str, str | None]:
+    """One experiment's line and caveat (:func:`fine_tune_measured`)."""
     rows = {r.label: r for r in ev.rows}
     ft, control, free, none = (rows.get(k) for k in (FINE_TUNED, CONTROL, "yarn", "none"))
     parts = []
@@ -292,4 +343,5 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> t
             + (": it lowers perplexity without restoring retrieval there" if shown else "")
             + "; check with `ropescale eval passkey` before relying on it"
         )
-    return f"fine-tune of this model at ×{factor:g} ({ev.source}): " + "; ".join(parts), caveat
+    factor = f"{ft.factor:g}" if ft.factor else "?"
+    return f"fine-tune of this model at ×{factor} ({ev.source}): " + "; ".join(parts), caveat

@@ -30,6 +30,7 @@ losses are told apart from the noise of their prompts (Newcombe's interval of th
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,11 +213,19 @@ def recommend(
         rec.commands.append(("training-free meanwhile", patch))
         found = fine_tune_measured(evidence, model, s)
         if found:
-            rec.measured, caveat = found
+            rec.measured = found.line
             rec.reasons.append("measured " + rec.measured)
-            if caveat:
+            for caveat in filter(None, (found.caveat, found.variant_text)):
                 rec.caveats.append(caveat)
                 rec.reasons.append("caveat: " + caveat)
+            if found.variant and train_recipe:
+                rec.commands.insert(
+                    1,
+                    (
+                        "fine-tune keeping retrieval",
+                        f"ropescale train --config {train_recipe} {keys} {shlex.join(found.variant)}",
+                    ),
+                )
     rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)  # training-free rows only
     return rec
 

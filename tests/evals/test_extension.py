@@ -145,9 +145,10 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
 
     short = experiment("short", {4096: 0.9, 8192: 0.9})  # retrieves as well as both: no caveat
     long = experiment("long", {4096: 0.53, 8192: 0.77, 16384: 0.43, 32768: 0.33})
-    assert fine_tune_measured([short], "smollm2-135m", 4)[1] is None
+    assert fine_tune_measured([short], "smollm2-135m", 4).caveat is None
     for order in ([short, long], [long, short]):  # the one with more passkey lengths, wherever it was found
-        line, caveat = fine_tune_measured(order, "smollm2-135m", 4)
+        quote = fine_tune_measured(order, "smollm2-135m", 4)
+        line, caveat = quote.line, quote.caveat
         assert "long.json" in line and "passkey 32k 0.33 on 30 prompts" in line
         assert "4k (0.53 against the unscaled model's 0.80)" in caveat
         assert "16k (0.43 against training-free YaRN's 0.80)" in caveat and "32k" not in caveat  # no free 32k cell
@@ -155,9 +156,54 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
     assert fine_tune_measured([long], "smollm2-135m", 8) is None  # another factor
     # lower, but one or two prompts of 30: said as within the noise, not as a loss
     close = experiment("close", {4096: 0.73, 16384: 0.77})
-    caveat = fine_tune_measured([close], "smollm2-135m", 4)[1]
+    caveat = fine_tune_measured([close], "smollm2-135m", 4).caveat
     assert "lower but within the noise of its prompts at 4k (0.73 against the unscaled model's 0.80)" in caveat
     assert "16k (0.77 against training-free YaRN's 0.80)" in caveat and "retrieves less" not in caveat
+
+
+def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them_is_named(tmp_path):
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.extension import command_overrides, fine_tune_measured
+    from ropescale.evals.recommend import recommend
+
+    def experiment(name: str, passkey: dict[int, float], command: str, jitter: float = 0.125):
+        rows = [
+            Measured("none", "default", passkey={4096: 1.0}, passkey_trials={4096: 30}),
+            Measured("yarn", "yarn", 4, passkey={4096: 0.9}, passkey_trials={4096: 30}),
+            Measured("fine-tuned yarn", "yarn", 4, ppl={2048: 25.1, 32768: 27.7}, passkey=passkey, passkey_trials=dict.fromkeys(passkey, 30)),
+            Measured("control", "default", ppl={2048: 24.7}),
+        ]  # fmt: skip
+        path = tmp_path / f"{name}.json"
+        plan = Plan(jitter=jitter)
+        path.write_text(json.dumps(evidence_dict([replace(r, commands=(command,)) for r in rows], plan, "test")))
+        return load_measured(path)
+
+    bench = "python benchmarks/bench_extension.py --output runs/x --jitter 0.125 --overrides"
+    long = experiment("long", {4096: 0.5, 8192: 0.5, 16384: 0.5}, f"{bench} train.max_steps=400")
+    recall = f"{bench} 'scaling.params={{attention_factor: 1.07}}' data.recall_facts=4"
+    kept = experiment("kept", {4096: 1.0, 8192: 1.0}, recall)
+    quote = fine_tune_measured([long, kept], "smollm2-135m", 4)
+    assert "long.json" in quote.line and "retrieves less at 4k" in quote.caveat  # the most complete is quoted
+    assert quote.variant == ("scaling.params={attention_factor: 1.07}", "data.recall_facts=4")
+    assert "kept.json" in quote.variant_text and "passkey 4k 1.00, 8k 1.00 on 30, 30 prompts" in quote.variant_text
+    assert "PPL 2k/32k 25.10/27.70" in quote.variant_text
+    rec = recommend(
+        "smollm2-135m", 8192, 32768, "fine-tune", evidence=[long, kept], train_recipe="smollm2-135m/yarn_x4"
+    )
+    (what, command), *_ = [c for c in rec.commands if c[0] == "fine-tune keeping retrieval"]
+    assert (
+        command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
+        and quote.variant_text in rec.caveats
+    )
+    # not a variant: other prompts (fixed depths), no overrides to name, or keys lost too
+    for other in (
+        experiment("fixed", {4096: 1.0}, recall, jitter=0.0),
+        experiment("plain", {4096: 1.0}, "python benchmarks/bench_extension.py --jitter 0.125"),
+        experiment("lost", {4096: 0.5}, recall),
+    ):
+        assert fine_tune_measured([long, other], "smollm2-135m", 4).variant == ()
+    assert fine_tune_measured([kept], "smollm2-135m", 4).variant == ()  # nothing to remedy
+    assert command_overrides(f"{recall} --note x") == quote.variant and command_overrides("python b.py") == ()
 
 
 def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
