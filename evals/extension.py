@@ -302,8 +302,10 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     cells = ", ".join(f"{length_text(n)} {ft.passkey[n]:.2f}" for n in sorted(ft.passkey))
     prompts = ", ".join(str(ft.passkey_trials.get(n, "?")) for n in sorted(ft.passkey))
     ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
+    quoted = command_overrides((fine_tuned(ev).commands or ("",))[0])
+    instead = f" (the quoted run: {shlex.join(quoted)})" if quoted else ""
     text = (
-        f"the same recipe with {shlex.join(overrides)} kept retrieval on the same prompts ({best.source}): "
+        f"the same recipe with {shlex.join(overrides)}{instead} kept retrieval on the same prompts ({best.source}): "
         f"passkey {cells} on {prompts} prompts" + (f"; PPL {ppl}" if ft.ppl else "")
     )
     return FineTuneQuote(line, caveat, overrides, text)

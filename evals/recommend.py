@@ -215,9 +215,9 @@ def recommend(
         if found:
             rec.measured = found.line
             rec.reasons.append("measured " + rec.measured)
-            for caveat in filter(None, (found.caveat, found.variant_text)):
-                rec.caveats.append(caveat)
-                rec.reasons.append("caveat: " + caveat)
+            if found.caveat:
+                rec.caveats.append("; ".join(filter(None, (found.caveat, found.variant_text))))
+                rec.reasons.append("caveat: " + rec.caveats[-1])
             if found.variant and train_recipe:
                 rec.commands.insert(
                     1,

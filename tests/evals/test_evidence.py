@@ -228,7 +228,13 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
     found = find_evidence("mine", root=tmp_path)
     shipped = [
         f"evals/measured/smollm2-135m{s}.json"
-        for s in ("-finetune-400steps-jitter", "-finetune-400steps", "-finetune-x8-400steps-jitter", "-finetune")
+        for s in (
+            "-finetune-400steps-jitter",
+            "-finetune-400steps",
+            "-finetune-recall-60steps-jitter",
+            "-finetune-x8-400steps-jitter",
+        )
+        + ("-finetune",)
         + ("-frontier-30-jitter", "-frontier-30", "-frontier", "")
     ]
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
