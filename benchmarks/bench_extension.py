@@ -164,17 +164,31 @@ def role_overrides(role: str, overrides: list[str]) -> list[str]:
     return [o for o in overrides if role == FINE_TUNED or not o.startswith("scaling.")]
 
 
-def check_recipes(suites: set[str], overrides: list[str], factor: int = 4) -> None:
-    """Stop (status 2) before anything trains when a recipe refuses its overrides, naming recipe and key."""
+def check_recipes(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> None:
+    """Stop (status 2) before anything trains when a recipe refuses its overrides, or when ``out`` holds a
+    run trained with another recipe (its cells would be reported under this command), naming the key."""
     from ropescale.errors import RopescaleError
-    from ropescale.training.config import load_config
+    from ropescale.training.checkpoints import fingerprint, first_difference
+    from ropescale.training.config import load_config, load_run_config
+
+    def content(config) -> dict:  # what was trained; not the precision `auto` resolved to on that machine
+        fp = fingerprint(config)
+        return {**fp, "train": {k: v for k, v in fp["train"].items() if k != "mixed_precision"}}
 
     for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
-        if SUITE_OF[role][0] in suites:
-            try:
-                load_config(recipe, role_overrides(role, overrides))
-            except RopescaleError as exc:
-                fail(f"{recipe} with --overrides {shlex.join(role_overrides(role, overrides))}: {exc}")
+        if SUITE_OF[role][0] not in suites:
+            continue
+        given = role_overrides(role, overrides)
+        try:
+            config = load_config(recipe, given)
+        except RopescaleError as exc:
+            fail(f"{recipe} with --overrides {shlex.join(given)}: {exc}")
+        run = out / RUN_DIRS[role]
+        if (run / "config.yaml").is_file() and content(load_run_config(run)) != content(config):
+            was = first_difference(content(load_run_config(run)), content(config))
+            fail(
+                f"{run / 'config.yaml'}: trained with another recipe than {recipe} with these overrides ({was}); give another --output"
+            )
 
 
 def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:
@@ -338,7 +352,7 @@ def main(argv=None) -> int:
     suites = {x for x in args.suites.split(",") if x}
     points = []
     if not args.report_only:
-        check_recipes(suites, args.overrides, args.factor)
+        check_recipes(out, suites, args.overrides, args.factor)
         exports = train_and_export(out, suites, args.overrides, args.factor)
         if not args.skip_curve:
             points = curve(out, plan, suites, tasks)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from tests.conftest import load_script
 
@@ -37,7 +38,7 @@ def test_scaling_overrides_reach_only_the_scaled_fine_tune(bench, tmp_path, monk
     monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
     monkeypatch.setattr(bench, "trained", lambda run, recipe: False)
     overrides = ["scaling.params={attention_factor: 1.07}", "data.recall_facts=4"]
-    bench.check_recipes({"finetuned", "control"}, overrides)  # the control alone would refuse the attention factor
+    bench.check_recipes(tmp_path, {"finetuned", "control"}, overrides)  # the control alone would refuse the factor
     bench.train_and_export(tmp_path, {"finetuned", "control"}, overrides)
     trains = {a[2]: a[7:] for a in ran if a[0] == "train"}
     assert trains == {
@@ -54,6 +55,29 @@ def test_an_override_a_recipe_refuses_stops_before_anything_trains(bench, tmp_pa
     err = capsys.readouterr().err
     assert exc.value.code == 2 and ran == [] and "smollm2-135m/yarn_x4_control" in err and "recall_facts" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_trained_with_other_overrides_is_refused_before_its_cells_are_reported_as_these(
+    bench, tmp_path, monkeypatch, capsys
+):
+    from ropescale.training.config import dump_config, load_config
+
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    run = tmp_path / "yarn"
+    run.mkdir()
+    trained = load_config("smollm2-135m/yarn_x4", ["train.max_steps=400"])
+    (run / "config.yaml").write_text(dump_config(trained))
+    bench.check_recipes(tmp_path, {"finetuned"}, ["train.max_steps=400"])  # the same recipe: goes on
+    bench.check_recipes(tmp_path, {"finetuned"}, ["train.max_steps=600"])  # longer: a resume, goes on
+    other = trained.to_dict()
+    other["train"]["mixed_precision"] = "no" if other["train"]["mixed_precision"] != "no" else "bf16"
+    (run / "config.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    bench.check_recipes(tmp_path, {"finetuned"}, [])  # precision resolved on another machine: not a recipe change
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--output", str(tmp_path), "--suites", "finetuned", "--overrides", "data.recall_facts=4"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and ran == [] and "data.recall_facts: 0 -> 4" in err and str(run / "config.yaml") in err
 
 
 def _cells(root, suite: str, runtime: dict) -> None:

@@ -186,15 +186,15 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     assert "long.json" in quote.line and "retrieves less at 4k" in quote.caveat  # the most complete is quoted
     assert quote.variant == ("scaling.params={attention_factor: 1.07}", "data.recall_facts=4")
     assert "kept.json" in quote.variant_text and "passkey 4k 1.00, 8k 1.00 on 30, 30 prompts" in quote.variant_text
+    assert "(the quoted run: train.max_steps=400)" in quote.variant_text
     assert "PPL 2k/32k 25.10/27.70" in quote.variant_text
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=[long, kept], train_recipe="smollm2-135m/yarn_x4"
     )
     (what, command), *_ = [c for c in rec.commands if c[0] == "fine-tune keeping retrieval"]
-    assert (
-        command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
-        and quote.variant_text in rec.caveats
-    )
+    assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4") and rec.caveats[
+        -1
+    ].endswith(quote.variant_text)
     # not a variant: other prompts (fixed depths), no overrides to name, or keys lost too
     for other in (
         experiment("fixed", {4096: 1.0}, recall, jitter=0.0),
