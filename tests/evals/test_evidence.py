@@ -12,6 +12,7 @@ from ropescale._lock import output_lock
 from ropescale.errors import RopescaleError
 from ropescale.evals import cell_keys, evidence
 from ropescale.evals.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,16 +49,20 @@ def test_shipped_measurements_load_with_their_commands():
     assert smollm.commands[0] == "ropescale eval suite smollm2-x4-full --output runs/smollm2-x4-full"
 
 
-def test_every_shipped_command_names_something_that_exists():
+def test_every_shipped_command_names_something_that_exists(tmp_path):
     """A command is only worth shipping if it can be run: suites, benchmark scripts and methods exist."""
     from ropescale.cli.main import build_parser
     from ropescale.evals.suite import load_suite
 
     parser = build_parser()
+    extension = load_script("benchmarks/bench_extension.py")
     for command in (c for ev in shipped_evidence() for c in ev.commands):
         argv = shlex.split(command)
         if argv[0] == "python":
             assert (ROOT / argv[1]).is_file(), command
+            if argv[1] == "benchmarks/bench_extension.py":  # every recipe takes the overrides it ran with
+                args = extension.parse_args(argv[2:])
+                extension.check_recipes(tmp_path, {"base", "finetuned", "control"}, args.overrides, args.factor)
             continue
         assert argv[0] == "ropescale", command
         args = parser.parse_args(argv[1:])  # flags and values the CLI accepts today

@@ -206,6 +206,15 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     assert command_overrides(f"{recall} --note x") == quote.variant and command_overrides("python b.py") == ()
 
 
+def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_keeps_keys():
+    from ropescale.evals.evidence import shipped_evidence
+    from ropescale.evals.extension import fine_tune_measured
+
+    quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
+    assert "400steps-jitter.json" in quote.line and quote.caveat  # the most complete one loses keys
+    assert "data.recall_facts=4" in quote.variant and "recall-60steps-jitter.json" in quote.variant_text
+
+
 def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
     fixed, spread = Plan(), Plan(jitter=0.125)
     for name, raw in suite_dicts(spread, tmp_path / "ft", tmp_path / "control").items():
