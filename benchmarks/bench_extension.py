@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED
-from ropescale.evals.extension import SUITE_OF
+from ropescale.evals.extension import ROLES, SUITE_OF
 
 #: the fine-tune's recipe per factor; the control (no scaling, positions within 8192) is the same at every factor
 SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
@@ -283,15 +283,19 @@ def plot(out: Path, rows, points, plan) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     files = []
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for r in rows:
+    colors = {role: f"C{i}" for i, role in enumerate(ROLES)}  # one color per model, whichever are measured
+    for r in (r for r in rows if r.ppl):  # a model measured on retrieval only has no curve (nor legend entry)
         xs = sorted(r.ppl)
-        ax.plot(xs, [r.ppl[x] for x in xs], marker="o", label=r.label)
+        ax.plot(xs, [r.ppl[x] for x in xs], marker="o", label=r.label, color=colors.get(r.label))
     ax.axvline(plan.original_context, color="grey", ls=":", lw=1)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 27.5, not 2.75 x 10^1
+        axis(FormatStrFormatter("%g"))
     ax.set_xticks(list(plan.ppl_lengths), [f"{n // 1024}k" for n in plan.ppl_lengths])
     ax.set_xlabel("window length (tokens); dotted: trained context")
     ax.set_ylabel("perplexity on held-out Emma (log)")
