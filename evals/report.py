@@ -410,8 +410,16 @@ def _plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
             cell = table[label][n]
             return cell["accuracy"][0][cell["depths"].index(d)] if d in cell["depths"] else math.nan
 
+        def said(n: int, d: float) -> str | None:  # a cell in progress: correct / decoded at that depth
+            cell = table[label][n]
+            if not cell.get("partial") or d not in cell["depths"] or "cell_trials" not in cell:
+                return None
+            k = cell["cell_trials"][0][cell["depths"].index(d)]
+            return f"{round(acc(n, d) * k)}/{k}"
+
         grid = [[acc(n, d) for n in rows] for d in depths]  # [depth][length]
+        texts = [[said(n, d) for n in rows] for d in depths]
         running = any(table[label][n].get("partial") for n in rows)
         title = f"{task}: {label}" + (" (cells in progress)" if running else "")
-        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title)))
+        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title, texts)))
     return paths

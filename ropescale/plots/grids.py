@@ -15,6 +15,7 @@ def plot_accuracy_grid(
     grid: Sequence[Sequence[float]],
     path: str | os.PathLike,
     title: str,
+    texts: Sequence[Sequence[str | None]] | None = None,
 ) -> Path:
     """Draw ``grid[depth][length]`` (accuracy in 0..1) as a heatmap and write it atomically.
 
@@ -27,6 +28,8 @@ def plot_accuracy_grid(
         grid: accuracy per depth row and length column; NaN where not measured (drawn blank, "n/m").
         path: output file; the format follows its suffix (png if none).
         title: the title (may hold two lines).
+        texts: per cell, shaped as ``grid``, what to write instead of the value (None: the value), e.g.
+            "3/4" for a cell in progress, whose value alone would read as a finished one.
 
     Returns:
         The written path.
@@ -42,7 +45,8 @@ def plot_accuracy_grid(
                 continue
             # The colour map is dark at both ends: white text there, black in the light middle.
             colour = "white" if acc < 0.2 or acc > 0.8 else "black"
-            ax.text(c, r, f"{acc:.2f}", ha="center", va="center", fontsize=9, color=colour)
+            said = texts[r][c] if texts is not None else None
+            ax.text(c, r, said or f"{acc:.2f}", ha="center", va="center", fontsize=9, color=colour)
     ax.set_xticks(range(n_len), [length_label(n) for n in lengths])
     ax.set_yticks(range(n_dep), [f"{d:g}" for d in depths])
     ax.set_xlabel("prompt length (tokens)")

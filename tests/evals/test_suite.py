@@ -378,11 +378,11 @@ def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
     from ropescale.evals.report import _plot_grids
 
     full = {"depths": [0.0, 0.5, 1.0], "accuracy": [[1.0, 0.5, 0.0]]}
-    partial = {"depths": [0.5], "accuracy": [[1.0]], "partial": {"prompts": 1, "of": 3}}
+    partial = {"depths": [0.5], "accuracy": [[1.0]], "cell_trials": [[2]], "partial": {"prompts": 2, "of": 3}}
     seen = {}
 
-    def fake_plot(lengths, depths, grid, path, title):
-        seen.update(lengths=lengths, depths=depths, grid=grid, title=title)
+    def fake_plot(lengths, depths, grid, path, title, texts):
+        seen.update(lengths=lengths, depths=depths, grid=grid, title=title, texts=texts)
         return path
 
     import ropescale.evals.report as report
@@ -394,7 +394,15 @@ def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
         report.plot_accuracy_grid = real
     assert seen["depths"] == [0.0, 0.5, 1.0] and seen["title"] == "passkey: m (cells in progress)"
     assert seen["grid"][1] == [0.5, 1.0] and seen["grid"][0][0] == 1.0 and seen["grid"][0][1] != seen["grid"][0][1]
+    assert seen["texts"] == [[None, None], [None, "2/2"], [None, None]]  # in progress: what it has, not "1.00"
     from ropescale.plots.grids import plot_accuracy_grid
 
-    png = plot_accuracy_grid([100, 200], [0.0, 0.5], [[1.0, float("nan")], [0.5, 0.0]], tmp_path / "g.png", "t")
+    png = plot_accuracy_grid(
+        [100, 200],
+        [0.0, 0.5],
+        [[1.0, float("nan")], [0.5, 0.0]],
+        tmp_path / "g.png",
+        "t",
+        [[None, None], ["1/2", None]],
+    )
     assert png.read_bytes()[:4] == b"\x89PNG"  # a cell not measured is drawn blank, not as a crash
