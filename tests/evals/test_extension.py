@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from dataclasses import replace
 
 import numpy as np
@@ -213,6 +214,15 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
     assert "400steps-jitter.json" in quote.line and quote.caveat  # the most complete one loses keys
     assert "data.recall_facts=4" in quote.variant and "recall-60steps-jitter.json" in quote.variant_text
+    from ropescale.evals.recommend import recommend
+
+    rec = recommend(
+        "smollm2-135m", 8192, 32768, "fine-tune", evidence=list(shipped_evidence()), train_recipe="smollm2-135m/yarn_x4"
+    )
+    words = shlex.split(dict(rec.commands)["fine-tune keeping retrieval"])
+    config = load_config(words[3], words[4:])  # the printed command is one `ropescale train` accepts
+    assert words[:3] == ["ropescale", "train", "--config"] and config.data.recall_facts == 4
+    assert config.scaling.params == {"attention_factor": 1.07} and config.pose.target_length == 32768
 
 
 def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
