@@ -15,12 +15,9 @@ optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
     train:    {max_steps: 400, batch_size: 1, grad_accum: 8, mixed_precision: auto, ...}
     eval:     {every: 0, length: null, max_tokens: null, mode: nonoverlap}
 
-``auto`` precision (the default) is resolved when the recipe is loaded, so the run's ``config.yaml``
-records what ran: ``train.mixed_precision`` becomes bf16 on a GPU with bf16 and on a CPU with
-AMX/AVX512-BF16 (2x the fp32 tokens/s there; benchmarks/bench_dtype.py), else ``no``; ``model.dtype``
-becomes bfloat16 for the frozen base of a LoRA run under bf16, else float32 (a full fine-tune keeps
-fp32 master weights and computes in bf16 under autocast). ``model.dtype=float32
-train.mixed_precision=no`` is the fp32 run.
+``auto`` precision (the default) is resolved when the recipe is loaded (:mod:`.precision`: bf16 where the
+GPU or CPU has it, 2x the fp32 tokens/s on such CPUs, benchmarks/bench_dtype.py), so the run's
+``config.yaml`` records what ran. ``model.dtype=float32 train.mixed_precision=no`` is the fp32 run.
 
 Overrides use dotted keys and YAML values: ``lora.r=16 optim.lr=1e-4 pose.enabled=false``.
 Unknown keys and wrong types fail with one line naming the key (and a "did you mean").
@@ -442,5 +439,10 @@ def load_run_config(output_dir: str | Path) -> TrainConfig:
     path = Path(output_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"'{output_dir}' is not a training run folder (no config.yaml)")
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path} must be a mapping of sections (a run's resolved recipe)")
     return config_from_dict(raw, name=raw.get("name") or Path(output_dir).name)

@@ -127,6 +127,9 @@ def test_bad_recipes_fail_with_one_line(raw, fragment):
 
 
 def test_cli_errors_are_one_line(capsys, tmp_path):
+    for name, text in (("damaged", "model: ["), ("list", "- model")):  # a run folder whose config.yaml is damaged
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(text)
     for argv, fragment in [
         (["train", "--config", "no/such/recipe", "--dry-run"], "training recipe 'no/such/recipe' not found"),
         (["train", "--config", "smollm2-135m/pose_yarn_x4_cpu", "lora.r", "--dry-run"], "override must be KEY=VALUE"),
@@ -135,6 +138,8 @@ def test_cli_errors_are_one_line(capsys, tmp_path):
             "unknown key 'optim.learning_rate'",
         ),
         (["export", str(tmp_path / "nothing"), "--output", str(tmp_path / "o")], "not a training run folder"),
+        (["export", str(tmp_path / "damaged"), "--output", str(tmp_path / "o")], "config.yaml is not valid YAML"),
+        (["export", str(tmp_path / "list"), "--output", str(tmp_path / "o")], "must be a mapping of sections"),
     ]:
         code = main(argv)
         err = capsys.readouterr().err
