@@ -166,29 +166,24 @@ def role_overrides(role: str, overrides: list[str]) -> list[str]:
 
 def check_recipes(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> None:
     """Stop (status 2) before anything trains when a recipe refuses its overrides, or when ``out`` holds a
-    run trained with another recipe (its cells would be reported under this command), naming the key."""
+    run trained with another recipe, steps included (its cells would be reported under this command)."""
     from ropescale.errors import RopescaleError
-    from ropescale.training.checkpoints import fingerprint, first_difference
-    from ropescale.training.config import load_config, load_run_config
-
-    def content(config) -> dict:  # what was trained; not the precision `auto` resolved to on that machine
-        fp = fingerprint(config)
-        return {**fp, "train": {k: v for k, v in fp["train"].items() if k != "mixed_precision"}}
+    from ropescale.training.checkpoints import recipe_difference
+    from ropescale.training.config import load_config
 
     for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
         if SUITE_OF[role][0] not in suites:
             continue
         given = role_overrides(role, overrides)
-        try:
-            config = load_config(recipe, given)
-        except RopescaleError as exc:
-            fail(f"{recipe} with --overrides {shlex.join(given)}: {exc}")
+        asked = f"{recipe}" + (f" with --overrides {shlex.join(given)}" if given else "")
         run = out / RUN_DIRS[role]
-        if (run / "config.yaml").is_file() and content(load_run_config(run)) != content(config):
-            was = first_difference(content(load_run_config(run)), content(config))
-            fail(
-                f"{run / 'config.yaml'}: trained with another recipe than {recipe} with these overrides ({was}); give another --output"
-            )
+        try:
+            load_config(recipe, given)
+            differs = recipe_difference(run, recipe, given) if (run / "config.yaml").is_file() else None
+        except RopescaleError as exc:
+            fail(f"{asked}: {exc}")
+        if differs:
+            fail(f"{run / 'config.yaml'}: trained otherwise than {asked} ({differs}); give another --output")
 
 
 def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:

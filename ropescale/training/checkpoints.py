@@ -44,6 +44,36 @@ def fingerprint(config: TrainConfig) -> dict[str, Any]:
     return {**{s: d[s] for s in FINGERPRINT_SECTIONS}, "train": {k: d["train"][k] for k in FINGERPRINT_TRAIN_KEYS}}
 
 
+def recipe_difference(run_dir: str | Path, recipe: str | Path, overrides: list[str]) -> str | None:
+    """Whether the run in ``run_dir`` (its ``config.yaml``) trained what ``recipe`` with ``overrides`` would:
+    None, or its first difference (``key: was -> asked``). Compared: what a resume must share, and
+    ``train.max_steps`` (a finished run of other steps is another model). A precision left ``auto`` is
+    not compared (each machine resolves it); one the recipe or overrides set is.
+
+    Raises:
+        RopescaleError: the recipe refuses the overrides, or ``run_dir`` holds no readable run config.
+    """
+    import yaml
+
+    from .config import apply_overrides, load_config, load_run_config, resolve_recipe
+    from .precision import AUTO
+
+    asked, was = load_config(recipe, overrides), load_run_config(run_dir)
+    raw = apply_overrides(yaml.safe_load(resolve_recipe(recipe).read_text()) or {}, overrides)
+    auto = {
+        (s, k) for s, k in (("train", "mixed_precision"), ("model", "dtype")) if (raw.get(s) or {}).get(k, AUTO) == AUTO
+    }
+
+    def content(config: TrainConfig) -> dict[str, Any]:
+        fp = {**fingerprint(config)}
+        fp["train"] = {**fp["train"], "max_steps": config.train.max_steps}
+        for section, key in auto:
+            fp[section] = {k: v for k, v in fp[section].items() if k != key}
+        return fp
+
+    return None if content(was) == content(asked) else first_difference(content(was), content(asked))
+
+
 def first_difference(a: Any, b: Any, prefix: str = "") -> str:
     """``key: old -> new`` for the first key (sorted, depth first) where two nested dicts differ."""
     if isinstance(a, dict) and isinstance(b, dict):

@@ -57,27 +57,43 @@ def test_an_override_a_recipe_refuses_stops_before_anything_trains(bench, tmp_pa
     assert len(err.strip().splitlines()) == 1
 
 
-def test_a_folder_trained_with_other_overrides_is_refused_before_its_cells_are_reported_as_these(
+def test_a_folder_trained_with_another_recipe_is_refused_before_its_cells_are_reported_as_this_ones(
     bench, tmp_path, monkeypatch, capsys
 ):
-    from ropescale.training.config import dump_config, load_config
+    from ropescale.training.config import load_config
 
     ran = []
     monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
     run = tmp_path / "yarn"
     run.mkdir()
-    trained = load_config("smollm2-135m/yarn_x4", ["train.max_steps=400"])
-    (run / "config.yaml").write_text(dump_config(trained))
+
+    def trained(recipe: str, overrides: list[str], **precision: str) -> None:  # as another machine resolved it
+        d = load_config(recipe, overrides).to_dict()
+        d["train"]["mixed_precision"] = precision.get("mixed_precision", d["train"]["mixed_precision"])
+        d["model"]["dtype"] = precision.get("dtype", d["model"]["dtype"])
+        (run / "config.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+
+    def refused(overrides: list[str]) -> str:
+        with pytest.raises(SystemExit) as exc:
+            bench.check_recipes(tmp_path, {"finetuned"}, overrides)
+        assert exc.value.code == 2
+        return capsys.readouterr().err
+
+    trained("smollm2-135m/yarn_x4", ["train.max_steps=400"])
     bench.check_recipes(tmp_path, {"finetuned"}, ["train.max_steps=400"])  # the same recipe: goes on
-    bench.check_recipes(tmp_path, {"finetuned"}, ["train.max_steps=600"])  # longer: a resume, goes on
-    other = trained.to_dict()
-    other["train"]["mixed_precision"] = "no" if other["train"]["mixed_precision"] != "no" else "bf16"
-    (run / "config.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
-    bench.check_recipes(tmp_path, {"finetuned"}, [])  # precision resolved on another machine: not a recipe change
+    assert "train.max_steps: 400 -> 600" in refused(["train.max_steps=600"])  # another model than the cells'
+    assert "train.max_steps: 400 -> 60" in refused([])
+    # a precision left `auto` is what each machine resolves: a LoRA run on a bf16 machine, checked here
+    trained("smollm2-135m/yarn_x4", ["lora.enabled=true"], mixed_precision="bf16", dtype="bfloat16")
+    bench.check_recipes(tmp_path, {"finetuned"}, ["lora.enabled=true"])
+    trained("smollm2-135m/yarn_x4", [], mixed_precision="bf16")  # one set by hand is compared
+    assert "train.mixed_precision: 'bf16' -> 'no'" in refused(["train.mixed_precision=no"])
     with pytest.raises(SystemExit) as exc:
         bench.main(["--output", str(tmp_path), "--suites", "finetuned", "--overrides", "data.recall_facts=4"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and ran == [] and "data.recall_facts: 0 -> 4" in err and str(run / "config.yaml") in err
+    (run / "config.yaml").write_text("model: [")  # unreadable: one line, not a traceback
+    assert "yarn_x4" in refused([]) and len(refused([]).strip().splitlines()) <= 1
 
 
 def _cells(root, suite: str, runtime: dict) -> None:
