@@ -258,7 +258,10 @@ class FineTuneQuote:
 
 def command_overrides(command: str) -> tuple[str, ...]:
     """The recipe overrides of a ``bench_extension.py`` command (``--overrides`` up to the next option)."""
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes (a hand-written command): nothing to name
+        return ()
     if "--overrides" not in words:
         return ()
     rest = words[words.index("--overrides") + 1 :]
@@ -284,14 +287,14 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     if not matching:
         return None
     ev = max(matching, key=completeness)  # the first of equals: the order evidence was found in
-    line, caveat = _quote(ev)
-    if caveat is None:
-        return FineTuneQuote(line)
+    line, caveat, lost = _quote(ev)
+    if not lost:  # nothing to remedy (a lower cell within its prompts' noise is not a loss)
+        return FineTuneQuote(line, caveat)
 
-    def keeps_retrieval(other: Evidence) -> bool:  # on the same prompts, with overrides to name
-        ft = fine_tuned(other)
-        same = other is not ev and other.passkey_jitter == ev.passkey_jitter and bool(ft.passkey)
-        return same and _quote(other)[1] is None and bool(command_overrides((ft.commands or ("",))[0]))
+    def keeps_retrieval(other: Evidence) -> bool:  # same prompts, compared with both baselines, overrides to name
+        ft, (_, said, _) = fine_tuned(other), _quote(other)
+        same = other is not ev and other.passkey_jitter == ev.passkey_jitter and said is None
+        return same and bool(_compared(other)) and bool(command_overrides((ft.commands or ("",))[0]))
 
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
@@ -299,20 +302,38 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     best = max(keeps, key=completeness)
     ft = fine_tuned(best)
     overrides = command_overrides(ft.commands[0])
-    cells = ", ".join(f"{length_text(n)} {ft.passkey[n]:.2f}" for n in sorted(ft.passkey))
-    prompts = ", ".join(str(ft.passkey_trials.get(n, "?")) for n in sorted(ft.passkey))
+
+    def cell(n: int) -> str:  # correct/decoded; fewer than 30 prompts: a cell still being measured
+        k = ft.passkey_trials.get(n)
+        count = f"{round(ft.passkey[n] * k)}/{k}" if k else f"{ft.passkey[n]:.2f}"
+        return f"{length_text(n)} {count}" + (" so far" if k and k < 30 else "")
+
     ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
     quoted = command_overrides((fine_tuned(ev).commands or ("",))[0])
-    instead = f" (the quoted run: {shlex.join(quoted)})" if quoted else ""
+    instead = f" (not {shlex.join(quoted)})" if quoted else ""
     text = (
-        f"the same recipe with {shlex.join(overrides)}{instead} kept retrieval on the same prompts ({best.source}): "
-        f"passkey {cells} on {prompts} prompts" + (f"; PPL {ppl}" if ft.ppl else "")
+        f"the recipe as shipped with {shlex.join(overrides)}{instead} kept retrieval at "
+        f"{', '.join(map(length_text, _compared(best)))} on the same prompts ({best.source}): passkey "
+        + ", ".join(map(cell, sorted(ft.passkey)))
+        + (f"; PPL {ppl}" if ft.ppl else "")
     )
     return FineTuneQuote(line, caveat, overrides, text)
 
 
-def _quote(ev: Evidence) -> tuple[str, str | None]:
-    """One experiment's line and caveat (:func:`fine_tune_measured`)."""
+def _compared(ev: Evidence) -> list[int]:
+    """The fine-tune's passkey lengths compared with a baseline of the same experiment: training-free
+    YaRN's cells, and the unscaled model's at the fine-tune's shortest length; empty where either
+    baseline has no cell to compare (nothing shows that it kept retrieval)."""
+    rows = {r.label: r for r in ev.rows}
+    ft, free, none = (rows.get(k) for k in (FINE_TUNED, "yarn", "none"))
+    if not ft.passkey or none is None or min(ft.passkey) not in none.passkey:
+        return []
+    with_free = [n for n in sorted(ft.passkey) if free is not None and n in free.passkey]
+    return sorted({min(ft.passkey), *with_free}) if with_free else []
+
+
+def _quote(ev: Evidence) -> tuple[str, str | None, bool]:
+    """One experiment's line, caveat, and whether it loses keys beyond its prompts' noise (:func:`fine_tune_measured`)."""
     rows = {r.label: r for r in ev.rows}
     ft, control, free, none = (rows.get(k) for k in (FINE_TUNED, CONTROL, "yarn", "none"))
     parts = []
@@ -346,4 +367,4 @@ def _quote(ev: Evidence) -> tuple[str, str | None]:
             + "; check with `ropescale eval passkey` before relying on it"
         )
     factor = f"{ft.factor:g}" if ft.factor else "?"
-    return f"fine-tune of this model at ×{factor} ({ev.source}): " + "; ".join(parts), caveat
+    return f"fine-tune of this model at ×{factor} ({ev.source}): " + "; ".join(parts), caveat, bool(shown)

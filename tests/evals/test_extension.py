@@ -167,44 +167,49 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     from ropescale.evals.extension import command_overrides, fine_tune_measured
     from ropescale.evals.recommend import recommend
 
-    def experiment(name: str, passkey: dict[int, float], command: str, jitter: float = 0.125):
+    def experiment(name, passkey, command, jitter=0.125, trials=None, base=True):
         rows = [
             Measured("none", "default", passkey={4096: 1.0}, passkey_trials={4096: 30}),
-            Measured("yarn", "yarn", 4, passkey={4096: 0.9}, passkey_trials={4096: 30}),
-            Measured("fine-tuned yarn", "yarn", 4, ppl={2048: 25.1, 32768: 27.7}, passkey=passkey, passkey_trials=dict.fromkeys(passkey, 30)),
+            Measured("yarn", "yarn", 4, passkey={4096: 0.9, 8192: 0.9}, passkey_trials={4096: 30, 8192: 30}),
+            Measured("fine-tuned yarn", "yarn", 4, ppl={2048: 25.1, 32768: 27.7}, passkey=passkey, passkey_trials=trials or dict.fromkeys(passkey, 30)),
             Measured("control", "default", ppl={2048: 24.7}),
-        ]  # fmt: skip
+        ][0 if base else 2:]  # fmt: skip
         path = tmp_path / f"{name}.json"
-        plan = Plan(jitter=jitter)
-        path.write_text(json.dumps(evidence_dict([replace(r, commands=(command,)) for r in rows], plan, "test")))
+        path.write_text(
+            json.dumps(evidence_dict([replace(r, commands=(command,)) for r in rows], Plan(jitter=jitter), "t"))
+        )
         return load_measured(path)
 
     bench = "python benchmarks/bench_extension.py --output runs/x --jitter 0.125 --overrides"
     long = experiment("long", {4096: 0.5, 8192: 0.5, 16384: 0.5}, f"{bench} train.max_steps=400")
     recall = f"{bench} 'scaling.params={{attention_factor: 1.07}}' data.recall_facts=4"
-    kept = experiment("kept", {4096: 1.0, 8192: 1.0}, recall)
+    kept = experiment("kept", {4096: 1.0, 8192: 1.0, 32768: 1.0}, recall, trials={4096: 30, 8192: 30, 32768: 4})
     quote = fine_tune_measured([long, kept], "smollm2-135m", 4)
     assert "long.json" in quote.line and "retrieves less at 4k" in quote.caveat  # the most complete is quoted
     assert quote.variant == ("scaling.params={attention_factor: 1.07}", "data.recall_facts=4")
-    assert "kept.json" in quote.variant_text and "passkey 4k 1.00, 8k 1.00 on 30, 30 prompts" in quote.variant_text
-    assert "(the quoted run: train.max_steps=400)" in quote.variant_text
-    assert "PPL 2k/32k 25.10/27.70" in quote.variant_text
+    text = quote.variant_text
+    assert "(not train.max_steps=400) kept retrieval at 4k, 8k on the same prompts" in text and "kept.json" in text
+    assert "passkey 4k 30/30, 8k 30/30, 32k 4/4 so far; PPL 2k/32k 25.10/27.70" in text  # 32k: not compared, not done
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=[long, kept], train_recipe="smollm2-135m/yarn_x4"
     )
-    (what, command), *_ = [c for c in rec.commands if c[0] == "fine-tune keeping retrieval"]
-    assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4") and rec.caveats[
-        -1
-    ].endswith(quote.variant_text)
-    # not a variant: other prompts (fixed depths), no overrides to name, or keys lost too
+    command = dict(rec.commands)["fine-tune keeping retrieval"]
+    assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
+    assert rec.caveats[-1].endswith(text)
+    # not a variant: other prompts (fixed depths), no overrides to name, keys lost too, or no baseline to compare
     for other in (
         experiment("fixed", {4096: 1.0}, recall, jitter=0.0),
         experiment("plain", {4096: 1.0}, "python benchmarks/bench_extension.py --jitter 0.125"),
         experiment("lost", {4096: 0.5}, recall),
+        experiment("alone", {4096: 0.1}, recall, base=False),  # a --suites finetuned run: nothing to compare
     ):
-        assert fine_tune_measured([long, other], "smollm2-135m", 4).variant == ()
+        assert fine_tune_measured([long, other], "smollm2-135m", 4).variant == (), other.source
     assert fine_tune_measured([kept], "smollm2-135m", 4).variant == ()  # nothing to remedy
+    close = experiment("close", {4096: 0.97, 8192: 0.9, 16384: 0.9, 32768: 0.9}, f"{bench} train.max_steps=400")
+    assert "noise" in fine_tune_measured([close, kept], "smollm2-135m", 4).caveat
+    assert fine_tune_measured([close, kept], "smollm2-135m", 4).variant == ()  # not a loss: nothing to remedy
     assert command_overrides(f"{recall} --note x") == quote.variant and command_overrides("python b.py") == ()
+    assert command_overrides("python b.py --note it's --overrides a=1") == ()  # unbalanced quote: no crash
 
 
 def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_keeps_keys():
