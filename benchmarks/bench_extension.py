@@ -177,9 +177,12 @@ def check_recipes(out: Path, suites: set[str], overrides: list[str], factor: int
         given = role_overrides(role, overrides)
         asked = f"{recipe}" + (f" with --overrides {shlex.join(given)}" if given else "")
         run = out / RUN_DIRS[role]
-        try:
-            load_config(recipe, given)
-            differs = recipe_difference(run, recipe, given) if (run / "config.yaml").is_file() else None
+        differs = None
+        try:  # recipe_difference loads the recipe with its overrides; a fresh folder has only the recipe to check
+            if (run / "config.yaml").is_file():
+                differs = recipe_difference(run, recipe, given)
+            else:
+                load_config(recipe, given)
         except RopescaleError as exc:
             fail(f"{asked}: {exc}")
         if differs:

@@ -279,6 +279,10 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         ok = ev.budget == "fine-tune" and same_model(ev.model, model) and ft is not None and ft.at_factor(factor)
         return ft if ok else None
 
+    def overrides_of(ev: Evidence) -> tuple[str, ...]:  # what its fine-tune's command changed in the recipe
+        ft = fine_tuned(ev)
+        return command_overrides(ft.commands[0]) if ft.commands else ()
+
     def completeness(ev: Evidence) -> tuple[int, int, bool]:
         ft = fine_tuned(ev)
         return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
@@ -292,16 +296,14 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         return FineTuneQuote(line, caveat)
 
     def keeps_retrieval(other: Evidence) -> bool:  # same prompts, compared with both baselines, overrides to name
-        ft, (_, said, _) = fine_tuned(other), _quote(other)
-        same = other is not ev and other.passkey_jitter == ev.passkey_jitter and said is None
-        return same and bool(_compared(other)) and bool(command_overrides((ft.commands or ("",))[0]))
+        same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
+        return same and bool(_compared(other)) and bool(overrides_of(other))
 
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
         return FineTuneQuote(line, caveat)
     best = max(keeps, key=completeness)
-    ft = fine_tuned(best)
-    overrides = command_overrides(ft.commands[0])
+    ft, overrides = fine_tuned(best), overrides_of(best)
 
     def cell(n: int) -> str:  # correct/decoded; fewer than 30 prompts: a cell still being measured
         k = ft.passkey_trials.get(n)
@@ -309,7 +311,7 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         return f"{length_text(n)} {count}" + (" so far" if k and k < 30 else "")
 
     ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
-    quoted = command_overrides((fine_tuned(ev).commands or ("",))[0])
+    quoted = overrides_of(ev)
     instead = f" (not {shlex.join(quoted)})" if quoted else ""
     text = (
         f"the recipe as shipped with {shlex.join(overrides)}{instead} kept retrieval at "
