@@ -262,10 +262,12 @@ def command_overrides(command: str) -> tuple[str, ...]:
         words = shlex.split(command)
     except ValueError:  # unbalanced quotes (a hand-written command): nothing to name
         return ()
-    if "--overrides" not in words:
-        return ()
-    rest = words[words.index("--overrides") + 1 :]
-    return tuple(itertools.takewhile(lambda w: not w.startswith("--"), rest))
+    for i, word in enumerate(words):
+        if word == "--overrides":
+            return tuple(itertools.takewhile(lambda w: not w.startswith("--"), words[i + 1 :]))
+        if word.startswith("--overrides="):  # argparse gives the attached form its one value only
+            return (word.removeprefix("--overrides="),)
+    return ()
 
 
 def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> FineTuneQuote | None:

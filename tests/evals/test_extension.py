@@ -210,6 +210,7 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     assert fine_tune_measured([close, kept], "smollm2-135m", 4).variant == ()  # not a loss: nothing to remedy
     assert command_overrides(f"{recall} --note x") == quote.variant and command_overrides("python b.py") == ()
     assert command_overrides("python b.py --note it's --overrides a=1") == ()  # unbalanced quote: no crash
+    assert command_overrides("python b.py '--overrides=data.recall_facts=4' --note x") == ("data.recall_facts=4",)
 
 
 def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_keeps_keys():
