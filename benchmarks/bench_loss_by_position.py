@@ -1,0 +1,111 @@
+"""Where in a long window does a model pay? Perplexity of one window of held-out Emma, split by the
+position of the predicted token (0-2k, 2k-4k, 4k-8k, 8k-16k, 16k-32k), for several checkpoints on the
+same tokens.
+
+Written to read the extension experiment's one open question: the fine-tune with recall sentences
+costs 1 % perplexity at 2k and 3.4 % at 32k against the same fine-tune without them. If the cost lies
+beyond the trained context (positions after 8k), the model spends attention far back in prose; if it is
+the same at every position, it is the data the sentences displace.
+
+    python benchmarks/bench_loss_by_position.py \\
+        "no sentences=runs/extension-x4-af1.07/yarn-export" \\
+        "recall sentences=runs/extension-x4-af1.07-recall4/yarn-export"
+
+Each checkpoint is loaded and scaled as the extension experiment's perplexity suite does
+(``from_pretrained`` in the machine's precision, then ``patch(method, factor)``: the export's attention
+factor is kept), one window of ``--length`` real tokens with BOS, every token scored; the whole-window
+perplexity is printed beside the buckets, so it can be checked against the suite's cell. One JSON per
+checkpoint in ``--output`` (atomic; a re-run skips checkpoints already measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("checkpoints", nargs="+", metavar="LABEL=PATH", help="the first is the reference of the ratios")
+    ap.add_argument("--length", type=int, default=32768, help="real tokens in the window (BOS extra)")
+    ap.add_argument("--edges", default="2048,4096,8192,16384", help="bucket edges (token positions)")
+    ap.add_argument("--data", default="austen", help="any --data value (documents with titles)")
+    ap.add_argument("--document", default="Emma", help="the held-out document's title")
+    ap.add_argument("--method", default="yarn")
+    ap.add_argument("--factor", type=float, default=4.0)
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--output", default="runs/loss-by-position")
+    return ap.parse_args(argv)
+
+
+def buckets(length: int, edges: list[int]) -> list[tuple[int, int]]:
+    """Half-open position ranges [a, b) of the predicted tokens, covering 0..length."""
+    cuts = [0, *(e for e in edges if 0 < e < length), length]
+    return list(zip(cuts, cuts[1:], strict=False))
+
+
+def measure(path: str, ids, spans, args) -> dict:
+    import torch
+
+    from ropescale.models.loading import from_pretrained
+    from ropescale.models.runtime import resolve_runtime
+    from ropescale.patching.model import patch
+    from ropescale.scoring.nll import IGNORE_INDEX, final_hidden_states, summed_nll
+
+    runtime = resolve_runtime("auto", args.dtype)
+    model = runtime.place(from_pretrained(path, **runtime.load_kwargs())).eval()
+    patch(model, args.method, factor=args.factor, replace=True)
+    x = torch.tensor([ids], device=runtime.device)  # [1, 1 + length]: BOS, then the text
+    with torch.inference_mode():
+        hidden = final_hidden_states(model, x)
+        nll = {}
+        for a, b in [(0, args.length), *spans]:  # position p of the text is predicted from x[:, p]
+            labels = torch.full_like(x, IGNORE_INDEX)
+            labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
+            total, n = summed_nll(hidden, model.lm_head, labels)
+            nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
+    return {"checkpoint": path, "dtype": runtime.dtype, "length": args.length, "nll": nll}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import ropescale as rs
+    from ropescale._io import atomic_write_json
+    from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.training.data import split_holdout
+
+    pairs = [c.split("=", 1) for c in args.checkpoints]
+    if any(len(p) != 2 for p in pairs):
+        raise SystemExit(f"error: checkpoints are LABEL=PATH, got {args.checkpoints!r}")
+    spans = buckets(args.length, [int(e) for e in args.edges.split(",") if e])
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for label, path in pairs:
+        file = out / (label.replace(" ", "-") + ".json")
+        if not file.is_file():
+            tokenizer = rs.load_tokenizer(path)
+            _, held = split_holdout(load_documents(args.data), [args.document])
+            doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
+            atomic_write_json(file, measure(path, [tokenizer.bos_token_id, *doc[: args.length]], spans, args))
+        results[label] = json.loads(file.read_text())
+    ppl = {k: {s: math.exp(v["nll"] / v["tokens"]) for s, v in r["nll"].items()} for k, r in results.items()}
+    ref = pairs[0][0]
+    keys = [f"0-{args.length}", *(f"{a}-{b}" for a, b in spans)]
+    print(f"perplexity by position of the predicted token, one {args.length}-token window of held-out Emma")
+    print("| model | " + " | ".join(f"{k} (whole)" if i == 0 else k for i, k in enumerate(keys)) + " |")
+    print("|---|" + "---|" * len(keys))
+    for label in ppl:
+        cells = [
+            f"{ppl[label][k]:.2f}" + (f" ({ppl[label][k] / ppl[ref][k]:.3f}×)" if label != ref else "") for k in keys
+        ]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
