@@ -229,6 +229,12 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     config = load_config(words[3], words[4:])  # the printed command is one `ropescale train` accepts
     assert words[:3] == ["ropescale", "train", "--config"] and config.data.recall_facts == 4
     assert config.scaling.params == {"attention_factor": 1.07} and config.pose.target_length == 32768
+    from ropescale.training.checkpoints import fingerprint
+
+    recipe = load_config("smollm2-135m/yarn_x4_recall")  # the variant by name: exactly what was measured
+    for c in (config, recipe):
+        c.name = c.train.output_dir = None
+    assert fingerprint(recipe) == fingerprint(config) and recipe.train.max_steps == config.train.max_steps
 
 
 def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
