@@ -15,7 +15,8 @@ Each checkpoint is loaded and scaled as the extension experiment's perplexity su
 (``from_pretrained`` in the machine's precision, then ``patch(method, factor)``: the export's attention
 factor is kept), one window of ``--length`` real tokens with BOS, every token scored; the whole-window
 perplexity is printed beside the buckets, so it can be checked against the suite's cell. One JSON per
-checkpoint in ``--output`` (atomic; a re-run skips checkpoints already measured).
+checkpoint in ``--output`` (atomic; a re-run reuses each, and refuses one measured with
+another length, buckets, text or scaling).
 """
 
 from __future__ import annotations
@@ -67,7 +68,15 @@ def measure(path: str, ids, spans, args) -> dict:
             labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
             total, n = summed_nll(hidden, model.lm_head, labels)
             nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
-    return {"checkpoint": path, "dtype": runtime.dtype, "length": args.length, "nll": nll}
+    return {**protocol(path, spans, args), "precision": runtime.dtype, "nll": nll}
+
+
+def protocol(path: str, spans, args) -> dict:
+    """What a measurement depends on: a file measured otherwise is not reused."""
+    keys = ("data", "document", "method", "factor", "dtype")
+    return {"checkpoint": path, "length": args.length, "buckets": [list(s) for s in spans]} | {
+        k: getattr(args, k) for k in keys
+    }
 
 
 def main(argv=None) -> int:
@@ -81,13 +90,23 @@ def main(argv=None) -> int:
     pairs = [c.split("=", 1) for c in args.checkpoints]
     if any(len(p) != 2 for p in pairs):
         raise SystemExit(f"error: checkpoints are LABEL=PATH, got {args.checkpoints!r}")
+    if len({label.replace(" ", "-") for label, _ in pairs}) < len(pairs):
+        raise SystemExit(f"error: two checkpoints share a label (spaces read as '-'): {args.checkpoints!r}")
     spans = buckets(args.length, [int(e) for e in args.edges.split(",") if e])
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
     for label, path in pairs:
         file = out / (label.replace(" ", "-") + ".json")
-        if not file.is_file():
+        if file.is_file():
+            was, asked = json.loads(file.read_text()), protocol(path, spans, args)
+            diff = next((k for k in asked if was.get(k) != asked[k]), None)
+            if diff:
+                print(
+                    f"error: {file} was measured with {diff} {was.get(diff)!r}, not {asked[diff]!r}: use another --output"
+                )
+                return 2
+        else:
             tokenizer = rs.load_tokenizer(path)
             _, held = split_holdout(load_documents(args.data), [args.document])
             doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]

@@ -41,6 +41,12 @@ def test_buckets_sum_to_the_window_and_match_evaluate_perplexity(model_dir, tmp_
     assert sum(p["tokens"] for p in parts) == nll["0-150"]["tokens"] == 150
     assert sum(p["nll"] for p in parts) == pytest.approx(nll["0-150"]["nll"], rel=1e-5)
 
+    # a re-run reuses each file; one measured otherwise is refused, naming what differs
+    assert bench.main([*argv, "--data", str(data), "--dtype", "float32", "--output", str(out)]) == 0
+    shorter = [*argv[:2], "--length", "140", "--edges", "64,128", "--factor", "2", "--data", str(data)]
+    assert bench.main([*shorter, "--dtype", "float32", "--output", str(out)]) == 2
+    assert "a.json was measured with length 150, not 140" in capsys.readouterr().out
+
     tokenizer = rs.load_tokenizer(str(model_dir))
     doc = tokenize_documents(tokenizer, load_documents(str(data / "Emma.txt")), max_tokens=150)[0]
     model = rs.from_pretrained(str(model_dir), method="yarn", factor=2, dtype=torch.float32).eval()
