@@ -2,10 +2,10 @@
 position of the predicted token (0-2k, 2k-4k, 4k-8k, 8k-16k, 16k-32k), for several checkpoints on the
 same tokens.
 
-Written to read the extension experiment's one open question: the fine-tune with recall sentences
-costs 1 % perplexity at 2k and 3.4 % at 32k against the same fine-tune without them. If the cost lies
-beyond the trained context (positions after 8k), the model spends attention far back in prose; if it is
-the same at every position, it is the data the sentences displace.
+Written to read the extension experiment's open question: the fine-tune with recall sentences costs
+1 % perplexity at 2k and 3.4 % at 32k against the same fine-tune without them. A cost the same at every
+position points at the text the sentences displace; one that grows past the trained context (8k) fits
+a model that reaches far back in prose too (consistent with it, not a proof).
 
     python benchmarks/bench_loss_by_position.py \\
         "no sentences=runs/extension-x4-af1.07/yarn-export" \\
@@ -44,7 +44,7 @@ def parse_args(argv=None):
 
 def buckets(length: int, edges: list[int]) -> list[tuple[int, int]]:
     """Half-open position ranges [a, b) of the predicted tokens, covering 0..length."""
-    cuts = [0, *(e for e in edges if 0 < e < length), length]
+    cuts = [0, *sorted({e for e in edges if 0 < e < length}), length]
     return list(zip(cuts, cuts[1:], strict=False))
 
 
@@ -68,15 +68,20 @@ def measure(path: str, ids, spans, args) -> dict:
             labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
             total, n = summed_nll(hidden, model.lm_head, labels)
             nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
-    return {**protocol(path, spans, args), "precision": runtime.dtype, "nll": nll}
+    return {**protocol(path, spans, args), "nll": nll}
 
 
 def protocol(path: str, spans, args) -> dict:
     """What a measurement depends on: a file measured otherwise is not reused."""
-    keys = ("data", "document", "method", "factor", "dtype")
-    return {"checkpoint": path, "length": args.length, "buckets": [list(s) for s in spans]} | {
-        k: getattr(args, k) for k in keys
-    }
+    from ropescale.models.runtime import resolve_runtime
+
+    keys = ("data", "document", "method", "factor")
+    precision = resolve_runtime("auto", args.dtype).dtype  # what "auto" resolves to here: never mixed
+    return (
+        {"checkpoint": path, "length": args.length, "buckets": [list(s) for s in spans]}
+        | {k: getattr(args, k) for k in keys}
+        | {"precision": precision}
+    )
 
 
 def main(argv=None) -> int:
@@ -110,12 +115,14 @@ def main(argv=None) -> int:
             tokenizer = rs.load_tokenizer(path)
             _, held = split_holdout(load_documents(args.data), [args.document])
             doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
+            if len(doc) < args.length:
+                raise SystemExit(f"error: {args.document} has {len(doc)} tokens, fewer than --length {args.length}")
             atomic_write_json(file, measure(path, [tokenizer.bos_token_id, *doc[: args.length]], spans, args))
         results[label] = json.loads(file.read_text())
     ppl = {k: {s: math.exp(v["nll"] / v["tokens"]) for s, v in r["nll"].items()} for k, r in results.items()}
     ref = pairs[0][0]
     keys = [f"0-{args.length}", *(f"{a}-{b}" for a, b in spans)]
-    print(f"perplexity by position of the predicted token, one {args.length}-token window of held-out Emma")
+    print(f"perplexity by position of the predicted token, one {args.length}-token window of held-out {args.document}")
     print("| model | " + " | ".join(f"{k} (whole)" if i == 0 else k for i, k in enumerate(keys)) + " |")
     print("|---|" + "---|" * len(keys))
     for label in ppl:

@@ -42,7 +42,9 @@ def test_buckets_sum_to_the_window_and_match_evaluate_perplexity(model_dir, tmp_
     assert sum(p["nll"] for p in parts) == pytest.approx(nll["0-150"]["nll"], rel=1e-5)
 
     # a re-run reuses each file; one measured otherwise is refused, naming what differs
+    measured = (out / "a.json").stat().st_mtime_ns
     assert bench.main([*argv, "--data", str(data), "--dtype", "float32", "--output", str(out)]) == 0
+    assert (out / "a.json").stat().st_mtime_ns == measured  # reused, not measured again
     shorter = [*argv[:2], "--length", "140", "--edges", "64,128", "--factor", "2", "--data", str(data)]
     assert bench.main([*shorter, "--dtype", "float32", "--output", str(out)]) == 2
     assert "a.json was measured with length 150, not 140" in capsys.readouterr().out
