@@ -48,15 +48,13 @@ def buckets(length: int, edges: list[int]) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:], strict=False))
 
 
-def measure(path: str, ids, spans, args) -> dict:
+def measure(path: str, ids, spans, args, runtime) -> dict:
     import torch
 
     from ropescale.models.loading import from_pretrained
-    from ropescale.models.runtime import resolve_runtime
     from ropescale.patching.model import patch
     from ropescale.scoring.nll import IGNORE_INDEX, final_hidden_states, summed_nll
 
-    runtime = resolve_runtime("auto", args.dtype)
     model = runtime.place(from_pretrained(path, **runtime.load_kwargs())).eval()
     patch(model, args.method, factor=args.factor, replace=True)
     x = torch.tensor([ids], device=runtime.device)  # [1, 1 + length]: BOS, then the text
@@ -68,19 +66,16 @@ def measure(path: str, ids, spans, args) -> dict:
             labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
             total, n = summed_nll(hidden, model.lm_head, labels)
             nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
-    return {**protocol(path, spans, args), "nll": nll}
+    return {**protocol(path, spans, args, runtime), "nll": nll}
 
 
-def protocol(path: str, spans, args) -> dict:
-    """What a measurement depends on: a file measured otherwise is not reused."""
-    from ropescale.models.runtime import resolve_runtime
-
+def protocol(path: str, spans, args, runtime) -> dict:
+    """What a measurement depends on (the precision as resolved here): a file measured otherwise is not reused."""
     keys = ("data", "document", "method", "factor")
-    precision = resolve_runtime("auto", args.dtype).dtype  # what "auto" resolves to here: never mixed
     return (
         {"checkpoint": path, "length": args.length, "buckets": [list(s) for s in spans]}
         | {k: getattr(args, k) for k in keys}
-        | {"precision": precision}
+        | {"precision": runtime.dtype}
     )
 
 
@@ -90,6 +85,7 @@ def main(argv=None) -> int:
     import ropescale as rs
     from ropescale._io import atomic_write_json
     from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.models.runtime import resolve_runtime
     from ropescale.training.data import split_holdout
 
     pairs = [c.split("=", 1) for c in args.checkpoints]
@@ -100,11 +96,12 @@ def main(argv=None) -> int:
     spans = buckets(args.length, [int(e) for e in args.edges.split(",") if e])
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    runtime, held = resolve_runtime("auto", args.dtype), None
     results = {}
     for label, path in pairs:
         file = out / (label.replace(" ", "-") + ".json")
         if file.is_file():
-            was, asked = json.loads(file.read_text()), protocol(path, spans, args)
+            was, asked = json.loads(file.read_text()), protocol(path, spans, args, runtime)
             diff = next((k for k in asked if was.get(k) != asked[k]), None)
             if diff:
                 print(
@@ -112,12 +109,12 @@ def main(argv=None) -> int:
                 )
                 return 2
         else:
-            tokenizer = rs.load_tokenizer(path)
-            _, held = split_holdout(load_documents(args.data), [args.document])
+            tokenizer = rs.load_tokenizer(path)  # each checkpoint's own; the text is read once
+            held = held or split_holdout(load_documents(args.data), [args.document])[1]
             doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
             if len(doc) < args.length:
                 raise SystemExit(f"error: {args.document} has {len(doc)} tokens, fewer than --length {args.length}")
-            atomic_write_json(file, measure(path, [tokenizer.bos_token_id, *doc[: args.length]], spans, args))
+            atomic_write_json(file, measure(path, [tokenizer.bos_token_id, *doc[: args.length]], spans, args, runtime))
         results[label] = json.loads(file.read_text())
     ppl = {k: {s: math.exp(v["nll"] / v["tokens"]) for s, v in r["nll"].items()} for k, r in results.items()}
     ref = pairs[0][0]
