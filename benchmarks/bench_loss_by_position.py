@@ -15,16 +15,20 @@ Each checkpoint is loaded and scaled as the extension experiment's perplexity su
 (``from_pretrained`` in the machine's precision, then ``patch(method, factor)``: the export's attention
 factor is kept), one window of ``--length`` real tokens with BOS, every token scored; the whole-window
 perplexity is printed beside the buckets, so it can be checked against the suite's cell. One JSON per
-checkpoint in ``--output`` (atomic; a re-run reuses each, and refuses one measured with
-another length, buckets, text or scaling).
+checkpoint in ``--output``, named after its label (atomic; a re-run reuses each, and refuses one measured
+with another length, buckets, text, tokens, scaling or precision). Checkpoints whose tokenizers turn the
+text into other tokens are refused: their ratios would compare different tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
+import re
+import sys
 from pathlib import Path
 
 
@@ -48,6 +52,22 @@ def buckets(length: int, edges: list[int]) -> list[tuple[int, int]]:
     return list(zip(cuts, cuts[1:], strict=False))
 
 
+def file_name(label: str) -> str:
+    """The label as a file name inside ``--output``: anything but letters, digits, '.', '_' and '-' reads as
+    '-' (so a label such as ``../x`` cannot write outside it)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip(".-") or "checkpoint"
+
+
+def digest(ids) -> str:
+    """What identifies the scored tokens: sha256 of their ids."""
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
+
+
+def refuse(message: str) -> int:
+    print(f"bench_loss_by_position: {message}", file=sys.stderr)
+    return 2
+
+
 def measure(path: str, ids, spans, args, runtime) -> dict:
     import torch
 
@@ -66,16 +86,17 @@ def measure(path: str, ids, spans, args, runtime) -> dict:
             labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
             total, n = summed_nll(hidden, model.lm_head, labels)
             nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
-    return {**protocol(path, spans, args, runtime), "nll": nll}
+    return {**protocol(path, ids, spans, args, runtime), "nll": nll}
 
 
-def protocol(path: str, spans, args, runtime) -> dict:
-    """What a measurement depends on (the precision as resolved here): a file measured otherwise is not reused."""
+def protocol(path: str, ids, spans, args, runtime) -> dict:
+    """What a measurement depends on (the tokens scored, the precision as resolved here): a file measured
+    otherwise is not reused."""
     keys = ("data", "document", "method", "factor")
     return (
         {"checkpoint": path, "length": args.length, "buckets": [list(s) for s in spans]}
         | {k: getattr(args, k) for k in keys}
-        | {"precision": runtime.dtype}
+        | {"tokens": digest(ids), "precision": runtime.dtype}
     )
 
 
@@ -85,36 +106,43 @@ def main(argv=None) -> int:
     import ropescale as rs
     from ropescale._io import atomic_write_json
     from ropescale.data.documents import load_documents, tokenize_documents
+    from ropescale.errors import RopescaleError
     from ropescale.models.runtime import resolve_runtime
     from ropescale.training.data import split_holdout
 
     pairs = [c.split("=", 1) for c in args.checkpoints]
-    if any(len(p) != 2 for p in pairs):
-        raise SystemExit(f"error: checkpoints are LABEL=PATH, got {args.checkpoints!r}")
-    if len({label.replace(" ", "-") for label, _ in pairs}) < len(pairs):
-        raise SystemExit(f"error: two checkpoints share a label (spaces read as '-'): {args.checkpoints!r}")
+    if any(len(p) != 2 or not p[0] for p in pairs):
+        return refuse(f"checkpoints are LABEL=PATH, got {args.checkpoints!r}")
+    if len({file_name(label) for label, _ in pairs}) < len(pairs):
+        return refuse(f"two labels name the same file in {args.output} ({[file_name(lb) for lb, _ in pairs]})")
     spans = buckets(args.length, [int(e) for e in args.edges.split(",") if e])
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    runtime, held = resolve_runtime("auto", args.dtype), None
-    results = {}
+    runtime = resolve_runtime("auto", args.dtype)
+    try:
+        held = split_holdout(load_documents(args.data), [args.document])[1]
+    except RopescaleError as exc:
+        return refuse(f"--data {args.data} --document {args.document}: {exc}")
+    results, scored = {}, {}
     for label, path in pairs:
-        file = out / (label.replace(" ", "-") + ".json")
+        tokenizer = rs.load_tokenizer(path)  # each checkpoint's own: the check below needs its tokens
+        doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
+        if len(doc) < args.length:
+            return refuse(f"{args.document} has {len(doc)} tokens, fewer than --length {args.length}")
+        ids = [tokenizer.bos_token_id, *doc[: args.length]]
+        scored[label] = digest(ids)
+        if len(set(scored.values())) > 1:
+            return refuse(f"{path}: its tokenizer reads {args.document} as other tokens than {pairs[0][1]}'s")
+        file, asked = out / f"{file_name(label)}.json", protocol(path, ids, spans, args, runtime)
         if file.is_file():
-            was, asked = json.loads(file.read_text()), protocol(path, spans, args, runtime)
+            was = json.loads(file.read_text())
             diff = next((k for k in asked if was.get(k) != asked[k]), None)
             if diff:
-                print(
-                    f"error: {file} was measured with {diff} {was.get(diff)!r}, not {asked[diff]!r}: use another --output"
+                return refuse(
+                    f"{file} was measured with {diff} {was.get(diff)!r}, not {asked[diff]!r}: use another --output"
                 )
-                return 2
         else:
-            tokenizer = rs.load_tokenizer(path)  # each checkpoint's own; the text is read once
-            held = held or split_holdout(load_documents(args.data), [args.document])[1]
-            doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
-            if len(doc) < args.length:
-                raise SystemExit(f"error: {args.document} has {len(doc)} tokens, fewer than --length {args.length}")
-            atomic_write_json(file, measure(path, [tokenizer.bos_token_id, *doc[: args.length]], spans, args, runtime))
+            atomic_write_json(file, measure(path, ids, spans, args, runtime))
         results[label] = json.loads(file.read_text())
     ppl = {k: {s: math.exp(v["nll"] / v["tokens"]) for s, v in r["nll"].items()} for k, r in results.items()}
     ref = pairs[0][0]
