@@ -176,7 +176,9 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
         lines.append(f"- {part}: {status} ({detail})")
 
     long = [n for n in plan.ppl_lengths if n > L]
-    if ft and control and L in control.ppl and all(n in ft.ppl for n in long):
+    if not long:
+        say("long-context perplexity", None, f"no perplexity length beyond {length_text(L)} asked")
+    elif ft and control and L in control.ppl and all(n in ft.ppl for n in long):
         bar = slack * control.ppl[L]
         worst = max(ft.ppl[n] for n in long)
         say(
@@ -186,7 +188,7 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
         )
         rising = [ft.ppl[n] for n in sorted({L, *long}) if n in ft.ppl]
         say(
-            "PPL not rising from 8k to the target",
+            f"PPL not rising from {length_text(L)} to the target",
             all(b <= a * 1.002 for a, b in zip(rising, rising[1:])),
             " → ".join(f"{x:.2f}" for x in rising),
         )

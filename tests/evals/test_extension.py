@@ -267,3 +267,18 @@ def test_trade_offs_read_a_fine_tune_files_training_free_rows_only(tmp_path):
     text = " ".join(t.sentence() for t in found)
     assert "PPL 33.00 at 2k vs 28.80 unscaled" in text and "45.30 at 64k" in text and "70% at 4k" in text
     assert "22.7" not in text and "27.6" not in text and "37%" not in text and "22.00" not in text
+
+
+def test_the_goal_reads_a_report_whose_perplexity_stops_at_the_trained_context():
+    # `--ppl-lengths 2048,8192` (a screen of the short cells first) with both fine-tunes measured: the long
+    # perplexity part is not measured yet, and the report still prints (max() of nothing crashed it)
+    from ropescale.evals.evidence import Measured
+
+    plan = replace(Plan.at(4), ppl_lengths=(2048, 8192))
+    rows = [
+        Measured("fine-tuned yarn", "yarn", 4, ppl={2048: 23.79, 8192: 25.50}),
+        Measured("control", "default", ppl={2048: 23.63, 8192: 24.96}),
+    ]
+    lines = goal_lines(rows, plan)
+    assert "- long-context perplexity: not measured yet (no perplexity length beyond 8k asked)" in lines
+    assert "- PPL(2k) ≤ 1.01 × control's: met (23.79 vs 23.63)" in lines
