@@ -59,7 +59,7 @@ def file_name(label: str) -> str:
 
 
 def digest(ids) -> str:
-    """What identifies the scored tokens: sha256 of their ids."""
+    """What identifies the scored tokens: the first 16 hex digits of the sha256 of their ids."""
     return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()[:16]
 
 
@@ -123,16 +123,18 @@ def main(argv=None) -> int:
         held = split_holdout(load_documents(args.data), [args.document])[1]
     except RopescaleError as exc:
         return refuse(f"--data {args.data} --document {args.document}: {exc}")
-    results, scored = {}, {}
+    tokens = {}  # every checkpoint's tokens first: a mismatch stops before anything is measured
     for label, path in pairs:
-        tokenizer = rs.load_tokenizer(path)  # each checkpoint's own: the check below needs its tokens
+        tokenizer = rs.load_tokenizer(path)  # each checkpoint's own
         doc = tokenize_documents(tokenizer, held, max_tokens=args.length)[0]
         if len(doc) < args.length:
             return refuse(f"{args.document} has {len(doc)} tokens, fewer than --length {args.length}")
-        ids = [tokenizer.bos_token_id, *doc[: args.length]]
-        scored[label] = digest(ids)
-        if len(set(scored.values())) > 1:
+        tokens[label] = [tokenizer.bos_token_id, *doc[: args.length]]
+        if tokens[label] != tokens[pairs[0][0]]:
             return refuse(f"{path}: its tokenizer reads {args.document} as other tokens than {pairs[0][1]}'s")
+    results = {}
+    for label, path in pairs:
+        ids = tokens[label]
         file, asked = out / f"{file_name(label)}.json", protocol(path, ids, spans, args, runtime)
         if file.is_file():
             was = json.loads(file.read_text())

@@ -81,12 +81,13 @@ def test_checkpoints_reading_the_text_as_other_tokens_are_refused(model_dir, tmp
     argv = [f"a={model_dir}", f"b={model_dir}", "--length", "64", "--edges", "32", "--data", str(data)]
     assert bench.main([*argv, "--dtype", "float32", "--output", str(tmp_path / "out")]) == 2
     assert "reads Emma as other tokens" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "b.json").exists()
+    assert not (tmp_path / "out" / "a.json").exists()  # refused before anything is measured
 
 
-def test_labels_name_files_inside_the_output_folder():
+def test_labels_name_files_inside_the_output_folder(tmp_path, capsys):
     bench = load_script("benchmarks/bench_loss_by_position.py")
     assert bench.file_name("no sentences") == "no-sentences"
     assert bench.file_name("../../etc/x") == "etc-x"
     assert bench.file_name("/") == "checkpoint"
-    assert bench.main(["a b=x", "a/b=y", "--output", "unused"]) == 2  # both would write a-b.json
+    assert bench.main(["a b=x", "a/b=y", "--output", str(tmp_path / "out")]) == 2  # both would write a-b.json
+    assert "two labels name the same file" in capsys.readouterr().err and not (tmp_path / "out").exists()
