@@ -69,6 +69,7 @@ def refuse(message: str) -> int:
 
 
 def measure(path: str, ids, spans, args, runtime) -> dict:
+    """Summed NLL and token count of the whole window and of each bucket (keyed 'a-b')."""
     import torch
 
     from ropescale.models.loading import from_pretrained
@@ -86,7 +87,7 @@ def measure(path: str, ids, spans, args, runtime) -> dict:
             labels[:, 1 + a : 1 + b] = x[:, 1 + a : 1 + b]
             total, n = summed_nll(hidden, model.lm_head, labels)
             nll[f"{a}-{b}"] = {"nll": total.item(), "tokens": n}
-    return {**protocol(path, ids, spans, args, runtime), "nll": nll}
+    return nll
 
 
 def protocol(path: str, ids, spans, args, runtime) -> dict:
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
                     f"{file} was measured with {diff} {was.get(diff)!r}, not {asked[diff]!r}: use another --output"
                 )
         else:
-            atomic_write_json(file, measure(path, ids, spans, args, runtime))
+            atomic_write_json(file, {**asked, "nll": measure(path, ids, spans, args, runtime)})
         results[label] = json.loads(file.read_text())
     ppl = {k: {s: math.exp(v["nll"] / v["tokens"]) for s, v in r["nll"].items()} for k, r in results.items()}
     ref = pairs[0][0]
