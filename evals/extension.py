@@ -306,7 +306,9 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
         return FineTuneQuote(line, caveat)
-    best = max(keeps, key=completeness)
+    # of equally complete ones, the smallest change to the recipe (a longer GPU run of the same variant
+    # keeps keys too, but the cheaper one is what a user runs first)
+    best = max(keeps, key=lambda other: (completeness(other), -len(overrides_of(other))))
     ft, overrides = fine_tuned(best), overrides_of(best)
 
     def cell(n: int) -> str:  # correct/decoded; fewer than 30 prompts: a cell still being measured

@@ -236,7 +236,10 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         for s in (
             "-finetune-400steps-jitter",
             "-finetune-400steps",
+            "-finetune-recall-400steps-jitter",
             "-finetune-recall-60steps-jitter",
+            "-finetune-recall-lr1e-4-400steps-jitter",
+            "-finetune-recall-lr1e-4-600steps-jitter",
             "-finetune-x8-400steps-jitter",
         )
         + ("-finetune",)

@@ -196,6 +196,14 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     command = dict(rec.commands)["fine-tune keeping retrieval"]
     assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
     assert rec.caveats[-1].endswith(text)
+    longer = experiment(
+        "longer",
+        {4096: 1.0, 8192: 1.0, 32768: 1.0},
+        f"{recall} train.max_steps=400",
+        trials={4096: 30, 8192: 30, 32768: 4},
+    )
+    for found in ([long, longer, kept], [long, kept, longer]):  # equally complete: the fewer overrides, wherever found
+        assert fine_tune_measured(found, "smollm2-135m", 4).variant == quote.variant
     # not a variant: other prompts (fixed depths), no overrides to name, keys lost too, or no baseline to compare
     for other in (
         experiment("fixed", {4096: 1.0}, recall, jitter=0.0),
