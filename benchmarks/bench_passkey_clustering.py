@@ -102,8 +102,21 @@ def print_rows(rows: list[dict]) -> None:
     print_pairs(rows)
 
 
-def _name(row: dict) -> str:
-    return f"{row['label']} ({Path(row['folder']).name})"
+def folder_names(folders) -> dict[str, str]:
+    """Each folder by the fewest trailing path parts that tell it from the others (``a/finetuned`` and
+    ``b/finetuned``, not ``finetuned`` twice)."""
+    parts = {f: Path(f).parts for f in set(folders)}
+    names = {}
+    for f, own in parts.items():
+        k = 1
+        while k < len(own) and any(o[-k:] == own[-k:] for g, o in parts.items() if g != f):
+            k += 1
+        names[f] = "/".join(own[-k:])
+    return names
+
+
+def _name(row: dict, names: dict[str, str]) -> str:
+    return f"{row['label']} ({names[row['folder']]})"
 
 
 def print_pairs(rows: list[dict]) -> None:
@@ -111,7 +124,7 @@ def print_pairs(rows: list[dict]) -> None:
     by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
     from ropescale.evals.proportions import paired_exact_p
 
-    lines = []
+    lines, names = [], folder_names(r["folder"] for r in rows)
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
             if a["length"] != b["length"] or a["prompts"].keys() != b["prompts"].keys():
@@ -120,7 +133,7 @@ def print_pairs(rows: list[dict]) -> None:
             only_b = sum(1 for k, ok in b["prompts"].items() if ok and not a["prompts"][k])
             placement = f"jitter {a['jitter']:g}" if a["jitter"] else "fixed"
             lines.append(
-                f"| {_name(a)} vs {_name(b)} | {a['length']} | {placement} | {only_a} | {only_b} "
+                f"| {_name(a, names)} vs {_name(b, names)} | {a['length']} | {placement} | {only_a} | {only_b} "
                 f"| {paired_exact_p(only_a, only_b):.3g} |"
             )
     if lines:

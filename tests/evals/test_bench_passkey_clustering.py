@@ -5,6 +5,7 @@ side by side, reading real suite cells."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -70,6 +71,12 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     assert sorted(r["jitter"] for r in rows) == [0.0, 0.0, 0.25, 0.25]
     assert all(r["n"] == 6 and r["groups"] == 2 for r in rows)
     assert bench.main([str(tmp_path)]) == 2  # not a suite's output
+    for run in ("a", "b"):  # two runs' folders of one name: each named by the part that differs
+        shutil.copytree(tmp_path / "jitter", tmp_path / run / "finetuned")
+    assert bench.main([str(tmp_path / "a" / "finetuned"), str(tmp_path / "b" / "finetuned")]) == 0
+    pairs = [line for line in capsys.readouterr().out.splitlines() if ") vs " in line]
+    assert any("| linear (a/finetuned) vs none (a/finetuned) |" in p for p in pairs)
+    assert any("| none (a/finetuned) vs none (b/finetuned) |" in p for p in pairs)
 
 
 @pytest.mark.parametrize("jitter", [0.7, "wide"])
