@@ -78,6 +78,20 @@ def check_tokens(binary: str, gguf: Path, text: Path, hf_ids: list[int], needed:
     }
 
 
+def other_sources(results: dict, keys: list[str], source: str) -> list[str]:
+    """The cells among ``keys`` already in ``results`` that another model or checkpoint measured (two
+    checkpoints of one folder name share a cell key; cells from before sources were recorded pass)."""
+    cells = results.get("cells", {})
+    return [k for k in keys if k in cells and cells[k].get("source", source) != source]
+
+
+def rope_factor(config) -> float:
+    """The scaling factor a loaded model's config carries (1 where it is unscaled)."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kind = rope.get("rope_type", rope.get("type", "default"))
+    return 1.0 if kind == "default" else float(rope.get("factor", 1.0))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -96,6 +110,11 @@ def main(argv=None) -> int:
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"cells": {}}
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = [Path(args.checkpoint).name] if args.checkpoint else [m.strip() for m in args.methods.split(",")]
+    source = str(Path(args.checkpoint).resolve()) if args.checkpoint else MODEL  # a checkpoint carries its own scaling
+    mixed = other_sources(results, [f"{m}@{n}" for n in lengths for m in methods], source)
+    if mixed:
+        print(f"{results_path}: {', '.join(mixed)} measured another model; use another --output", file=sys.stderr)
+        return 2
 
     emma = next(d for d in load_corpus("austen") if "emma" in d.title.lower())
     text = out / "emma.txt"
@@ -120,8 +139,10 @@ def main(argv=None) -> int:
                 continue
             factor = max(1.0, length / TRAINED)  # below the trained context (quick checks): unscaled
             kwargs = {} if method == "none" or args.checkpoint else {"method": method, "factor": factor}
-            source = args.checkpoint or MODEL  # a checkpoint carries its own scaling
-            model = ropescale.from_pretrained(source, dtype=torch.float32, attn_implementation="sdpa", **kwargs)
+            model = ropescale.from_pretrained(
+                args.checkpoint or MODEL, dtype=torch.float32, attn_implementation="sdpa", **kwargs
+            )
+            factor = rope_factor(model.config) if args.checkpoint else factor
             gguf = out / f"{method}-{length}.gguf"
             export_gguf(model, gguf, "f32", tokenizer=tokenizer, overwrite=True)
             if "tokens" not in results:
@@ -137,6 +158,7 @@ def main(argv=None) -> int:
             ppl_ours = math.exp(nll / n)
             results["cells"][key] = {
                 "method": method,
+                "source": source,
                 "length": length,
                 "factor": 1.0 if method == "none" else factor,
                 "ropescale_ppl": ppl_ours,

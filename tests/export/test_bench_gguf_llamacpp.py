@@ -1,0 +1,33 @@
+"""bench_gguf_llamacpp keeps what each cell measured: the checkpoint's own factor, and no cell of another
+checkpoint that shares its folder name is reused (refused before any weights load)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from tests.conftest import load_script
+
+
+def test_a_cell_of_another_checkpoint_with_the_same_folder_name_is_refused_not_reused(tmp_path, capsys):
+    bench = load_script("benchmarks/bench_gguf_llamacpp.py")
+    out, binary = tmp_path / "out", tmp_path / "llama-perplexity"
+    binary.write_text("")
+    out.mkdir()
+    theirs = {"source": str(tmp_path / "a" / "yarn-export"), "ratio": 1.0}
+    (out / "results.json").write_text(json.dumps({"cells": {"yarn-export@16384": theirs, "yarn-export@8192": {}}}))
+    mine = str((tmp_path / "b" / "yarn-export").resolve())
+    results = json.loads((out / "results.json").read_text())
+    assert bench.other_sources(results, ["yarn-export@16384", "yarn-export@8192"], mine) == ["yarn-export@16384"]
+    assert bench.other_sources(results, ["yarn-export@16384"], theirs["source"]) == []  # its own: resumed
+    args = ["--checkpoint", mine, "--lengths", "16384", "--llama-perplexity", str(binary), "--output", str(out)]
+    assert bench.main(args) == 2
+    assert "results.json: yarn-export@16384 measured another model" in capsys.readouterr().err
+
+
+def test_the_factor_recorded_is_the_one_the_checkpoint_carries():
+    bench = load_script("benchmarks/bench_gguf_llamacpp.py")
+    assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})) == 4.0
+    assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e5})) == 1.0
+    assert bench.rope_factor(SimpleNamespace(rope_scaling={"type": "linear", "factor": 2})) == 2.0
+    assert bench.rope_factor(SimpleNamespace()) == 1.0
