@@ -291,10 +291,14 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         ft = fine_tuned(ev)
         return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
 
+    def as_shipped(ev: Evidence) -> bool:  # the recipe itself, at most trained longer
+        return all(o.split("=", 1)[0] in ("train.max_steps", "train.save_every") for o in overrides_of(ev))
+
     matching = [ev for ev in evidence if fine_tuned(ev)]
     if not matching:
         return None
-    ev = max(matching, key=completeness)  # the first of equals: the order evidence was found in
+    # of equally complete ones, the recipe as it runs, then the smallest change to it (not file order)
+    ev = max(matching, key=lambda other: (completeness(other), as_shipped(other), -len(overrides_of(other))))
     line, caveat, lost = _quote(ev)
     if not lost:  # nothing to remedy (a lower cell within its prompts' noise is not a loss)
         return FineTuneQuote(line, caveat)
@@ -307,7 +311,7 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     if not keeps:
         return FineTuneQuote(line, caveat)
     # of equally complete ones, the smallest change to the recipe (a longer GPU run of the same variant
-    # keeps keys too, but the cheaper one is what a user runs first)
+    # keeps keys too, but the cheaper one is what a user runs first); equal counts: the order found
     best = max(keeps, key=lambda other: (completeness(other), -len(overrides_of(other))))
     ft, overrides = fine_tuned(best), overrides_of(best)
 

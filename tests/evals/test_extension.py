@@ -204,6 +204,10 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     )
     for found in ([long, longer, kept], [long, kept, longer]):  # equally complete: the fewer overrides, wherever found
         assert fine_tune_measured(found, "smollm2-135m", 4).variant == quote.variant
+    twin = experiment("twin", {4096: 1.0, 8192: 1.0, 16384: 1.0}, recall)  # as complete as long, keeps keys
+    for found in ([twin, long], [long, twin]):  # the quoted one is the recipe as it runs, wherever found
+        quote = fine_tune_measured(found, "smollm2-135m", 4)
+        assert "long.json" in quote.line and "twin.json" in quote.variant_text
     # not a variant: other prompts (fixed depths), no overrides to name, keys lost too, or no baseline to compare
     for other in (
         experiment("fixed", {4096: 1.0}, recall, jitter=0.0),
@@ -226,7 +230,7 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     from ropescale.evals.extension import fine_tune_measured
 
     quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
-    assert "400steps-jitter.json" in quote.line and quote.caveat  # the most complete one loses keys
+    assert "finetune-400steps-jitter.json" in quote.line and quote.caveat  # the recipe's most complete: loses keys
     assert "data.recall_facts=4" in quote.variant and "recall-60steps-jitter.json" in quote.variant_text
     from ropescale.evals.recommend import recommend
 
