@@ -78,11 +78,21 @@ def check_tokens(binary: str, gguf: Path, text: Path, hf_ids: list[int], needed:
     }
 
 
-def other_sources(results: dict, keys: list[str], source: str) -> list[str]:
+def other_sources(results: dict, keys: list[str], source: str, checkpoint: bool) -> list[str]:
     """The cells among ``keys`` already in ``results`` that another model or checkpoint measured (two
-    checkpoints of one folder name share a cell key; cells from before sources were recorded pass)."""
+    checkpoints of one folder name share a cell key). A checkpoint's cell from before sources were
+    recorded cannot say which it was and counts as another's; the embedded model's methods can."""
     cells = results.get("cells", {})
-    return [k for k in keys if k in cells and cells[k].get("source", source) != source]
+    legacy = None if checkpoint else source
+    return [k for k in keys if k in cells and cells[k].get("source", legacy) != source]
+
+
+def cell_identity(checkpoint: str | None, method: str, length: int, config) -> dict:
+    """What measured a cell: the checkpoint (its resolved path) and the factor its config carries, or the
+    embedded model patched by ``method`` at length / 8192 (unscaled below the trained context)."""
+    if checkpoint:
+        return {"source": str(Path(checkpoint).resolve()), "factor": rope_factor(config)}
+    return {"source": MODEL, "factor": 1.0 if method == "none" else max(1.0, length / TRAINED)}
 
 
 def rope_factor(config) -> float:
@@ -111,9 +121,12 @@ def main(argv=None) -> int:
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = [Path(args.checkpoint).name] if args.checkpoint else [m.strip() for m in args.methods.split(",")]
     source = str(Path(args.checkpoint).resolve()) if args.checkpoint else MODEL  # a checkpoint carries its own scaling
-    mixed = other_sources(results, [f"{m}@{n}" for n in lengths for m in methods], source)
+    mixed = other_sources(results, [f"{m}@{n}" for n in lengths for m in methods], source, bool(args.checkpoint))
     if mixed:
-        print(f"{results_path}: {', '.join(mixed)} measured another model; use another --output", file=sys.stderr)
+        print(
+            f"{results_path}: {', '.join(mixed)} measured another model (or, from before sources were recorded, cannot say which); use another --output",
+            file=sys.stderr,
+        )
         return 2
 
     emma = next(d for d in load_corpus("austen") if "emma" in d.title.lower())
@@ -142,7 +155,6 @@ def main(argv=None) -> int:
             model = ropescale.from_pretrained(
                 args.checkpoint or MODEL, dtype=torch.float32, attn_implementation="sdpa", **kwargs
             )
-            factor = rope_factor(model.config) if args.checkpoint else factor
             gguf = out / f"{method}-{length}.gguf"
             export_gguf(model, gguf, "f32", tokenizer=tokenizer, overwrite=True)
             if "tokens" not in results:
@@ -158,9 +170,8 @@ def main(argv=None) -> int:
             ppl_ours = math.exp(nll / n)
             results["cells"][key] = {
                 "method": method,
-                "source": source,
                 "length": length,
-                "factor": 1.0 if method == "none" else factor,
+                **cell_identity(args.checkpoint, method, length, model.config),
                 "ropescale_ppl": ppl_ours,
                 "llama_cpp_ppl": ppl_cpp,
                 "llama_cpp_pm": pm,

@@ -18,15 +18,22 @@ def test_a_cell_of_another_checkpoint_with_the_same_folder_name_is_refused_not_r
     (out / "results.json").write_text(json.dumps({"cells": {"yarn-export@16384": theirs, "yarn-export@8192": {}}}))
     mine = str((tmp_path / "b" / "yarn-export").resolve())
     results = json.loads((out / "results.json").read_text())
-    assert bench.other_sources(results, ["yarn-export@16384", "yarn-export@8192"], mine) == ["yarn-export@16384"]
-    assert bench.other_sources(results, ["yarn-export@16384"], theirs["source"]) == []  # its own: resumed
+    keys = ["yarn-export@16384", "yarn-export@8192"]
+    assert bench.other_sources(results, keys, mine, checkpoint=True) == keys  # 8192: no source, cannot tell
+    assert bench.other_sources(results, keys[:1], theirs["source"], checkpoint=True) == []  # its own: resumed
+    assert bench.other_sources(results, keys[1:], bench.MODEL, checkpoint=False) == []  # a method's old cell
     args = ["--checkpoint", mine, "--lengths", "16384", "--llama-perplexity", str(binary), "--output", str(out)]
     assert bench.main(args) == 2
     assert "results.json: yarn-export@16384 measured another model" in capsys.readouterr().err
 
 
-def test_the_factor_recorded_is_the_one_the_checkpoint_carries():
+def test_the_factor_recorded_is_the_one_the_checkpoint_carries(tmp_path):
     bench = load_script("benchmarks/bench_gguf_llamacpp.py")
+    yarn = SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})
+    cell = bench.cell_identity(str(tmp_path / "yarn-export"), "yarn-export", 16384, yarn)
+    assert cell == {"source": str((tmp_path / "yarn-export").resolve()), "factor": 4.0}  # not 16384 / 8192
+    assert bench.cell_identity(None, "yarn", 16384, None) == {"source": bench.MODEL, "factor": 2.0}
+    assert bench.cell_identity(None, "none", 32768, None)["factor"] == 1.0
     assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})) == 4.0
     assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e5})) == 1.0
     assert bench.rope_factor(SimpleNamespace(rope_scaling={"type": "linear", "factor": 2})) == 2.0
