@@ -87,19 +87,12 @@ def other_sources(results: dict, keys: list[str], source: str, checkpoint: bool)
     return [k for k in keys if k in cells and cells[k].get("source", legacy) != source]
 
 
-def cell_identity(checkpoint: str | None, method: str, length: int, config) -> dict:
-    """What measured a cell: the checkpoint (its resolved path) and the factor its config carries, or the
-    embedded model patched by ``method`` at length / 8192 (unscaled below the trained context)."""
-    if checkpoint:
-        return {"source": str(Path(checkpoint).resolve()), "factor": rope_factor(config)}
-    return {"source": MODEL, "factor": 1.0 if method == "none" else max(1.0, length / TRAINED)}
+def cell_identity(source: str, config) -> dict:
+    """What measured a cell: the checkpoint (resolved path) or the embedded model, and the factor the
+    loaded config carries, read as export-gguf reads it (so the factor is the one the GGUF was given)."""
+    from ropescale.export.gguf import scaling_of
 
-
-def rope_factor(config) -> float:
-    """The scaling factor a loaded model's config carries (1 where it is unscaled)."""
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    return 1.0 if kind == "default" else float(rope.get("factor", 1.0))
+    return {"source": source, "factor": scaling_of(config)[0].factor}
 
 
 def main(argv=None) -> int:
@@ -171,7 +164,7 @@ def main(argv=None) -> int:
             results["cells"][key] = {
                 "method": method,
                 "length": length,
-                **cell_identity(args.checkpoint, method, length, model.config),
+                **cell_identity(source, model.config),
                 "ropescale_ppl": ppl_ours,
                 "llama_cpp_ppl": ppl_cpp,
                 "llama_cpp_pm": pm,

@@ -4,9 +4,9 @@ checkpoint that shares its folder name is reused (refused before any weights loa
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 from tests.conftest import load_script
+from tests.export.conftest import tiny_llama
 
 
 def test_a_cell_of_another_checkpoint_with_the_same_folder_name_is_refused_not_reused(tmp_path, capsys):
@@ -28,13 +28,18 @@ def test_a_cell_of_another_checkpoint_with_the_same_folder_name_is_refused_not_r
 
 
 def test_the_factor_recorded_is_the_one_the_checkpoint_carries(tmp_path):
+    from ropescale import patch_config
+
     bench = load_script("benchmarks/bench_gguf_llamacpp.py")
-    yarn = SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})
-    cell = bench.cell_identity(str(tmp_path / "yarn-export"), "yarn-export", 16384, yarn)
-    assert cell == {"source": str((tmp_path / "yarn-export").resolve()), "factor": 4.0}  # not 16384 / 8192
-    assert bench.cell_identity(None, "yarn", 16384, None) == {"source": bench.MODEL, "factor": 2.0}
-    assert bench.cell_identity(None, "none", 32768, None)["factor"] == 1.0
-    assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})) == 4.0
-    assert bench.rope_factor(SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e5})) == 1.0
-    assert bench.rope_factor(SimpleNamespace(rope_scaling={"type": "linear", "factor": 2})) == 2.0
-    assert bench.rope_factor(SimpleNamespace()) == 1.0
+    yarn = tiny_llama(max_position_embeddings=256).config
+    yarn.rope_parameters = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "rope_theta": 1e4,
+    }
+    mine = str((tmp_path / "yarn-export").resolve())
+    assert bench.cell_identity(mine, yarn) == {"source": mine, "factor": 4.0}  # not 16384 / 8192
+    patched = patch_config(tiny_llama().config, "yarn", factor=2.0)  # the embedded model patched per method
+    assert bench.cell_identity(bench.MODEL, patched) == {"source": bench.MODEL, "factor": 2.0}
+    assert bench.cell_identity(bench.MODEL, tiny_llama().config)["factor"] == 1.0  # unscaled ("none")
