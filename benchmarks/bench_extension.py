@@ -74,6 +74,13 @@ def parse_args(argv=None):
         "report GPU cells from a machine without that GPU)",
     )
     ap.add_argument(
+        "--baselines",
+        default=None,
+        metavar="FILE",
+        help="shipped evidence (evals/measured/...) whose none and yarn rows stand for this output's base suite "
+        "(a variant that measures only its fine-tunes: same model, factor, prompts and runtime, checked)",
+    )
+    ap.add_argument(
         "--suites",
         default="base,finetuned,control",
         help="which suites to run (base: none and training-free yarn); only their models are trained",
@@ -129,6 +136,24 @@ def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | N
 
     kernels = f" on {recorded.get('kernels') or cpu_bf16_kernels()}" if dtype == "bfloat16" else ""
     return f"{os.cpu_count()} CPU cores, auto precision ({dtype}{kernels})", runtime
+
+
+def with_baselines(out: Path | None, rows: list, path: str, plan) -> tuple[list, list[str]]:
+    """``rows`` with the ``none``/``yarn`` rows of the shipped file ``path`` where ``out`` measured none of
+    its own, in the table's order, and the labels taken (``out`` None: the file checked without the
+    cells' runtime, before anything trains). Exits (status 2, one line) when the file is
+    not of this experiment's model, factor, prompts or runtime (:func:`~ropescale.evals.extension.baseline_rows`)."""
+    from ropescale.errors import RopescaleError
+    from ropescale.evals.cell_keys import cells_runtime
+    from ropescale.evals.extension import baseline_rows
+
+    try:
+        folders = sorted(p for p in out.iterdir() if (p / "cells").is_dir()) if out and out.is_dir() else []
+        runtime = cells_runtime(folders) if folders else None
+        extra = [r for r in baseline_rows(path, plan, runtime) if r.label not in {r.label for r in rows}]
+    except RopescaleError as exc:
+        fail(f"--baselines {exc}")
+    return sorted([*rows, *extra], key=lambda r: ROLES.index(r.label)), [r.label for r in extra]
 
 
 def trained(run: Path, recipe: str) -> bool:
@@ -350,6 +375,8 @@ def main(argv=None) -> int:
     if set(tasks) - {"perplexity", "passkey"} or not tasks:  # before anything trains
         fail(f"--curve-tasks {args.curve_tasks!r}: perplexity, passkey or both")
     check_factor(out, args.factor)
+    if args.baselines:  # a file that cannot stand for the base suite stops here, before anything trains
+        with_baselines(None, [], args.baselines, plan)
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
     points = []
@@ -377,7 +404,9 @@ def main(argv=None) -> int:
     variant += f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
     commands.update({"none": commands[CONTROL], "yarn": commands[CONTROL]})
-    rows = collect(out, commands)
+    rows, taken = collect(out, commands), []
+    if args.baselines:
+        rows, taken = with_baselines(out, rows, args.baselines, plan)
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
     curve_lines = [
         f"- {p['role']}, step {p['step']} ({p['tokens']:,} tokens): {curve_text(p)}"
@@ -409,7 +438,9 @@ def main(argv=None) -> int:
             "PPL: non-overlapping windows of held-out Emma with BOS; passkey: depths 0/0.25/0.5/0.75/1 x 6 trials "
             + (f"(each trial's depth drawn from depth +- {args.jitter:g}) " if args.jitter else "")
             + "per length (passkey_trials = prompts decoded; fewer than 30 = cell in progress); control = the same "
-            "fine-tune without scaling" + (f"; {args.note}" if args.note else "")
+            "fine-tune without scaling"
+            + (f"; {' and '.join(taken)}: the rows of {Path(args.baselines).name}" if taken else "")
+            + (f"; {args.note}" if args.note else "")
         )
         for line in write_shipped(args.evidence, evidence_dict(rows, plan, note, runtime)):  # earlier cells stay
             print(f"evidence: {line}")

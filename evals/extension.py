@@ -22,22 +22,26 @@ report, the goal's verdict and the shipped evidence (``evals/measured/``);
 from __future__ import annotations
 
 import itertools
+import json
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ropescale.errors import RopescaleError
 from ropescale.evals.evidence import (
     CONTROL,
     FINE_TUNED,
     Evidence,
     Measured,
     length_text,
+    load_measured,
     load_results,
     same_model,
     shipped_dict,
 )
 from ropescale.evals.proportions import difference_interval, wilson_interval
+from ropescale.models.runtime import runtime_text, same_runtime
 
 ROLES = ("none", "yarn", FINE_TUNED, CONTROL)
 #: the suite folder each role's cells live in, and its label inside that suite
@@ -139,6 +143,41 @@ def collect(output: str | Path, commands: dict[str, str] | None = None) -> list[
         if found:
             command = (commands or {}).get(role)
             rows.append(replace(found[0], label=role, commands=(command,) if command else found[0].commands))
+    return rows
+
+
+def baseline_rows(path: str | Path, plan: Plan, runtime: dict[str, str] | None = None) -> list[Measured]:
+    """The ``none`` and ``yarn`` rows of a shipped experiment (``evals/measured/...``), for a variant that
+    trains and measures only its fine-tunes: the base model and training-free YaRN do not change with
+    the recipe, so their cells are the other experiment's, on the same prompts and text. The file must be
+    of this model, trained context and passkey placement, its ``yarn`` at this factor and, where
+    ``runtime`` (the variant's cells', :func:`~.cell_keys.cells_runtime`) is given, of the same runtime.
+
+    Raises:
+        RopescaleError: one line naming the file and what differs (or that it has no such row).
+    """
+    ev = load_measured(path)  # unreadable or damaged: one line naming it
+    raw = json.loads(Path(path).read_text())
+    checks = {
+        "budget": (ev.budget, "fine-tune"),
+        "original_context": (raw.get("original_context"), plan.original_context),
+        "passkey_jitter": (ev.passkey_jitter, plan.jitter),
+    }
+    if not same_model(ev.model, plan.model):
+        checks["model"] = (ev.model, plan.model)
+    for key, (theirs, ours) in checks.items():
+        if theirs != ours:
+            raise RopescaleError(f"{path}: {key} {theirs!r}, this experiment's {ours!r}")
+    rows = [r for r in ev.rows if r.label in ("none", "yarn")]
+    if not rows:
+        raise RopescaleError(f"{path}: no 'none' or 'yarn' row")
+    free = next((r for r in rows if r.label == "yarn"), None)
+    if free is not None and not free.at_factor(plan.factor):
+        raise RopescaleError(f"{path}: yarn at factor {free.factor!r}, this experiment's {plan.factor:g}")
+    theirs = raw.get("runtime")
+    if runtime and not (theirs and same_runtime(theirs, runtime)):
+        found = runtime_text(theirs) if theirs else "no recorded runtime"
+        raise RopescaleError(f"{path}: runtime {found}, this experiment's cells {runtime_text(runtime)}")
     return rows
 
 
@@ -276,7 +315,8 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
     against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
     experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles); where
-    it has a caveat and another (same prompts) has none, that one's overrides are named as the variant."""
+    it has a caveat and another (same prompts) has none, that one's overrides are named as the variant (of
+    several, the cheapest to train, then the lowest perplexity at the longest length)."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
         ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
@@ -307,12 +347,20 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
         return same and bool(_compared(other)) and bool(overrides_of(other))
 
+    def steps(other: Evidence) -> int:  # what it trained; 0: no train.max_steps override, the recipe's own
+        given = dict(o.split("=", 1) for o in overrides_of(other) if "=" in o)
+        return int(given.get("train.max_steps", 0))
+
+    def ppl_at_target(other: Evidence) -> float:
+        ft = fine_tuned(other)
+        return ft.ppl[max(ft.ppl)] if ft.ppl else float("inf")
+
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
         return FineTuneQuote(line, caveat)
-    # of equally complete ones, the smallest change to the recipe (a longer GPU run of the same variant
-    # keeps keys too, but the cheaper one is what a user runs first); equal counts: the order found
-    best = max(keeps, key=lambda other: (completeness(other), -len(overrides_of(other))))
+    # of equally complete ones, the cheapest to train (a longer GPU run of a variant keeps keys too, but
+    # the cheaper one is what a user runs first), then the lower perplexity at the longest length
+    best = max(keeps, key=lambda other: (completeness(other), -steps(other), -ppl_at_target(other)))
     ft, overrides = fine_tuned(best), overrides_of(best)
 
     def cell(n: int) -> str:  # correct/decoded; fewer than 30 prompts: a cell still being measured

@@ -178,3 +178,45 @@ def test_the_curve_can_follow_retrieval_and_a_bad_task_stops_before_training(ben
     import matplotlib.image
 
     assert matplotlib.image.imread(files[1]).shape[1] > 1.5 * matplotlib.image.imread(files[0]).shape[1]  # two panels
+
+
+def test_a_variant_takes_its_baselines_from_a_shipped_experiment_of_the_same_prompts_and_runtime(
+    bench, tmp_path, monkeypatch, capsys
+):
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.extension import Plan, evidence_dict
+
+    gpu = {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"}
+
+    def shipped(name, jitter=0.125, factor=4, runtime=gpu):
+        rows = [
+            Measured("none", "default", passkey={8192: 0.77}, passkey_trials={8192: 30}, commands=("bench a",)),
+            Measured("yarn", "yarn", factor, ppl={32768: 33.2}, commands=("bench a",)),
+            Measured("control", "default", ppl={8192: 23.0}, commands=("bench a",)),  # never taken
+        ]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(evidence_dict(rows, Plan.at(factor, jitter=jitter), "n", runtime)))
+        return str(path)
+
+    out = tmp_path / "variant"
+    _cells(out, "finetuned", gpu)
+    mine = [Measured("fine-tuned yarn", "yarn", 4, ppl={32768: 24.0}), Measured("control", "default", ppl={8192: 24.1})]
+    rows, taken = bench.with_baselines(out, mine, shipped("base"), Plan(jitter=0.125))
+    assert [r.label for r in rows] == ["none", "yarn", "fine-tuned yarn", "control"] and taken == ["none", "yarn"]
+    assert rows[0].commands == ("bench a",) and rows[3].ppl == {8192: 24.1}  # their command; its own control
+    assert bench.with_baselines(out, rows, shipped("base"), Plan(jitter=0.125))[1] == []  # measured here: kept
+    for path, said in (
+        (shipped("fixed", jitter=0.0), "passkey_jitter 0.0, this experiment's 0.125"),
+        (shipped("x8", factor=8), "yarn at factor 8.0, this experiment's 4"),
+        (shipped("cpu", runtime={"device": "cpu", "dtype": "bfloat16"}), "runtime cpu / bfloat16, this experiment's"),
+        (str(tmp_path / "missing.json"), "missing.json"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            bench.with_baselines(out, mine, path, Plan(jitter=0.125))
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    with pytest.raises(SystemExit) as stop:  # a file that cannot stand for the base suite: before anything trains
+        bench.main(["--output", str(tmp_path / "v"), "--jitter", "0.125", "--baselines", shipped("fixed", jitter=0.0)])
+    assert stop.value.code == 2 and ran == [] and "fixed.json" in capsys.readouterr().err
