@@ -239,7 +239,11 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
             "-finetune-recall-400steps-jitter",
             "-finetune-recall-60steps-jitter",
             "-finetune-recall-lr1e-4-400steps-jitter",
+            "-finetune-recall-lr1e-4-400steps-seed1-jitter",
             "-finetune-recall-lr1e-4-600steps-jitter",
+            "-finetune-recall-lr1e-4-60steps-jitter",
+            "-finetune-recall-lr1e-4-800steps-jitter",
+            "-finetune-recall-lr3e-4-175steps-jitter",
             "-finetune-x8-400steps-jitter",
         )
         + ("-finetune",)

@@ -167,11 +167,11 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     from ropescale.evals.extension import command_overrides, fine_tune_measured
     from ropescale.evals.recommend import recommend
 
-    def experiment(name, passkey, command, jitter=0.125, trials=None, base=True):
+    def experiment(name, passkey, command, jitter=0.125, trials=None, base=True, ppl=None):
         rows = [
             Measured("none", "default", passkey={4096: 1.0}, passkey_trials={4096: 30}),
             Measured("yarn", "yarn", 4, passkey={4096: 0.9, 8192: 0.9}, passkey_trials={4096: 30, 8192: 30}),
-            Measured("fine-tuned yarn", "yarn", 4, ppl={2048: 25.1, 32768: 27.7}, passkey=passkey, passkey_trials=trials or dict.fromkeys(passkey, 30)),
+            Measured("fine-tuned yarn", "yarn", 4, ppl=ppl or {2048: 25.1, 32768: 27.7}, passkey=passkey, passkey_trials=trials or dict.fromkeys(passkey, 30)),
             Measured("control", "default", ppl={2048: 24.7}),
         ][0 if base else 2:]  # fmt: skip
         path = tmp_path / f"{name}.json"
@@ -202,8 +202,17 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
         f"{recall} train.max_steps=400",
         trials={4096: 30, 8192: 30, 32768: 4},
     )
-    for found in ([long, longer, kept], [long, kept, longer]):  # equally complete: the fewer overrides, wherever found
+    for found in ([long, longer, kept], [long, kept, longer]):  # equally complete: the fewer steps, wherever found
         assert fine_tune_measured(found, "smollm2-135m", 4).variant == quote.variant
+    better = experiment(  # as complete and as cheap as kept, one override more, lower perplexity at 32k
+        "better",
+        {4096: 1.0, 8192: 1.0, 32768: 1.0},
+        f"{recall} optim.lr=1.0e-4",
+        trials={4096: 30, 8192: 30, 32768: 4},
+        ppl={2048: 23.7, 32768: 25.4},
+    )
+    for found in ([long, better, kept, longer], [long, longer, kept, better]):  # then the lower PPL at the target
+        assert fine_tune_measured(found, "smollm2-135m", 4).variant == (*quote.variant, "optim.lr=1.0e-4")
     twin = experiment("twin", {4096: 1.0, 8192: 1.0, 16384: 1.0}, recall)  # as complete as long, keeps keys
     for found in ([twin, long], [long, twin]):  # the quoted one is the recipe as it runs, wherever found
         quote = fine_tune_measured(found, "smollm2-135m", 4)
@@ -231,7 +240,8 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
 
     quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
     assert "finetune-400steps-jitter.json" in quote.line and quote.caveat  # the recipe's most complete: loses keys
-    assert "data.recall_facts=4" in quote.variant and "recall-60steps-jitter.json" in quote.variant_text
+    assert "data.recall_facts=4" in quote.variant and "optim.lr=1.0e-4" in quote.variant  # 60 steps, lowest PPL
+    assert "recall-lr1e-4-60steps-jitter.json" in quote.variant_text
     from ropescale.evals.recommend import recommend
 
     rec = recommend(
