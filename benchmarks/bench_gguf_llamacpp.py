@@ -87,8 +87,21 @@ def other_sources(results: dict, keys: list[str], source: str, checkpoint: bool)
     return [k for k in keys if k in cells and cells[k].get("source", legacy) != source]
 
 
+def checkpoint_source(path: str | Path) -> str:
+    """A checkpoint as a cell records it: its resolved path and a digest of its config and weights, so a
+    re-export to the same folder (other weights, same name and path) reads as another checkpoint."""
+    import hashlib
+
+    from ropescale._io import sha256_file
+
+    folder = Path(path).resolve()
+    files = sorted(f for f in folder.glob("*") if f.name == "config.json" or f.suffix == ".safetensors")
+    digest = hashlib.sha256("".join(f"{f.name}:{sha256_file(f)};" for f in files).encode()).hexdigest()
+    return f"{folder} sha256:{digest[:16]}"
+
+
 def cell_identity(source: str, config) -> dict:
-    """What measured a cell: the checkpoint (resolved path) or the embedded model, and the factor the
+    """What measured a cell: the checkpoint (:func:`checkpoint_source`) or the embedded model, and the factor the
     loaded config carries, read as export-gguf reads it (so the factor is the one the GGUF was given)."""
     from ropescale.export.gguf import scaling_of
 
@@ -113,7 +126,7 @@ def main(argv=None) -> int:
     results = json.loads(results_path.read_text()) if results_path.is_file() else {"cells": {}}
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = [Path(args.checkpoint).name] if args.checkpoint else [m.strip() for m in args.methods.split(",")]
-    source = str(Path(args.checkpoint).resolve()) if args.checkpoint else MODEL  # a checkpoint carries its own scaling
+    source = checkpoint_source(args.checkpoint) if args.checkpoint else MODEL  # a checkpoint carries its own scaling
     mixed = other_sources(results, [f"{m}@{n}" for n in lengths for m in methods], source, bool(args.checkpoint))
     if mixed:
         print(

@@ -43,3 +43,21 @@ def test_the_factor_recorded_is_the_one_the_checkpoint_carries(tmp_path):
     patched = patch_config(tiny_llama().config, "yarn", factor=2.0)  # the embedded model patched per method
     assert bench.cell_identity(bench.MODEL, patched) == {"source": bench.MODEL, "factor": 2.0}
     assert bench.cell_identity(bench.MODEL, tiny_llama().config)["factor"] == 1.0  # unscaled ("none")
+
+
+def test_a_checkpoint_re_exported_to_the_same_folder_is_another_checkpoint(tmp_path):
+    bench = load_script("benchmarks/bench_gguf_llamacpp.py")
+    ckpt = tmp_path / "yarn-export"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"weights one")
+    first = bench.checkpoint_source(ckpt)
+    assert (
+        first.startswith(f"{ckpt.resolve()} sha256:")
+        and bench.checkpoint_source(tmp_path / "." / "yarn-export") == first
+    )
+    (ckpt / "README.md").write_text("notes")  # not the model: the same checkpoint
+    assert bench.checkpoint_source(ckpt) == first
+    (ckpt / "model.safetensors").write_bytes(b"weights two")  # the same path, other weights
+    results = {"cells": {"yarn-export@16384": {"source": first}}}
+    assert bench.other_sources(results, ["yarn-export@16384"], bench.checkpoint_source(ckpt), checkpoint=True)
