@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
         patch_flags=" --replace" if is_scaled(config) else "",
     )
+    rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     if args.json:
         import json
 
@@ -98,3 +99,34 @@ def _pose_recipe(model: str) -> str:
     own += [r for r in recipes if r.parent.name == Path(model).name]
     pick = (own or recipes or [None])[0]
     return str(pick.relative_to(CONFIGS_DIR).with_suffix("")) if pick else "<recipe.yaml>"
+
+
+def _as_shipped_recipe(command: str, commands: list[tuple[str, str]]) -> str:
+    """``command`` (the fine-tune keeping retrieval: a recipe, the target's keys and the variant's overrides)
+    as the shipped recipe beside it that trains exactly that (same training fingerprint and steps), with the
+    target's keys only; ``command`` itself where none does, or for any other command."""
+    import shlex
+    from pathlib import Path
+
+    from ropescale.errors import RopescaleError
+    from ropescale.training.checkpoints import fingerprint
+    from ropescale.training.config import CONFIGS_DIR, load_config
+
+    base = dict(commands).get("fine-tune (PoSE)", "")
+    words, keys = shlex.split(command), shlex.split(base)[4:]
+    if words[:3] != ["ropescale", "train", "--config"] or not base or words[4:] == keys:
+        return command
+
+    def trains(recipe: str, overrides: list[str]) -> tuple:
+        c = load_config(recipe, overrides)
+        return repr(fingerprint(c)), c.train.max_steps
+
+    try:
+        asked = trains(words[3], words[4:])
+        for path in sorted((CONFIGS_DIR / Path(words[3]).parent).glob("*.yaml")):
+            name = str(path.relative_to(CONFIGS_DIR).with_suffix(""))
+            if name != words[3] and trains(name, keys) == asked:
+                return shlex.join(["ropescale", "train", "--config", name, *keys])
+    except RopescaleError:  # a recipe that does not take the keys is not this one
+        pass
+    return command

@@ -330,3 +330,21 @@ def test_recommend_reads_results_of_the_same_model(capsys, model_dir, tmp_path, 
     # the run has no attention_factor=1.0 row: that trade-off still comes from the shipped measurements
     assert "attention_factor=1.0 gives passkey" in out and "evidence: evals/measured/smollm2-135m.json" in out
     assert f"evidence: {source}" in out
+
+
+def test_the_fine_tune_keeping_retrieval_is_named_by_the_shipped_recipe_that_trains_it():
+    from ropescale.cli.recommend import _as_shipped_recipe
+
+    keys = "model.name=smollm2-135m scaling.method=yarn scaling.factor=4 pose.enabled=true pose.target_length=32768"
+    base = f"ropescale train --config smollm2-135m/yarn_x4 {keys}"
+    commands = [("fine-tune (PoSE)", base)]
+    variant = "data.recall_facts=4 optim.lr=1.0e-4 'scaling.params={attention_factor: 1.07}'"
+    named = _as_shipped_recipe(f"{base} {variant}", commands)
+    assert named == f"ropescale train --config smollm2-135m/yarn_x4_recall {keys}"
+    for other in (  # no shipped recipe trains these: the overrides stay
+        "data.recall_facts=4 'scaling.params={attention_factor: 1.07}'",  # the recall recipe's rate is 1e-4
+        f"{variant} train.max_steps=400",  # longer than any recipe
+    ):
+        assert _as_shipped_recipe(f"{base} {other}", commands) == f"{base} {other}"
+    assert _as_shipped_recipe(base, commands) == base  # the recipe itself, not another name for it
+    assert _as_shipped_recipe("ropescale patch --model m", commands) == "ropescale patch --model m"
