@@ -39,6 +39,8 @@ from ropescale.evals.extension import ROLES, SUITE_OF
 SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
 RECIPES = {FINE_TUNED: SCALED[4], CONTROL: "smollm2-135m/yarn_x4_control"}
 RUN_DIRS = {FINE_TUNED: "yarn", CONTROL: "control"}
+BASELINES_HELP = """shipped evidence (evals/measured/...) whose none and yarn rows stand for the base suite, not run then
+(a variant measuring only its fine-tunes; the file's model, factor, passkey placement and runtime are checked)"""
 
 
 def parse_args(argv=None):
@@ -73,13 +75,7 @@ def parse_args(argv=None):
         help="the machine that measured the cells, for the evidence note (default: this one; required to "
         "report GPU cells from a machine without that GPU)",
     )
-    ap.add_argument(
-        "--baselines",
-        default=None,
-        metavar="FILE",
-        help="shipped evidence (evals/measured/...) whose none and yarn rows stand for this output's base suite "
-        "(a variant that measures only its fine-tunes: same model, factor, prompts and runtime, checked)",
-    )
+    ap.add_argument("--baselines", metavar="FILE", help=BASELINES_HELP)
     ap.add_argument(
         "--suites",
         default="base,finetuned,control",
@@ -138,21 +134,21 @@ def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | N
     return f"{os.cpu_count()} CPU cores, auto precision ({dtype}{kernels})", runtime
 
 
-def with_baselines(out: Path | None, rows: list, path: str, plan) -> tuple[list, list[str]]:
-    """``rows`` with the ``none``/``yarn`` rows of the shipped file ``path`` where ``out`` measured none of
-    its own, in the table's order, and the labels taken (``out`` None: the file checked without the
-    cells' runtime, before anything trains). Exits (status 2, one line) when the file is
-    not of this experiment's model, factor, prompts or runtime (:func:`~ropescale.evals.extension.baseline_rows`)."""
+def with_baselines(out: Path, rows: list, path: str, plan, before: bool = False) -> tuple[list, list[str]]:
+    """``rows`` with the ``none``/``yarn`` rows of the shipped file ``path`` where ``out`` has none of its own,
+    in the table's order, and the labels taken. Exits (2, one line) where the file is of another model, factor,
+    passkey placement or runtime (``baseline_rows``): that of ``out``'s cells, else (``before`` training) this machine's."""
     from ropescale.errors import RopescaleError
     from ropescale.evals.cell_keys import cells_runtime
     from ropescale.evals.extension import baseline_rows
+    from ropescale.models.runtime import resolve_runtime
 
     try:
-        folders = sorted(p for p in out.iterdir() if (p / "cells").is_dir()) if out and out.is_dir() else []
-        runtime = cells_runtime(folders) if folders else None
+        folders = sorted(p for p in out.iterdir() if (p / "cells").is_dir()) if out.is_dir() else []
+        runtime = (cells_runtime(folders) if folders else None) or (resolve_runtime().to_dict() if before else None)
         extra = [r for r in baseline_rows(path, plan, runtime) if r.label not in {r.label for r in rows}]
-    except RopescaleError as exc:
-        fail(f"--baselines {exc}")
+    except RopescaleError as exc:  # mixed cells name two runtimes; the file's faults name the file
+        fail(f"--baselines: {exc}")
     return sorted([*rows, *extra], key=lambda r: ROLES.index(r.label)), [r.label for r in extra]
 
 
@@ -375,10 +371,11 @@ def main(argv=None) -> int:
     if set(tasks) - {"perplexity", "passkey"} or not tasks:  # before anything trains
         fail(f"--curve-tasks {args.curve_tasks!r}: perplexity, passkey or both")
     check_factor(out, args.factor)
-    if args.baselines:  # a file that cannot stand for the base suite stops here, before anything trains
-        with_baselines(None, [], args.baselines, plan)
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
+    if args.baselines:  # the file stands for the base suite; one that cannot stops before anything trains
+        suites.discard("base")
+        with_baselines(out, [], args.baselines, plan, before=not args.report_only)
     points = []
     if not args.report_only:
         check_recipes(out, suites, args.overrides, args.factor)

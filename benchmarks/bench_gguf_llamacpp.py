@@ -89,13 +89,15 @@ def other_sources(results: dict, keys: list[str], source: str, checkpoint: bool)
 
 def checkpoint_source(path: str | Path) -> str:
     """A checkpoint as a cell records it: its resolved path and a digest of its config and weights, so a
-    re-export to the same folder (other weights, same name and path) reads as another checkpoint."""
+    re-export to the same folder (other weights, same name and path) reads as another checkpoint (the
+    weights are read once a run: seconds for 135M, about a minute for 7B; cells recorded before the digest
+    was are refused as another's)."""
     import hashlib
 
     from ropescale._io import sha256_file
 
     folder = Path(path).resolve()
-    files = sorted(f for f in folder.glob("*") if f.name == "config.json" or f.suffix == ".safetensors")
+    files = sorted(f for f in folder.glob("*") if f.name == "config.json" or f.suffix in (".safetensors", ".bin"))
     digest = hashlib.sha256("".join(f"{f.name}:{sha256_file(f)};" for f in files).encode()).hexdigest()
     return f"{folder} sha256:{digest[:16]}"
 

@@ -311,12 +311,15 @@ def command_overrides(command: str) -> tuple[str, ...]:
     return ()
 
 
-def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> FineTuneQuote | None:
+def fine_tune_measured(
+    evidence: list[Evidence], model: str, factor: float, recipe_steps: int = 0
+) -> FineTuneQuote | None:
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
     against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
     experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles); where
     it has a caveat and another (same prompts) has none, that one's overrides are named as the variant (of
-    several, the cheapest to train, then the lowest perplexity at the longest length)."""
+    several, the fewest training steps, an experiment without a ``train.max_steps`` override counted at
+    ``recipe_steps``, then the lowest perplexity at the target length, factor × the trained context)."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
         ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
@@ -347,19 +350,18 @@ def fine_tune_measured(evidence: list[Evidence], model: str, factor: float) -> F
         same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
         return same and bool(_compared(other)) and bool(overrides_of(other))
 
-    def steps(other: Evidence) -> int:  # what it trained; 0: no train.max_steps override, the recipe's own
+    def steps(other: Evidence) -> int:  # what it trained: its train.max_steps override, else the recipe's
         given = dict(o.split("=", 1) for o in overrides_of(other) if "=" in o)
-        return int(given.get("train.max_steps", 0))
+        return int(given.get("train.max_steps", recipe_steps))
 
-    def ppl_at_target(other: Evidence) -> float:
-        ft = fine_tuned(other)
-        return ft.ppl[max(ft.ppl)] if ft.ppl else float("inf")
+    def ppl_at_target(other: Evidence) -> float:  # not measured there: ranks last
+        return fine_tuned(other).ppl.get(round(factor * (other.original_context or 0)), float("inf"))
 
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
         return FineTuneQuote(line, caveat)
     # of equally complete ones, the cheapest to train (a longer GPU run of a variant keeps keys too, but
-    # the cheaper one is what a user runs first), then the lower perplexity at the longest length
+    # the cheaper one is what a user runs first), then the lower perplexity at the target
     best = max(keeps, key=lambda other: (completeness(other), -steps(other), -ppl_at_target(other)))
     ft, overrides = fine_tuned(best), overrides_of(best)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropescale.errors import RopescaleError
 from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.extension import fine_tune_measured
@@ -211,7 +212,7 @@ def recommend(
             )
         )
         rec.commands.append(("training-free meanwhile", patch))
-        found = fine_tune_measured(evidence, model, s)
+        found = fine_tune_measured(evidence, model, s, _recipe_steps(train_recipe))
         if found:
             rec.measured = found.line
             rec.reasons.append("measured " + rec.measured)
@@ -403,3 +404,13 @@ def evidence_table(ev: Evidence) -> str:
             line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
         lines.append(line)
     return "\n".join(lines)
+
+
+def _recipe_steps(recipe: str | None) -> int:
+    """The steps ``recipe`` trains (0 where it cannot be read: ``ropescale train`` absent, a placeholder)."""
+    try:
+        from ropescale.training.config import load_config
+
+        return load_config(recipe).train.max_steps if recipe else 0
+    except (ImportError, OSError, RopescaleError):
+        return 0

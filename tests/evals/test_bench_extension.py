@@ -220,3 +220,51 @@ def test_a_variant_takes_its_baselines_from_a_shipped_experiment_of_the_same_pro
     with pytest.raises(SystemExit) as stop:  # a file that cannot stand for the base suite: before anything trains
         bench.main(["--output", str(tmp_path / "v"), "--jitter", "0.125", "--baselines", shipped("fixed", jitter=0.0)])
     assert stop.value.code == 2 and ran == [] and "fixed.json" in capsys.readouterr().err
+
+
+def test_a_report_with_baselines_shows_and_ships_their_rows_and_names_the_file(bench, tmp_path, capsys):
+    from ropescale.evals.evidence import Measured, load_measured
+    from ropescale.evals.extension import Plan, evidence_dict
+
+    base = tmp_path / "base.json"
+    rows = [
+        Measured("none", "default", ppl={2048: 28.8}, passkey={8192: 0.77}, passkey_trials={8192: 30}, commands=("a",)),
+        Measured("yarn", "yarn", 4, ppl={32768: 33.2}, commands=("a",)),
+    ]
+    base.write_text(json.dumps(evidence_dict(rows, Plan(jitter=0.125), "n", {"device": "cuda", "dtype": "bfloat16"})))
+    out = tmp_path / "variant"
+    for suite, label, ppl in (
+        ("finetuned", "fine-tuned yarn", {"8192": {"ppl": 24.0}}),
+        ("control", "control", {"8192": {"ppl": 23.0}}),
+    ):
+        (out / suite).mkdir(parents=True)
+        methods = {label: {"method": "yarn" if suite == "finetuned" else "default"}}  # as the suite runner records them
+        (out / suite / "results.json").write_text(json.dumps({"model": "smollm2-135m", "methods": methods, "tasks": {"perplexity": {label: ppl}}}))  # fmt: skip
+    shipped = tmp_path / "shipped.json"
+    argv = ["--output", str(out), "--jitter", "0.125", "--report-only", "--baselines", str(base)]
+    assert bench.main([*argv, "--evidence", str(shipped), "--machine", "one GPU"]) == 0
+    table = capsys.readouterr().out
+    assert [line.split(" |")[0] for line in table.splitlines() if line.startswith("| ") and "model" not in line] == [
+        "| none",
+        "| yarn",
+        "| fine-tuned yarn",
+        "| control",
+    ]
+    ev = load_measured(shipped)
+    assert [r.label for r in ev.rows] == ["none", "yarn", "fine-tuned yarn", "control"]
+    assert ev.rows[0].commands == ("a",) and "none and yarn: the rows of base.json" in ev.note
+
+
+def test_baselines_of_another_runtime_stop_a_run_before_anything_trains(bench, tmp_path, monkeypatch, capsys):
+    from ropescale.evals.evidence import Measured
+    from ropescale.evals.extension import Plan, evidence_dict
+
+    gpu = tmp_path / "gpu.json"  # measured on a GPU; this machine trains and measures on its CPU
+    rows = [Measured("none", "default", passkey={8192: 0.77}, passkey_trials={8192: 30}, commands=("a",))]
+    gpu.write_text(json.dumps(evidence_dict(rows, Plan(jitter=0.125), "n", {"device": "cuda", "dtype": "bfloat16"})))
+    ran = []
+    monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--output", str(tmp_path / "v"), "--jitter", "0.125", "--baselines", str(gpu)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and ran == [] and "runtime cuda / bfloat16" in err and "gpu.json" in err

@@ -213,6 +213,21 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     )
     for found in ([long, better, kept, longer], [long, longer, kept, better]):  # then the lower PPL at the target
         assert fine_tune_measured(found, "smollm2-135m", 4).variant == (*quote.variant, "optim.lr=1.0e-4")
+    best_but_longer = experiment(  # the lowest PPL of all, but 400 steps: steps come first
+        "best", {4096: 1.0, 8192: 1.0, 32768: 1.0}, f"{recall} optim.lr=1.0e-4 train.max_steps=400",
+        trials={4096: 30, 8192: 30, 32768: 4}, ppl={2048: 22.0, 32768: 23.0},
+    )  # fmt: skip
+    assert fine_tune_measured([long, best_but_longer, better], "smollm2-135m", 4).variant[-1] == "optim.lr=1.0e-4"
+    short = experiment(  # 30 steps: fewer than a recipe of 60 (the others' steps), more than one of 20
+        "short", {4096: 1.0, 8192: 1.0, 32768: 1.0}, f"{recall} train.max_steps=30", trials={4096: 30, 8192: 30, 32768: 4}
+    )  # fmt: skip
+    assert (
+        fine_tune_measured([long, better, short], "smollm2-135m", 4, recipe_steps=60).variant[-1]
+        == "train.max_steps=30"
+    )
+    assert (
+        fine_tune_measured([long, short, better], "smollm2-135m", 4, recipe_steps=20).variant[-1] == "optim.lr=1.0e-4"
+    )
     twin = experiment("twin", {4096: 1.0, 8192: 1.0, 16384: 1.0}, recall)  # as complete as long, keeps keys
     for found in ([twin, long], [long, twin]):  # the quoted one is the recipe as it runs, wherever found
         quote = fine_tune_measured(found, "smollm2-135m", 4)
