@@ -103,30 +103,39 @@ def _pose_recipe(model: str) -> str:
 
 def _as_shipped_recipe(command: str, commands: list[tuple[str, str]]) -> str:
     """``command`` (the fine-tune keeping retrieval: a recipe, the target's keys and the variant's overrides)
-    as the shipped recipe beside it that trains exactly that (same training fingerprint and steps), with the
-    target's keys only; ``command`` itself where none does, or for any other command."""
+    as the shipped recipe beside it that trains exactly that (every setting equal but the run's name and
+    folder), with the target's keys only; ``command`` itself where none does, or for any other command."""
     import shlex
     from pathlib import Path
 
     from ropescale.errors import RopescaleError
-    from ropescale.training.checkpoints import fingerprint
     from ropescale.training.config import CONFIGS_DIR, load_config
 
     base = dict(commands).get("fine-tune (PoSE)", "")
-    words, keys = shlex.split(command), shlex.split(base)[4:]
-    if words[:3] != ["ropescale", "train", "--config"] or not base or words[4:] == keys:
+    if not (command.startswith("ropescale train --config ") and base.startswith("ropescale train --config ")):
+        return command
+    try:  # a model path the shell would not read back: leave the command as printed
+        words, keys = shlex.split(command), shlex.split(base)[4:]
+    except ValueError:
+        return command
+    if words[4:] == keys:
         return command
 
-    def trains(recipe: str, overrides: list[str]) -> tuple:
-        c = load_config(recipe, overrides)
-        return repr(fingerprint(c)), c.train.max_steps
+    def trains(recipe: str, overrides: list[str]) -> dict:
+        d = load_config(recipe, overrides).to_dict()
+        d.pop("name", None)
+        d["train"].pop("output_dir", None)
+        return d
 
     try:
         asked = trains(words[3], words[4:])
-        for path in sorted((CONFIGS_DIR / Path(words[3]).parent).glob("*.yaml")):
-            name = str(path.relative_to(CONFIGS_DIR).with_suffix(""))
+    except RopescaleError:
+        return command
+    for path in sorted((CONFIGS_DIR / Path(words[3]).parent).glob("*.yaml")):
+        name = str(path.relative_to(CONFIGS_DIR).with_suffix(""))
+        try:
             if name != words[3] and trains(name, keys) == asked:
                 return shlex.join(["ropescale", "train", "--config", name, *keys])
-    except RopescaleError:  # a recipe that does not take the keys is not this one
-        pass
+        except RopescaleError:  # a recipe that does not take the keys is not this one
+            continue
     return command

@@ -348,3 +348,7 @@ def test_the_fine_tune_keeping_retrieval_is_named_by_the_shipped_recipe_that_tra
         assert _as_shipped_recipe(f"{base} {other}", commands) == f"{base} {other}"
     assert _as_shipped_recipe(base, commands) == base  # the recipe itself, not another name for it
     assert _as_shipped_recipe("ropescale patch --model m", commands) == "ropescale patch --model m"
+    quoted = [("fine-tune (PoSE)", base.replace("smollm2-135m ", "/tmp/it's "))]  # a path the shell cannot read back
+    assert _as_shipped_recipe(f"{quoted[0][1]} {variant}", quoted) == f"{quoted[0][1]} {variant}"
+    # a setting outside the training fingerprint still makes another run (evaluation during training here)
+    assert _as_shipped_recipe(f"{base} {variant} eval.every=10", commands) == f"{base} {variant} eval.every=10"

@@ -262,6 +262,9 @@ def test_baselines_of_another_runtime_stop_a_run_before_anything_trains(bench, t
     gpu = tmp_path / "gpu.json"  # measured on a GPU; this machine trains and measures on its CPU
     rows = [Measured("none", "default", passkey={8192: 0.77}, passkey_trials={8192: 30}, commands=("a",))]
     gpu.write_text(json.dumps(evidence_dict(rows, Plan(jitter=0.125), "n", {"device": "cuda", "dtype": "bfloat16"})))
+    import ropescale.models.runtime as runtime
+
+    monkeypatch.setattr(runtime, "resolve_runtime", lambda: runtime.Runtime("cpu", "float32", "sdpa"))  # any CI machine
     ran = []
     monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
     with pytest.raises(SystemExit) as stop:

@@ -218,6 +218,11 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
         trials={4096: 30, 8192: 30, 32768: 4}, ppl={2048: 22.0, 32768: 23.0},
     )  # fmt: skip
     assert fine_tune_measured([long, best_but_longer, better], "smollm2-135m", 4).variant[-1] == "optim.lr=1.0e-4"
+    beyond = experiment(  # lower at 64k, higher at the target 32k: the target decides
+        "beyond", {4096: 1.0, 8192: 1.0, 32768: 1.0}, f"{recall} optim.lr=2.0e-4",
+        trials={4096: 30, 8192: 30, 32768: 4}, ppl={2048: 23.0, 32768: 25.6, 65536: 20.0},
+    )  # fmt: skip
+    assert fine_tune_measured([long, beyond, better], "smollm2-135m", 4).variant[-1] == "optim.lr=1.0e-4"
     short = experiment(  # 30 steps: fewer than a recipe of 60 (the others' steps), more than one of 20
         "short", {4096: 1.0, 8192: 1.0, 32768: 1.0}, f"{recall} train.max_steps=30", trials={4096: 30, 8192: 30, 32768: 4}
     )  # fmt: skip
@@ -271,7 +276,7 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     recipe = load_config("smollm2-135m/yarn_x4_recall")  # the variant by name: exactly what was measured
     for c in (config, recipe):
         c.name = c.train.output_dir = None
-    assert fingerprint(recipe) == fingerprint(config) and recipe.train.max_steps == config.train.max_steps
+    assert fingerprint(recipe) == fingerprint(config) and recipe.to_dict() == config.to_dict()  # every setting
 
 
 def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_path):
