@@ -151,7 +151,7 @@ def baseline_rows(path: str | Path, plan: Plan, runtime: dict[str, str] | None =
     trains and measures only its fine-tunes: the base model and training-free YaRN do not change with
     the recipe, so their cells are the other experiment's, on the same prompts and text. The file must be
     of this model, trained context and passkey placement, its ``yarn`` at this factor and, where
-    ``runtime`` (the variant's cells', :func:`~.cell_keys.cells_runtime`) is given, of the same runtime.
+    ``runtime`` (the variant's cells' or, before any, its machine's) is given, of the same runtime.
 
     Raises:
         RopescaleError: one line naming the file and what differs (or that it has no such row).
@@ -177,7 +177,7 @@ def baseline_rows(path: str | Path, plan: Plan, runtime: dict[str, str] | None =
     theirs = raw.get("runtime")
     if runtime and not (theirs and same_runtime(theirs, runtime)):
         found = runtime_text(theirs) if theirs else "no recorded runtime"
-        raise RopescaleError(f"{path}: runtime {found}, this experiment's cells {runtime_text(runtime)}")
+        raise RopescaleError(f"{path}: runtime {found}, this experiment's {runtime_text(runtime)}")
     return rows
 
 
