@@ -157,10 +157,9 @@ def baseline_rows(path: str | Path, plan: Plan, runtime: dict[str, str] | None =
         RopescaleError: one line naming the file and what differs (or that it has no such row).
     """
     ev = load_measured(path)  # unreadable or damaged: one line naming it
-    raw = json.loads(Path(path).read_text())
     checks = {
         "budget": (ev.budget, "fine-tune"),
-        "original_context": (raw.get("original_context"), plan.original_context),
+        "original_context": (ev.original_context, plan.original_context),
         "passkey_jitter": (ev.passkey_jitter, plan.jitter),
     }
     if not same_model(ev.model, plan.model):
@@ -174,7 +173,7 @@ def baseline_rows(path: str | Path, plan: Plan, runtime: dict[str, str] | None =
     free = next((r for r in rows if r.label == "yarn"), None)
     if free is not None and not free.at_factor(plan.factor):
         raise RopescaleError(f"{path}: yarn at factor {free.factor!r}, this experiment's {plan.factor:g}")
-    theirs = raw.get("runtime")
+    theirs = json.loads(Path(path).read_text()).get("runtime")  # the one key Evidence does not carry
     if runtime and not (theirs and same_runtime(theirs, runtime)):
         found = runtime_text(theirs) if theirs else "no recorded runtime"
         raise RopescaleError(f"{path}: runtime {found}, this experiment's {runtime_text(runtime)}")
