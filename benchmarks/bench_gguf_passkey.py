@@ -10,7 +10,7 @@ are kept from ending the answer early (end-of-text banned on both sides). Each a
 ``--new`` tokens; "same" compares the bytes, "correct" the first integer against the key.
 
     python benchmarks/bench_gguf_passkey.py --checkpoint runs/extension-x4/yarn-export \\
-        --llama-completion .llamacpp-cli/build/bin/llama-completion --length 8192 --trials 2
+        --llama-completion .llamacpp/build/bin/llama-completion --length 8192 --trials 2
 
 Results go (atomically) to ``OUTPUT/results.json`` after each prompt; a re-run skips prompts already there.
 """

@@ -9,7 +9,7 @@ llama.cpp's own prompt tokens (``--verbose-prompt``) greedily in fp32 with ``sel
 (same G, W, n_batch; llama.cpp's shipped K-shift sign, and ``kshift=intended``) and with LongLM's
 ``self_extend`` (same G, W). Each answer is the first ``--new`` tokens.
 
-    python benchmarks/bench_self_extend_llamacpp.py --llama-completion .llamacpp-cli/build/bin/llama-completion \\
+    python benchmarks/bench_self_extend_llamacpp.py --llama-completion .llamacpp/build/bin/llama-completion \\
         [--length 16384] [--depths 0.25,0.5,0.75] [--output runs/bench-grp-attn]
 
 Results go (atomically) to ``OUTPUT/results.json`` after each cell; a re-run skips cells already there.

@@ -1,6 +1,6 @@
 """Run llama.cpp's completion tool with Self-Extend, and the same greedy decoding in ropescale.
 
-``llama-completion`` (``tools/completion``; ``make llamacpp-cli`` builds the one llama-cpp-python
+``llama-completion`` (``tools/completion``; ``make llamacpp`` builds the one llama-cpp-python
 0.3.36 vendors) is where llama.cpp has Self-Extend (``--grp-attn-n``/``--grp-attn-w``; its server
 has none). :func:`run_llama_completion` runs it greedily on a prompt file and returns llama.cpp's
 own prompt tokens (``--verbose-prompt``) and the bytes it generated; :func:`greedy_ids` decodes

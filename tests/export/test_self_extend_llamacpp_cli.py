@@ -1,7 +1,7 @@
 """llama.cpp's own completion tool with ``--grp-attn-n/--grp-attn-w`` generates, greedily, what
 ropescale's ``self_extend_llamacpp`` generates on the exported GGUF, past the trained context; LongLM's
 ``self_extend``, the wrong batch size and the intended (not the shipped) K-shift sign do not. Runs only when $LLAMA_COMPLETION names the binary
-(``make llamacpp-cli`` builds it)."""
+(``make llamacpp`` builds it)."""
 
 from __future__ import annotations
 
