@@ -70,6 +70,7 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
     wrap_lora,
 )
 from .optim import build_optimizer, lr_lambda, sync_lr
+from .packing import resolved_packing
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 from .recall import recall_writer
 
@@ -221,7 +222,12 @@ class Trainer:
         elif c.data.bos_each_window:
             bos = getattr(self.peft_model.config, "bos_token_id", None)
         spec = WindowSpec(
-            c.data.seq_len, bos, self.target_length if c.pose.enabled else None, c.pose.chunks, c.pose.content
+            c.data.seq_len,
+            bos,
+            self.target_length if c.pose.enabled else None,
+            c.pose.chunks,
+            c.pose.content,
+            documents=resolved_packing(c.data) == "documents",
         )
         self.bos_token_id = bos
         recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
