@@ -335,6 +335,8 @@ def validate(c: TrainConfig) -> None:
         from ..data.sources import parse_sources
 
         parse_sources(c.data.sources)  # one line naming the entry that is wrong
+        if isinstance(c.data.holdout, int) and c.data.holdout:
+            raise ConfigError("with data.sources, data.holdout must list document titles (a count names no source)")
     problem = packing_problem(c)
     if problem:
         raise ConfigError(problem)

@@ -329,7 +329,7 @@ class WindowDataset:
         seq_ids = None
         if self.starts is not None:
             positions, seq_ids, first = document_segments(self.starts, virtual, positions, offsets)
-            labels_mask[first[1:]] = False  # a document's first token is not predicted from another's text
+            labels_mask[first] = False  # a document's first token is not predicted (from another's text)
         if self.loss is not None:
             labels_mask[bos:] &= self.loss[virtual[bos:]].astype(bool)
         if self.recall is not None:  # the same window indices with PoSE or without (training/recall.py)

@@ -57,6 +57,7 @@ from .checkpoints import (
 )
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
+from .mixing import mixed_windows
 from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: re-exported (older imports)
     CausalLMLoss,
     apply_memory_options,
@@ -214,7 +215,7 @@ class Trainer:
     def _build_dataset(self) -> WindowDataset:
         c = self.config
         stream = self._train_tokens
-        if stream is None:
+        if stream is None and not c.data.sources:
             stream = training_stream(c, self.tokenizer, self.output_dir / "data" / "train_tokens.npy")
         bos = None
         if c.data.bos_each_window and self.tokenizer is not None:
@@ -231,6 +232,8 @@ class Trainer:
         )
         self.bos_token_id = bos
         recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
+        if stream is None:  # a weighted mix of sources (data.sources)
+            return mixed_windows(c, self.tokenizer, self.output_dir / "data", spec, recall)
         return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)
 
     # --------------------------------------------------------------------------- checkpoints

@@ -83,7 +83,7 @@ def test_window_positions_restart_and_first_labels_are_ignored():
     w = ds.window(0, 0)  # at document 0's own BOS: no second one
     assert w["input_ids"][0] == BOS and w["input_ids"][1] != BOS
     assert w["position_ids"].tolist() == list(range(11)) + list(range(25)) + list(range(4))
-    assert [i for i, x in enumerate(w["labels"].tolist()) if x == IGNORE_INDEX] == [11, 36]
+    assert [i for i, x in enumerate(w["labels"].tolist()) if x == IGNORE_INDEX] == [0, 11, 36]
     ds = WindowDataset(stream, WindowSpec(20, BOS, documents=True))
     w = ds.window(1, 1)  # text from offset 19 (inside document 1): a prepended BOS starts it
     assert w["input_ids"][0] == BOS and w["seq_ids"].tolist() == [0] * 18 + [1, 1]
