@@ -19,7 +19,8 @@ instead; so does ``documents`` packing:
     sequence wherever two neighbouring position ids differ by anything but 1, which would also
     cut a PoSE window at every skip. Without PoSE both give the same block-diagonal causal mask
     (tests/training/test_packing.py checks it). The mask is materialised: n² bytes per window
-    with SDPA (1 GiB at 32k tokens), where ``stream`` packing needs none.
+    with SDPA (1 GiB at 32k tokens), where ``stream`` packing needs none; a batch whose windows
+    each hold one document (most windows of book-length text) is run without one.
   - flash-attention: no mask; the cumulative document lengths (``cu_seq_lens_q/k``,
     ``max_length_q/k``, what ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` gives)
     are passed through the model to ``flash_attn_varlen_func``, over the flattened batch.
@@ -118,6 +119,8 @@ def document_attention(causal_lm: Any, position_ids: torch.Tensor, seq_ids: torc
     )
 
     config = causal_lm.config
+    if not bool(seq_ids.any()):  # every window is one document: plain causal attention, no mask to build
+        return {"attention_mask": torch.ones_like(seq_ids)}
     if "flash" in str(config._attn_implementation):
         return {"attention_mask": None, **flash_varlen_kwargs(seq_ids)}
     dtype = causal_lm.get_input_embeddings().weight.dtype

@@ -185,7 +185,15 @@ def test_flash_attention_gets_the_collators_varlen_lengths():
     class Flash:  # only the config is read on the flash path
         config = type("C", (), {"_attn_implementation": "flash_attention_2"})()
 
-    assert document_attention(Flash(), w["position_ids"], w["seq_ids"])["attention_mask"] is None
+    att = document_attention(Flash(), torch.cat([w["position_ids"], v["position_ids"]]), seq_ids)
+    assert att["attention_mask"] is None and att["cu_seq_lens_k"].tolist() == ours["cu_seq_lens_k"].tolist()
+
+
+def test_a_window_of_one_document_needs_no_mask():
+    model = tiny_model("llama", attn_implementation="sdpa").float()
+    seq_ids = torch.zeros(2, 16, dtype=torch.long)
+    att = document_attention(model, torch.arange(16).expand(2, 16), seq_ids)
+    assert att["attention_mask"].shape == (2, 16) and bool(att["attention_mask"].all())  # causal, no n x n mask
 
 
 def test_documents_refused_where_they_cannot_stay_apart(tmp_path):
