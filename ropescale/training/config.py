@@ -8,7 +8,7 @@ optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
     data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null,
-               recall_facts: 0, packing: auto, chat_loss: assistant, sources: []}
+               recall_facts: 0, packing: auto, chat_loss: assistant, sources: [], short_share: 0}
     pose:     {enabled: true, target_length: 32768, chunks: 2, content: skip}
     s2attn:   {enabled: false, group_ratio: 0.25}
     optim:    {lr: 2.0e-5, betas: [0.9, 0.95], weight_decay: 0.0, warmup_steps: 20, schedule: linear}
@@ -39,6 +39,7 @@ from ..models.runtime import ATTENTIONS, DTYPES
 from ..shipped import configs_root
 from .packing import PACKINGS, packing_problem, resolved_packing
 from .precision import AUTO, resolve_precision
+from .short import short_problem
 
 CONFIGS_DIR = configs_root() / "train"  # the installed package data (ropescale.configs), or the checkout's
 SCHEDULES = ("linear", "cosine", "constant")
@@ -91,6 +92,7 @@ class DataSection:
     packing: str = "auto"  # documents: kept apart in a window; stream: one sequence (auto: see training/packing.py)
     chat_loss: str = "assistant"  # chat JSONL (messages): loss on assistant turns only, or on all tokens
     sources: list = field(default_factory=list)  # a weighted mix [{source, weight}, ...] (data/sources.py)
+    short_share: float = 0.0  # share of micro-batches cut in pieces <= L at the unscaled rotary (training/short.py)
 
 
 @dataclass
@@ -337,7 +339,7 @@ def validate(c: TrainConfig) -> None:
         parse_sources(c.data.sources)  # one line naming the entry that is wrong
         if isinstance(c.data.holdout, int) and c.data.holdout:
             raise ConfigError("with data.sources, data.holdout must list document titles (a count names no source)")
-    problem = packing_problem(c)
+    problem = packing_problem(c) or short_problem(c)
     if problem:
         raise ConfigError(problem)
     if c.data.recall_facts and c.data.seq_len < 128 * c.data.recall_facts:

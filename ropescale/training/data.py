@@ -41,6 +41,7 @@ from ..scoring.nll import IGNORE_INDEX
 from .packing import document_segments, resolved_packing
 from .pose import pose_layout, pose_text_offsets
 from .recall import RecallWriter
+from .short import is_short, split_short
 
 
 @dataclass
@@ -223,6 +224,8 @@ class WindowSpec:
     chunks: int = 2
     content: str = "skip"
     documents: bool = False  # keep the stream's documents apart (needs its starts)
+    short_share: float = 0.0  # share of micro-batches at the original positions (training/short.py)
+    short_len: int = 0  # their pieces' length: min(original context, seq_len)
 
     @property
     def pose(self) -> bool:
@@ -293,16 +296,14 @@ class WindowDataset:
             self._perm_epoch = epoch
         return int(self._perm[k])
 
-    def sample(self, index: int) -> dict[str, torch.Tensor]:
-        return self.window(self._slot(index), index)
-
-    def window(self, slot: int, index: int) -> dict[str, torch.Tensor]:
-        """Window ``slot`` of the stream, its PoSE layout and recall sentences drawn for sample ``index``."""
+    def window(self, slot: int, index: int, short: bool = False) -> dict[str, torch.Tensor]:
+        """Window ``slot`` of the stream, its PoSE layout and recall sentences drawn for sample ``index``;
+        ``short``: contiguous, in pieces at the original positions (:mod:`.short`)."""
         spec = self.spec
         base = slot * spec.stride
         labels_mask = np.ones(spec.seq_len, dtype=bool)
         chunk_starts = np.zeros(0, np.int64)
-        if spec.pose:
+        if spec.pose and not short:
             layout = pose_layout(
                 spec.seq_len, spec.target_length, spec.chunks, np.random.default_rng([self.seed, index, 1])
             )
@@ -330,6 +331,8 @@ class WindowDataset:
         if self.starts is not None:
             positions, seq_ids, first = document_segments(self.starts, virtual, positions, offsets)
             labels_mask[first] = False  # a document's first token is not predicted (from another's text)
+        if short:
+            positions, seq_ids = split_short(positions, seq_ids, spec.short_len)
         if self.loss is not None:
             labels_mask[bos:] &= self.loss[virtual[bos:]].astype(bool)
         if self.recall is not None:  # the same window indices with PoSE or without (training/recall.py)
@@ -344,10 +347,22 @@ class WindowDataset:
             out["seq_ids"] = torch.from_numpy(seq_ids)
         return out
 
+    def sample(self, index: int, short: bool = False) -> dict[str, torch.Tensor]:
+        return self.window(self._slot(index), index, short)
+
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Stacked samples. # each [len(indices), seq_len]"""
-        samples = [self.sample(i) for i in indices]
-        return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+        """Stacked samples, with ``short`` where the micro-batch is short (:mod:`.short`). # each [len(indices), seq_len]"""
+        return stack_samples(self, indices)
+
+
+def stack_samples(dataset: Any, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+    """A micro-batch of ``dataset.sample`` s (all short or all long). # each [len(indices), seq_len]"""
+    short = is_short(dataset.seed, indices[0], dataset.spec.short_share)
+    samples = [dataset.sample(i, short) for i in indices]
+    out = {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+    if short:
+        out["short"] = torch.ones(len(indices), dtype=torch.bool)
+    return out
 
 
 def micro_batch_indices(step: int, micro: int, spec: tuple[int, int, int], rank: int) -> list[int]:

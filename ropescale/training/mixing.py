@@ -21,7 +21,7 @@ import torch
 
 from ..data.sources import PYTHON_PREFIX, SourceSpec, mix_documents, parse_sources, python_root
 from ..errors import RopescaleError
-from .data import TokenStream, WindowDataset, WindowSpec, cached_stream, tokenize_stream
+from .data import TokenStream, WindowDataset, WindowSpec, cached_stream, stack_samples, tokenize_stream
 from .packing import resolved_packing
 
 
@@ -49,14 +49,17 @@ class MixedWindows:
         source = min(int(np.searchsorted(self.cumulative, rng.random(), side="right")), len(self.parts) - 1)
         return source, int(rng.integers(self.parts[source].n_windows))
 
-    def sample(self, index: int) -> dict[str, torch.Tensor]:
+    @property
+    def spec(self) -> WindowSpec:
+        return self.parts[0].spec
+
+    def sample(self, index: int, short: bool = False) -> dict[str, torch.Tensor]:
         source, slot = self.pick(index)
-        return self.parts[source].window(slot, index)
+        return self.parts[source].window(slot, index, short)
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Stacked samples. # each [len(indices), seq_len]"""
-        samples = [self.sample(i) for i in indices]
-        return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+        """Stacked samples (all short or all long). # each [len(indices), seq_len]"""
+        return stack_samples(self, indices)
 
 
 def source_fingerprint(spec: SourceSpec) -> str | None:

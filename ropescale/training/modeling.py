@@ -247,7 +247,8 @@ class CausalLMLoss(nn.Module):
     transformers reads non-consecutive ``position_ids`` (PoSE skips) as several packed sequences
     and would block attention between the chunks (under context parallelism accelerate's hooks drop
     the mask and attend causally, which is the same). With ``seq_ids`` (``data.packing: documents``)
-    attention stays within each document instead (:func:`ropescale.training.packing.document_attention`).
+    attention stays within each document instead (:func:`ropescale.training.packing.document_attention`);
+    with ``short`` the forward runs at the unscaled rotary (:mod:`ropescale.training.short`).
 
     With ``targets`` (labels shifted beforehand: context parallelism) instead of ``labels`` the
     forward returns ``sum of the shard's NLL / normalizer``.
@@ -268,15 +269,21 @@ class CausalLMLoss(nn.Module):
         targets: torch.Tensor | None = None,
         normalizer: torch.Tensor | None = None,
         seq_ids: torch.Tensor | None = None,
+        short: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        import contextlib
+
         from .packing import document_attention
+        from .short import original_rotary
 
         causal_lm = self.model.get_base_model()
         if seq_ids is None:
             attention = {"attention_mask": torch.ones_like(input_ids)}
         else:
             attention = document_attention(causal_lm, position_ids, seq_ids)
-        out = causal_lm.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **attention)
+        rotary = original_rotary(causal_lm) if short is not None else contextlib.nullcontext()
+        with rotary:  # a short micro-batch: the unscaled frequencies (training/short.py)
+            out = causal_lm.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **attention)
         if targets is None:
             return chunked_causal_lm_loss(out.last_hidden_state, causal_lm.lm_head, labels, self.loss_chunk)  # []
         total = summed_shifted_nll(out.last_hidden_state, causal_lm.lm_head, targets, self.loss_chunk)

@@ -39,6 +39,7 @@ import torch
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
+from ..patching.plan import original_spec
 from .checkpoints import (
     CHECKPOINTS,
     TRAINABLE_FILE,
@@ -229,6 +230,8 @@ class Trainer:
             c.pose.chunks,
             c.pose.content,
             documents=resolved_packing(c.data) == "documents",
+            short_share=c.data.short_share,
+            short_len=min(c.data.seq_len, original_spec(self.peft_model.config).original_max_position_embeddings),
         )
         self.bos_token_id = bos
         recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
