@@ -125,3 +125,24 @@ def test_trainer_trains_on_a_mix(tmp_path, model_dir):
     result = Trainer(config, progress=False).train()
     assert result.step == config.train.max_steps and all(np.isfinite(result.losses))
     assert (config.output_dir / "data" / "source-1.npy").is_file()
+
+
+def test_dry_run_and_list_name_the_mix(tmp_path, capsys):
+    import yaml
+
+    from ropescale.cli.main import main
+
+    a, b = _folder(tmp_path, "a", "a"), _folder(tmp_path, "b", "b")
+    raw = {
+        "model": {"name": "smollm2-135m"},
+        "scaling": {"method": "yarn", "factor": 4},
+        "data": {"sources": [{"source": str(a), "weight": 3}, {"source": str(b), "name": "bee"}], "short_share": 0.25},
+    }
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["train", "--config", str(path), "--dry-run"]) == 0
+    windows = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("windows:"))
+    assert f"from {a} 75%, bee 25%, documents packing, 25% short" in windows
+    assert main(["data", "list", "--config", str(path)]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split()[:3] for r in rows] == [[str(a), "75%", "4"], ["bee", "25%", "4"]]

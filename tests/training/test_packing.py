@@ -210,7 +210,12 @@ def test_trainer_trains_a_folder_with_documents_apart(tmp_path, model_dir):
     data.mkdir()
     for i in range(6):
         (data / f"d{i}.txt").write_text(f"Document {i} says: " + "abcdefghij"[i] * (20 + 9 * i))
-    config = recipe(tmp_path, model={"name": str(model_dir)}, data={"source": str(data), "seq_len": 48})
+    config = recipe(
+        tmp_path,
+        model={"name": str(model_dir)},
+        data={"source": str(data), "seq_len": 48},
+        train={"gradient_checkpointing": True},  # the mask goes through checkpointed layers too
+    )
     trainer = Trainer(config, progress=False)
     trainer.setup()
     batch = trainer.dataset.batch([0, 1])
