@@ -59,6 +59,7 @@ def is_short(seed: int, first_index: int, share: float) -> bool:
 def split_short(positions: np.ndarray, seq_ids: np.ndarray | None, length: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut a contiguous window (positions counted from each document's start) into pieces of at most
     ``length`` tokens: ``(positions restarting in each piece, piece index)``. # [L], [L]"""
+    length = length if length > 0 else positions.size  # a spec built without short_len: one piece
     piece = positions // length
     key = piece if seq_ids is None else seq_ids * (int(piece.max()) + 1) + piece
     new = np.r_[True, key[1:] != key[:-1]]

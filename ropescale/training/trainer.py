@@ -13,7 +13,7 @@ checkpoint helpers (:mod:`.checkpoints`) and context parallelism (:mod:`.paralle
 Output folder (``train.output_dir``, default ``runs/<recipe>``)::
 
     config.yaml              the resolved recipe (resume checks it)
-    data/train_tokens.npy    the packed training stream (tokenized once)
+    data/train_tokens.npy    the packed training stream (tokenized once; data/source-<i>.npy per source of a mix)
     checkpoints/step-N/      trainable weights, optimizer, scheduler, RNG, state.json (atomic)
     metrics.jsonl            one line per step (loss, lr, tokens/s) and per evaluation
     adapter/                 final LoRA adapter (peft format) + trainable_params.safetensors
