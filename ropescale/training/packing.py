@@ -109,6 +109,12 @@ def flash_varlen_kwargs(seq_ids: torch.Tensor) -> dict[str, Any]:
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
+def uses_varlen(implementation: str) -> bool:
+    """Whether an attention implementation takes packed documents as varlen lengths, not a mask
+    (flash_attention_2/3 and the hub's flash kernels)."""
+    return "flash" in implementation
+
+
 def document_attention(causal_lm: Any, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> dict[str, Any]:
     """Keyword arguments for the decoder's forward that keep the window's documents apart (see the
     module docstring): a mask, or per-layer-type masks, or flash-attention's varlen lengths."""
@@ -121,7 +127,7 @@ def document_attention(causal_lm: Any, position_ids: torch.Tensor, seq_ids: torc
     config = causal_lm.config
     if not bool(seq_ids.any()):  # every window is one document: plain causal attention, no mask to build
         return {"attention_mask": torch.ones_like(seq_ids)}
-    if "flash" in str(config._attn_implementation):
+    if uses_varlen(str(config._attn_implementation)):
         return {"attention_mask": None, **flash_varlen_kwargs(seq_ids)}
     dtype = causal_lm.get_input_embeddings().weight.dtype
     shape_only = torch.empty((*seq_ids.shape, 1), dtype=dtype, device=seq_ids.device)  # batch, length, dtype

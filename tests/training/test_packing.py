@@ -222,3 +222,48 @@ def test_trainer_trains_a_folder_with_documents_apart(tmp_path, model_dir):
     assert "seq_ids" in batch and int(batch["seq_ids"].max()) >= 1
     result = trainer.train()
     assert result.step == config.train.max_steps and all(np.isfinite(result.losses))
+
+
+def _varlen_sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A CPU stand-in for flash_attn_varlen_func: causal SDPA within each [cu[i], cu[i+1]) of the
+    flattened batch, reading the lengths transformers hands every attention layer."""
+    cu = kwargs["cu_seq_lens_q"].tolist()
+    b, h, n, d = query.shape
+    key = key.repeat_interleave(h // key.shape[1], dim=1)
+    value = value.repeat_interleave(h // value.shape[1], dim=1)
+    flat = [x.transpose(1, 2).reshape(b * n, h, d) for x in (query, key, value)]  # [b*n, h, d]
+    out = torch.empty_like(flat[0])
+    for lo, hi in zip(cu[:-1], cu[1:]):
+        q, k, v = (x[lo:hi].transpose(0, 1)[None] for x in flat)  # [1, h, len, d]
+        out[lo:hi] = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)[
+            0
+        ].transpose(0, 1)
+    return out.reshape(b, n, h, d), None
+
+
+def test_varlen_lengths_reach_every_attention_layer(monkeypatch):
+    """The flash path's cu_seq_lens go through the decoder to each layer's attention function: with a
+    varlen kernel (here SDPA per document, flash-attn being absent) every document's logits equal the
+    document run alone."""
+    from transformers import AttentionInterface
+
+    import ropescale.training.packing as packing
+
+    AttentionInterface.register("varlen_cpu_test", _varlen_sdpa)  # no mask interface: transformers builds none
+    monkeypatch.setattr(packing, "uses_varlen", lambda implementation: implementation == "varlen_cpu_test")
+    model = tiny_model("qwen2", attn_implementation="sdpa").float()
+    w = _window(WindowSpec(32, BOS, documents=True))
+    v = _window(WindowSpec(32, BOS, documents=True), slot=1)
+    batch = {k: torch.cat([w[k], v[k]]) for k in w}
+    with torch.no_grad():
+        alone = torch.cat(
+            [_alone(model, *(batch[k][r : r + 1] for k in ("input_ids", "position_ids", "seq_ids"))) for r in (0, 1)]
+        )
+        model.set_attn_implementation("varlen_cpu_test")
+        packed = _logits(
+            model,
+            batch["input_ids"],
+            batch["position_ids"],
+            **document_attention(model, batch["position_ids"], batch["seq_ids"]),
+        )
+    torch.testing.assert_close(packed, alone, atol=1e-5, rtol=1e-5)
