@@ -56,11 +56,13 @@ endef
 
 .PHONY: setup test lint demo bench clean tf4 llamacpp engines
 
-# setup = the environment plus the embedded corpus (Jane Austen's novels, from Debian's
-# r-cran-janeaustenr; a no-op when already installed). The tests need both: `make test`
-# installs the corpus first too, so no corpus test is skipped on a fresh machine.
+# setup = the environment plus the embedded corpora: Jane Austen's novels (Debian's
+# r-cran-janeaustenr) and the King James Bible (bible-kjv-text, a training source for
+# data.sources, docs/data.md); each a no-op when already installed, neither needs root. The tests
+# need Austen: `make test` installs it first too, so no corpus test is skipped on a fresh machine.
 setup: $(STAMP)
 	$(PY) -m ropescale.data.corpus install
+	$(PY) -m ropescale.data.corpus install --name kjv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from ropescale.cli import config_path as config_path_cmd
+from ropescale.cli import data as data_cmd
 from ropescale.cli import doctor as doctor_cmd
 from ropescale.cli import eval as eval_cmd
 from ropescale.cli import export_gguf as export_gguf_cmd
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         recommend_cmd,
         search_cmd,
         train_cmd,
+        data_cmd,
         export_gguf_cmd,
         config_path_cmd,
         doctor_cmd,

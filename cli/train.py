@@ -114,7 +114,7 @@ def _summary(config) -> str:
         + (f" {c.scaling.params}" if c.scaling.params else ""),
         f"lora:          r={c.lora.r} alpha={c.lora.alpha:g} dropout={c.lora.dropout:g} on {','.join(c.lora.target_modules)}"
         + (f" + trainable {','.join(c.lora.trainable)}" if c.lora.trainable else ""),
-        f"windows:       {c.data.seq_len} tokens from {c.data.source}"
+        f"windows:       {c.data.seq_len} tokens from {_data_from(c.data)}"
         + (
             f" (PoSE: {c.pose.chunks} chunks, positions up to {target}, content {c.pose.content})"
             if c.pose.enabled
@@ -153,7 +153,8 @@ def run_train(args: argparse.Namespace) -> int:
     from ropescale._lock import output_lock
     from ropescale.data.documents import check_text_source
 
-    check_text_source(config.data.source)  # a binary data file is refused before any weights load
+    for source in _local_sources(config.data):  # a binary data file is refused before any weights load
+        check_text_source(source)
 
     # one writer per run folder: the main process of a launch holds the lock, a second launch stops
     with output_lock(config.output_dir, "run folder", enabled=os.environ.get("RANK", "0") == "0"):
@@ -201,3 +202,21 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"wrote merged model to {path}")
     print_saved(path)
     return 0
+
+
+def _data_from(data) -> str:
+    """Where the windows come from, as the dry run says it: the source or the mix, and the packing."""
+    from ropescale.data.sources import parse_sources
+
+    if data.sources:
+        total = sum(s.weight for s in parse_sources(data.sources))
+        where = ", ".join(f"{s.label} {s.weight / total:.0%}" for s in parse_sources(data.sources))
+    else:
+        where = data.source
+    return f"{where}, {data.packing} packing" + (f", {data.short_share:.0%} short" if data.short_share else "")
+
+
+def _local_sources(data) -> list[str]:
+    from ropescale.data.sources import parse_sources
+
+    return [s.source for s in parse_sources(data.sources)] if data.sources else [data.source]

@@ -2,8 +2,9 @@
 
 ``--data`` accepts: the name of an embedded corpus (``austen`` — the default — or ``kjv``, see
 :mod:`ropescale.data.corpus`), a text file, a folder of ``.txt`` files, a JSONL/JSON/Parquet file
-with a text field (read with the ``datasets`` library from local files), or ``hub:org/name``
-for a Hub dataset where the Hub is reachable.
+with a text field (read with the ``datasets`` library from local files; rows with ``messages``
+instead are conversations, see :mod:`ropescale.data.chat`), or ``hub:org/name`` for a Hub
+dataset where the Hub is reachable.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ def _from_datasets(name: str, data_files: str | None, text_field: str, split: st
     except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing/offline data
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RopescaleError(f"could not load data '{data_files or name}': {first}") from None
+    if text_field not in ds.column_names and "messages" in ds.column_names:  # chat: rendered at tokenization
+        return [
+            (f"{Path(data_files or name).stem}[{i}]", row["messages"]) for i, row in enumerate(ds) if row["messages"]
+        ]
     if text_field not in ds.column_names:
         raise RopescaleError(
             f"data '{data_files or name}' has no field '{text_field}' (fields: {', '.join(ds.column_names)})"
@@ -105,9 +110,13 @@ def tokenize_documents(
         max_tokens: stop once this many tokens are collected (the last document is cut).
         min_tokens: drop documents shorter than this (e.g. the evaluation window).
     """
+    from .chat import chat_text
+
     out: list[list[int]] = []
     total = 0
-    for _, text in documents:
+    for title, text in documents:
+        if not isinstance(text, str):  # a conversation (chat JSONL): as its chat template writes it
+            text = chat_text(tokenizer, text, title)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) < min_tokens:
             continue

@@ -8,7 +8,7 @@ optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
     data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null,
-               recall_facts: 0}
+               recall_facts: 0, packing: auto, chat_loss: assistant, sources: [], short_share: 0}
     pose:     {enabled: true, target_length: 32768, chunks: 2, content: skip}
     s2attn:   {enabled: false, group_ratio: 0.25}
     optim:    {lr: 2.0e-5, betas: [0.9, 0.95], weight_decay: 0.0, warmup_steps: 20, schedule: linear}
@@ -37,7 +37,9 @@ import yaml
 from ..errors import RecipeError, RopescaleError
 from ..models.runtime import ATTENTIONS, DTYPES
 from ..shipped import configs_root
+from .packing import PACKINGS, packing_problem, resolved_packing
 from .precision import AUTO, resolve_precision
+from .short import short_problem
 
 CONFIGS_DIR = configs_root() / "train"  # the installed package data (ropescale.configs), or the checkout's
 SCHEDULES = ("linear", "cosine", "constant")
@@ -46,6 +48,7 @@ ATTN = ("auto", *ATTENTIONS)
 POSE_CONTENT = ("skip", "contiguous")
 EXTRA_TRAINABLE = ("embed", "norm")
 EVAL_MODES = ("nonoverlap", "yarn", "longlora")
+CHAT_LOSSES = ("assistant", "all")
 
 
 ConfigError = RecipeError  # a training recipe or override is invalid (one-line message)
@@ -86,6 +89,10 @@ class DataSection:
     max_tokens: int | None = None  # stop tokenizing training text after this many tokens
     text_field: str = "text"
     recall_facts: int = 0  # recall sentences written into every window (training/recall.py); 0: none
+    packing: str = "auto"  # documents: kept apart in a window; stream: one sequence (auto: see training/packing.py)
+    chat_loss: str = "assistant"  # chat JSONL (messages): loss on assistant turns only, or on all tokens
+    sources: list = field(default_factory=list)  # a weighted mix [{source, weight}, ...] (data/sources.py)
+    short_share: float = 0.0  # share of micro-batches cut in pieces <= L at the unscaled rotary (training/short.py)
 
 
 @dataclass
@@ -265,6 +272,7 @@ def config_from_dict(raw: dict[str, Any], name: str = "run") -> TrainConfig:
     config = TrainConfig(**sections, name=str(raw.get("name") or name))
     validate(config)
     resolve_precision(config)
+    config.data.packing = resolved_packing(config.data)  # config.yaml records what ran
     return config
 
 
@@ -323,6 +331,17 @@ def validate(c: TrainConfig) -> None:
     if c.data.max_tokens is not None:
         _positive("data.max_tokens", c.data.max_tokens)
     _positive("data.recall_facts", c.data.recall_facts, allow_zero=True)
+    _one_of("data.packing", c.data.packing, PACKINGS)
+    _one_of("data.chat_loss", c.data.chat_loss, CHAT_LOSSES)
+    if c.data.sources:
+        from ..data.sources import parse_sources
+
+        parse_sources(c.data.sources)  # one line naming the entry that is wrong
+        if isinstance(c.data.holdout, int) and c.data.holdout:
+            raise ConfigError("with data.sources, data.holdout must list document titles (a count names no source)")
+    problem = packing_problem(c) or short_problem(c)
+    if problem:
+        raise ConfigError(problem)
     if c.data.recall_facts and c.data.seq_len < 128 * c.data.recall_facts:
         raise ConfigError(f"data.recall_facts={c.data.recall_facts} needs data.seq_len >= {128 * c.data.recall_facts}")
     if c.pose.enabled:

@@ -1,12 +1,19 @@
 """Training data: documents packed into one token stream and cut into windows (optionally PoSE).
 
-* **Packing.** Documents are tokenized without special tokens and joined as
-  ``BOS doc EOS BOS doc EOS ...`` (one separator token when BOS and EOS are the same token), so
-  a window that crosses a document boundary sees where one ends and the next begins. Attention
-  is not blocked at the boundary (as in YaRN's and LongLoRA's packed PG19 chunks).
+* **Packing** (``data.packing``). Documents are tokenized without special tokens and joined as
+  ``BOS doc EOS BOS doc EOS ...``. ``documents`` (the default for folders, JSONL and Parquet)
+  keeps them apart inside a window: positions restart and attention stops at every document's
+  first token (:mod:`.packing`). ``stream`` (the default for the embedded corpora, whose
+  documents are whole novels) trains the window as one sequence, one separator token between
+  documents when BOS and EOS are the same token, attention not blocked at the boundary (as in
+  YaRN's and LongLoRA's packed PG19 chunks).
+* **Chat** (JSONL rows with ``messages``): each conversation is one document rendered by the
+  tokenizer's chat template, trained on every token or on the assistant's turns only
+  (``data.chat_loss``, :mod:`ropescale.data.chat`).
 * **Windows.** Window ``k`` takes the stream's text from ``k × stride`` on; with
   ``bos_each_window`` every window starts with BOS, as every window of the perplexity evaluation
-  does. With PoSE the window's tokens come from a span of up to ``target_length`` text tokens and
+  does (with ``documents`` packing, a window that starts at a document's own BOS takes no
+  second one). With PoSE the window's tokens come from a span of up to ``target_length`` text tokens and
   carry the skipped position ids (:mod:`ropescale.training.pose`).
 * **Recall sentences** (``data.recall_facts``): written over each window's text after it is cut
   (:mod:`ropescale.training.recall`).
@@ -31,22 +38,68 @@ import torch
 from .._io import atomic_write_json
 from ..errors import RopescaleError
 from ..scoring.nll import IGNORE_INDEX
+from .packing import document_segments, resolved_packing
 from .pose import pose_layout, pose_text_offsets
 from .recall import RecallWriter
+from .short import is_short, split_short
+
+
+@dataclass
+class TokenStream:
+    """Packed training text: its tokens, where each document starts, and which tokens are trained on.
+
+    Attributes:
+        tokens: the packed token ids. # [T] int32
+        starts: stream offset of each document's first token (``documents`` packing); None: one
+            stream whose documents are not kept apart. # [D] int64
+        loss: 1 where a token is a training target (chat with ``data.chat_loss: assistant``);
+            None: every token. # [T] uint8
+    """
+
+    tokens: np.ndarray
+    starts: np.ndarray | None = None
+    loss: np.ndarray | None = None
+
+
+def pack_stream(
+    docs: Sequence[Sequence[int]],
+    bos_token_id: int | None,
+    eos_token_id: int | None,
+    documents: bool = False,
+    masks: Sequence[np.ndarray | None] | None = None,
+) -> TokenStream:
+    """``BOS d1 EOS BOS d2 EOS ...`` with each document's start; missing special tokens are left out.
+
+    With ``documents=False`` and BOS the same token as EOS, one separator between documents
+    (``X d1 X d2 X``: the stream as the shipped experiments trained on it). ``masks``: per document,
+    1 where a token is trained on (None: all); a document's EOS is trained on as its last token is.
+    """
+    head = np.asarray([] if bos_token_id is None else [bos_token_id], np.int32)
+    same = not documents and bos_token_id is not None and bos_token_id == eos_token_id
+    tail = np.asarray([] if eos_token_id is None or same else [eos_token_id], np.int32)
+    parts, loss, starts, at = [], [], [], 0
+    for i, doc in enumerate(docs):
+        ids = np.asarray(doc, np.int32)
+        mask = np.ones(ids.size, np.uint8) if masks is None or masks[i] is None else np.asarray(masks[i], np.uint8)
+        starts.append(at)
+        parts += [head, ids, tail]
+        loss += [np.zeros(head.size, np.uint8), mask, np.full(tail.size, mask[-1] if mask.size else 1, np.uint8)]
+        at += head.size + ids.size + tail.size
+    if same and len(docs):
+        parts.append(head)  # the last document's EOS
+        loss.append(np.ones(1, np.uint8))
+    tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    has_mask = masks is not None and any(m is not None for m in masks)
+    return TokenStream(
+        tokens,
+        np.asarray(starts, np.int64) if documents else None,
+        np.concatenate(loss) if has_mask else None,
+    )
 
 
 def pack_documents(docs: Sequence[Sequence[int]], bos_token_id: int | None, eos_token_id: int | None) -> np.ndarray:
-    """``BOS d1 EOS BOS d2 EOS ...`` as one int32 array; when BOS and EOS are the same token,
-    one separator between documents (``X d1 X d2 X``). Missing special tokens are left out."""
-    head = np.asarray([] if bos_token_id is None else [bos_token_id], np.int32)
-    same = bos_token_id is not None and bos_token_id == eos_token_id
-    tail = np.asarray([] if eos_token_id is None or same else [eos_token_id], np.int32)
-    parts = []
-    for doc in docs:
-        parts += [head, np.asarray(doc, np.int32), tail]
-    if same and len(docs):
-        parts.append(head)  # the last document's EOS
-    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    """The tokens of :func:`pack_stream`'s ``stream`` packing (one separator when BOS == EOS)."""
+    return pack_stream(docs, bos_token_id, eos_token_id).tokens
 
 
 def split_holdout(
@@ -69,24 +122,44 @@ def split_holdout(
     return train, [d for d in documents if d[0].lower() in wanted]
 
 
-def tokenize_stream(tokenizer: Any, documents: list[tuple[str, str]], max_tokens: int | None = None) -> np.ndarray:
-    """Token ids of the packed training stream (see :func:`pack_documents`), at most ``max_tokens``
-    document tokens (the last document is cut)."""
-    docs, total = [], 0
-    for _, text in documents:
-        ids = np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], np.int32)
+def tokenize_stream(
+    tokenizer: Any,
+    documents: list[tuple[str, Any]],
+    max_tokens: int | None = None,
+    packing: str = "stream",
+    chat_loss: str = "assistant",
+) -> TokenStream:
+    """The packed training stream (see :func:`pack_stream`), at most ``max_tokens`` document tokens
+    (the last document is cut). A document is text, or a chat conversation (a list of messages,
+    rendered by the tokenizer's chat template: :func:`ropescale.data.chat.chat_tokens`)."""
+    from ..data.chat import chat_tokens
+
+    docs, masks, total = [], [], 0
+    for title, payload in documents:
+        mask = None
+        if isinstance(payload, str):
+            ids = np.asarray(tokenizer(payload, add_special_tokens=False)["input_ids"], np.int32)
+        else:
+            ids, mask = chat_tokens(tokenizer, payload, chat_loss, where=title)
         if max_tokens is not None:
             ids = ids[: max(0, max_tokens - total)]
+            mask = None if mask is None else mask[: ids.size]
         if ids.size:
             docs.append(ids)
+            masks.append(mask)
             total += int(ids.size)
         if max_tokens is not None and total >= max_tokens:
             break
-    return pack_documents(docs, tokenizer.bos_token_id, tokenizer.eos_token_id)
+    return pack_stream(docs, tokenizer.bos_token_id, tokenizer.eos_token_id, packing == "documents", masks)
 
 
-def cached_stream(path: Path, key: dict[str, Any], build) -> np.ndarray:
-    """The token stream stored at ``path`` (``.npy`` + ``.json`` key), rebuilt when the key differs.
+def _extra(path: Path, name: str) -> Path:
+    return path.with_name(f"{path.stem}.{name}.npy")
+
+
+def cached_stream(path: Path, key: dict[str, Any], build) -> TokenStream:
+    """The token stream stored at ``path`` (``.npy`` + ``.json`` key, and ``.starts.npy`` /
+    ``.loss.npy`` where it has them), rebuilt when the key differs.
 
     A resumed run reads back exactly the tokens it started with, without re-tokenizing.
     """
@@ -94,29 +167,37 @@ def cached_stream(path: Path, key: dict[str, Any], build) -> np.ndarray:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
     if path.is_file() and meta.is_file():
         try:
-            if json.loads(meta.read_text()).get("digest") == digest:
-                return np.load(path, mmap_mode="r")  # a multi-GB stream is not read into memory
+            stored = json.loads(meta.read_text())
+            if stored.get("digest") == digest:
+                extras = {
+                    n: np.load(_extra(path, n)) if n in stored.get("extras", []) else None for n in ("starts", "loss")
+                }
+                return TokenStream(np.load(path, mmap_mode="r"), **extras)  # a multi-GB stream stays on disk
         except (ValueError, OSError):
             pass
     stream = build()
+    stream = stream if isinstance(stream, TokenStream) else TokenStream(np.asarray(stream))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.npy")
-    np.save(tmp, stream)
-    tmp.replace(path)
-    atomic_write_json(meta, {"digest": digest, "key": key, "tokens": int(stream.size)})
+    extras = [n for n in ("starts", "loss") if getattr(stream, n) is not None]
+    for name, target in [("tokens", path), *((n, _extra(path, n)) for n in extras)]:
+        tmp = target.with_name(f".{target.name}.tmp.npy")
+        np.save(tmp, stream.tokens if name == "tokens" else getattr(stream, name))
+        tmp.replace(target)
+    atomic_write_json(meta, {"digest": digest, "key": key, "tokens": int(stream.tokens.size), "extras": extras})
     return stream
 
 
-def training_stream(config: Any, tokenizer: Any, path: Path) -> np.ndarray:
+def training_stream(config: Any, tokenizer: Any, path: Path) -> TokenStream:
     """The recipe's packed training stream (``data.source`` minus ``data.holdout``), tokenized once
     into ``path`` and read back while the recipe's data section and the tokenizer are unchanged."""
     from ..data.documents import load_documents
 
     d = config.data
+    packing = resolved_packing(d)  # resolved when the recipe loads; here for configs built by hand
 
-    def build() -> np.ndarray:
+    def build() -> TokenStream:
         train, _ = split_holdout(load_documents(d.source, text_field=d.text_field), d.holdout)
-        return tokenize_stream(tokenizer, train, d.max_tokens)
+        return tokenize_stream(tokenizer, train, d.max_tokens, packing, d.chat_loss)
 
     from ..models.identity import data_identity
 
@@ -128,6 +209,8 @@ def training_stream(config: Any, tokenizer: Any, path: Path) -> np.ndarray:
         "tokenizer": getattr(tokenizer, "name_or_path", "?"),
         "vocab": len(tokenizer),
     }
+    if packing != "stream" or d.chat_loss != "assistant":  # the key of a stream cached before these keys stays
+        key.update(packing=packing, chat_loss=d.chat_loss)
     return cached_stream(path, key, build)
 
 
@@ -140,6 +223,9 @@ class WindowSpec:
     target_length: int | None = None
     chunks: int = 2
     content: str = "skip"
+    documents: bool = False  # keep the stream's documents apart (needs its starts)
+    short_share: float = 0.0  # share of micro-batches at the original positions (training/short.py)
+    short_len: int = 0  # their pieces' length: min(original context, seq_len)
 
     @property
     def pose(self) -> bool:
@@ -167,12 +253,26 @@ class WindowDataset:
 
     ``dataset.sample(g)`` for global sample index ``g`` returns ``input_ids``, ``position_ids``
     and ``labels`` (``IGNORE_INDEX`` where a token is not predicted from its predecessor: the
-    first token of a PoSE chunk whose text skipped). # each [seq_len]
+    first token of a PoSE chunk whose text skipped, of a document, or a token outside the chat
+    turns trained on), and with ``documents`` packing ``seq_ids`` (each token's document in the
+    window, :mod:`.packing`). # each [seq_len]
     """
 
-    def __init__(self, stream: np.ndarray, spec: WindowSpec, seed: int = 0, recall: RecallWriter | None = None):
-        self.stream, self.spec, self.seed, self.recall = np.asarray(stream), spec, seed, recall
-        span = spec.text_span
+    def __init__(
+        self,
+        stream: np.ndarray | TokenStream,
+        spec: WindowSpec,
+        seed: int = 0,
+        recall: RecallWriter | None = None,
+    ):
+        stream = stream if isinstance(stream, TokenStream) else TokenStream(np.asarray(stream))
+        self.stream, self.spec, self.seed, self.recall = np.asarray(stream.tokens), spec, seed, recall
+        self.loss = stream.loss
+        self.starts = stream.starts if spec.documents else None
+        if spec.documents and self.starts is None:
+            self.starts = np.zeros(1, np.int64)  # a stream handed in as one document
+        # documents: a window at a document's own BOS takes no second one, and reads one token further
+        span = spec.text_span + (spec.bos if self.starts is not None else 0)
         if self.stream.size < span:
             what = (
                 f"PoSE target {spec.target_length} with content=skip"
@@ -196,12 +296,14 @@ class WindowDataset:
             self._perm_epoch = epoch
         return int(self._perm[k])
 
-    def sample(self, index: int) -> dict[str, torch.Tensor]:
+    def window(self, slot: int, index: int, short: bool = False) -> dict[str, torch.Tensor]:
+        """Window ``slot`` of the stream, its PoSE layout and recall sentences drawn for sample ``index``;
+        ``short``: contiguous, in pieces at the original positions (:mod:`.short`)."""
         spec = self.spec
-        base = self._slot(index) * spec.stride
+        base = slot * spec.stride
         labels_mask = np.ones(spec.seq_len, dtype=bool)
         chunk_starts = np.zeros(0, np.int64)
-        if spec.pose:
+        if spec.pose and not short:
             layout = pose_layout(
                 spec.seq_len, spec.target_length, spec.chunks, np.random.default_rng([self.seed, index, 1])
             )
@@ -214,23 +316,53 @@ class WindowDataset:
         else:
             positions = np.arange(spec.seq_len, dtype=np.int64)
             offsets = positions
-        text_index = base + offsets[spec.bos :] - spec.bos  # [seq_len - bos]
-        ids = np.asarray(self.stream[text_index], np.int64)
-        if spec.bos:
+        bos = spec.bos
+        if (
+            self.starts is not None
+            and bos
+            and self.starts[min(np.searchsorted(self.starts, base), self.starts.size - 1)] == base
+        ):
+            bos = 0  # the window starts at a document's own BOS
+        virtual = base - bos + offsets  # [seq_len] stream offset of each token (a prepended BOS: base - 1)
+        ids = np.asarray(self.stream[virtual[bos:]], np.int64)
+        if bos:
             ids = np.concatenate([[spec.bos_token_id], ids])
+        seq_ids = None
+        if self.starts is not None:
+            positions, seq_ids, first = document_segments(self.starts, virtual, positions, offsets)
+            labels_mask[first] = False  # a document's first token is not predicted (from another's text)
+        if short:
+            positions, seq_ids = split_short(positions, seq_ids, spec.short_len)
+        if self.loss is not None:
+            labels_mask[bos:] &= self.loss[virtual[bos:]].astype(bool)
         if self.recall is not None:  # the same window indices with PoSE or without (training/recall.py)
             self.recall.write(ids, chunk_starts, np.random.default_rng([self.seed, index, 2]), first=spec.bos)
         labels = np.where(labels_mask, ids, IGNORE_INDEX)
-        return {
+        out = {
             "input_ids": torch.from_numpy(ids.astype(np.int64)),
             "position_ids": torch.from_numpy(positions.astype(np.int64)),
             "labels": torch.from_numpy(labels.astype(np.int64)),
         }
+        if seq_ids is not None:
+            out["seq_ids"] = torch.from_numpy(seq_ids)
+        return out
+
+    def sample(self, index: int, short: bool = False) -> dict[str, torch.Tensor]:
+        return self.window(self._slot(index), index, short)
 
     def batch(self, indices: Sequence[int]) -> dict[str, torch.Tensor]:
-        """Stacked samples. # each [len(indices), seq_len]"""
-        samples = [self.sample(i) for i in indices]
-        return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+        """Stacked samples, with ``short`` where the micro-batch is short (:mod:`.short`). # each [len(indices), seq_len]"""
+        return stack_samples(self, indices)
+
+
+def stack_samples(dataset: Any, indices: Sequence[int]) -> dict[str, torch.Tensor]:
+    """A micro-batch of ``dataset.sample`` s (all short or all long). # each [len(indices), seq_len]"""
+    short = is_short(dataset.seed, indices[0], dataset.spec.short_share)
+    samples = [dataset.sample(i, short) for i in indices]
+    out = {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+    if short:
+        out["short"] = torch.ones(len(indices), dtype=torch.bool)
+    return out
 
 
 def micro_batch_indices(step: int, micro: int, spec: tuple[int, int, int], rank: int) -> list[int]:

@@ -20,6 +20,12 @@ def eval_documents(config: TrainConfig, tokenizer: Any, length: int) -> list[lis
     c = config
     if c.eval.data is not None:
         docs = load_documents(c.eval.data, text_field=c.data.text_field)
+    elif c.data.sources:  # a mix: its held-out titles, and Emma wherever austen is mixed in
+        from .mixing import mixed_heldout
+
+        docs = mixed_heldout(c)
+        if not docs:
+            raise RopescaleError("evaluation needs held-out text: set data.holdout (titles) or eval.data")
     else:
         if not c.data.holdout:
             raise RopescaleError("evaluation needs held-out text: set data.holdout (titles or a count) or eval.data")

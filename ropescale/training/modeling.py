@@ -246,7 +246,9 @@ class CausalLMLoss(nn.Module):
     forward. An all-ones attention mask is passed on purpose: with ``attention_mask=None``
     transformers reads non-consecutive ``position_ids`` (PoSE skips) as several packed sequences
     and would block attention between the chunks (under context parallelism accelerate's hooks drop
-    the mask and attend causally, which is the same).
+    the mask and attend causally, which is the same). With ``seq_ids`` (``data.packing: documents``)
+    attention stays within each document instead (:func:`ropescale.training.packing.document_attention`);
+    with ``short`` the forward runs at the unscaled rotary (:mod:`ropescale.training.short`).
 
     With ``targets`` (labels shifted beforehand: context parallelism) instead of ``labels`` the
     forward returns ``sum of the shard's NLL / normalizer``.
@@ -266,11 +268,22 @@ class CausalLMLoss(nn.Module):
         labels: torch.Tensor | None = None,
         targets: torch.Tensor | None = None,
         normalizer: torch.Tensor | None = None,
+        seq_ids: torch.Tensor | None = None,
+        short: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        import contextlib
+
+        from .packing import document_attention
+        from .short import original_rotary
+
         causal_lm = self.model.get_base_model()
-        out = causal_lm.get_decoder()(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=torch.ones_like(input_ids), use_cache=False
-        )
+        if seq_ids is None:
+            attention = {"attention_mask": torch.ones_like(input_ids)}
+        else:
+            attention = document_attention(causal_lm, position_ids, seq_ids)
+        rotary = original_rotary(causal_lm) if short is not None else contextlib.nullcontext()
+        with rotary:  # a short micro-batch: the unscaled frequencies (training/short.py)
+            out = causal_lm.get_decoder()(input_ids=input_ids, position_ids=position_ids, use_cache=False, **attention)
         if targets is None:
             return chunked_causal_lm_loss(out.last_hidden_state, causal_lm.lm_head, labels, self.loss_chunk)  # []
         total = summed_shifted_nll(out.last_hidden_state, causal_lm.lm_head, targets, self.loss_chunk)

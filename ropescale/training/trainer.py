@@ -13,7 +13,7 @@ checkpoint helpers (:mod:`.checkpoints`) and context parallelism (:mod:`.paralle
 Output folder (``train.output_dir``, default ``runs/<recipe>``)::
 
     config.yaml              the resolved recipe (resume checks it)
-    data/train_tokens.npy    the packed training stream (tokenized once)
+    data/train_tokens.npy    the packed training stream (tokenized once; data/source-<i>.npy per source of a mix)
     checkpoints/step-N/      trainable weights, optimizer, scheduler, RNG, state.json (atomic)
     metrics.jsonl            one line per step (loss, lr, tokens/s) and per evaluation
     adapter/                 final LoRA adapter (peft format) + trainable_params.safetensors
@@ -39,6 +39,7 @@ import torch
 
 from .._io import atomic_write_json, atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
+from ..patching.plan import original_spec
 from .checkpoints import (
     CHECKPOINTS,
     TRAINABLE_FILE,
@@ -57,6 +58,7 @@ from .checkpoints import (
 )
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
+from .mixing import mixed_windows
 from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: re-exported (older imports)
     CausalLMLoss,
     apply_memory_options,
@@ -70,6 +72,7 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
     wrap_lora,
 )
 from .optim import build_optimizer, lr_lambda, sync_lr
+from .packing import resolved_packing
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 from .recall import recall_writer
 
@@ -213,7 +216,7 @@ class Trainer:
     def _build_dataset(self) -> WindowDataset:
         c = self.config
         stream = self._train_tokens
-        if stream is None:
+        if stream is None and not c.data.sources:
             stream = training_stream(c, self.tokenizer, self.output_dir / "data" / "train_tokens.npy")
         bos = None
         if c.data.bos_each_window and self.tokenizer is not None:
@@ -221,10 +224,19 @@ class Trainer:
         elif c.data.bos_each_window:
             bos = getattr(self.peft_model.config, "bos_token_id", None)
         spec = WindowSpec(
-            c.data.seq_len, bos, self.target_length if c.pose.enabled else None, c.pose.chunks, c.pose.content
+            c.data.seq_len,
+            bos,
+            self.target_length if c.pose.enabled else None,
+            c.pose.chunks,
+            c.pose.content,
+            documents=resolved_packing(c.data) == "documents",
+            short_share=c.data.short_share,
+            short_len=min(c.data.seq_len, original_spec(self.peft_model.config).original_max_position_embeddings),
         )
         self.bos_token_id = bos
         recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
+        if stream is None:  # a weighted mix of sources (data.sources)
+            return mixed_windows(c, self.tokenizer, self.output_dir / "data", spec, recall)
         return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)
 
     # --------------------------------------------------------------------------- checkpoints
