@@ -7,7 +7,7 @@ and the exact McNemar test of two models on the same prompts.
 The exact McNemar test is scipy's binomial test on the discordant prompts. Wilson's interval stays
 written out here: scipy's (``binomtest(k, n).proportion_ci(method="wilson")``) takes whole counts only,
 and this module's callers pass fractional ones (partial-credit needle scores, and the effective number
-of trials of :func:`group_agreement`); on whole counts the two agree to 1e-9 (tests/evals/test_proportions.py).
+of trials of :func:`group_agreement`); on whole counts the two agree to 1e-6 (tests/evals/test_proportions.py).
 """
 
 from __future__ import annotations
