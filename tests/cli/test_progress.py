@@ -16,7 +16,10 @@ from tests.conftest import tiny_model
 
 @pytest.fixture
 def restore_bars(monkeypatch):
+    """Bars on before (an earlier in-process main() may have turned them off) and after the test."""
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)  # restored after the test
+    enable_progress_bars()
+    hf_logging.enable_progress_bar()
     yield
     enable_progress_bars()
     hf_logging.enable_progress_bar()
