@@ -126,7 +126,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 # The main job: the embedded SmolLM2-135M unscaled against linear / ntk / dynamic_ntk / yarn x4,
-# perplexity at 2k-16k in bf16, a few minutes on 2 CPU cores (resumable: re-run to continue an
+# perplexity at 2k-16k in bf16, ~14 min on 2 busy CPU cores (resumable: re-run to continue an
 # interrupted run). On a CPU without bf16 instructions: make demo DEMO_SUITE=smollm2-x4 (fp32, ~20 min).
 DEMO_SUITE ?= smollm2-demo
 demo: setup

@@ -49,7 +49,11 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     from ropescale.models.runtime import ATTENTIONS, DTYPES
 
     p.add_argument(
-        "--dtype", default="auto", choices=["auto", *DTYPES], help="auto: bfloat16 on a CUDA device, float32 otherwise"
+        "--dtype",
+        default="auto",
+        choices=["auto", *DTYPES],
+        help="auto: bfloat16 on a CUDA device (float16 without bf16) and on a CPU with AMX or AVX512-BF16 "
+        "instructions, float32 otherwise (bf16 emulated is 3-8x slower)",
     )
     p.add_argument(
         "--attn-implementation",

@@ -70,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        progress_only_on_a_terminal(args)
         return int(args.func(args) or 0)
     except UsageError as exc:
         print(f"ropescale: error: {exc}", file=sys.stderr)
@@ -84,6 +85,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("ROPESCALE_DEBUG"):
             raise
         return report(exc)
+
+
+def progress_only_on_a_terminal(args: argparse.Namespace, terminal: bool | None = None) -> None:
+    """Progress bars only when stderr is a terminal: in a log file or a pipe tqdm's carriage returns
+    and escape codes become thousands of lines. The one place where this is decided, for ropescale's
+    own bars (a command's ``--no-progress``) and for transformers' ("Loading weights") and
+    huggingface_hub's, which their own switches turn off. Results and ``metrics.jsonl`` record the
+    same progress in plain lines."""
+    if sys.stderr.isatty() if terminal is None else terminal:
+        return
+    if hasattr(args, "no_progress"):
+        args.no_progress = True
+    # huggingface_hub reads this when imported and transformers' bars follow the hub's switch; when
+    # they are imported already (in process), their own switches
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers.utils.logging" in sys.modules:
+        sys.modules["transformers.utils.logging"].disable_progress_bar()
 
 
 def report(exc: Exception) -> int:

@@ -1,32 +1,53 @@
-"""``ropescale methods``: the registered scaling methods, one line each."""
+"""``ropescale methods``: the registered scaling methods as a table that fits 100 columns; their
+parameters and defaults with ``--verbose``."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import textwrap
+
+WIDTH = 100  # a terminal's worth, so no line wraps on its own
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "methods",
-        help="list scaling methods, their parameters and defaults",
-        description="List the registered scaling methods with their parameters and defaults.",
-        epilog="example: ropescale methods",
+        help="list scaling methods (--verbose: their parameters and defaults)",
+        description="List the registered scaling methods: name, static or dynamic, what each does.",
+        epilog="examples:\n  ropescale methods\n  ropescale methods --verbose",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--verbose", "-v", action="store_true", help="also every parameter with its default")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from ropescale.methods import METHODS
 
-    width = max(map(len, METHODS))
-    for name, cls in sorted(METHODS.items()):
-        params = ", ".join(
-            f"{k}={'<required>' if _required(cls, k, v) else v}" for k, v in cls.parameter_defaults().items()
-        )
-        kind = "dynamic" if cls.dynamic else "static"
-        print(f"{name:<{width}}  {kind:<7}  {cls.summary}  [{params}]")
+    print("\n".join(table(METHODS, verbose=getattr(args, "verbose", False))))
     return 0
+
+
+def table(methods: dict, verbose: bool = False) -> list[str]:
+    """The listing's lines: a header, then per method its name, kind and summary, the summary wrapped
+    under its own column; with ``verbose`` a ``parameters:`` line (``<required>`` where there is no
+    usable default) under each."""
+    width = max(len("method"), *map(len, methods))
+    indent = " " * (width + 2 + 7 + 2)
+    wrap = textwrap.TextWrapper(width=WIDTH, initial_indent="", subsequent_indent=indent, break_on_hyphens=False)
+    lines = [f"{'method':<{width}}  {'kind':<7}  what it does"]
+    for name, cls in sorted(methods.items()):
+        kind = "dynamic" if cls.dynamic else "static"
+        lines += wrap.wrap(f"{name:<{width}}  {kind:<7}  {cls.summary}")
+        if verbose:
+            params = ", ".join(
+                f"{k}={'<required>' if _required(cls, k, v) else v}" for k, v in cls.parameter_defaults().items()
+            )
+            lines += textwrap.wrap(f"parameters: {params}", WIDTH, initial_indent=indent, subsequent_indent=indent)
+    if not verbose:
+        lines.append("parameters and defaults: ropescale methods --verbose")
+    return lines
 
 
 def _required(cls, key: str, default) -> bool:

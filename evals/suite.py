@@ -4,7 +4,7 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
 
     name: smollm2-x4
     model: smollm2-135m
-    dtype: auto               # auto (bfloat16 on CUDA, float32 otherwise) | float32 | bfloat16 | float16
+    dtype: auto               # auto (bfloat16 on CUDA and bf16 CPUs, else float32) | float32 | bfloat16 | float16
     device: auto              # auto (cuda when available) | cpu | cuda | cuda:N | mps
     attn_implementation: auto # auto (flash_attention_2 on CUDA when installed, else sdpa) | sdpa | eager
     data: austen              # any --data value (see ropescale.data.documents)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from ..errors import RopescaleError
@@ -115,19 +114,23 @@ def cpu_model() -> str:
 def cpu_bf16_kernels() -> str:
     """Which instructions compute bf16 matmuls on this CPU, as the hardware has them (the override of
     :func:`cpu_has_bf16` does not change what computes): ``amx``, ``avx512_bf16``, or ``emulated``
-    (neither: oneDNN converts to fp32)."""
+    (neither: oneDNN converts to fp32).
+
+    Read from torch's public ``torch.cpu.get_capabilities()`` (cpuinfo's feature flags, the same
+    library oneDNN's dispatch trusts; torch 2.13 has it). ``torch.backends.cpu.get_cpu_capability()`` is
+    no substitute: it names the vector ISA ATen dispatches to (``AVX512`` on Skylake and on Sapphire
+    Rapids alike), not whether bf16 dot products exist. Older torch builds have only the private probes
+    ``torch.cpu._is_amx_tile_supported``/``_is_avx512_bf16_supported``, used as a fallback.
+    """
     import torch
 
-    try:
-        if torch.cpu._is_amx_tile_supported():
-            return "amx"
-        return "avx512_bf16" if torch.cpu._is_avx512_bf16_supported() else "emulated"
-    except AttributeError:  # a torch without the probes: read the kernel's flags
-        try:
-            flags = Path("/proc/cpuinfo").read_text().split()
-        except OSError:
-            return "emulated"
-        return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "emulated"
+    get_capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if get_capabilities is not None:
+        caps = get_capabilities()
+        amx, avx512_bf16 = bool(caps.get("amx_bf16")), bool(caps.get("avx512_bf16"))
+    else:  # an older torch (pyproject allows >= 2.3)
+        amx, avx512_bf16 = torch.cpu._is_amx_tile_supported(), torch.cpu._is_avx512_bf16_supported()
+    return "amx" if amx else "avx512_bf16" if avx512_bf16 else "emulated"
 
 
 def auto_dtype(device: str) -> str:

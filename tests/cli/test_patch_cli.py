@@ -38,11 +38,13 @@ def assert_one_line_error(code, err, *fragments):
 
 
 def test_methods_lists_every_method_with_defaults(capsys):
-    code, out, _ = run(capsys, "methods")
+    code, out, _ = run(capsys, "methods", "--verbose")
     assert code == 0
     lines = out.strip().splitlines()
-    assert [line.split()[0] for line in lines] == sorted(ropescale.METHODS)
-    yarn = next(line for line in lines if line.startswith("yarn "))
+    assert lines[0].split()[:2] == ["method", "kind"]
+    assert [line.split()[0] for line in lines[1:] if not line.startswith(" ")] == sorted(ropescale.METHODS)
+    start = next(i for i, line in enumerate(lines) if line.startswith("yarn "))
+    yarn = " ".join(line.strip() for line in lines[start:])  # the last entry: summary, then its parameters
     assert "beta_fast=32.0" in yarn and "factor=<required>" in yarn
 
 

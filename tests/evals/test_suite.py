@@ -98,14 +98,14 @@ def test_cells_record_their_runtime_and_another_runtime_redoes_them(suite_dict, 
 
 def test_bf16_cells_of_another_cpu_kernel_are_redone(suite_dict, tmp_path, monkeypatch):
     """AMX and AVX512-BF16 round bf16 differently: a run resumed on the other CPU starts its cells anew."""
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True, "avx512_bf16": True})
     one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], passkey=None, dtype="bfloat16")
     run_suite(suite_from_dict(one), tmp_path / "out", progress=False)
     record = json.loads(next((tmp_path / "out" / "cells").glob("*.json")).read_text())
     assert record["runtime"]["kernels"] == "amx"
     assert "cpu / bfloat16 (amx) / sdpa" in (tmp_path / "out" / "report.md").read_text()
     assert suite_mod.SuiteRunner(suite_from_dict(one), tmp_path / "out").pending() == []
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": False, "avx512_bf16": True})
     assert len(suite_mod.SuiteRunner(suite_from_dict(one), tmp_path / "out").pending()) == 2
     for path in (tmp_path / "out" / "cells").glob("*.json"):  # written before kernels were recorded: kept
         record = json.loads(path.read_text())

@@ -76,9 +76,12 @@ def test_the_two_schedules_differ_beyond_L_only():
 def test_bad_alpha_and_the_methods_listing(capsys):
     with pytest.raises(ValueError, match="alpha must be one of transformers, length, got 'tokens'"):
         get_method("dynamic_ntk", factor=4, alpha="tokens")
-    assert main(["methods"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("dynamic_ntk "))
+    assert main(["methods", "--verbose"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith("dynamic_ntk "))
+    entry = " ".join(x.strip() for x in lines[start : start + 5])  # the summary wraps under its column
     assert (
-        "alpha=transformers: base as static NTK at s·ℓ/L−(s−1)" in line and "alpha=length: as static NTK at ℓ/L" in line
+        "alpha=transformers: base as static NTK at s·ℓ/L−(s−1)" in entry
+        and "alpha=length: as static NTK at ℓ/L" in entry
     )
-    assert "alpha=transformers]" in line  # the default
+    assert "parameters: factor=<required>, alpha=transformers" in entry  # the default

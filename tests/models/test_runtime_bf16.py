@@ -33,8 +33,7 @@ def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, amx,
     """AMX and AVX512-BF16 round differently (greedy answers differ): a result says which it had, from
     the hardware, whatever ROPESCALE_CPU_BF16 says about the dtype."""
     monkeypatch.setenv("ROPESCALE_CPU_BF16", "1")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": amx, "avx512_bf16": avx512})
     assert rt.cpu_bf16_kernels() == kernels
     assert resolve_runtime("cpu", "bfloat16").to_dict() == {
         "device": "cpu",
@@ -45,6 +44,14 @@ def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, amx,
     assert "kernels" not in resolve_runtime("cpu", "float32").to_dict()  # fp32: as before
     monkeypatch.delenv("ROPESCALE_CPU_BF16")
     assert cpu_has_bf16() is (kernels != "emulated")
+
+
+def test_an_older_torch_without_the_public_probe_falls_back_to_the_private_ones(monkeypatch):
+    """torch.cpu.get_capabilities() is recent; pyproject allows torch >= 2.3, which has only the private probes."""
+    monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert rt.cpu_bf16_kernels() == "avx512_bf16"
 
 
 @pytest.mark.parametrize(
