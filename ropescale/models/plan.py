@@ -304,9 +304,10 @@ def advice(shape: Shape, o: Options, card: Card) -> list[str]:
         ("train.loss_chunk=512", {"loss_chunk": min(o.loss_chunk, 512)}),
     ]
     for text, change in steps:
-        if all(getattr(trial, k) == v for k, v in change.items()):
-            continue
-        trial = replace(trial, **change)
+        candidate = replace(trial, **change)
+        if train_estimate(shape, candidate).peak >= train_estimate(shape, trial).peak:
+            continue  # already on, or no lower here
+        trial = candidate
         tips.append(text)
         if fits(train_estimate(shape, trial), card):
             return tips
@@ -319,7 +320,7 @@ def advice(shape: Shape, o: Options, card: Card) -> list[str]:
         if o.tokens % (2 * cp) == 0 and cp > trial.context_parallel:
             trial = replace(trial, context_parallel=cp, fsdp=True, gpus=max(trial.gpus, cp))
             if fits(train_estimate(shape, trial), card):
-                tips.append(f"train.context_parallel={cp} on >= {cp} GPUs (configs/accelerate/fsdp2_cp.yaml)")
+                tips.append(f"train.context_parallel={cp} --gpus {cp} (launch with configs/accelerate/fsdp2_cp.yaml)")
                 return tips
     tips.append(
         f"nothing listed fits {card.name}: a shorter window (data.seq_len with pose.enabled=true) or a larger card"
