@@ -92,3 +92,15 @@ def test_eval_memory_parts():
     assert est.parts["weights"] == shape.params() * 2
     ppl = plan.eval_estimate(shape, 131072, kv_cache=False)
     assert "KV cache" not in ppl.parts and ppl.seconds < est.seconds
+
+
+def test_gpu_plan_check_smoke_on_the_cpu(tmp_path, capsys):
+    """The GPU script's own code path, on tiny shapes of two families (the GPU run is for a GPU session)."""
+    check = load_script("benchmarks/gpu_plan_check.py")
+    argv = ["--smoke", "--eval-shapes", "qwen2.5-7b", "--recipes", "qwen3-8b/yarn_x4", "--output", str(tmp_path)]
+    assert check.main(argv) == 0
+    cells = json.loads((tmp_path / "results.json").read_text())["cells"]
+    assert [(c["kind"], c.get("mode")) for c in cells] == [("eval", "ppl")] * 2 + [("eval", "gen")] * 2 + [
+        ("train", None)
+    ]
+    assert all("error" not in c and c["seconds"] > 0 and c["plan_mib"] > 0 for c in cells)
