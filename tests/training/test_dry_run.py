@@ -166,3 +166,21 @@ def test_a_step_that_does_not_fit_says_what_to_turn_on(gpu, capsys):
     assert all(re.fullmatch(r"train\.\w+=\w+|--gpus|\d+", o) for o in overrides), tips
     assert main([*argv, *longer, *overrides]) == 0
     assert re.search(r"memory: +[\d.]+ GiB peak per GPU of [\d.]+ GiB: fits", capsys.readouterr().out)
+
+
+def test_a_cached_hub_config_is_enough(tmp_path):
+    """A Hub id whose config.json alone is in the Hugging Face cache (offline): the full dry run."""
+    import os
+    import subprocess
+    import sys
+
+    repo = tmp_path / "hub" / "models--meta-llama--Meta-Llama-3-8B"
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123" / "config.json").write_text((SHAPES / "llama3-8b" / "config.json").read_text())
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    argv = [sys.executable, "-m", "ropescale.cli.main", "train", "--config", "llama3-8b/yarn_x4", "--dry-run"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    assert "model config:  meta-llama/Meta-Llama-3-8B (cached Hub config)" in out
+    assert "trainable:     567,545,856 of 8,030,261,248 parameters" in out
