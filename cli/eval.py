@@ -195,7 +195,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
-    if args.dry_run:
+    if args.dry_run or args.gpu:
         return print_eval_plan(args)
     from ropescale.evals.suite import suite_from_dict
 

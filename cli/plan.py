@@ -27,7 +27,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--gpu",
-        default="h100-80gb",
+        default=None,
         metavar="CARD",
         help=f"with --dry-run: the card ({', '.join(plan.CARDS)}; default h100-80gb)",
     )
@@ -44,9 +44,12 @@ def _forwards(args: argparse.Namespace, length: int) -> int:
 
 
 def print_eval_plan(args: argparse.Namespace) -> int:
+    from ropescale.errors import RopescaleError
     from ropescale.training.dryrun import config_source
 
-    card = plan.card(args.gpu)
+    if not args.dry_run:
+        raise RopescaleError("--gpu plans a run: add --dry-run (an evaluation runs on the device it finds)")
+    card = plan.card(args.gpu or "h100-80gb")
     config, source = config_source(args.model)
     shape = plan.Shape.from_config(config)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype

@@ -11,6 +11,8 @@ TRAIN_EXAMPLES = """examples:
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume        # continue after an interruption
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume train.max_steps=80   # train longer
   ropescale train --config llama2-7b/pi_x4_longlora --dry-run           # validate and print the recipe
+  ropescale train --config llama3-8b/yarn_x8 --model ./Meta-Llama-3-8B --dry-run --gpu a100-80gb --gpus 8
+                                                # what it trains, and the plan: memory per GPU, time (docs/plan.md)
   accelerate launch --config_file configs/accelerate/ddp.yaml -m ropescale.cli.main train --config ...
   ropescale train --config llama2-7b/yarn_x16_cp --dry-run --accelerate-config configs/accelerate/fsdp2_cp.yaml
 
@@ -52,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, metavar="PATH", help="shortcut for model.name=PATH (a folder or Hub id)")
     p.add_argument(
         "--gpu",
-        default="h100-80gb",
+        default=None,
         metavar="CARD",
         help="with --dry-run: the card the plan is for (h100-80gb, h200-141gb, a100-80gb, a100-40gb, l40s-48gb, "
         "rtx4090-24gb; default h100-80gb)",
@@ -159,11 +161,16 @@ def run_train(args: argparse.Namespace) -> int:
         overrides.append(f"train.output_dir={args.output_dir}")
     if args.model:
         overrides.append(f"model.name={args.model}")
+    if (args.gpu or args.gpus) and not args.dry_run:
+        from ropescale.errors import RopescaleError
+
+        raise RopescaleError("--gpu and --gpus plan a run (--dry-run); a launch's GPUs come from accelerate")
     config = load_config(args.config, overrides)
     if args.dry_run:
         from ropescale.models.plan import card
         from ropescale.training.dryrun import dry_run_lines, launch_of
 
+        args.gpu = args.gpu or "h100-80gb"
         card(args.gpu)  # an unknown card is refused before anything is printed
         gpus, fsdp = launch_of(args.accelerate_config, args.gpus)
         print(_summary(config))

@@ -71,3 +71,12 @@ def test_kv_cache_of_the_plan():
     shape = plan.Shape(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, head_dim=128, vocab=128256)
     est = plan.eval_estimate(shape, 65536)
     assert est.parts["KV cache"] == 8 * 2**30  # 2 x 32 layers x 65536 x 1024 x 2 B
+
+
+def test_gpu_without_dry_run_is_refused(capsys):
+    argv = ["eval", "perplexity", "--model", str(SHAPES / "llama3-8b"), "--lengths", "4096", "--gpu", "h200-141gb"]
+    assert main(argv) == 2
+    assert "--gpu plans a run: add --dry-run" in capsys.readouterr().err
+    train = ["train", "--config", "llama3-8b/yarn_x4", "--gpus", "8"]
+    assert main(train) == 2
+    assert "--gpu and --gpus plan a run (--dry-run)" in capsys.readouterr().err
