@@ -193,6 +193,7 @@ class Options:
     gpus: int = 1
     fsdp: bool = False  # weights, gradients and optimizer sharded over the GPUs
     optimizer: bool = True  # AdamW moments held (False: a forward+backward only, as the benchmark)
+    attention_span: int | None = None  # keys a query sees at most (S2-Attn groups, a sliding window); None: all
 
 
 @dataclass
@@ -248,6 +249,8 @@ def train_seconds(shape: Shape, o: Options, t: int, card: Card | None = None) ->
     linear_passes = (4 if o.full else 3) - (0 if o.checkpointing else 1)
     attn_passes = 4.5 if o.checkpointing else 3.5
     window = o.tokens  # attention spans the whole window (ring attention splits the work, not the span)
+    if o.attention_span:  # a query attends to at most the span: half of it on average once the window is longer
+        window = o.tokens if o.attention_span >= o.tokens else o.attention_span * (2 - o.attention_span / o.tokens)
     flops = t * (linear_passes * 2 * shape.matmul_params() + attn_passes * 2 * window * shape.q_dim * shape.layers)
     if o.tile and o.checkpointing and t > o.tile:  # each tile's MLP is recomputed once more
         flops += t * 2 * 3 * shape.hidden * shape.intermediate * shape.layers

@@ -159,6 +159,10 @@ def describe_model(meta: MetaModel, config: TrainConfig) -> list[str]:
 
 def plan_options(config: TrainConfig, meta: MetaModel, gpus: int, fsdp: bool) -> planner.Options:
     t = config.train
+    spans = [getattr(meta.hf_config, "sliding_window", None) or 0]
+    if config.s2attn.enabled:
+        spans.append(int(config.data.seq_len * config.s2attn.group_ratio))
+    span = min([s for s in spans if s > 0], default=None)
     return planner.Options(
         tokens=config.data.seq_len * t.batch_size,
         trainable=meta.trainable,
@@ -172,6 +176,7 @@ def plan_options(config: TrainConfig, meta: MetaModel, gpus: int, fsdp: bool) ->
         context_parallel=t.context_parallel,
         gpus=gpus,
         fsdp=fsdp or t.context_parallel > 1,
+        attention_span=span,
     )
 
 
@@ -195,10 +200,29 @@ def plan_lines(config: TrainConfig, meta: MetaModel, card: planner.Card, gpus: i
         f"{planner.duration(step)} per optimizer step, {planner.duration(step * t.max_steps)} for "
         f"{t.max_steps} steps on {dp * max(t.context_parallel, 1)} GPU{'s' if gpus > 1 else ''}",
     ]
+    lines += eval_lines(config, meta, shape, est, card)
     tips = planner.advice(shape, options, card)
     if tips:
         lines.append("  to fit:      " + "; then ".join(tips))
     return lines
+
+
+def eval_lines(config: TrainConfig, meta: MetaModel, shape: planner.Shape, train: planner.Estimate, card) -> list[str]:
+    """The evaluation during training: one perplexity window of ``eval.length`` in the training process,
+    which still holds the weights, gradients and optimizer state (its activations replace the step's)."""
+    e = config.eval
+    if not (e.every or e.at_end):
+        return []
+    length = e.length or config.pose.target_length or meta.extended_context
+    window = planner.eval_estimate(shape, length, config.model.dtype, kv_cache=False, card=card)
+    held = sum(v for k, v in train.parts.items() if k in ("weights", "gradients", "optimizer", "gathered layer"))
+    peak = held + window.peak - window.parts["weights"]
+    verdict = "fits" if peak + planner.RESERVE_MIB * planner.MIB <= card.memory_mib * planner.MIB else "does NOT fit"
+    when = f"every {e.every} steps" if e.every else "at the end"
+    return [
+        f"  evaluation:  perplexity at {length:,} tokens {when}: {planner.gib(peak)} peak per GPU, {verdict}; "
+        f"{planner.duration(window.seconds)} a window"
+    ]
 
 
 def dry_run_lines(

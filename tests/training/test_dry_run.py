@@ -91,6 +91,8 @@ def test_dry_run_of_every_recipe_on_its_family_shape(path, capsys):
     if recipe.pose.enabled and recipe.pose.target_length:
         assert recipe.pose.target_length <= extended
     assert re.search(r"memory: +[\d.]+ GiB peak per GPU of 79.6 GiB: fits", out), out  # every recipe fits an H100
+    if recipe.eval.every or recipe.eval.at_end:  # and so does its evaluation, in the training process
+        assert re.search(r"evaluation: +perplexity at [\d,]+ tokens .*: [\d.]+ GiB peak per GPU, fits;", out), out
 
 
 @pytest.mark.parametrize(
