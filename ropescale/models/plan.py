@@ -194,6 +194,7 @@ class Options:
     fsdp: bool = False  # weights, gradients and optimizer sharded over the GPUs
     optimizer: bool = True  # AdamW moments held (False: a forward+backward only, as the benchmark)
     attention_span: int | None = None  # keys a query sees at most (S2-Attn groups, a sliding window); None: all
+    window: int | None = None  # tokens of one sequence (attention stays within it); None: all the tokens
 
 
 @dataclass
@@ -248,9 +249,9 @@ def train_seconds(shape: Shape, o: Options, t: int, card: Card | None = None) ->
     peak = (card.bf16_tflops if card else 989.0) * 1e12 * TRAIN_EFFICIENCY
     linear_passes = (4 if o.full else 3) - (0 if o.checkpointing else 1)
     attn_passes = 4.5 if o.checkpointing else 3.5
-    window = o.tokens  # attention spans the whole window (ring attention splits the work, not the span)
-    if o.attention_span:  # a query attends to at most the span: half of it on average once the window is longer
-        window = o.tokens if o.attention_span >= o.tokens else o.attention_span * (2 - o.attention_span / o.tokens)
+    window = o.window or o.tokens  # attention spans one sequence (ring attention splits the work, not the span)
+    if o.attention_span and o.attention_span < window:  # a query sees at most the span's keys
+        window = o.attention_span * (2 - o.attention_span / window)
     flops = t * (linear_passes * 2 * shape.matmul_params() + attn_passes * 2 * window * shape.q_dim * shape.layers)
     if o.tile and o.checkpointing and t > o.tile:  # each tile's MLP is recomputed once more
         flops += t * 2 * 3 * shape.hidden * shape.intermediate * shape.layers

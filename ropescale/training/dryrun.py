@@ -177,6 +177,7 @@ def plan_options(config: TrainConfig, meta: MetaModel, gpus: int, fsdp: bool) ->
         gpus=gpus,
         fsdp=fsdp or t.context_parallel > 1,
         attention_span=span,
+        window=config.data.seq_len,
     )
 
 
