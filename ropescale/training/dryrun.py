@@ -5,7 +5,8 @@ config, or the converted embedded model): parameters have shapes and no storage,
 nothing. The recipe's scaling is planned on that config exactly as training plans it, LoRA is applied by
 peft exactly as :func:`ropescale.training.modeling.wrap_lora` applies it, and the trainable parameters
 are counted on the result. The memory and time plan (:mod:`ropescale.models.plan`) reads the same
-shape. No weights are read, nothing is downloaded, nothing is written.
+shape. No weights are read and nothing is written; a Hub id is read from the cache (online, transformers
+may fetch its config.json, never the weights).
 """
 
 from __future__ import annotations
