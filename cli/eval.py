@@ -21,6 +21,7 @@ from ropescale.cli.common import (
     typed,
     unit_floats,
 )
+from ropescale.cli.plan import add_plan_args, print_eval_plan
 
 _LENGTHS = typed(options.positive_ints, "--lengths")
 
@@ -128,6 +129,7 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="results folder (default: runs/<task>-<model>)")
     p.add_argument("--no-progress", action="store_true")
+    add_plan_args(p)  # --dry-run, --gpu: the plan (cli/plan.py)
     p.set_defaults(func=run_task_cmd, task=name)
     return p
 
@@ -193,6 +195,8 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
+    if args.dry_run or args.gpu:
+        return print_eval_plan(args)
     from ropescale.evals.suite import suite_from_dict
 
     suite = suite_from_dict(suite_from_args(args))

@@ -11,6 +11,8 @@ TRAIN_EXAMPLES = """examples:
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume        # continue after an interruption
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu --resume train.max_steps=80   # train longer
   ropescale train --config llama2-7b/pi_x4_longlora --dry-run           # validate and print the recipe
+  ropescale train --config llama3-8b/yarn_x8 --model ./Meta-Llama-3-8B --dry-run --gpu a100-80gb --gpus 8
+                                                # what it trains, and the plan: memory per GPU, time (docs/plan.md)
   accelerate launch --config_file configs/accelerate/ddp.yaml -m ropescale.cli.main train --config ...
   ropescale train --config llama2-7b/yarn_x16_cp --dry-run --accelerate-config configs/accelerate/fsdp2_cp.yaml
 
@@ -42,7 +44,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--overwrite", action="store_true", help="discard checkpoints of an earlier run in the output folder"
     )
     p.add_argument("--merge", action="store_true", help="after training, write the merged model to OUTPUT_DIR/merged")
-    p.add_argument("--dry-run", action="store_true", help="validate the recipe, print it and exit (loads nothing)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate the recipe and print what it does: full fine-tune or LoRA, trainable parameters (counted on "
+        "the model built from its config.json on the meta device: no weights), tokens per step, the scaling written, "
+        "and the plan (peak memory per GPU, time per step); loads no weights, writes nothing",
+    )
+    p.add_argument("--model", default=None, metavar="PATH", help="shortcut for model.name=PATH (a folder or Hub id)")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        metavar="CARD",
+        help="with --dry-run: the card the plan is for (h100-80gb, h200-141gb, a100-80gb, a100-40gb, l40s-48gb, "
+        "rtx4090-24gb; default h100-80gb)",
+    )
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --dry-run: GPUs of the launch (default: num_processes of --accelerate-config, else 1)",
+    )
     p.add_argument(
         "--accelerate-config",
         default=None,
@@ -112,8 +135,6 @@ def _summary(config) -> str:
         f"model:         {c.model.name} ({c.model.dtype}, attention {c.model.attn_implementation})",
         f"scaling:       {c.scaling.method} x{c.scaling.factor:g}"
         + (f" {c.scaling.params}" if c.scaling.params else ""),
-        f"lora:          r={c.lora.r} alpha={c.lora.alpha:g} dropout={c.lora.dropout:g} on {','.join(c.lora.target_modules)}"
-        + (f" + trainable {','.join(c.lora.trainable)}" if c.lora.trainable else ""),
         f"windows:       {c.data.seq_len} tokens from {_data_from(c.data)}"
         + (
             f" (PoSE: {c.pose.chunks} chunks, positions up to {target}, content {c.pose.content})"
@@ -138,13 +159,26 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.output_dir:
         overrides.append(f"train.output_dir={args.output_dir}")
+    if args.model:
+        overrides.append(f"model.name={args.model}")
+    if (args.gpu or args.gpus) and not args.dry_run:
+        from ropescale.errors import RopescaleError
+
+        raise RopescaleError("--gpu and --gpus plan a run (--dry-run); a launch's GPUs come from accelerate")
     config = load_config(args.config, overrides)
     if args.dry_run:
+        from ropescale.models.plan import card
+        from ropescale.training.dryrun import dry_run_lines, launch_of
+
+        args.gpu = args.gpu or "h100-80gb"
+        card(args.gpu)  # an unknown card is refused before anything is printed
+        gpus, fsdp = launch_of(args.accelerate_config, args.gpus)
         print(_summary(config))
         if args.accelerate_config:
             from ropescale.training.parallel import check_accelerate_config
 
             print("\n".join(check_accelerate_config(args.accelerate_config, config)))
+        print("\n".join(dry_run_lines(config, gpu=args.gpu, gpus=gpus, fsdp=fsdp)))
         print("---")
         print(dump_config(config), end="")
         return 0

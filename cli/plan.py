@@ -1,0 +1,77 @@
+"""``ropescale eval perplexity|passkey|needle ... --dry-run``: what the evaluation will cost, loading nothing.
+
+The model's shape comes from its config.json (a local folder, a cached Hub config or the converted
+embedded model); the estimate is :func:`ropescale.models.plan.eval_estimate` (weights, KV cache, one
+layer's inference activations, logits; SDPA without materialised scores), per length, on ``--gpu``.
+The methods do not change the cost of a forward (their rotary tables are per position), so one line per
+length covers them all; the number of forwards per cell follows the task's protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from ropescale.models import plan
+
+#: the passkey/needle answer: tokens generated after each prompt's prefill
+DECODE_TOKENS = 10
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load nothing, run nothing: print the estimated peak GPU memory and time per prompt and per cell for "
+        "each length on --gpu (from the model's config.json; docs/plan.md)",
+    )
+    p.add_argument(
+        "--gpu",
+        default=None,
+        metavar="CARD",
+        help=f"with --dry-run: the card ({', '.join(plan.CARDS)}; default h100-80gb)",
+    )
+
+
+def _forwards(args: argparse.Namespace, length: int) -> int:
+    """Prompts (forwards of ``length`` tokens) one cell of one method runs."""
+    if args.task == "perplexity":
+        scored = args.max_tokens or 4 * length
+        stride = args.stride or (length if args.mode == "nonoverlap" else 256)
+        return max(1, math.ceil(scored / stride))
+    depths = len([d for d in str(args.depths).split(",") if d.strip()])
+    return depths * args.trials
+
+
+def print_eval_plan(args: argparse.Namespace) -> int:
+    from ropescale.errors import RopescaleError
+    from ropescale.training.dryrun import config_source
+
+    if not args.dry_run:
+        raise RopescaleError("--gpu plans a run: add --dry-run (an evaluation runs on the device it finds)")
+    card = plan.card(args.gpu or "h100-80gb")
+    config, source = config_source(args.model)
+    shape = plan.Shape.from_config(config)
+    dtype = "bfloat16" if args.dtype == "auto" else args.dtype
+    generate = args.task != "perplexity"
+    methods = len(str(args.methods).split(",")) if args.methods else 1
+    print(f"plan:    {args.task} on {source}, {dtype}, SDPA, {card.label}; estimates (ropescale/models/plan.py)")
+    print("| length | peak memory | fits | per prompt | prompts per cell | per cell | all methods |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for length in args.lengths:
+        est = plan.eval_estimate(
+            shape, length, dtype, kv_cache=generate, decode_tokens=DECODE_TOKENS if generate else 0, card=card
+        )
+        n = _forwards(args, length)
+        fit = "yes" if plan.fits(est, card) else f"NO: needs {plan.gib(est.peak + plan.RESERVE_MIB * plan.MIB)}"
+        print(
+            f"| {length} | {plan.gib(est.peak)} | {fit} | {plan.duration(est.seconds)} | {n} | "
+            f"{plan.duration(n * est.seconds)} | {plan.duration(methods * n * est.seconds)} |"
+        )
+    print(
+        "memory: weights, "
+        + ("the KV cache, " if generate else "")
+        + "one layer's activations and the logits; a length that does not fit needs a larger --gpu "
+        "(or shorter --lengths); nothing in ropescale splits one prompt over GPUs"
+    )
+    return 0
