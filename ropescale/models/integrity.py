@@ -92,6 +92,31 @@ def check_checkpoint_dir(directory: str | Path) -> None:
         check_safetensors(path)
 
 
+# Weight files only a pickle loader reads: transformers' ``pytorch_model.bin`` (and shards), ``*.pt``...
+PICKLED_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_weights_format(directory: str | Path) -> None:
+    """Refuse a checkpoint folder whose weights exist only as pickles (``pytorch_model.bin``...).
+
+    Unpickling runs whatever instructions the file holds; ropescale loads weights from ``.safetensors``
+    only (raw tensors and a JSON header), so a folder from someone else cannot run code here. A folder
+    with no weight file at all (a config-only checkpoint) is left to the loader's own message.
+
+    Raises:
+        RopescaleError: naming the pickled file.
+    """
+    directory = Path(directory)
+    if any(directory.glob("*.safetensors")):
+        return
+    pickles = sorted(p for pattern in PICKLED_WEIGHTS for p in directory.glob(pattern))
+    if pickles:
+        raise RopescaleError(
+            f"model file '{pickles[0]}' is a pickle, which ropescale does not load (loading one can run code); "
+            "ropescale loads weights only from .safetensors files: use a safetensors copy of the checkpoint"
+        )
+
+
 def check_gguf(path: str | Path) -> None:
     """Check that a ``.gguf`` file parses to its end (metadata and every tensor's data).
 

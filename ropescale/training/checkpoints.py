@@ -1,8 +1,8 @@
 """Training checkpoints: what a run may resume from, and the trainable weights under any wrapper.
 
 ``checkpoints/step-N/`` holds ``trainable.safetensors`` (LoRA + trainable embeddings/norms, names as
-in the unwrapped peft model), the optimizer (``optimizer.pt``, or accelerate's FSDP file), the
-scheduler, every rank's RNG state and ``state.json`` (step, tokens, elapsed, the recipe's
+in the unwrapped peft model), the optimizer (``optimizer.safetensors``, or accelerate's FSDP file), the
+scheduler, every rank's RNG state (in files that cannot run code: :mod:`.state_files`) and ``state.json`` (step, tokens, elapsed, the recipe's
 fingerprint). A checkpoint is staged in a hidden folder and renamed when complete; ``manifest.json``
 (size and sha256 of every other file) is written last, atomically, once every rank has written.
 ``--resume`` verifies the newest checkpoint against its manifest and falls back to the newest

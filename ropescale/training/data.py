@@ -95,7 +95,7 @@ def cached_stream(path: Path, key: dict[str, Any], build) -> np.ndarray:
     if path.is_file() and meta.is_file():
         try:
             if json.loads(meta.read_text()).get("digest") == digest:
-                return np.load(path, mmap_mode="r")  # a multi-GB stream is not read into memory
+                return np.load(path, mmap_mode="r", allow_pickle=False)  # a multi-GB stream stays on disk
         except (ValueError, OSError):
             pass
     stream = build()

@@ -72,6 +72,15 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
 from .optim import build_optimizer, lr_lambda, sync_lr
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 from .recall import recall_writer
+from .state_files import (
+    FSDP_OPTIMIZER_FILES,
+    OPTIMIZER_FILE,
+    SCHEDULER_FILE,
+    load_state,
+    refuse_pickles,
+    rng_file,
+    save_state,
+)
 
 __all__ = [
     "Trainer",
@@ -162,6 +171,9 @@ class Trainer:
                 "ranks: set train.context_parallel to the accelerate config's parallelism_config_cp_size"
             )
         self._check_output_dir(resume, overwrite)
+        if resume:  # a pickled optimizer/scheduler/RNG file (an earlier version's) is refused before weights load
+            for checkpoint in list_checkpoints(self.output_dir):
+                refuse_pickles(checkpoint, allowed=FSDP_OPTIMIZER_FILES if self._fsdp() else ())
         self.identity = run_identity(c, self._model_in is None, self._train_tokens is None)
         set_seed(c.train.seed)
         base = self._model_in if self._model_in is not None else load_base_model(c)
@@ -249,14 +261,12 @@ class Trainer:
 
             load_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(path), 0)
         else:
-            self.optimizer.optimizer.load_state_dict(
-                torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
-            )
-        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+            self.optimizer.optimizer.load_state_dict(load_state(path / OPTIMIZER_FILE))
+        self.scheduler.load_state_dict(load_state(path / SCHEDULER_FILE))
         sync_lr(self.scheduler)  # a larger train.max_steps recomputes the decay from here on
-        rng = path / f"rng-{acc.process_index}.pt"
+        rng = path / rng_file(acc.process_index)
         if rng.is_file():
-            set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(load_state(rng))
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens"], state["elapsed"]
         if acc.is_main_process:
             self._trim_metrics(self.step)
@@ -283,12 +293,12 @@ class Trainer:
             from accelerate.utils import save_fsdp_optimizer
 
             save_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(staging), 0)
-        torch.save(rng_state(), staging / f"rng-{acc.process_index}.pt")
+        save_state(staging / rng_file(acc.process_index), rng_state())
         if acc.is_main_process:
             save_file({k: v.contiguous().cpu() for k, v in weights.items()}, staging / TRAINABLE_FILE)
             if not self._fsdp():
-                torch.save(self.optimizer.optimizer.state_dict(), staging / "optimizer.pt")
-            torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
+                save_state(staging / OPTIMIZER_FILE, self.optimizer.optimizer.state_dict())
+            save_state(staging / SCHEDULER_FILE, self.scheduler.state_dict())
             atomic_write_json(
                 staging / "state.json",
                 {
