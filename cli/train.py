@@ -194,10 +194,25 @@ def run_export(args: argparse.Namespace) -> int:
     from ropescale.cli.doctor import print_saved, saving_quietly
     from ropescale.training.export import export
 
-    check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
+    inputs = _export_inputs(args.run)
+    check_output_dir(args.output, args.overwrite, inputs)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output), saving_quietly():
-        out = check_output_dir(args.output, args.overwrite)
+        out = check_output_dir(args.output, args.overwrite, inputs)
         path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote merged model to {path}")
     print_saved(path)
     return 0
+
+
+def _export_inputs(run: str) -> dict[str, object]:
+    """What ``train export --overwrite`` must never delete: the run's checkpoints and recipe, its base model."""
+    from pathlib import Path
+
+    inputs: dict[str, object] = {"checkpoints": Path(run) / "checkpoints", "run recipe": Path(run) / "config.yaml"}
+    try:
+        from ropescale.training.config import load_run_config
+
+        inputs["base model"] = load_run_config(run).model.name
+    except Exception:  # noqa: BLE001 - an unreadable run is reported by the export itself, with its file
+        pass
+    return inputs

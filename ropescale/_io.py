@@ -213,3 +213,51 @@ def content_fingerprint(path: str | os.PathLike) -> str:
                 f.seek((size - _BLOCK) * i // 16)
                 h.update(f.read(_BLOCK))
     return h.hexdigest()
+
+
+def remove_path(path: str | os.PathLike) -> None:
+    """Remove a file, a folder tree or a symlink; a symlink is unlinked itself, never followed.
+
+    ``shutil.rmtree`` refuses a symlinked folder, and ``is_dir()`` follows links: clearing an output
+    with those would either crash half-way or delete what a link points at, outside the output.
+    """
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)  # links inside the tree are unlinked, not followed
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def overlapping_input(
+    output: str | os.PathLike, inputs: dict[str, Any], replaced_inside: bool = True
+) -> tuple[str, str, str] | None:
+    """The first input that replacing ``output`` would delete: ``(label, input as given, relation)`` or None.
+
+    Args:
+        output: the folder or file ``--overwrite`` would replace (or whose entries it would clear).
+        inputs: ``{label: path}`` of what the command reads (model folder, data, checkpoint, results);
+            a value that is not an existing path (a Hub id, an embedded model's name, None) is skipped.
+        replaced_inside: an existing output that lies inside an input folder counts too (replacing
+            it deletes part of that input); False where only named files of the output are replaced.
+
+    Paths are compared with symlinks resolved: a link to the model folder is the model folder.
+    """
+    out = Path(output).expanduser()
+    if not (out.exists() or out.is_symlink()):
+        return None
+    resolved = out.resolve()
+    for label, given in inputs.items():
+        if given is None or not Path(str(given)).expanduser().exists():
+            continue
+        source = Path(str(given)).expanduser().resolve()
+        if source == resolved:
+            return label, str(given), "is"
+        if _within(source, resolved):
+            return label, str(given), "contains"
+        if replaced_inside and _within(resolved, source):
+            return label, str(given), "lies inside"
+    return None

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._io import overlapping_input
 from .errors import RopescaleError
 
 
@@ -184,4 +185,24 @@ def _remove_leftovers(output: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-__all__ = ["OutputLockedError", "acquire", "lock_path", "output_lock", "release"]
+def refuse_overwriting_inputs(
+    output: str | os.PathLike, inputs: dict[str, Any], flag: str = "--output", replaced_inside: bool = True
+) -> None:
+    """Refuse, before anything is deleted, an ``--overwrite`` target that is, contains or lies inside
+    an input (see :func:`overlapping_input`): replacing it would delete what the command reads.
+
+    Raises:
+        RopescaleError: ``--output 'models' contains the model 'models/m'; --overwrite would delete it:
+            choose an output outside the inputs``.
+    """
+    found = overlapping_input(output, inputs, replaced_inside)
+    if found is not None:
+        label, given, relation = found
+        part = "part of it" if relation == "lies inside" else "it"
+        raise RopescaleError(
+            f"{flag} '{output}' {relation} the {label} '{given}'; --overwrite would delete {part}: "
+            "choose an output outside the inputs"
+        )
+
+
+__all__ = ["OutputLockedError", "acquire", "lock_path", "output_lock", "refuse_overwriting_inputs", "release"]

@@ -23,7 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from .._io import (
+    atomic_directory,
+    atomic_write_json,
+    atomic_write_text,
+    remove_path,
+    sha256_file,
+)
+from .._lock import refuse_overwriting_inputs
 from ..errors import RopescaleError
 from .config import TrainConfig, dump_config
 
@@ -297,22 +304,27 @@ def gather_trainable(accelerator: Any, module: nn.Module, names: list[str], fsdp
     return state if accelerator.is_main_process else {}
 
 
-def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
+RUN_ENTRIES = (CHECKPOINTS, "metrics.jsonl", "adapter", "merged")  # what --overwrite clears in a run folder
+
+
+def prepare_output_dir(out: Path, resume: bool, overwrite: bool, inputs: dict[str, Any] | None = None) -> None:
     """Create the output folder; refuse to start over existing checkpoints unless ``overwrite``
-    (which removes the earlier run's checkpoints, metrics, adapter and merged model)."""
+    (which removes the earlier run's checkpoints, metrics, adapter and merged model).
+
+    Before anything is removed, each entry is checked against ``inputs`` (the recipe's model and
+    data: a model trained from this run's ``merged/`` is not deleted under it). A symlinked entry is
+    unlinked itself, never followed (:func:`~ropescale._io.remove_path`): what it points at stays.
+    """
     if list_checkpoints(out) and not resume:
         if not overwrite:
             raise RopescaleError(
                 f"output directory '{out}' already holds checkpoints: pass --resume to continue "
                 "or --overwrite to start again"
             )
-        shutil.rmtree(out / CHECKPOINTS)
-        for name in ("metrics.jsonl", "adapter", "merged"):
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+        for name in RUN_ENTRIES:  # every check first: nothing is removed when one refuses
+            refuse_overwriting_inputs(out / name, inputs or {}, flag="run folder entry")
+        for name in RUN_ENTRIES:
+            remove_path(out / name)
     out.mkdir(parents=True, exist_ok=True)
     remove_staging(out)
 
@@ -331,7 +343,8 @@ def left_as_found(out: Path, enabled: bool = True) -> Iterator[None]:
         elif enabled and out.is_dir():
             for path in out.iterdir():
                 if path.name not in before:
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        remove_path(path)
         raise
 
 
@@ -343,7 +356,8 @@ def remove_staging(out: Path) -> None:
     root = out / CHECKPOINTS
     for path in sorted(root.glob(".step-*.partial")) if root.is_dir() else []:
         print(f"ropescale: removing {path}, left by a training run that was stopped", file=sys.stderr)
-        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_path(path)
 
 
 def write_adapter(peft_model: nn.Module, config: TrainConfig, out: Path) -> None:

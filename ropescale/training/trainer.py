@@ -27,7 +27,6 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._io import atomic_write_json, atomic_write_text
+from .._io import atomic_write_json, atomic_write_text, remove_path
 from ..errors import MissingDependencyError, RopescaleError
 from .checkpoints import (
     CHECKPOINTS,
@@ -219,7 +218,8 @@ class Trainer:
 
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
         if self.accelerator.is_main_process:
-            prepare_output_dir(self.output_dir, resume, overwrite)
+            inputs = {"model": self.config.model.name, "data": self.config.data.source}
+            prepare_output_dir(self.output_dir, resume, overwrite, inputs)
         self.accelerator.wait_for_everyone()
 
     def _build_dataset(self) -> WindowDataset:
@@ -284,7 +284,7 @@ class Trainer:
         final = root / f"step-{self.step:08d}"
         staging = root / f".step-{self.step:08d}.partial"
         if acc.is_main_process:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_path(staging)
             staging.mkdir(parents=True)
         acc.wait_for_everyone()
         # every rank takes part in gathering; under FSDP the names are matched unwrapped
@@ -313,11 +313,11 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             write_manifest(staging)  # last: sizes and sha256 of what every rank wrote
-            if final.exists():
-                shutil.rmtree(final)
+            if final.exists() or final.is_symlink():
+                remove_path(final)
             os.replace(staging, final)
             for old in list_checkpoints(self.output_dir)[: -self.config.train.keep_checkpoints]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_path(old)  # a symlinked step folder: the link goes, not what it points at
         acc.wait_for_everyone()
         return final
 
