@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._io import atomic_directory, atomic_write_json, cache_root, recover_directory, sha256_file
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, RopescaleError
 
 MANIFEST = "ropescale-manifest.json"
 MANIFEST_FORMAT = 1
@@ -115,12 +115,19 @@ def cache_problem(directory: Path) -> str | None:
     if not path.is_file():
         return f"no {MANIFEST}: converted by an older ropescale or cut short"
     try:
-        files = json.loads(path.read_text())["files"]
+        manifest = json.loads(path.read_text())
+        version = manifest.get("format", MANIFEST_FORMAT)
+        files = manifest["files"]
         entries = [
             (directory / name, int(e["bytes"]), int(e["mtime_ns"]), str(e["sha256"])) for name, e in files.items()
         ]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return f"{MANIFEST} is unreadable"
+    if isinstance(version, int) and version > MANIFEST_FORMAT:  # refused, never converted over
+        raise RopescaleError(
+            f"converted model '{path}' was written by a newer ropescale (format {version}, this one reads "
+            f"{MANIFEST_FORMAT}); it is not replaced: use that version or point ROPESCALE_CACHE elsewhere"
+        )
     for file, size, mtime_ns, digest in entries:
         if not file.is_file():
             return f"{file.name} is missing"

@@ -37,6 +37,7 @@ from .config import TrainConfig, dump_config
 CHECKPOINTS = "checkpoints"
 TRAINABLE_FILE = "trainable.safetensors"
 MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
 # Sections a resumed run must share with the checkpoint (eval/log/save cadence, the memory options
 # and train.max_steps may change: the schedule is a function of max_steps, see optim.py).
 FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "optim")
@@ -148,7 +149,7 @@ def write_manifest(directory: Path) -> None:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    atomic_write_json(directory / MANIFEST, {"format": 1, "files": files})
+    atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "files": files})
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -161,10 +162,17 @@ def checkpoint_problem(path: Path) -> str | None:
     manifest = path / MANIFEST
     if manifest.is_file():
         try:
-            files = json.loads(manifest.read_text())["files"]
+            data = json.loads(manifest.read_text())
+            version = data.get("format", MANIFEST_FORMAT)
+            files = data["files"]
             entries = [(str(name), int(e["size"]), str(e["sha256"])) for name, e in files.items()]
         except (ValueError, KeyError, TypeError, AttributeError):
             return f"{MANIFEST} is damaged"
+        if isinstance(version, int) and version > MANIFEST_FORMAT:  # never resumed over, nor skipped and rewritten
+            raise RopescaleError(
+                f"checkpoint '{manifest}' was written by a newer ropescale (format {version}, this one reads "
+                f"{MANIFEST_FORMAT}); it is not replaced: use that version or another train.output_dir"
+            )
         for name, size, digest in entries:
             file = path / name
             if not file.is_file():
