@@ -22,8 +22,10 @@ Why not the ``filelock`` package (installed with huggingface_hub): see docs/arch
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -156,13 +158,62 @@ def output_lock(
     output: str | os.PathLike, what: str = "output", enabled: bool = True, folder: bool = True
 ) -> Iterator[None]:
     """Hold the lock of ``output`` for the block (see :func:`acquire`); ``enabled=False`` does nothing
-    (the ranks other than the main one of a distributed run)."""
-    lock = acquire(output, what, folder) if enabled else None
+    (the ranks other than the main one of a distributed run). A full disk, a read-only folder or a
+    refused permission while writing it is said naming ``output`` (:func:`writing`)."""
+    with writing(output, what):
+        lock = acquire(output, what, folder) if enabled else None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                release(lock)
+
+
+class OutputWriteError(RopescaleError):
+    """The system refused to write an output (full disk, read-only file system, no permission)."""
+
+
+_WRITE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENAMETOOLONG: "a file name is too long for the file system",
+}
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's tofile on a full disk sets no errno
+
+
+def write_error(exc: OSError, output: str | os.PathLike, what: str = "output") -> OutputWriteError | None:
+    """The one-line error for ``exc`` raised while writing ``output``, or None when it is not a refusal
+    to write there (another errno, or a file elsewhere: an input that cannot be read keeps its own
+    message). Internal names (staging files, the lock) are never shown: the output is named."""
+    code = exc.errno
+    if code is None and _SHORT_WRITE.search(str(exc)):
+        code = errno.ENOSPC
+    if code not in _WRITE_ERRORS:
+        return None
+    target = Path(output).expanduser()
+    if exc.filename is not None:
+        name = Path(os.fsdecode(exc.filename)).expanduser()
+        ours = name.parent == target.parent and name.name.startswith(f".{helper_key(target)}.")
+        if not (ours or name == target or target in name.parents or name == target.parent):
+            return None
+    folder = target.parent if str(target.parent) else Path(".")
+    return OutputWriteError(f"cannot write {what} '{output}': {_WRITE_ERRORS[code]} (in '{folder}')")
+
+
+@contextlib.contextmanager
+def writing(output: str | os.PathLike, what: str = "output") -> Iterator[None]:
+    """Turn an ENOSPC/EDQUOT/EROFS/EACCES/EPERM/ENAMETOOLONG while writing ``output`` into one line
+    naming it (:func:`write_error`); other errors pass unchanged."""
     try:
         yield
-    finally:
-        if lock is not None:
-            release(lock)
+    except OSError as exc:
+        error = write_error(exc, output, what)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _remove_leftovers(output: Path) -> None:
@@ -195,4 +246,14 @@ def refuse_overwriting_inputs(
         )
 
 
-__all__ = ["OutputLockedError", "acquire", "lock_path", "output_lock", "refuse_overwriting_inputs", "release"]
+__all__ = [
+    "OutputLockedError",
+    "OutputWriteError",
+    "write_error",
+    "writing",
+    "acquire",
+    "lock_path",
+    "output_lock",
+    "refuse_overwriting_inputs",
+    "release",
+]

@@ -23,8 +23,8 @@ class DamagedFileError(RopescaleError):
     """A model file is truncated or not in its format."""
 
 
-def read_json_file(path: str | Path, what: str = "file") -> dict[str, Any]:
-    """A JSON object from ``path``.
+def read_json_file(path: str | Path, what: str = "file", remedy: str = _REMEDY) -> dict[str, Any]:
+    """A JSON object from ``path`` (``remedy``: what the message tells the user to do).
 
     Raises:
         DamagedFileError: the file is not JSON, or not a JSON object, naming the file and the position.
@@ -33,13 +33,13 @@ def read_json_file(path: str | Path, what: str = "file") -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {_REMEDY}") from None
+        raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {remedy}") from None
     except json.JSONDecodeError as exc:
         raise DamagedFileError(
-            f"{what} '{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {_REMEDY}"
+            f"{what} '{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {remedy}"
         ) from None
     if not isinstance(data, dict):
-        raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {_REMEDY}")
+        raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {remedy}")
     return data
 
 
