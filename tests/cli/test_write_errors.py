@@ -65,13 +65,14 @@ def test_export_gguf_on_a_full_disk_names_the_output(checkpoint, tmp_path):
 
 
 @needs_namespace
-@pytest.mark.parametrize("command", ["export-gguf", "patch", "eval"])
+@pytest.mark.parametrize("command", ["export-gguf", "patch", "eval", "plot"])
 def test_a_read_only_output_folder_is_named_not_a_lock_file(checkpoint, tmp_path, command):
     mount = tmp_path / "ro"
     out = mount / "res"
     argv = {
         "export-gguf": ["export-gguf", str(checkpoint), "--output", str(out)],
         "patch": ["patch", "--model", str(checkpoint), "--factor", "2", "--output", str(out)],
+        "plot": ["plot", "--model", str(checkpoint), "--methods", "linear", "--factor", "2", "--output", str(out)],
         "eval": [
             "eval",
             "perplexity",
