@@ -154,6 +154,11 @@ def run_train(args: argparse.Namespace) -> int:
     from ropescale.data.documents import check_text_source
 
     check_text_source(config.data.source)  # a binary data file is refused before any weights load
+    if args.merge:  # --merge replaces <run>/merged at the end: never the model or data this run reads
+        from ropescale._lock import refuse_overwriting_inputs
+
+        inputs = {"model": config.model.name, "data": config.data.source}
+        refuse_overwriting_inputs(config.output_dir / "merged", inputs, flag="merged model", by="--merge")
 
     # one writer per run folder: the main process of a launch holds the lock, a second launch stops
     with output_lock(config.output_dir, "run folder", enabled=os.environ.get("RANK", "0") == "0"):

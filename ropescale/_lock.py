@@ -227,7 +227,11 @@ def _remove_leftovers(output: Path) -> None:
 
 
 def refuse_overwriting_inputs(
-    output: str | os.PathLike, inputs: dict[str, Any], flag: str = "--output", replaced_inside: bool = True
+    output: str | os.PathLike,
+    inputs: dict[str, Any],
+    flag: str = "--output",
+    replaced_inside: bool = True,
+    by: str = "--overwrite",
 ) -> None:
     """Refuse, before anything is deleted, an ``--overwrite`` target that is, contains or lies inside
     an input (see :func:`overlapping_input`): replacing it would delete what the command reads.
@@ -241,7 +245,7 @@ def refuse_overwriting_inputs(
         label, given, relation = found
         part = "part of it" if relation == "lies inside" else "it"
         raise RopescaleError(
-            f"{flag} '{output}' {relation} the {label} '{given}'; --overwrite would delete {part}: "
+            f"{flag} '{output}' {relation} the {label} '{given}'; {by} would delete {part}: "
             "choose an output outside the inputs"
         )
 

@@ -60,3 +60,21 @@ def test_train_overwrite_of_a_run_whose_merged_model_is_the_input_is_refused(tmp
     )
     assert_one_line_error(code, err, f"run folder entry '{run_dir / 'merged'}' is the model '{run_dir / 'merged'}'")
     assert _tree(run_dir) == before
+
+
+def test_merge_over_the_model_this_run_reads_is_refused(tmp_path, recipe_file, capsys):  # noqa: F811
+    import yaml
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "--config", str(recipe_file), "--output-dir", str(run_dir), "--no-progress"]
+    assert main([*argv, "--merge"]) == 0
+    recipe = yaml.safe_load(recipe_file.read_text())
+    recipe["model"]["name"] = str(run_dir / "merged")
+    second = tmp_path / "second.yaml"
+    second.write_text(yaml.safe_dump(recipe))
+    before = _tree(run_dir)
+    code, _, err = run(
+        capsys, "train", "--config", str(second), "--output-dir", str(run_dir), "--resume", "--merge", "--no-progress"
+    )
+    assert_one_line_error(code, err, f"merged model '{run_dir / 'merged'}' is the model '{run_dir / 'merged'}'")
+    assert "--merge would delete it" in err and _tree(run_dir) == before
