@@ -181,6 +181,7 @@ _WRITE_ERRORS = {
     errno.EPERM: "permission denied",
     errno.ENAMETOOLONG: "a file name is too long for the file system",
 }
+_RUST_IO = re.compile(r"serializ\w*: I/O error: .*\(os error (\d+)\)")  # safetensors' save_file
 _SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's tofile on a full disk sets no errno
 
 
@@ -196,7 +197,8 @@ def write_error(exc: OSError, output: str | os.PathLike, what: str = "output") -
     target = Path(output).expanduser()
     if exc.filename is not None:
         name = Path(os.fsdecode(exc.filename)).expanduser()
-        ours = name.parent == target.parent and name.name.startswith(f".{helper_key(target)}.")
+        chain = [name, *name.parents]  # a file inside a staging folder of the output is the output's too
+        ours = any(p.parent == target.parent and p.name.startswith(f".{helper_key(target)}.") for p in chain)
         if not (ours or name == target or target in name.parents or name == target.parent):
             return None
     folder = target.parent if str(target.parent) else Path(".")
@@ -211,6 +213,14 @@ def writing(output: str | os.PathLike, what: str = "output") -> Iterator[None]:
         yield
     except OSError as exc:
         error = write_error(exc, output, what)
+        if error is None:
+            raise
+        raise error from None
+    except Exception as exc:  # safetensors' writer reports the system's error as "... (os error 28)"
+        found = _RUST_IO.search(str(exc))
+        if found is None or "deserializ" in str(exc):
+            raise
+        error = write_error(OSError(int(found[1]), str(exc)), output, what)
         if error is None:
             raise
         raise error from None

@@ -36,7 +36,8 @@ def read_json_file(path: str | Path, what: str = "file", remedy: str = _REMEDY) 
         raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {remedy}") from None
     except json.JSONDecodeError as exc:
         raise DamagedFileError(
-            f"{what} '{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {remedy}"
+            f"{what} '{path}' is not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column "
+            f"{exc.colno}); {remedy}"
         ) from None
     if not isinstance(data, dict):
         raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {remedy}")

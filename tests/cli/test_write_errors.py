@@ -65,6 +65,33 @@ def test_export_gguf_on_a_full_disk_names_the_output(checkpoint, tmp_path):
 
 
 @needs_namespace
+def test_patch_on_a_full_disk_names_the_output(checkpoint, tmp_path):
+    """safetensors reports the full disk as its own error ("... (os error 28)"), in a staging folder."""
+    mount = tmp_path / "small"
+    out = mount / "p"
+    done = _in_tmpfs(mount, "size=64k", "patch", "--model", str(checkpoint), "--factor", "2", "--output", str(out))
+    assert done.returncode == 2 and _lines(done.stderr) == [
+        f"ropescale: error: cannot write output '{out}': no space left on the device (in '{mount}')"
+    ], done.stderr
+
+
+def test_write_errors_name_the_output_and_leave_inputs_alone(tmp_path):
+    from ropescale._io import helper_path
+    from ropescale._lock import OutputWriteError, write_error, writing
+
+    out = tmp_path / "out"
+    staged = helper_path(out, "partial") / "model.safetensors"
+    error = write_error(OSError(errno.ENOSPC, "No space left on device", str(staged)), out)
+    assert str(error) == f"cannot write output '{out}': no space left on the device (in '{tmp_path}')"
+    assert write_error(OSError(errno.EACCES, "Permission denied", str(tmp_path / "model")), out) is None  # an input
+    assert write_error(OSError(errno.ENOENT, "No such file", str(staged)), out) is None  # not a refusal to write
+    with pytest.raises(OutputWriteError, match="read-only"), writing(out):
+        raise RuntimeError("Error while serializing: I/O error: Read-only file system (os error 30)")
+    with pytest.raises(RuntimeError, match="deserializing"), writing(out):
+        raise RuntimeError("Error while deserializing header: I/O error: Permission denied (os error 13)")
+
+
+@needs_namespace
 @pytest.mark.parametrize("command", ["export-gguf", "patch", "eval", "plot"])
 def test_a_read_only_output_folder_is_named_not_a_lock_file(checkpoint, tmp_path, command):
     mount = tmp_path / "ro"
