@@ -152,3 +152,22 @@ def refuse_pickles(checkpoint: Path, allowed: tuple[str, ...] = ()) -> None:
                 f"checkpoint file '{path}' is a pickle, which ropescale does not load (loading one can run code); "
                 "start again with --overwrite, or resume a checkpoint written by this ropescale version"
             )
+
+
+def check_fsdp_state_dict_type(plugin: Any) -> None:
+    """Refuse, before training, an FSDP setup whose checkpoints could not be resumed here.
+
+    With ``SHARDED_STATE_DICT`` accelerate saves the optimizer through ``torch.distributed.checkpoint``,
+    whose ``.metadata`` file is a pickle (read with ``pickle.load``): :func:`refuse_pickles` would stop
+    the resume, after the run spent its time. ``FULL_STATE_DICT`` (the shipped configs) writes
+    ``optimizer.bin``, read with ``torch.load(weights_only=True)``.
+
+    Raises:
+        RopescaleError: naming the setting and the value to use.
+    """
+    kind = getattr(getattr(plugin, "state_dict_type", None), "name", str(getattr(plugin, "state_dict_type", "")))
+    if "SHARDED" in str(kind):
+        raise RopescaleError(
+            f"fsdp_state_dict_type: {kind} saves the optimizer with a pickled .metadata file, which ropescale "
+            "does not load on resume; use fsdp_state_dict_type: FULL_STATE_DICT (configs/accelerate/fsdp.yaml)"
+        )

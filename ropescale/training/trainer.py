@@ -75,6 +75,7 @@ from .state_files import (
     FSDP_OPTIMIZER_FILES,
     OPTIMIZER_FILE,
     SCHEDULER_FILE,
+    check_fsdp_state_dict_type,
     load_state,
     refuse_pickles,
     rng_file,
@@ -158,6 +159,8 @@ class Trainer:
         self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision, parallelism_config=pc)
         check_launch(acc.num_processes)
         self.fsdp_version = acc.state.fsdp_plugin.fsdp_version if self._fsdp() else None
+        if self._fsdp():  # a checkpoint this run writes must be one a resume will load
+            check_fsdp_state_dict_type(acc.state.fsdp_plugin)
         if self._fsdp() and (c.eval.every or c.eval.at_end):
             raise RopescaleError(
                 "evaluation during training is not supported under FSDP: set eval.every=0 "

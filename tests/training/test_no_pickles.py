@@ -115,3 +115,17 @@ def test_a_model_folder_with_a_pickled_pytorch_model_bin_is_refused(tmp_path, ca
         "of the checkpoint"
     ]
     assert "weights_only" not in err and not marker.exists() and not (tmp_path / "o").exists()
+
+
+def test_fsdp_sharded_state_dicts_are_refused_before_training():
+    from types import SimpleNamespace
+
+    from torch.distributed.fsdp import StateDictType
+
+    from ropescale.training.state_files import check_fsdp_state_dict_type
+
+    check_fsdp_state_dict_type(SimpleNamespace(state_dict_type=StateDictType.FULL_STATE_DICT))
+    with pytest.raises(
+        RopescaleError, match="fsdp_state_dict_type: SHARDED_STATE_DICT saves the optimizer with a pickled"
+    ):
+        check_fsdp_state_dict_type(SimpleNamespace(state_dict_type=StateDictType.SHARDED_STATE_DICT))
