@@ -39,7 +39,7 @@ def rotary_facts(model) -> dict:
 def main(argv: list[str]) -> int:
     ids_path, out = Path(argv[0]), Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    ids = torch.load(ids_path)
+    ids = torch.load(ids_path, weights_only=True)  # a tensor: nothing in the file runs
     report = {"transformers": transformers.__version__, "checkpoints": {}}
     for directory in map(Path, argv[2:]):
         try:  # `dtype` (4.56+ and 5; 4.x's older `torch_dtype` is deprecated)

@@ -146,7 +146,7 @@ def max_delta(out: Path, report: dict, checkpoint: Checkpoint) -> float | None:
     """max |Δ logit| of a loader's result against the reference; None where it could not load."""
     if not report["checkpoints"].get(checkpoint.name, {}).get("ok"):
         return None
-    got = torch.load(out / f"{checkpoint.name}.pt")
+    got = torch.load(out / f"{checkpoint.name}.pt", weights_only=True)  # tensors only: no pickle runs
     return float((got - checkpoint.reference).abs().max())
 
 

@@ -152,13 +152,27 @@ def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def check_output_dir(path: str, overwrite: bool) -> Path:
-    """Fail early (before loading any weights) if ``path`` cannot be written."""
+def check_output_dir(path: str, overwrite: bool, inputs: dict[str, object] | None = None) -> Path:
+    """Fail early (before loading any weights) if ``path`` cannot be written.
+
+    With ``overwrite``, a non-empty ``path`` is replaced only if it is none of ``inputs`` (nor holds
+    or lies inside one, symlinks resolved) and looks like a checkpoint ropescale wrote (its
+    config.json carries the ``ropescale`` block): a stranger's folder is refused, not deleted.
+    """
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise RopescaleError(f"output '{path}' exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise RopescaleError(f"output directory '{path}' is not empty (use --overwrite to replace it)")
+    if out.is_dir() and any(out.iterdir()):
+        from ropescale._lock import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs(path, inputs or {})
+        if not written_by_ropescale(out):
+            raise RopescaleError(
+                f"output directory '{path}' does not look like a checkpoint ropescale wrote (no config.json with "
+                'a "ropescale" block); --overwrite replaces only those: remove it yourself or choose another'
+            )
     parent = out.parent
     while not parent.exists():
         parent = parent.parent
@@ -180,3 +194,13 @@ def unit_floats(flag: str, text: str) -> list[float]:
     if not values or any(not 0 <= v <= 1 for v in values):
         raise ValueError(f"{flag} must be numbers in [0, 1], got {text!r}")
     return values
+
+
+def written_by_ropescale(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint ropescale saved: its config.json has the provenance block."""
+    import json
+
+    try:
+        return isinstance(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("ropescale"), dict)
+    except (OSError, ValueError, AttributeError):
+        return False

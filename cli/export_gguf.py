@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
 
     if Path(args.output).expanduser().is_dir():  # refused before anything is converted or loaded
         raise ValueError(f"--output '{args.output}' is a directory; give the .gguf file to write")
+    if args.overwrite:  # the model file (or a link to it) is never the file replaced
+        from ropescale._lock import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs(args.output, {"model": args.model}, replaced_inside=False)
     with output_lock(args.output, folder=False):
         path = export_gguf(
             args.model, args.output, args.dtype, pre_tokenizer=args.tokenizer_pre, overwrite=args.overwrite, **kwargs

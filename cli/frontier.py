@@ -130,8 +130,12 @@ def run(args: argparse.Namespace) -> int:
     for extra in args.also:
         ev = with_rows(ev, _load_any(extra))
     report = format_frontier(ev, original, args.target_length)
-    atomic_write_text(results.parent / "frontier.md", report + "\n")
-    plot = plot_frontier(ev, original, args.target_length, results.parent / "frontier.png")
+    from ropescale._lock import writing
+
+    with writing(results.parent / "frontier.md", "frontier report"):
+        atomic_write_text(results.parent / "frontier.md", report + "\n")
+    with writing(results.parent / "frontier.png", "frontier plot"):
+        plot = plot_frontier(ev, original, args.target_length, results.parent / "frontier.png")
     print(report + "\n" if args.verbose else format_verdict(ev, original, args.target_length))
     where = "" if args.verbose else " (every method, its cells and the rules; --verbose prints it)"
     print(f"report: {results.parent / 'frontier.md'}{where}" + (f"\nplot:   {plot}" if plot else ""))

@@ -54,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
         return _patch(args, kw, None)
     from ropescale._lock import output_lock
 
-    check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
+    inputs = {"model": args.model, "search results": args.from_search}  # what --overwrite must never delete
+    check_output_dir(args.output, args.overwrite, inputs)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output):  # one writer per output; a second one stops here, naming this one
-        return _patch(args, kw, check_output_dir(args.output, args.overwrite))
+        return _patch(args, kw, check_output_dir(args.output, args.overwrite, inputs))
 
 
 def _patch(args: argparse.Namespace, kw: dict, out) -> int:

@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         f"{args.model}: RoPE {args.metric} per pair (head_dim {spec.head_dim}, base {spec.base:g}, "
         f"L = {spec.original_max_position_embeddings:,})"
     )
-    plot_frequencies(spec, [p.method for p in plans], output, metric=args.metric, title=title)
+    from ropescale._lock import writing
+
+    with writing(output, "plot"):  # a full disk or read-only folder: one line naming the file
+        plot_frequencies(spec, [p.method for p in plans], output, metric=args.metric, title=title)
     print(output)
     return 0

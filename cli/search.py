@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.time()
     from ropescale._lock import output_lock
 
+    _check_results_folder(args.output, options, args.overwrite)
     with output_lock(args.output, "results folder"):  # one search per results folder
         report = run_search_job(options, args.output, overwrite=args.overwrite, progress=not args.no_progress)
     from ropescale.search.artifacts import markdown_report
@@ -64,3 +65,29 @@ def run(args: argparse.Namespace) -> int:
         f"report.md{plot} in {time.time() - start:.0f} s"
     )
     return 0
+
+
+def _check_results_folder(output: str, options, overwrite: bool) -> None:
+    """Before any model loads: a history of a newer ropescale is refused (never rewritten), and
+    ``--overwrite`` clears only a folder a search wrote (it holds history.json) that is none of the
+    inputs (a model folder given as --output would lose its config.json)."""
+    from pathlib import Path
+
+    from ropescale._lock import refuse_overwriting_inputs
+    from ropescale.errors import RopescaleError
+    from ropescale.search.engine import read_history
+    from ropescale.search.pipeline import HISTORY, OUR_FILES
+
+    out = Path(output).expanduser()
+    if (out / HISTORY).is_file():
+        read_history(out / HISTORY)
+    if not overwrite:
+        return
+    inputs = {"model": options.model, "data": options.data, "held-out data": options.heldout_data}
+    refuse_overwriting_inputs(output, inputs, replaced_inside=False)  # only our files in it are removed
+    ours = [name for name in OUR_FILES if (out / name).exists()]
+    if ours and not (out / HISTORY).is_file():
+        raise RopescaleError(
+            f"--output '{output}' holds {ours[0]} but no {HISTORY}: not a results folder a search wrote; "
+            "--overwrite removes only those: choose another --output"
+        )

@@ -189,6 +189,12 @@ def run_train(args: argparse.Namespace) -> int:
 
     for source in _local_sources(config.data):  # a binary data file is refused before any weights load
         check_text_source(source)
+    if args.merge:  # --merge replaces <run>/merged at the end: never the model or data this run reads
+        from ropescale._lock import refuse_overwriting_inputs
+
+        inputs = {"model": config.model.name}
+        inputs.update({f"data {i}" if i else "data": s for i, s in enumerate(_local_sources(config.data))})
+        refuse_overwriting_inputs(config.output_dir / "merged", inputs, flag="merged model", by="--merge")
 
     # one writer per run folder: the main process of a launch holds the lock, a second launch stops
     with output_lock(config.output_dir, "run folder", enabled=os.environ.get("RANK", "0") == "0"):
@@ -229,9 +235,10 @@ def run_export(args: argparse.Namespace) -> int:
     from ropescale.cli.doctor import print_saved, saving_quietly
     from ropescale.training.export import export
 
-    check_output_dir(args.output, args.overwrite)  # a clear line for an unwritable output, before the lock
+    inputs = _export_inputs(args.run)
+    check_output_dir(args.output, args.overwrite, inputs)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output), saving_quietly():
-        out = check_output_dir(args.output, args.overwrite)
+        out = check_output_dir(args.output, args.overwrite, inputs)
         path = export(args.run, out, checkpoint=args.checkpoint, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote merged model to {path}")
     print_saved(path)
@@ -251,6 +258,20 @@ def _data_from(data) -> str:
 
 
 def _local_sources(data) -> list[str]:
-    from ropescale.data.sources import parse_sources
+    from ropescale.data.sources import local_sources
 
-    return [s.source for s in parse_sources(data.sources)] if data.sources else [data.source]
+    return local_sources(data)
+
+
+def _export_inputs(run: str) -> dict[str, object]:
+    """What ``train export --overwrite`` must never delete: the run's checkpoints and recipe, its base model."""
+    from pathlib import Path
+
+    inputs: dict[str, object] = {"checkpoints": Path(run) / "checkpoints", "run recipe": Path(run) / "config.yaml"}
+    try:
+        from ropescale.training.config import load_run_config
+
+        inputs["base model"] = load_run_config(run).model.name
+    except Exception:  # noqa: BLE001 - an unreadable run is reported by the export itself, with its file
+        pass
+    return inputs

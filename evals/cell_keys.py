@@ -22,7 +22,10 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.suite_checks import SuiteError
+from ropescale.models.integrity import read_json_file
 from ropescale.models.runtime import runtime_text, same_runtime
+
+CELL_REMEDY = "remove it and run the suite again to recompute that cell"
 
 TASKS = ("perplexity", "passkey", "needle")
 
@@ -174,7 +177,7 @@ def cells_runtime(folders: list[Path]) -> dict[str, str] | None:
         runtime
         for folder in folders
         for f in sorted(Path(folder).glob("cells/*.json"))
-        if isinstance(runtime := json.loads(f.read_text()).get("runtime"), dict) and runtime
+        if isinstance(runtime := read_json_file(f, "cell file", CELL_REMEDY).get("runtime"), dict) and runtime
     ]
     if not runtimes:
         return None
@@ -196,7 +199,11 @@ def cells_jitter(folders: list[Path]) -> float:
         RopescaleError: cells of both placements, or of two jitters (the message names two).
     """
     found = {
-        float(((json.loads(f.read_text()).get("measured") or {}).get("protocol") or {}).get("jitter", 0.0))
+        float(
+            ((read_json_file(f, "cell file", CELL_REMEDY).get("measured") or {}).get("protocol") or {}).get(
+                "jitter", 0.0
+            )
+        )
         for folder in folders
         for f in sorted(Path(folder).glob("cells/*__passkey__*.json"))
     }

@@ -22,7 +22,11 @@ PPL_CONVENTIONS = {
 
 
 def _load_cells(output: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((output / "cells").glob("*.json"))]
+    """Every cell file of a results folder; a damaged one (a copy cut short) is named, not a parser position."""
+    from ropescale.evals.cell_keys import CELL_REMEDY
+    from ropescale.models.integrity import read_json_file
+
+    return [read_json_file(p, "cell file", CELL_REMEDY) for p in sorted((output / "cells").glob("*.json"))]
 
 
 NOT_RUN = "n/r"

@@ -7,10 +7,10 @@ import errno
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,109 @@ def cache_root() -> Path:
     return root
 
 
+# ----------------------------------------------------------------------------- helper files
+#
+# Every temporary, staging, backup and lock file of an output ``NAME`` is named
+# ``.KEY.OWNER.KIND``: KEY is NAME (or, above 200 bytes, its first bytes and a sha256 digest, so a
+# legal 255-byte name still leaves room), OWNER is ``HOST-PID-START-NONCE`` (an 8-hex digest of the
+# host name, the writer's pid and its start time in clock ticks, a random nonce) and KIND one of
+# ``tmp partial old new``. A name belongs to NAME only if the part after ``.KEY.`` matches that
+# pattern in full: the staging file ``.tx.gguf.OWNER.tmp`` of ``tx.gguf`` is never taken for one of
+# ``tx`` (the older ``.NAME.*`` prefix pattern matched it). Leftovers are removed only when their
+# owner is provably gone: same host, and no process with that pid and start time.
+
+_MAX_KEY = 200  # bytes: ".KEY." + OWNER (<= 45) + ".partial" stays under the 255-byte name limit
+_OWNER = re.compile(
+    r"(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-(?P<start>[0-9]+|x)-[0-9a-f]{8}\.(?P<kind>tmp|partial|old|new)"
+)
+
+
+def helper_key(output: str | os.PathLike) -> str:
+    """The part of an output's helper-file names that names the output (see above)."""
+    name = Path(output).name
+    raw = os.fsencode(name)
+    if len(raw) <= _MAX_KEY:
+        return name
+    head = raw[: _MAX_KEY - 18].decode("utf-8", "ignore")
+    return f"{head}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (Linux; None elsewhere or when gone),
+    to tell a reused pid apart; ``"zombie"`` for a process that has exited but is not yet reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return "zombie"
+    return fields[19]
+
+
+def host_tag() -> str:
+    """An 8-hex digest of this host's name (helper names must stay short and file-name safe)."""
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def helper_path(output: str | os.PathLike, kind: str, pid: int | None = None) -> Path:
+    """A fresh helper-file name of ``output`` owned by this process (``kind``: tmp, partial, old, new)."""
+    output = Path(output)
+    pid = os.getpid() if pid is None else pid
+    start = process_start(pid)
+    owner = f"{host_tag()}-{pid}-{start if start and start.isdigit() else 'x'}-{secrets.token_hex(4)}"
+    return output.with_name(f".{helper_key(output)}.{owner}.{kind}")
+
+
+_ACTIVE: set[Path] = set()  # this process's helper files in use (another of its own is a leftover)
+
+
+@contextlib.contextmanager
+def _in_use(path: Path) -> Iterator[Path]:
+    _ACTIVE.add(path)
+    try:
+        yield path
+    finally:
+        _ACTIVE.discard(path)
+
+
+def _owner_alive(match: re.Match, path: Path) -> bool:
+    if match["host"] != host_tag():
+        return True  # another host's process cannot be checked from here: never removed
+    pid = int(match["pid"])
+    if pid == os.getpid():  # ours: a backup left by an interrupted block of this process is recovered
+        return match["kind"] != "old" or path in _ACTIVE
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: it exists
+    start = process_start(pid)
+    if start == "zombie":
+        return False
+    return match["start"] == "x" or start is None or start == match["start"]
+
+
+def helpers_of(output: str | os.PathLike, kinds: tuple[str, ...], dead_only: bool = True) -> list[Path]:
+    """The helper files of exactly ``output`` of the given kinds (by the pattern above), oldest first;
+    ``dead_only``: only those whose writer is provably gone."""
+    output = Path(output)
+    prefix = f".{helper_key(output)}."
+    if not output.parent.is_dir():
+        return []
+    found = []
+    for path in output.parent.iterdir():
+        if not path.name.startswith(prefix):
+            continue
+        match = _OWNER.fullmatch(path.name[len(prefix) :])
+        if match and match["kind"] in kinds and not (dead_only and _owner_alive(match, path)):
+            found.append(path)
+    return sorted(found, key=lambda p: p.lstat().st_mtime)
+
+
 def _create_sibling(path: Path) -> tuple[int, Path]:
     """Create a new empty temporary file beside ``path``; return its descriptor and name.
 
@@ -42,7 +145,7 @@ def _create_sibling(path: Path) -> tuple[int, Path]:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = helper_path(path, "tmp")
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
@@ -94,9 +197,6 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-_BACKUP = ".{name}.old-"  # a replaced output waits here until the new one is in place
-
-
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one step with Linux's ``renameat2(RENAME_EXCHANGE)``; False where unavailable.
 
@@ -125,19 +225,16 @@ def recover_directory(path: str | os.PathLike) -> bool:
     """Finish a directory replacement that was interrupted (see :func:`atomic_directory`).
 
     Where the portable replacement was cut between its two renames, ``path`` is missing and the old
-    output waits beside it as ``.<name>.old-*``: it is renamed back. A backup beside a complete
-    ``path`` (cut after the new one was in place) is removed.
+    output waits beside it as a backup (``.<key>.<owner>.old``, see :func:`helper_path`): it is
+    renamed back. A backup beside a complete ``path`` (cut after the new one was in place) is removed.
+    Only backups of exactly ``path`` whose writer is gone are touched: a live writer is between its
+    two renames, and finishes them itself.
 
     Returns:
         True if an output was restored at ``path``.
     """
     path = Path(path)
-    if not path.parent.is_dir():
-        return False
-    prefix = _BACKUP.format(name=path.name)
-    backups = sorted(
-        (p for p in path.parent.iterdir() if p.name.startswith(prefix) and p.is_dir()), key=lambda p: p.stat().st_mtime
-    )
+    backups = [p for p in helpers_of(path, ("old",)) if p.is_dir() and not p.is_symlink()]
     restored = False
     if backups and not path.exists():
         os.replace(backups.pop(), path)  # the newest backup is the output that was being replaced
@@ -161,20 +258,19 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False) -> Iterat
     recover_directory(path)
     if path.exists() and not overwrite and any(path.iterdir()):
         raise FileExistsError(f"{path} exists and is not empty")
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial"))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes 0700; the result should look like a normal mkdir
+    tmp = helper_path(path, "partial")
+    tmp.mkdir()  # the usual permissions (0777 less the umask), like any mkdir
     try:
         yield tmp
         if path.exists():
             if _exchange(tmp, path):
-                shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old output
+                with contextlib.suppress(OSError):
+                    remove_path(tmp)  # tmp now holds the old output (a symlink there: only the link goes)
                 return
-            old = path.with_name(_BACKUP.format(name=path.name) + f"{os.getpid()}-{secrets.token_hex(4)}")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            with _in_use(helper_path(path, "old")) as old:
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
     except BaseException:
@@ -213,3 +309,51 @@ def content_fingerprint(path: str | os.PathLike) -> str:
                 f.seek((size - _BLOCK) * i // 16)
                 h.update(f.read(_BLOCK))
     return h.hexdigest()
+
+
+def remove_path(path: str | os.PathLike) -> None:
+    """Remove a file, a folder tree or a symlink; a symlink is unlinked itself, never followed.
+
+    ``shutil.rmtree`` refuses a symlinked folder, and ``is_dir()`` follows links: clearing an output
+    with those would either crash half-way or delete what a link points at, outside the output.
+    """
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path)  # links inside the tree are unlinked, not followed
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner == outer or outer in inner.parents
+
+
+def overlapping_input(
+    output: str | os.PathLike, inputs: dict[str, Any], replaced_inside: bool = True
+) -> tuple[str, str, str] | None:
+    """The first input that replacing ``output`` would delete: ``(label, input as given, relation)`` or None.
+
+    Args:
+        output: the folder or file ``--overwrite`` would replace (or whose entries it would clear).
+        inputs: ``{label: path}`` of what the command reads (model folder, data, checkpoint, results);
+            a value that is not an existing path (a Hub id, an embedded model's name, None) is skipped.
+        replaced_inside: an existing output that lies inside an input folder counts too (replacing
+            it deletes part of that input); False where only named files of the output are replaced.
+
+    Paths are compared with symlinks resolved: a link to the model folder is the model folder.
+    """
+    out = Path(output).expanduser()
+    if not (out.exists() or out.is_symlink()):
+        return None
+    resolved = out.resolve()
+    for label, given in inputs.items():
+        if given is None or not Path(str(given)).expanduser().exists():
+            continue
+        source = Path(str(given)).expanduser().resolve()
+        if source == resolved:
+            return label, str(given), "is"
+        if _within(source, resolved):
+            return label, str(given), "contains"
+        if replaced_inside and _within(resolved, source):
+            return label, str(given), "lies inside"
+    return None

@@ -1,25 +1,31 @@
 """One writer per output: a lock file beside the output, naming its holder.
 
 ``patch/export --output DIR``, ``export-gguf --output FILE``, ``train --output-dir DIR`` and
-``eval ... --output DIR`` hold ``.<name>.lock`` beside their output while they write. The lock is
+``eval ... --output DIR`` hold ``.<key>.lock`` beside their output while they write (``<key>``: the
+output's name, or for a name above 200 bytes its start and a digest, see
+:func:`ropescale._io.helper_key`). The lock is
 created in one step (a complete temporary file hard-linked to the lock's name, which fails when the
 name exists), and holds the writer's pid, host, start time and command line, so a second writer
 stops at once with a line naming the folder and the holder instead of both writing.
 
 A lock whose holder is gone (same host, no such process, or the pid now belongs to a process started
-later) was left by a writer that was killed: it is taken over with a one-line notice, and what that
-writer was staging beside the output (``.<name>.*.partial`` folders, ``.<name>.*.tmp`` files) is
-removed, since under the lock nobody else can be writing them. A lock held on another host is never
-taken over (its process cannot be checked from here): the message says which host and file to check.
+later) was left by a writer that was killed: it is taken over with a one-line notice. Staging files
+(``.<key>.<owner>.partial`` folders, ``.tmp`` files, ``.old`` backups) are removed only when they
+belong to exactly this output and their owner (host, pid and start time, in the name) is gone: a
+sibling output's live staging file (``tx.gguf``'s beside ``tx``) never matches. A lock held on
+another host is never taken over (its process cannot be checked from here): the message says which
+host and file to check.
+
+Why not the ``filelock`` package (installed with huggingface_hub): see docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-import secrets
-import shutil
+import re
 import socket
 import sys
 import time
@@ -27,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._io import helper_key, helper_path, helpers_of, overlapping_input, process_start, recover_directory, remove_path
 from .errors import RopescaleError
 
 
@@ -35,21 +42,12 @@ class OutputLockedError(RopescaleError):
 
 
 def lock_path(output: str | os.PathLike) -> Path:
-    """The lock file of an output: ``.<name>.lock`` in the same folder."""
+    """The lock file of an output: ``.<key>.lock`` in the same folder (within the file-name limit)."""
     output = Path(output).expanduser()
-    return output.with_name(f".{output.name}.lock")
+    return output.with_name(f".{helper_key(output)}.lock")
 
 
-def _process_start(pid: int) -> str | None:
-    """The start time of a process in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie: it has exited, only its exit status waits to be read
-        return "zombie"
-    return fields[19]
+_process_start = process_start  # the older name
 
 
 def _alive(holder: dict[str, Any]) -> bool:
@@ -83,8 +81,8 @@ def _read(lock: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {}
 
 
-def _try_create(lock: Path, record: dict[str, Any]) -> bool:
-    tmp = lock.with_name(f"{lock.name}.{secrets.token_hex(4)}.new")
+def _try_create(lock: Path, record: dict[str, Any], output: Path) -> bool:
+    tmp = helper_path(output, "new")
     tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
     try:
         os.link(tmp, lock)  # atomic, and fails if the lock exists: the file is never seen half-written
@@ -124,7 +122,7 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
         "command": " ".join(sys.argv)[:300],
     }
     for _ in range(5):
-        if _try_create(lock, record):
+        if _try_create(lock, record, output):
             _remove_leftovers(output)
             return lock
         holder = _read(lock)
@@ -160,28 +158,116 @@ def output_lock(
     output: str | os.PathLike, what: str = "output", enabled: bool = True, folder: bool = True
 ) -> Iterator[None]:
     """Hold the lock of ``output`` for the block (see :func:`acquire`); ``enabled=False`` does nothing
-    (the ranks other than the main one of a distributed run)."""
-    lock = acquire(output, what, folder) if enabled else None
+    (the ranks other than the main one of a distributed run). A full disk, a read-only folder or a
+    refused permission while writing it is said naming ``output`` (:func:`writing`)."""
+    with writing(output, what):
+        lock = acquire(output, what, folder) if enabled else None
+        try:
+            yield
+        finally:
+            if lock is not None:
+                release(lock)
+
+
+class OutputWriteError(RopescaleError):
+    """The system refused to write an output (full disk, read-only file system, no permission)."""
+
+
+_WRITE_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENAMETOOLONG: "a file name is too long for the file system",
+}
+_RUST_IO = re.compile(r"serializ\w*: I/O error: .*\(os error (\d+)\)")  # safetensors' save_file
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy's tofile on a full disk sets no errno
+
+
+def write_error(exc: OSError, output: str | os.PathLike, what: str = "output") -> OutputWriteError | None:
+    """The one-line error for ``exc`` raised while writing ``output``, or None when it is not a refusal
+    to write there (another errno, or a file elsewhere: an input that cannot be read keeps its own
+    message). Internal names (staging files, the lock) are never shown: the output is named."""
+    code = exc.errno
+    if code is None and _SHORT_WRITE.search(str(exc)):
+        code = errno.ENOSPC
+    if code not in _WRITE_ERRORS:
+        return None
+    target = Path(output).expanduser()
+    if exc.filename is not None:
+        name = Path(os.fsdecode(exc.filename)).expanduser()
+        chain = [name, *name.parents]  # a file inside a staging folder of the output is the output's too
+        ours = any(p.parent == target.parent and p.name.startswith(f".{helper_key(target)}.") for p in chain)
+        if not (ours or name == target or target in name.parents or name == target.parent):
+            return None
+    folder = target.parent if str(target.parent) else Path(".")
+    return OutputWriteError(f"cannot write {what} '{output}': {_WRITE_ERRORS[code]} (in '{folder}')")
+
+
+@contextlib.contextmanager
+def writing(output: str | os.PathLike, what: str = "output") -> Iterator[None]:
+    """Turn an ENOSPC/EDQUOT/EROFS/EACCES/EPERM/ENAMETOOLONG while writing ``output`` into one line
+    naming it (:func:`write_error`); other errors pass unchanged."""
     try:
         yield
-    finally:
-        if lock is not None:
-            release(lock)
+    except OSError as exc:
+        error = write_error(exc, output, what)
+        if error is None:
+            raise
+        raise error from None
+    except Exception as exc:  # safetensors' writer reports the system's error as "... (os error 28)"
+        found = _RUST_IO.search(str(exc))
+        if found is None or "deserializ" in str(exc):
+            raise
+        error = write_error(OSError(int(found[1]), str(exc)), output, what)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _remove_leftovers(output: Path) -> None:
-    """Remove what a killed writer of ``output`` was staging beside it (we hold the lock now)."""
-    if not output.parent.is_dir():
-        return
-    prefix = f".{output.name}."
-    for path in sorted(output.parent.iterdir()):
-        if not path.name.startswith(prefix) or not path.name.endswith((".partial", ".tmp")):
-            continue
+    """Remove what a killed writer of exactly ``output`` was staging beside it: only helper files of
+    this output (:func:`ropescale._io.helpers_of`) whose owner is provably gone."""
+    recover_directory(output)  # a backup of a replaced output comes back first, if the output is missing
+    for path in helpers_of(output, ("partial", "tmp", "new")):
         print(f"ropescale: removing {path}, left by a writer of '{output}' that was stopped", file=sys.stderr)
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            remove_path(path)
 
 
-__all__ = ["OutputLockedError", "acquire", "lock_path", "output_lock", "release"]
+def refuse_overwriting_inputs(
+    output: str | os.PathLike,
+    inputs: dict[str, Any],
+    flag: str = "--output",
+    replaced_inside: bool = True,
+    by: str = "--overwrite",
+) -> None:
+    """Refuse, before anything is deleted, an ``--overwrite`` target that is, contains or lies inside
+    an input (see :func:`overlapping_input`): replacing it would delete what the command reads.
+
+    Raises:
+        RopescaleError: ``--output 'models' contains the model 'models/m'; --overwrite would delete it:
+            choose an output outside the inputs``.
+    """
+    found = overlapping_input(output, inputs, replaced_inside)
+    if found is not None:
+        label, given, relation = found
+        part = "part of it" if relation == "lies inside" else "it"
+        raise RopescaleError(
+            f"{flag} '{output}' {relation} the {label} '{given}'; {by} would delete {part}: "
+            "choose an output outside the inputs"
+        )
+
+
+__all__ = [
+    "OutputLockedError",
+    "OutputWriteError",
+    "write_error",
+    "writing",
+    "acquire",
+    "lock_path",
+    "output_lock",
+    "refuse_overwriting_inputs",
+    "release",
+]

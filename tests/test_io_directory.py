@@ -8,6 +8,8 @@ by a ``KeyboardInterrupt`` from the second ``os.replace``. On Linux the swap is 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -63,7 +65,9 @@ def test_readers_recover_a_missing_output(tmp_path, monkeypatch):
 
 def test_a_stale_backup_beside_a_complete_output_is_removed(tmp_path):
     target = _filled(tmp_path / "out", "new")
-    _filled(tmp_path / ".out.old-123-abcd", "old")  # the rename of the new one finished; the removal did not
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    # the rename of the new one finished; the removal did not, and its writer is gone
+    _filled(_io.helper_path(target, "old", pid=int(gone.stdout)), "old")
     with atomic_directory(target, overwrite=True) as tmp:
         (tmp / "f.txt").write_text("newer")
     assert (target / "f.txt").read_text() == "newer"

@@ -9,9 +9,11 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from ropescale._io import helper_path
 from ropescale._lock import OutputLockedError, acquire, lock_path, release
 from ropescale.cli.main import main
 from tests.conftest import tiny_model
@@ -88,7 +90,7 @@ def test_second_writer_stops_naming_the_holder(saved, tmp_path, capsys, holder, 
 def test_stale_lock_is_taken_over_and_left_overs_removed(saved, tmp_path, capsys, holder):
     out = tmp_path / "out"
     proc = holder(out)
-    partial = tmp_path / ".out.1a2b3c4d.partial"  # what a killed atomic_directory leaves
+    partial = helper_path(out, "partial", pid=proc.pid)  # what a killed atomic_directory leaves
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"x" * 100)
     proc.send_signal(signal.SIGKILL)
@@ -98,6 +100,57 @@ def test_stale_lock_is_taken_over_and_left_overs_removed(saved, tmp_path, capsys
     assert any(f"taking over the lock of output '{out}' left by pid {proc.pid}" in line for line in err), err
     assert any(f"removing {partial}" in line for line in err), err
     assert not partial.exists() and (out / "config.json").is_file() and not lock_path(out).exists()
+
+
+# A writer that holds the lock of argv[1] and stages inside atomic_directory, then waits (SIGTERM stops it).
+STAGE = (
+    "import sys, time; from ropescale._lock import acquire; from ropescale._io import atomic_directory; "
+    "acquire(sys.argv[1]); cm = atomic_directory(sys.argv[1]); tmp = cm.__enter__(); "
+    "(tmp / 'model.safetensors').write_bytes(b'x' * 100); print(tmp, flush=True); time.sleep(120)"
+)
+# A GGUF writer of argv[1] with its staging file open (export_gguf's _write), waiting.
+GGUF = (
+    "import sys, time; from pathlib import Path; from ropescale._io import _create_sibling; "
+    "fd, tmp = _create_sibling(Path(sys.argv[1])); print(tmp, flush=True); time.sleep(120)"
+)
+
+
+def test_a_writer_never_removes_a_sibling_outputs_live_staging(saved, tmp_path, capsys):
+    """patch --output tx beside a live export-gguf --output tx.gguf (and a SIGTERM'd writer of tx):
+    the patch removes the stopped writer's staging of tx, never the GGUF's live one."""
+    out, gguf = tmp_path / "tx", tmp_path / "tx.gguf"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path)], env=ENV, stdout=subprocess.PIPE, text=True)
+        for code, path in ((STAGE, out), (GGUF, gguf))
+    ]
+    try:
+        stopped_staging, live_staging = (Path(p.stdout.readline().strip()) for p in procs)
+        assert stopped_staging.is_dir() and live_staging.is_file()
+        procs[0].send_signal(signal.SIGTERM)
+        procs[0].wait()
+        code, err = _cli(capsys, "patch", "--model", saved, "--factor", "4", "--output", out)
+        assert code == 0, err
+        assert live_staging.is_file(), err  # the GGUF writer is still writing it
+        assert not stopped_staging.exists()
+        assert [line for line in err if "removing" in line] == [
+            f"ropescale: removing {stopped_staging}, left by a writer of '{out}' that was stopped"
+        ]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_240_character_output_name_is_written(saved, tmp_path, capsys):
+    """Helper names (lock, staging, backup) stay within the 255-byte limit for a legal long name."""
+    out = tmp_path / ("m" * 240)
+    for extra in ([], ["--overwrite"]):
+        code, err = _cli(capsys, "patch", "--model", saved, "--factor", "4", "--output", out, *extra)
+        assert code == 0, err
+    assert (out / "config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no helper left
+    assert all(len(os.fsencode(helper_path(out, k).name)) <= 255 for k in ("tmp", "partial", "old", "new"))
+    assert len(lock_path(out).name) <= 255
 
 
 def test_two_patch_processes_at_once_one_writes(saved, tmp_path):

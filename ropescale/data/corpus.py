@@ -223,7 +223,13 @@ def _validate(directory: Path, name: str, check_hashes: bool = True) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _Invalid(f"unreadable {MANIFEST}: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+    version = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:  # refused, never replaced by an older layout
+        raise CorpusInstallError(
+            f"corpus '{path}' was written by a newer ropescale (format {version}, this one reads {FORMAT_VERSION}); "
+            "it is not replaced: use that version or another --cache-dir"
+        )
+    if not isinstance(manifest, dict) or version != FORMAT_VERSION:
         raise _Invalid(f"{MANIFEST} has an unknown format")
     if manifest.get("name") != name:
         raise _Invalid(f"{MANIFEST} is for corpus {manifest.get('name')!r}, not {name!r}")

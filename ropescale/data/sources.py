@@ -189,3 +189,9 @@ def describe_source(spec: SourceSpec) -> dict[str, Any]:
     if path.is_file():
         return {"documents": None, "bytes": path.stat().st_size, "note": path.suffix.lstrip(".") or "text"}
     return {"documents": None, "bytes": None, "note": "not found here (a hub: source is read when training)"}
+
+
+def local_sources(data: Any) -> list[str]:
+    """Every ``data.source`` value a recipe's data section reads: its mix's sources in order, or its one
+    source. What ``--overwrite`` must never delete and what a resume fingerprints."""
+    return [s.source for s in parse_sources(data.sources)] if getattr(data, "sources", None) else [data.source]

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._io import atomic_directory, atomic_write_json, cache_root, recover_directory, sha256_file
-from ..errors import MissingDependencyError
+from ..errors import MissingDependencyError, RopescaleError
 
 MANIFEST = "ropescale-manifest.json"
 MANIFEST_FORMAT = 1
@@ -76,6 +78,8 @@ def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
             f"ropescale: the converted {name} in {target} is damaged ({problem}); converting it again", file=sys.stderr
         )
     source = gguf_path(name)
+    shown = f"ROPESCALE_CACHE '{os.environ['ROPESCALE_CACHE']}'" if os.environ.get("ROPESCALE_CACHE") else None
+    check_writable(target.parent, shown or f"the cache folder '{cache_root()}'")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"ropescale: converting {source.name} to safetensors in {target} (once)", flush=True)
@@ -93,6 +97,21 @@ def embedded_model_dir(name: str = DEFAULT_MODEL) -> Path:
     except FileExistsError:  # another process finished first; its copy is as good as ours
         pass
     return target
+
+
+def check_writable(folder: Path, what: str) -> None:  # what: the folder as the user named it
+    """Create ``folder`` and a file in it, before an expensive conversion whose result goes there.
+
+    Raises:
+        RopescaleError: ``ROPESCALE_CACHE '<folder>' is not writable (read-only file system); point it
+            at a writable folder`` (said before the model is converted, not after).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise RopescaleError(f"{what} is not writable ({reason}); point ROPESCALE_CACHE at a writable folder") from None
 
 
 def write_manifest(directory: Path, source: Path) -> None:
@@ -115,12 +134,19 @@ def cache_problem(directory: Path) -> str | None:
     if not path.is_file():
         return f"no {MANIFEST}: converted by an older ropescale or cut short"
     try:
-        files = json.loads(path.read_text())["files"]
+        manifest = json.loads(path.read_text())
+        version = manifest.get("format", MANIFEST_FORMAT)
+        files = manifest["files"]
         entries = [
             (directory / name, int(e["bytes"]), int(e["mtime_ns"]), str(e["sha256"])) for name, e in files.items()
         ]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return f"{MANIFEST} is unreadable"
+    if isinstance(version, int) and version > MANIFEST_FORMAT:  # refused, never converted over
+        raise RopescaleError(
+            f"converted model '{path}' was written by a newer ropescale (format {version}, this one reads "
+            f"{MANIFEST_FORMAT}); it is not replaced: use that version or point ROPESCALE_CACHE elsewhere"
+        )
     for file, size, mtime_ns, digest in entries:
         if not file.is_file():
             return f"{file.name} is missing"

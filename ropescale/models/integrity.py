@@ -23,8 +23,8 @@ class DamagedFileError(RopescaleError):
     """A model file is truncated or not in its format."""
 
 
-def read_json_file(path: str | Path, what: str = "file") -> dict[str, Any]:
-    """A JSON object from ``path``.
+def read_json_file(path: str | Path, what: str = "file", remedy: str = _REMEDY) -> dict[str, Any]:
+    """A JSON object from ``path`` (``remedy``: what the message tells the user to do).
 
     Raises:
         DamagedFileError: the file is not JSON, or not a JSON object, naming the file and the position.
@@ -33,13 +33,14 @@ def read_json_file(path: str | Path, what: str = "file") -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {_REMEDY}") from None
+        raise DamagedFileError(f"{what} '{path}' is not UTF-8 text (damaged?); {remedy}") from None
     except json.JSONDecodeError as exc:
         raise DamagedFileError(
-            f"{what} '{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {_REMEDY}"
+            f"{what} '{path}' is not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column "
+            f"{exc.colno}); {remedy}"
         ) from None
     if not isinstance(data, dict):
-        raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {_REMEDY}")
+        raise DamagedFileError(f"{what} '{path}' holds a JSON {type(data).__name__}, not an object; {remedy}")
     return data
 
 
@@ -90,6 +91,31 @@ def check_checkpoint_dir(directory: str | Path) -> None:
                 raise DamagedFileError(f"model file '{directory / name}' named by '{index}' is missing; {_REMEDY}")
     for path in sorted(directory.glob("*.safetensors")):
         check_safetensors(path)
+
+
+# Weight files only a pickle loader reads: transformers' ``pytorch_model.bin`` (and shards), ``*.pt``...
+PICKLED_WEIGHTS = ("pytorch_model*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_weights_format(directory: str | Path) -> None:
+    """Refuse a checkpoint folder whose weights exist only as pickles (``pytorch_model.bin``...).
+
+    Unpickling runs whatever instructions the file holds; ropescale loads weights from ``.safetensors``
+    only (raw tensors and a JSON header), so a folder from someone else cannot run code here. A folder
+    with no weight file at all (a config-only checkpoint) is left to the loader's own message.
+
+    Raises:
+        RopescaleError: naming the pickled file.
+    """
+    directory = Path(directory)
+    if any(directory.glob("*.safetensors")):
+        return
+    pickles = sorted(p for pattern in PICKLED_WEIGHTS for p in directory.glob(pattern))
+    if pickles:
+        raise RopescaleError(
+            f"model file '{pickles[0]}' is a pickle, which ropescale does not load (loading one can run code); "
+            "ropescale loads weights only from .safetensors files: use a safetensors copy of the checkpoint"
+        )
 
 
 def check_gguf(path: str | Path) -> None:

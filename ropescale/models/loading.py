@@ -31,7 +31,7 @@ from ..patching.plan import (
 from .checkpoint import unmark_config_dict
 from .config_check import check_config_dict, transformers_rejection
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
-from .integrity import check_checkpoint_dir, check_gguf, read_json_file
+from .integrity import check_checkpoint_dir, check_gguf, check_weights_format, read_json_file
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # from_pretrained keyword arguments that also apply to AutoConfig / AutoTokenizer.
@@ -79,6 +79,14 @@ def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
     except OSError as exc:  # missing files, Hub unreachable, gated repo...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RopescaleError(f"could not load '{resolved.display}': {first}") from exc
+    except Exception as exc:
+        if "weights_only" not in str(exc):
+            raise
+        # torch refused a pickle; its message suggests the unsafe weights_only=False, never repeated here
+        raise RopescaleError(
+            f"could not load '{resolved.display}': its weights are a pickle, which ropescale does not load "
+            "(loading one can run code); use a checkpoint with .safetensors weights"
+        ) from None
 
 
 def _read_config(resolved: ResolvedModel, original_context: int | None = None, **kwargs: Any) -> Any:
@@ -230,6 +238,10 @@ def from_pretrained(
     if plan is not None and plan.native:
         apply_plan(build, plan, sliding_window)  # transformers builds the scaled rotary module itself
     hf_kwargs = {k: v for k, v in hf_kwargs.items() if k != "trust_remote_code"}
+    if "gguf_file" not in resolved.kwargs:
+        if Path(resolved.path).is_dir():
+            check_weights_format(resolved.path)  # a pickled pytorch_model.bin, named, before anything loads
+        hf_kwargs.setdefault("use_safetensors", True)  # never the pickled weights beside (or instead of) them
     with quiet_transformers():
         model = _load(AutoModelForCausalLM, resolved, config=build, **hf_kwargs)
     if "gguf_file" in resolved.kwargs:

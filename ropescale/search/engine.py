@@ -46,10 +46,7 @@ def load_history(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """The candidates recorded in ``path`` (empty if none); refuse a history of other settings."""
     if not path.is_file():
         return []
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise RopescaleError(f"search history '{path}' is not valid JSON: {exc}") from None
+    data = read_history(path)
     if data.get("settings") != settings:
         old = data.get("settings") or {}
         diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
@@ -58,6 +55,28 @@ def load_history(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
             "use another --output, or --overwrite to start again"
         )
     return list(data.get("candidates") or [])
+
+
+def read_history(path: Path) -> dict[str, Any]:
+    """The JSON object of a history file, refused when it is damaged or written by a newer ropescale
+    (its ``format`` above :data:`HISTORY_FORMAT`: this version would rewrite it in its own format).
+
+    Raises:
+        RopescaleError: naming the file.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RopescaleError(f"search history '{path}' is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RopescaleError(f"search history '{path}' holds a JSON {type(data).__name__}, not an object")
+    version = data.get("format", 1)
+    if not isinstance(version, int) or version > HISTORY_FORMAT:
+        raise RopescaleError(
+            f"search history '{path}' was written by a newer ropescale (format {version}, this one writes "
+            f"{HISTORY_FORMAT}); it is not replaced: use that version or another --output"
+        )
+    return data
 
 
 def best_of(history: list[dict[str, Any]]) -> dict[str, Any] | None:

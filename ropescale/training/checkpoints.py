@@ -1,8 +1,8 @@
 """Training checkpoints: what a run may resume from, and the trainable weights under any wrapper.
 
 ``checkpoints/step-N/`` holds ``trainable.safetensors`` (LoRA + trainable embeddings/norms, names as
-in the unwrapped peft model), the optimizer (``optimizer.pt``, or accelerate's FSDP file), the
-scheduler, every rank's RNG state and ``state.json`` (step, tokens, elapsed, the recipe's
+in the unwrapped peft model), the optimizer (``optimizer.safetensors``, or accelerate's FSDP file), the
+scheduler, every rank's RNG state (in files that cannot run code: :mod:`.state_files`) and ``state.json`` (step, tokens, elapsed, the recipe's
 fingerprint). A checkpoint is staged in a hidden folder and renamed when complete; ``manifest.json``
 (size and sha256 of every other file) is written last, atomically, once every rank has written.
 ``--resume`` verifies the newest checkpoint against its manifest and falls back to the newest
@@ -13,6 +13,7 @@ copy cut short shows as a file whose size or checksum differs, named, instead of
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 from collections.abc import Iterator
@@ -23,13 +24,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from .._io import (
+    atomic_directory,
+    atomic_write_json,
+    atomic_write_text,
+    remove_path,
+    sha256_file,
+)
+from .._lock import refuse_overwriting_inputs
 from ..errors import RopescaleError
 from .config import TrainConfig, dump_config
 
 CHECKPOINTS = "checkpoints"
 TRAINABLE_FILE = "trainable.safetensors"
 MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
 # Sections a resumed run must share with the checkpoint (eval/log/save cadence, the memory options
 # and train.max_steps may change: the schedule is a function of max_steps, see optim.py).
 FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "optim")
@@ -87,12 +96,25 @@ def run_identity(config: TrainConfig, model: bool = True, data: bool = True) -> 
     """The content fingerprints of the recipe's model and local data (a path names a file, not its
     content: weights or text changed in place would otherwise resume silently). ``model``/``data``:
     False where the trainer was handed them in memory."""
-    from ..models.identity import data_identity, model_identity
+    from ..models.identity import model_identity
 
     return {
         "model": model_identity(config.model.name)["fingerprint"] if model else None,
-        "data": data_identity(config.data.source).get("fingerprint") if data else None,
+        "data": _data_fingerprint(config) if data else None,
     }
+
+
+def _data_fingerprint(config: TrainConfig) -> str | None:
+    """One fingerprint for the recipe's text: its source's, or for a mix one over every source's, in order."""
+    import hashlib
+
+    from ..data.sources import local_sources
+    from ..models.identity import data_identity
+
+    prints = [data_identity(s).get("fingerprint") for s in local_sources(config.data)]
+    if len(prints) == 1:
+        return prints[0]
+    return hashlib.sha256(json.dumps(prints).encode()).hexdigest() if any(prints) else None
 
 
 def check_resumable(state: dict[str, Any], config: TrainConfig, path: Path, identity: dict | None = None) -> None:
@@ -141,7 +163,7 @@ def write_manifest(directory: Path) -> None:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
-    atomic_write_json(directory / MANIFEST, {"format": 1, "files": files})
+    atomic_write_json(directory / MANIFEST, {"format": MANIFEST_FORMAT, "files": files})
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -154,10 +176,17 @@ def checkpoint_problem(path: Path) -> str | None:
     manifest = path / MANIFEST
     if manifest.is_file():
         try:
-            files = json.loads(manifest.read_text())["files"]
+            data = json.loads(manifest.read_text())
+            version = data.get("format", MANIFEST_FORMAT)
+            files = data["files"]
             entries = [(str(name), int(e["size"]), str(e["sha256"])) for name, e in files.items()]
         except (ValueError, KeyError, TypeError, AttributeError):
             return f"{MANIFEST} is damaged"
+        if isinstance(version, int) and version > MANIFEST_FORMAT:  # never resumed over, nor skipped and rewritten
+            raise RopescaleError(
+                f"checkpoint '{manifest}' was written by a newer ropescale (format {version}, this one reads "
+                f"{MANIFEST_FORMAT}); it is not replaced: use that version or another train.output_dir"
+            )
         for name, size, digest in entries:
             file = path / name
             if not file.is_file():
@@ -297,22 +326,27 @@ def gather_trainable(accelerator: Any, module: nn.Module, names: list[str], fsdp
     return state if accelerator.is_main_process else {}
 
 
-def prepare_output_dir(out: Path, resume: bool, overwrite: bool) -> None:
+RUN_ENTRIES = (CHECKPOINTS, "metrics.jsonl", "adapter", "merged")  # what --overwrite clears in a run folder
+
+
+def prepare_output_dir(out: Path, resume: bool, overwrite: bool, inputs: dict[str, Any] | None = None) -> None:
     """Create the output folder; refuse to start over existing checkpoints unless ``overwrite``
-    (which removes the earlier run's checkpoints, metrics, adapter and merged model)."""
+    (which removes the earlier run's checkpoints, metrics, adapter and merged model).
+
+    Before anything is removed, each entry is checked against ``inputs`` (the recipe's model and
+    data: a model trained from this run's ``merged/`` is not deleted under it). A symlinked entry is
+    unlinked itself, never followed (:func:`~ropescale._io.remove_path`): what it points at stays.
+    """
     if list_checkpoints(out) and not resume:
         if not overwrite:
             raise RopescaleError(
                 f"output directory '{out}' already holds checkpoints: pass --resume to continue "
                 "or --overwrite to start again"
             )
-        shutil.rmtree(out / CHECKPOINTS)
-        for name in ("metrics.jsonl", "adapter", "merged"):
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
+        for name in RUN_ENTRIES:  # every check first: nothing is removed when one refuses
+            refuse_overwriting_inputs(out / name, inputs or {}, flag="run folder entry")
+        for name in RUN_ENTRIES:
+            remove_path(out / name)
     out.mkdir(parents=True, exist_ok=True)
     remove_staging(out)
 
@@ -331,7 +365,8 @@ def left_as_found(out: Path, enabled: bool = True) -> Iterator[None]:
         elif enabled and out.is_dir():
             for path in out.iterdir():
                 if path.name not in before:
-                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):
+                        remove_path(path)
         raise
 
 
@@ -343,7 +378,8 @@ def remove_staging(out: Path) -> None:
     root = out / CHECKPOINTS
     for path in sorted(root.glob(".step-*.partial")) if root.is_dir() else []:
         print(f"ropescale: removing {path}, left by a training run that was stopped", file=sys.stderr)
-        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_path(path)
 
 
 def write_adapter(peft_model: nn.Module, config: TrainConfig, out: Path) -> None:

@@ -170,9 +170,12 @@ def cached_stream(path: Path, key: dict[str, Any], build) -> TokenStream:
             stored = json.loads(meta.read_text())
             if stored.get("digest") == digest:
                 extras = {
-                    n: np.load(_extra(path, n)) if n in stored.get("extras", []) else None for n in ("starts", "loss")
+                    n: np.load(_extra(path, n), allow_pickle=False) if n in stored.get("extras", []) else None
+                    for n in ("starts", "loss")
                 }
-                return TokenStream(np.load(path, mmap_mode="r"), **extras)  # a multi-GB stream stays on disk
+                return TokenStream(
+                    np.load(path, mmap_mode="r", allow_pickle=False), **extras
+                )  # a multi-GB stream stays on disk
         except (ValueError, OSError):
             pass
     stream = build()

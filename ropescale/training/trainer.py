@@ -27,7 +27,6 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._io import atomic_write_json, atomic_write_text
+from .._io import atomic_write_json, atomic_write_text, remove_path
 from ..errors import MissingDependencyError, RopescaleError
 from ..patching.plan import original_spec
 from .checkpoints import (
@@ -75,6 +74,16 @@ from .optim import build_optimizer, lr_lambda, sync_lr
 from .packing import resolved_packing
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 from .recall import recall_writer
+from .state_files import (
+    FSDP_OPTIMIZER_FILES,
+    OPTIMIZER_FILE,
+    SCHEDULER_FILE,
+    check_fsdp_state_dict_type,
+    load_state,
+    refuse_pickles,
+    rng_file,
+    save_state,
+)
 
 __all__ = [
     "Trainer",
@@ -153,6 +162,8 @@ class Trainer:
         self.accelerator = acc = Accelerator(mixed_precision=c.train.mixed_precision, parallelism_config=pc)
         check_launch(acc.num_processes)
         self.fsdp_version = acc.state.fsdp_plugin.fsdp_version if self._fsdp() else None
+        if self._fsdp():  # a checkpoint this run writes must be one a resume will load
+            check_fsdp_state_dict_type(acc.state.fsdp_plugin)
         if self._fsdp() and (c.eval.every or c.eval.at_end):
             raise RopescaleError(
                 "evaluation during training is not supported under FSDP: set eval.every=0 "
@@ -165,6 +176,9 @@ class Trainer:
                 "ranks: set train.context_parallel to the accelerate config's parallelism_config_cp_size"
             )
         self._check_output_dir(resume, overwrite)
+        if resume:  # a pickled optimizer/scheduler/RNG file (an earlier version's) is refused before weights load
+            for checkpoint in list_checkpoints(self.output_dir):
+                refuse_pickles(checkpoint, allowed=FSDP_OPTIMIZER_FILES if self._fsdp() else ())
         self.identity = run_identity(c, self._model_in is None, self._train_tokens is None)
         set_seed(c.train.seed)
         base = self._model_in if self._model_in is not None else load_base_model(c)
@@ -210,7 +224,11 @@ class Trainer:
 
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
         if self.accelerator.is_main_process:
-            prepare_output_dir(self.output_dir, resume, overwrite)
+            from ..data.sources import local_sources
+
+            inputs = {"model": self.config.model.name}
+            inputs.update({f"data {i}" if i else "data": s for i, s in enumerate(local_sources(self.config.data))})
+            prepare_output_dir(self.output_dir, resume, overwrite, inputs)
         self.accelerator.wait_for_everyone()
 
     def _build_dataset(self) -> WindowDataset:
@@ -261,14 +279,12 @@ class Trainer:
 
             load_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(path), 0)
         else:
-            self.optimizer.optimizer.load_state_dict(
-                torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False)
-            )
-        self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+            self.optimizer.optimizer.load_state_dict(load_state(path / OPTIMIZER_FILE))
+        self.scheduler.load_state_dict(load_state(path / SCHEDULER_FILE))
         sync_lr(self.scheduler)  # a larger train.max_steps recomputes the decay from here on
-        rng = path / f"rng-{acc.process_index}.pt"
+        rng = path / rng_file(acc.process_index)
         if rng.is_file():
-            set_rng_state(torch.load(rng, weights_only=False))
+            set_rng_state(load_state(rng))
         self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens"], state["elapsed"]
         if acc.is_main_process:
             self._trim_metrics(self.step)
@@ -286,7 +302,7 @@ class Trainer:
         final = root / f"step-{self.step:08d}"
         staging = root / f".step-{self.step:08d}.partial"
         if acc.is_main_process:
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_path(staging)
             staging.mkdir(parents=True)
         acc.wait_for_everyone()
         # every rank takes part in gathering; under FSDP the names are matched unwrapped
@@ -295,12 +311,12 @@ class Trainer:
             from accelerate.utils import save_fsdp_optimizer
 
             save_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(staging), 0)
-        torch.save(rng_state(), staging / f"rng-{acc.process_index}.pt")
+        save_state(staging / rng_file(acc.process_index), rng_state())
         if acc.is_main_process:
             save_file({k: v.contiguous().cpu() for k, v in weights.items()}, staging / TRAINABLE_FILE)
             if not self._fsdp():
-                torch.save(self.optimizer.optimizer.state_dict(), staging / "optimizer.pt")
-            torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
+                save_state(staging / OPTIMIZER_FILE, self.optimizer.optimizer.state_dict())
+            save_state(staging / SCHEDULER_FILE, self.scheduler.state_dict())
             atomic_write_json(
                 staging / "state.json",
                 {
@@ -315,11 +331,11 @@ class Trainer:
         acc.wait_for_everyone()
         if acc.is_main_process:
             write_manifest(staging)  # last: sizes and sha256 of what every rank wrote
-            if final.exists():
-                shutil.rmtree(final)
+            if final.exists() or final.is_symlink():
+                remove_path(final)
             os.replace(staging, final)
             for old in list_checkpoints(self.output_dir)[: -self.config.train.keep_checkpoints]:
-                shutil.rmtree(old, ignore_errors=True)
+                remove_path(old)  # a symlinked step folder: the link goes, not what it points at
         acc.wait_for_everyone()
         return final
 

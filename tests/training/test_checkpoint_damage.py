@@ -17,7 +17,7 @@ from ropescale.training.export import find_checkpoint
 from ropescale.training.trainer import Trainer
 from tests.training.conftest import recipe, repetitive_stream
 
-KINDS = ["trainable.safetensors", "optimizer.pt", "scheduler.pt", "rng-0.pt", "state.json"]
+KINDS = ["trainable.safetensors", "optimizer.safetensors", "scheduler.safetensors", "rng-0.safetensors", "state.json"]
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +81,10 @@ def test_no_complete_checkpoint_stops_naming_the_file(trained, tmp_path, make_mo
 def test_flipped_bytes_and_an_unfinished_folder_are_caught(trained, tmp_path, capsys):
     config = _copy(trained, tmp_path)
     newest = config.output_dir / "checkpoints" / "step-00000002"
-    data = bytearray((newest / "optimizer.pt").read_bytes())
+    data = bytearray((newest / "optimizer.safetensors").read_bytes())
     data[-10] ^= 0xFF
-    (newest / "optimizer.pt").write_bytes(bytes(data))
-    assert checkpoint_problem(newest) == "optimizer.pt does not match the sha256 in its manifest"
+    (newest / "optimizer.safetensors").write_bytes(bytes(data))
+    assert checkpoint_problem(newest) == "optimizer.safetensors does not match the sha256 in its manifest"
     (newest / MANIFEST).unlink()
     assert checkpoint_problem(newest) is None  # no manifest, but weights and state: written before manifests
     (newest / "trainable.safetensors").unlink()

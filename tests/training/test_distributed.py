@@ -55,7 +55,7 @@ def test_ddp_matches_single_process_and_resumes(tmp_path, model_dir):
     ddp, one = weights(tmp_path / "ddp"), weights(tmp_path / "one")
     for name in one:
         torch.testing.assert_close(ddp[name], one[name], rtol=0, atol=1e-5)
-    assert (tmp_path / "ddp" / "checkpoints" / "step-00000004" / "rng-1.pt").is_file()
+    assert (tmp_path / "ddp" / "checkpoints" / "step-00000004" / "rng-1.safetensors").is_file()
 
     shutil.rmtree(tmp_path / "ddp" / "checkpoints" / "step-00000004")  # as if killed after step 3
     _run([*torchrun, *cli, "--output-dir", str(tmp_path / "ddp"), "--resume"], cpu)
