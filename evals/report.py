@@ -343,7 +343,7 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
     from ropescale.evals.proportions import difference_interval
     from ropescale.methods import method_class
 
-    base = next((m for m in suite.methods if method_class(m.method).name == "default"), None)
+    base = next((m for m in suite.methods if m.method != "saved" and method_class(m.method).name == "default"), None)
     lines = ["## Short-context regressions", ""]
     if base is None:
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]

@@ -1,0 +1,125 @@
+"""Saved means saved (issue 39): a checkpoint written by ``ropescale patch`` is evaluated with the
+scaling it carries unless a method is asked for; ``--method none`` on it is the unscaled baseline and
+says "scaling removed"; every cell records the scaling it ran, read back from the loaded model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ropescale.cli.main import main
+from tests.conftest import tiny_model
+from tests.training.conftest import char_tokenizer
+
+TEXT = "The cat sat on the mat and looked at the rain, then a dog ran in the park. " * 40
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Per family: a tiny base checkpoint and the same patched with ``ropescale patch`` (YaRN x4)."""
+    root = tmp_path_factory.mktemp("saved")
+    (root / "t.txt").write_text(TEXT)
+    for arch in ("llama", "mistral", "qwen2", "qwen3"):
+        tiny_model(arch, seed=0, attn_implementation="sdpa").save_pretrained(root / arch)
+        char_tokenizer().save_pretrained(root / arch)
+        argv = ["patch", "--model", root / arch, "--method", "yarn", "--factor", "4", "--output", root / f"{arch}-y4"]
+        assert main([str(a) for a in argv]) == 0
+    return root
+
+
+def _ppl(capsys, root, out, model, *extra):
+    """Run ``eval perplexity`` at 128 tokens; return (exit code, {label: cell record}, stdout)."""
+    capsys.readouterr()
+    argv = ["eval", "perplexity", "--model", model, "--data", root / "t.txt", "--lengths", "128"]
+    code = main([str(a) for a in [*argv, "--max-tokens", "128", "--output", out, "--no-progress", *extra]])
+    text = capsys.readouterr().out
+    cells = {}
+    for path in sorted((out / "cells").glob("*.json")):
+        record = json.loads(path.read_text())
+        cells[record["method"]] = record
+    return code, cells, text
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+def test_a_patched_folder_is_evaluated_as_saved(folders, tmp_path, capsys, arch):
+    code, saved, text = _ppl(capsys, folders, tmp_path / "saved", folders / f"{arch}-y4")
+    assert code == 0 and list(saved) == ["yarn x4 (saved)"], saved
+    cell = saved["yarn x4 (saved)"]
+    assert "The checkpoint carries **yarn x4**" in text
+    # read back from the loaded model: method, factor, parameters and the rotary module's attention factor
+    assert cell["scaling"]["method"] == "yarn" and cell["scaling"]["factor"] == 4.0 and cell["scaling"]["as"] == "saved"
+    assert cell["scaling"]["attention_factor"] == pytest.approx(0.1 * math.log(4) + 1)
+    assert cell["method_name"] == "saved"
+    # the same number as the base model with the same method asked for explicitly
+    code, asked, _ = _ppl(capsys, folders, tmp_path / "asked", folders / arch, "--method", "yarn", "--factor", "4")
+    assert code == 0 and asked["yarn"]["result"]["ppl"] == pytest.approx(cell["result"]["ppl"], rel=1e-6)
+    assert asked["yarn"]["scaling"]["as"] == "requested"
+    # --method none on the scaled folder: the unscaled baseline, labelled as such, equal to the base model's
+    code, removed, text = _ppl(capsys, folders, tmp_path / "none", folders / f"{arch}-y4", "--method", "none")
+    assert code == 0 and list(removed) == ["none (scaling removed)"]
+    assert removed["none (scaling removed)"]["scaling"]["as"] == "scaling removed"
+    assert removed["none (scaling removed)"]["scaling"]["method"] == "default"
+    code, base, _ = _ppl(capsys, folders, tmp_path / "base", folders / arch)
+    assert code == 0 and list(base) == ["none"] and base["none"]["scaling"]["method"] == "default"
+    assert base["none"]["result"]["ppl"] == pytest.approx(removed["none (scaling removed)"]["result"]["ppl"], rel=1e-6)
+    assert base["none"]["result"]["ppl"] != pytest.approx(cell["result"]["ppl"], rel=1e-6)  # the test can fail
+
+
+def test_saved_and_others_in_one_run_give_each_its_own_scaling(folders, tmp_path, capsys):
+    """One model is re-patched per method: the saved row after others still runs the saved scaling."""
+    model = folders / "llama-y4"
+    code, cells, text = _ppl(
+        capsys, folders, tmp_path / "all", model, "--methods", "linear,saved,none", "--factor", "4"
+    )
+    assert code == 0 and set(cells) == {"linear", "yarn x4 (saved)", "none (scaling removed)"}
+    assert (
+        cells["linear"]["scaling"]["as"] == "replaces saved yarn x4"
+        and cells["linear"]["scaling"]["method"] == "linear"
+    )
+    code, alone, _ = _ppl(capsys, folders, tmp_path / "alone", model)
+    assert alone["yarn x4 (saved)"]["result"]["ppl"] == pytest.approx(
+        cells["yarn x4 (saved)"]["result"]["ppl"], rel=1e-6
+    )
+    results = json.loads((tmp_path / "all" / "results.json").read_text())
+    assert results["methods"]["yarn x4 (saved)"]["method"] == "yarn" and results["carries"] == "yarn x4"
+
+
+def test_passkey_and_needle_default_to_saved(folders, tmp_path, capsys):
+    for task, extra in (
+        ("passkey", ["--depths", "0.5", "--trials", "1"]),
+        ("needle", ["--depths", "0.5", "--trials", "1", "--data", folders / "t.txt"]),
+    ):
+        out = tmp_path / task
+        argv = [
+            "eval",
+            task,
+            "--model",
+            folders / "llama-y4",
+            "--lengths",
+            "400",
+            "--output",
+            out,
+            "--no-progress",
+            *extra,
+        ]
+        assert main([str(a) for a in argv]) == 0
+        [cell] = [json.loads(p.read_text()) for p in (out / "cells").glob("*.json")]
+        assert cell["method"] == "yarn x4 (saved)" and cell["scaling"]["factor"] == 4.0, task
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--factor", "4"], "--factor/--target-length/--param need a --method"),
+        (["--method", "saved", "--param", "beta_fast=16"], "need a --method"),
+    ],
+)
+def test_a_factor_without_a_method_is_refused(folders, tmp_path, capsys, extra, fragment):
+    code = main(
+        [str(a) for a in ["eval", "perplexity", "--model", folders / "llama-y4", "--lengths", "64", *extra]]
+        + ["--output", str(tmp_path / "x")]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and fragment in err[0]
