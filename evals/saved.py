@@ -60,7 +60,8 @@ def carried(config: Any) -> dict[str, Any] | None:
 def resolve_saved(suite: Any, config: Any) -> Any:
     """``suite`` with its entries resolved against the model's config: ``saved`` becomes ``none`` on
     an unscaled checkpoint and is labelled by what it runs on a scaled one; a default-labelled
-    ``none`` on a scaled checkpoint says ``scaling removed``. Sets ``suite.carries`` (the saved
+    ``none`` on a scaled checkpoint says ``scaling removed``; on an unscaled checkpoint a default-labelled
+    ``saved`` beside ``none`` is dropped (the same cells, run once). Sets ``suite.carries`` (the saved
     scaling's label, None when unscaled).
 
     Raises:
@@ -70,9 +71,12 @@ def resolve_saved(suite: Any, config: Any) -> Any:
 
     saved = carried(config)
     entries = []
+    plain_none = any(m.label == m.method and m.method.lower() in ("none", "default") for m in suite.methods)
     for entry in suite.methods:
         default_label = entry.label == entry.method
         if is_saved(entry.method):
+            if saved is None and default_label and plain_none:
+                continue  # unscaled: `saved` is the suite's `none`, run once
             if saved is None:
                 entry = dataclasses.replace(entry, method="none", label="none" if default_label else entry.label)
             elif default_label:
@@ -81,11 +85,15 @@ def resolve_saved(suite: Any, config: Any) -> Any:
             entry = dataclasses.replace(entry, label=f"none ({REMOVED})")
         entries.append(entry)
     labels = [e.label for e in entries]
+    asked = [
+        m.label
+        for m in suite.methods
+        if not (is_saved(m.method) and saved is None and m.label == m.method and plain_none)
+    ]
     for i, label in enumerate(labels):
         if label in labels[:i]:
-            first = suite.methods[labels.index(label)]
             raise SuiteError(
-                f"methods '{first.label}' and '{suite.methods[i].label}' both run as '{label}' on model "
+                f"methods '{asked[labels.index(label)]}' and '{asked[i]}' both run as '{label}' on model "
                 f"'{suite.model}' ({'unscaled' if saved is None else scaling_label(saved)}): keep one"
             )
     check_file_names(labels, f"suite '{suite.name}'")

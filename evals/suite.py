@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from ropescale._io import atomic_write_json, atomic_write_text
-from ropescale._yaml import safe_load
+from ropescale._yaml import DuplicateKeyError, safe_load
 from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
 from ropescale.evals.saved import check_file_names, is_saved
 from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
@@ -219,6 +219,8 @@ def load_suite(
         raise SuiteError(f"suite '{path_or_name}' not found (a YAML path, or one of: {known})")
     try:
         raw = safe_load(path.read_text(), str(path))
+    except DuplicateKeyError as exc:
+        raise SuiteError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise SuiteError(f"suite '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
     from ropescale.evals.suite_lengths import prepare
