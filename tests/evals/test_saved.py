@@ -123,3 +123,24 @@ def test_a_factor_without_a_method_is_refused(folders, tmp_path, capsys, extra, 
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and fragment in err[0]
+
+
+def test_frontier_measures_a_scaled_checkpoint_as_saved_and_without_its_scaling(model_dir, tmp_path, capsys):
+    scaled = tmp_path / "y2"
+    assert main(["patch", "--model", str(model_dir), "--factor", "2", "--output", str(scaled)]) == 0
+    data = tmp_path / "text.txt"
+    data.write_text("It is a truth universally acknowledged, that a single man must be in want of a wife. " * 80)
+    out = tmp_path / "frontier"
+    argv = ["eval", "frontier", "--model", str(scaled), "--target-length", "512", "--methods", "yarn"]
+    argv += ["--data", str(data), "--depths", "0.5", "--max-tokens", "64", "--output", str(out), "--no-progress"]
+    assert main([*argv, "--verbose"]) == 0
+    text = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["methods"]["yarn x2 (saved)"] == {
+        **results["methods"]["yarn x2 (saved)"],
+        "method": "yarn",
+        "factor": 2.0,
+        "as": "saved",
+    }
+    assert results["methods"]["none (scaling removed)"]["method"] == "none"
+    assert "yarn x2 (saved)" in text and "scaling removed" in (out / "report.md").read_text()
