@@ -206,18 +206,20 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
         for c in history
         if c["origin"].startswith("seed:") and exact and "note" not in c
     }
-    order = ["none", *DEFAULT_BASELINES]
+    order = ["saved", "none", *DEFAULT_BASELINES]
     extra = sorted(
         {c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x)
     )
     labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
     rows = []
+    carries = settings.get("carries")  # a scaled checkpoint: its rows say what `saved` and `none` ran
+    shown = {"saved": f"{carries} (saved)", "none": "none (scaling removed)"} if carries else {}
     for label in labels:
         values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
         for p in protocols:
             cell = cells.get(f"{label}@{p}")
             values[p] = cell["ppl"] if cell else None
-        rows.append({"label": label, "values": values})
+        rows.append({"label": shown.get(label, label), "values": values})
     return {
         "settings": settings,
         "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
