@@ -171,7 +171,9 @@ def _space_line(settings: dict[str, Any]) -> str:
     )
 
 
-def build_report(space, history, best, cells, calibration, heldout, options, settings, n_cal) -> dict[str, Any]:
+def build_report(
+    space, history, best, cells, calibration, heldout, options, settings, n_cal, carries: str | None = None
+) -> dict[str, Any]:
     """The report of a search (``report.json``): calibration, held-out columns and one row per method."""
     columns = [
         {
@@ -212,7 +214,7 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
     )
     labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
     rows = []
-    carries = settings.get("carries")  # a scaled checkpoint: its rows say what `saved` and `none` ran
+    # a scaled checkpoint (``carries``: its scaling's label): its rows say what `saved` and `none` ran
     shown = {"saved": f"{carries} (saved)", "none": "none (scaling removed)"} if carries else {}
     for label in labels:
         values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
@@ -236,6 +238,7 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
         },
         "columns": columns,
         "rows": rows,
+        **({"carries": carries} if carries else {}),
         "heldout_cells": cells,
     }
 

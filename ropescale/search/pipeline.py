@@ -145,6 +145,7 @@ def search_model(
     config = model.config
     spec = original_spec(config)
     as_loaded = snapshot_scaling(model)  # before any candidate is patched in: the `saved` baseline
+    as_loaded["scaling"] = scaling_of(model)
     carries = scaling_label(scaling_of(config)) if is_scaled(config) else None
     factor, eval_length, floor = validate(options, spec)
     target = options.target_length
@@ -186,8 +187,6 @@ def search_model(
             "sha256": calibration.fingerprint(n_cal),
         },
     }
-    if carries is not None:  # only then: the settings of a search of an unscaled model stay as they were
-        settings["carries"] = carries  # the scaling the checkpoint was saved with (its rows say so)
     if needles is not None:  # only then: a perplexity search's settings stay those of earlier versions
         settings["objective"] = options.objective
         n_hay = needles.tokens_needed
@@ -224,7 +223,9 @@ def search_model(
     )
     patch(model, space.method, replace=True, **space.method_params(best["params"]))
 
-    report = build_report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
+    report = build_report(
+        space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal, carries=carries
+    )
     report["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     atomic_write_json(output / "report.json", report)
     atomic_write_text(output / "report.md", markdown_report(report))
@@ -302,8 +303,9 @@ def _heldout(
 
     for (protocol, length), (label, method, params) in tqdm(todo, desc="held-out", unit="cell", disable=not progress):
         key = f"{label}@{protocol}"
-        if key in cells and cells[key]["method"] == method and cells[key]["params"] == params:
-            continue
+        same = cells.get(key, {}).get("method") == method and cells[key]["params"] == params
+        if same and (method != SAVED or cells[key].get("scaling") == as_loaded["scaling"]):
+            continue  # a saved cell only while the model carries the same scaling
         if method == SAVED:
             restore_scaling(model, as_loaded)
         else:
