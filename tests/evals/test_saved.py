@@ -144,3 +144,18 @@ def test_frontier_measures_a_scaled_checkpoint_as_saved_and_without_its_scaling(
     }
     assert results["methods"]["none (scaling removed)"]["method"] == "none"
     assert "yarn x2 (saved)" in text and "scaling removed" in (out / "report.md").read_text()
+
+
+def test_recommend_reads_a_saved_row_as_the_scaling_it_ran(folders, tmp_path, capsys):
+    """recommend's evidence (``load_results``): the saved row is the method its cells read back, the
+    `none (scaling removed)` row the native baseline."""
+    from ropescale.evals.evidence import load_results
+
+    out = tmp_path / "both"
+    model = folders / "llama-y4"
+    assert _ppl(capsys, folders, out, model, "--methods", "saved,none")[0] == 0
+    ev = load_results(out / "results.json")
+    rows = {r.label: r for r in ev.rows}
+    assert rows["yarn x4 (saved)"].method == "yarn" and rows["yarn x4 (saved)"].factor == 4.0
+    assert rows["none (scaling removed)"].method == "default"
+    assert ev.find("default") is rows["none (scaling removed)"]
