@@ -161,3 +161,16 @@ def test_labels_that_clash_as_file_names_are_refused_for_dicts_too():
     }
     with pytest.raises(SuiteError, match="both write cells named 'a-b__...'"):
         suite_from_dict(raw)
+
+
+def test_saved_that_runs_as_another_rows_label_is_refused(family_dirs, tmp_path, capsys):
+    """On an unscaled model `saved` is `none`: beside a row labelled `none` that is something else, refuse."""
+    text = BASE.replace("methods: [none]", "methods: [saved, {method: yarn, factor: 2, label: none}]")
+    path = _write(
+        tmp_path, text.replace("MODEL", str(family_dirs / "llama")).replace("DATA", str(family_dirs / "t.txt"))
+    )
+    code = main(["eval", "suite", str(path), "--output", str(tmp_path / "out")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "methods 'saved' and 'none' both run as 'none' on model" in lines[0] and "(unscaled)" in lines[0]
+    assert not (tmp_path / "out").exists()
