@@ -102,13 +102,16 @@ def resolve_saved(suite: Any, config: Any) -> Any:
     return out
 
 
-def scaling_origin(entry: Any, carries: str | None) -> str:
+def scaling_origin(entry: Any, carries: str | None, same: bool = False) -> str:
     """How a cell's scaling relates to the checkpoint's: ``saved``, ``scaling removed``,
-    ``replaces saved yarn x4``, or ``requested`` (an unscaled checkpoint)."""
+    ``replaces saved yarn x4``, ``same as saved`` (a method named that resolves to the saved scaling
+    exactly: ``same``), or ``requested`` (an unscaled checkpoint)."""
     if is_saved(entry.method):
         return SAVED
     if carries is None:
         return "requested"
+    if same:
+        return f"same as saved {carries}"
     return REMOVED if entry.method.lower() in ("none", "default") else f"replaces saved {carries}"
 
 

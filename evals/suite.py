@@ -387,6 +387,8 @@ class SuiteRunner:
         if todo:
             model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))
             as_loaded = snapshot_scaling(model)  # the checkpoint's own scaling, for its `saved` rows
+            key = lambda s: (s["method"], s["params"])  # noqa: E731 — what makes two scalings the same
+            loaded = key(scaling_of(model))
             bar = tqdm(
                 total=len(self.suite.cells()),
                 initial=len(self.suite.cells()) - len(todo),
@@ -406,7 +408,8 @@ class SuiteRunner:
                 # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
                 runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
                 # what ran, read back from the model (not from the request), and how it relates to the saved one
-                scaling = {**scaling_of(model), "as": scaling_origin(entry, self.suite.carries)}
+                ran = scaling_of(model)
+                scaling = {**ran, "as": scaling_origin(entry, self.suite.carries, key(ran) == loaded)}
                 record = cell_record(entry, task, length, runtime, result, self.measured(task), scaling)
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 self.journal(entry, task, length).remove()

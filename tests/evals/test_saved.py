@@ -78,7 +78,10 @@ def test_saved_and_others_in_one_run_give_each_its_own_scaling(folders, tmp_path
         cells["linear"]["scaling"]["as"] == "replaces saved yarn x4"
         and cells["linear"]["scaling"]["method"] == "linear"
     )
+    code, same, _ = _ppl(capsys, folders, tmp_path / "same", model, "--method", "yarn", "--factor", "4")
+    assert same["yarn"]["scaling"]["as"] == "same as saved yarn x4"
     code, alone, _ = _ppl(capsys, folders, tmp_path / "alone", model)
+    assert alone["yarn x4 (saved)"]["result"]["ppl"] == pytest.approx(same["yarn"]["result"]["ppl"], rel=1e-6)
     assert alone["yarn x4 (saved)"]["result"]["ppl"] == pytest.approx(
         cells["yarn x4 (saved)"]["result"]["ppl"], rel=1e-6
     )
