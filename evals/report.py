@@ -120,7 +120,7 @@ def _ran(entry, cells: list[dict[str, Any]]) -> dict[str, Any]:
         for cell in cells:
             scaling = cell.get("scaling")
             if cell.get("method") == entry.label and isinstance(scaling, dict) and scaling.get("method"):
-                params = {k: v for k, v in (scaling.get("params") or {}).items() if k != "factor"}
+                params = {k: v for k, v in (scaling.get("params") or {}).items() if k != "factor" and v is not None}
                 return {"method": scaling["method"], "factor": scaling.get("factor"), "params": params, "as": "saved"}
     return {"method": entry.method, "factor": entry.factor, "params": dict(entry.params)}
 
