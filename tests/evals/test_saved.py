@@ -89,27 +89,30 @@ def test_saved_and_others_in_one_run_give_each_its_own_scaling(folders, tmp_path
     assert results["methods"]["yarn x4 (saved)"]["method"] == "yarn" and results["carries"] == "yarn x4"
 
 
-def test_passkey_and_needle_default_to_saved(folders, tmp_path, capsys):
-    for task, extra in (
-        ("passkey", ["--depths", "0.5", "--trials", "1"]),
-        ("needle", ["--depths", "0.5", "--trials", "1", "--data", folders / "t.txt"]),
-    ):
-        out = tmp_path / task
-        argv = [
-            "eval",
-            task,
-            "--model",
-            folders / "llama-y4",
-            "--lengths",
-            "400",
-            "--output",
-            out,
-            "--no-progress",
-            *extra,
-        ]
-        assert main([str(a) for a in argv]) == 0
-        [cell] = [json.loads(p.read_text()) for p in (out / "cells").glob("*.json")]
-        assert cell["method"] == "yarn x4 (saved)" and cell["scaling"]["factor"] == 4.0, task
+def _retrieval(folders, tmp_path, task, model, *extra):
+    out = tmp_path / f"{task}-{len(list(tmp_path.iterdir()))}"
+    argv = ["eval", task, "--model", model, "--lengths", "400", "--depths", "0.5", "--trials", "1"]
+    argv += ["--data", folders / "t.txt"] if task == "needle" else []
+    assert main([str(a) for a in [*argv, "--output", out, "--no-progress", *extra]]) == 0
+    [cell] = [json.loads(p.read_text()) for p in (out / "cells").glob("*.json")]
+    for key in ("elapsed_s", "tokens_per_second", "seconds"):
+        cell["result"].pop(key, None)
+    return cell
+
+
+@pytest.mark.parametrize("task", ["passkey", "needle"])
+def test_passkey_and_needle_default_to_saved(folders, tmp_path, capsys, task):
+    scaled = tmp_path / "y8"  # x8: the 400-token prompts fit its extended context (64 x 8)
+    assert main([str(a) for a in ["patch", "--model", folders / "llama", "--factor", "8", "--output", scaled]]) == 0
+    saved = _retrieval(folders, tmp_path, task, scaled)
+    assert (
+        saved["method"] == "yarn x8 (saved)" and saved["scaling"]["factor"] == 8.0 and saved["scaling"]["as"] == "saved"
+    )
+    asked = _retrieval(folders, tmp_path, task, folders / "llama", "--method", "yarn", "--factor", "8")
+    assert asked["result"] == saved["result"]  # every prompt's answer, the same
+    removed = _retrieval(folders, tmp_path, task, scaled, "--method", "none")
+    assert removed["method"] == "none (scaling removed)" and removed["scaling"]["as"] == "scaling removed"
+    assert _retrieval(folders, tmp_path, task, folders / "llama")["result"] == removed["result"]
 
 
 @pytest.mark.parametrize(
@@ -146,6 +149,8 @@ def test_frontier_measures_a_scaled_checkpoint_as_saved_and_without_its_scaling(
         "as": "saved",
     }
     assert results["methods"]["none (scaling removed)"]["method"] == "none"
+    ppl = results["tasks"]["perplexity"]  # the saved row is yarn x2 exactly: the yarn candidate at N / L = 2
+    assert {n: r["ppl"] for n, r in ppl["yarn x2 (saved)"].items()} == {n: r["ppl"] for n, r in ppl["yarn"].items()}
     assert "yarn x2 (saved)" in text and "scaling removed" in (out / "report.md").read_text()
 
 
