@@ -167,3 +167,24 @@ def test_recommend_reads_a_saved_row_as_the_scaling_it_ran(folders, tmp_path, ca
     assert rows["yarn x4 (saved)"].method == "yarn" and rows["yarn x4 (saved)"].factor == 4.0
     assert rows["none (scaling removed)"].method == "default"
     assert ev.find("default") is rows["none (scaling removed)"]
+
+
+def test_a_checkpoint_scaled_by_its_authors_is_evaluated_as_saved(folders, tmp_path, capsys):
+    """A config that carries YaRN x4 in rope_parameters without ropescale's block (as Qwen ships its 128k
+    setting): the saved row reads it back, and after other methods ran on the model it is restored."""
+    authors = tmp_path / "qwen2-yarn"
+    rope = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+    tiny_model(
+        "qwen2", seed=0, attn_implementation="sdpa", max_position_embeddings=256, rope_parameters=rope
+    ).save_pretrained(authors)
+    char_tokenizer().save_pretrained(authors)
+    code, alone, text = _ppl(capsys, folders, tmp_path / "alone", authors)
+    assert code == 0 and list(alone) == ["yarn x4 (saved)"] and alone["yarn x4 (saved)"]["scaling"]["method"] == "yarn"
+    code, cells, _ = _ppl(capsys, folders, tmp_path / "all", authors, "--methods", "linear,saved,none", "--factor", "4")
+    assert code == 0
+    assert cells["yarn x4 (saved)"]["result"]["ppl"] == pytest.approx(
+        alone["yarn x4 (saved)"]["result"]["ppl"], rel=1e-6
+    )
+    assert cells["none (scaling removed)"]["scaling"]["method"] == "default"
+    code, base, _ = _ppl(capsys, folders, tmp_path / "base", folders / "qwen2")
+    assert base["none"]["result"]["ppl"] == pytest.approx(cells["none (scaling removed)"]["result"]["ppl"], rel=1e-6)
