@@ -89,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a YAML suite of methods × tasks × lengths",
         description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
         epilog=EXAMPLES["suite"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
     p.add_argument(
