@@ -188,3 +188,13 @@ def test_a_checkpoint_scaled_by_its_authors_is_evaluated_as_saved(folders, tmp_p
     assert cells["none (scaling removed)"]["scaling"]["method"] == "default"
     code, base, _ = _ppl(capsys, folders, tmp_path / "base", folders / "qwen2")
     assert base["none"]["result"]["ppl"] == pytest.approx(cells["none (scaling removed)"]["result"]["ppl"], rel=1e-6)
+
+
+def test_from_pretrained_takes_saved_as_the_checkpoints_own_scaling(folders):
+    import ropescale
+    from ropescale.patching.readback import scaling_of
+
+    model = ropescale.from_pretrained(folders / "llama-y4", method="saved")
+    assert scaling_of(model)["method"] == "yarn" and scaling_of(model)["factor"] == 4.0
+    removed = ropescale.from_pretrained(folders / "llama-y4", method="none", replace=True)
+    assert scaling_of(removed)["method"] == "default" and scaling_of(removed)["attention_factor"] == 1.0
