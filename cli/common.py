@@ -74,8 +74,14 @@ def add_original_context_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_scaling_args(p: argparse.ArgumentParser, factor_required: bool = True) -> None:
-    p.add_argument("--method", default="yarn", help="scaling method (see `ropescale methods`; default: yarn)")
+def add_scaling_args(
+    p: argparse.ArgumentParser, factor_required: bool = True, default_method: str = "yarn", method_help: str = ""
+) -> None:
+    p.add_argument(
+        "--method",
+        default=default_method,
+        help=method_help or f"scaling method (see `ropescale methods`; default: {default_method})",
+    )
     add_factor_args(p)
     p.set_defaults(factor_required=factor_required)
     add_original_context_arg(p)

@@ -22,6 +22,7 @@ from ropescale.cli.common import (
     unit_floats,
 )
 from ropescale.cli.plan import add_plan_args, print_eval_plan
+from ropescale.evals.saved import SAVED, is_saved
 
 _LENGTHS = typed(options.positive_ints, "--lengths")
 
@@ -31,7 +32,8 @@ EXAMPLES = {
     "passkey": "example: ropescale eval passkey --method yarn --factor 4 --lengths 4096,8192,16384 "
     "--depths 0,0.25,0.5,0.75,1 --trials 5",
     "needle": "example: ropescale eval needle --task niah_multikey --method yarn --factor 4 --lengths 4096,8192",
-    "suite": "example: ropescale eval suite evals/suites/smollm2-x4.yaml --output runs/smollm2-x4",
+    "suite": "examples: ropescale eval suite evals/suites/smollm2-x4.yaml --output runs/smollm2-x4\n"
+    "  ropescale eval suite extend-check --model ./my-llama --target-length 32768   # any suite, any model",
 }
 
 
@@ -88,9 +90,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run a YAML suite of methods × tasks × lengths",
         description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
         epilog=EXAMPLES["suite"],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
-    p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="run the suite on this model instead of its own (lengths like L/4, 2L, target resolve to this model)",
+    )
+    p.add_argument(
+        "--target-length",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the target length a suite's 'target' lengths and 'target/L' factors mean (default: the suite's)",
+    )
+    p.add_argument("--data", default=None, help="the suite's perplexity text and haystack instead of its own")
+    p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>[-<model>])")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
         "--report-only",
@@ -114,7 +130,12 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
         name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", epilog=EXAMPLES[name]
     )
     add_model_args(p)
-    p.add_argument("--method", default=None, help="one scaling method (with --param for its parameters)")
+    p.add_argument(
+        "--method",
+        default=None,
+        help="one scaling method (with --param for its parameters); default: saved, the scaling the checkpoint "
+        "carries (none on an unscaled one); a method named replaces the saved scaling, none removes it",
+    )
     p.add_argument(
         "--methods", default=None, help="comma-separated methods to compare, e.g. none,linear,ntk,dynamic_ntk,yarn"
     )
@@ -137,16 +158,23 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
 def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.method and args.methods:
         raise ValueError("give --method or --methods, not both")
-    names = [m.strip() for m in (args.methods or args.method or "none").split(",") if m.strip()]
+    names = [m.strip() for m in (args.methods or args.method or SAVED).split(",") if m.strip()]
     params = parse_params(args.param)
     if params and len(names) > 1:
         raise ValueError("--param applies to a single --method")
     target_length = getattr(args, "target_length", None)
+    if names == [SAVED] and (params or args.factor is not None or target_length is not None):
+        raise ValueError(
+            "--factor/--target-length/--param need a --method: without one the checkpoint runs with the scaling it "
+            "carries (saved)"
+        )
     original_context = _original_context(args.model) if target_length is not None else None
     entries = []
     for name in names:
         entry: dict[str, Any] = {"method": name, "params": params}
-        if name.lower() not in ("none", "default"):
+        if is_saved(name):
+            entry["params"] = {}
+        elif name.lower() not in ("none", "default"):
             if args.factor is None and target_length is None:
                 raise ValueError(f"--factor is required for method '{name}' (or --target-length)")
             if target_length is not None:
@@ -180,9 +208,8 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
             settings["task"] = args.needle_task
         elif args.jitter:  # absent when 0, so cells of the fixed placement keep their protocol key
             settings["jitter"] = args.jitter
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-")
     return {
-        "name": f"{task}-{slug}",
+        "name": f"{task}-{_slug(args.model)}",
         "model": args.model,
         "dtype": args.dtype,
         "device": args.device,
@@ -192,6 +219,11 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "methods": methods_from_args(args),
         task: settings,
     }
+
+
+def _slug(model: str) -> str:
+    """A model name or path as one folder name (``./models/y4`` → ``models-y4``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(model)).strip("-.") or "model"
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
@@ -206,16 +238,17 @@ def run_task_cmd(args: argparse.Namespace) -> int:
 def run_suite_cmd(args: argparse.Namespace) -> int:
     from ropescale.evals.suite import load_suite
 
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, model=args.model, target_length=args.target_length, data=args.data)
+    output = args.output or f"runs/{suite.name}" + (f"-{_slug(args.model)}" if args.model else "")
     if args.report_only:
         from ropescale.evals.suite import SuiteRunner
 
-        summary = SuiteRunner(suite, args.output or f"runs/{suite.name}", progress=False).report()
+        summary = SuiteRunner(suite, output, progress=False).report()
         print(summary["markdown"])
         print(f"\nreport: {summary['report']}")
         print(f"finished {summary['cells_finished']}/{summary['cells_total']} cells (nothing run)")
         return 0
-    return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
+    return _run(suite, output, args.no_progress)
 
 
 def _run(suite, output: str, no_progress: bool) -> int:

@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             args.data,
             args.max_tokens,
             args.jitter,
+            saved=_scaled(args.model),  # a scaled checkpoint's own scaling is measured too, as saved
         )
         suite = suite_from_dict(raw)  # validated whole before anything loads
         if args.dry_run:
@@ -151,6 +152,14 @@ def _load_any(path: str):
     if found is None:
         found = load_measured(p)  # RopescaleError names the file when it is neither
     return found
+
+
+def _scaled(model: str) -> bool:
+    """Whether ``model``'s checkpoint carries a scaling (its config only)."""
+    from ropescale.evals.saved import carried
+    from ropescale.models.loading import load_config
+
+    return carried(load_config(model)) is not None
 
 
 def _original_context(model: str, given: int | None) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ropescale import options
 from ropescale.cli.common import _positive_int, add_model_args, add_scaling_args, typed
+from ropescale.evals.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 #: weights dtypes of the ``ropescale`` lm-eval model (``auto``: as stored)
@@ -24,11 +25,14 @@ DTYPES = ("auto", *RUNTIME_DTYPES)
 
 EXAMPLES = """examples:
   ropescale eval harness --method yarn --factor 4 --tasks passkey_4k,passkey_16k --limit 5
-  ropescale eval harness --method none --tasks ropescale_passkey --output runs/baseline
+  ropescale eval harness --model ./my-yarn-x4 --tasks ropescale_passkey --output runs/as-saved
+  ropescale eval harness --model ./my-yarn-x4 --method none --tasks ropescale_passkey   # scaling removed
   ropescale eval harness --factor 4 --param attention_factor=1.0 --tasks passkey_16k
   ropescale eval harness --factor 4 --tasks niah_single_1 --limit 3 --metadata max_seq_lengths=[4096]
 
---method none evaluates the checkpoint as it is (unscaled, or with the scaling it was saved with).
+Without --method the checkpoint runs with the scaling it was saved with (saved); a method named replaces
+it, starting from the original RoPE, and --method none removes it (the unscaled baseline). The output
+says which (ropescale.scaling in the JSON, read back from the loaded model).
 Tasks: passkey_2k/4k/8k/16k/32k/64k/128k and the group ropescale_passkey (2k-32k) from this package; any
 lm-eval task (RULER's niah_single_1 works offline); more with --include-path. The model's
 tokenizer is passed to the tasks as metadata (RULER and passkey size their prompts with it), and
@@ -47,7 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    add_scaling_args(p, factor_required=False)
+    add_scaling_args(
+        p,
+        factor_required=False,
+        default_method="saved",
+        method_help="scaling method (see `ropescale methods`); default: saved, the scaling the checkpoint carries; "
+        "a method named replaces it (none: the unscaled baseline, scaling removed)",
+    )
     p.add_argument("--tasks", required=True, metavar="T1,T2", help="comma-separated task, group or tag names")
     p.add_argument(
         "--include-path",
@@ -108,12 +118,20 @@ def run(args: argparse.Namespace) -> int:
     from ropescale.evals.lm_eval import format_results, results_path
 
     kw = scaling_kwargs(args)
-    method = None if options.none_like(kw["method"]) else kw["method"]
+    method = None if is_saved(kw["method"]) else str(kw["method"]).strip()  # None: the checkpoint as saved
     target_length = kw.get("target_length")  # --target-length, where the CLI has it
-    if method is None and (kw["factor"] is not None or target_length is not None or kw["params"]):
+    given = kw["factor"] is not None or target_length is not None or kw["params"]
+    if method is None and given:
+        raise ValueError(
+            "--factor/--target-length/--param need a --method: without one the checkpoint runs with the scaling it "
+            "carries (saved)"
+        )
+    none = method is not None and method.lower() in ("none", "default")
+    if none and given:
         raise ValueError("--factor/--target-length/--param given with --method none")
-    if method is not None and kw["factor"] is None and target_length is None:
-        raise ValueError(f"--method {method} needs --factor (or use --method none to evaluate the model as it is)")
+    if method is not None and not none and kw["factor"] is None and target_length is None:
+        raise ValueError(f"--method {method} needs --factor (or leave --method out to evaluate the model as saved)")
+    kw["replace"] = True  # a method named on a scaled checkpoint replaces its scaling (the output says so)
     from contextlib import nullcontext
 
     from ropescale._lock import output_lock

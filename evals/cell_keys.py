@@ -69,10 +69,27 @@ def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str,
     return json.loads(json.dumps({"method": plan.method.name, "params": plan.method.params()}))
 
 
+@functools.lru_cache(maxsize=64)
+def _saved_run(model: str, stamp: int) -> dict[str, Any] | None:
+    from ropescale.models.loading import load_config
+    from ropescale.patching.readback import scaling_of
+
+    try:
+        config = load_config(model)
+    except (RopescaleError, OSError, ValueError):
+        return None
+    return {k: v for k, v in scaling_of(config).items() if k in ("method", "params")}
+
+
 def scaling_run(model: str, entry: Any) -> dict[str, Any] | None:
     """The scaling a cell of ``entry`` runs on ``model``: the method and every parameter patching
     resolves, a saved checkpoint's own where the entry names none (``patching.plan._as_saved``);
     None where the model's config cannot be read."""
+    from ropescale.evals.saved import is_saved
+
+    if is_saved(entry.method):
+        config = Path(str(model)) / "config.json"  # a folder patched again in this process reads anew
+        return _saved_run(str(model), config.stat().st_mtime_ns if config.is_file() else 0)
     return _scaling_run(str(model), entry.method, entry.factor, json.dumps(entry.params, sort_keys=True))
 
 
@@ -82,8 +99,8 @@ def same_scaling(record: dict[str, Any], ours: dict[str, Any] | None, entry: Any
     checkpoint's own parameters were not kept then): it counts only where those are what runs now."""
     if ours is None:
         return True
-    if "scaling" in record:
-        return record["scaling"] == ours
+    if isinstance(record.get("scaling"), dict):  # a cell records more (factor, attention factor, as)
+        return {k: record["scaling"].get(k) for k in ("method", "params")} == ours
     from ropescale.methods import get_method
 
     params = {k: v for k, v in entry.params.items() if k != "kv_consistent"}

@@ -349,6 +349,7 @@ def frontier_suite(
     data: Any = "austen",
     max_tokens: int = 4096,
     jitter: float = 0.0,
+    saved: bool = False,
 ) -> dict[str, Any]:
     """The suite ``ropescale eval frontier`` runs: the candidates at N / L, perplexity and passkey at
     L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
@@ -362,6 +363,8 @@ def frontier_suite(
         max_tokens: tokens scored per perplexity length (non-overlapping windows; at least one window).
         jitter: each passkey trial's depth drawn from depth +- jitter (0: the fixed depths;
             ``evals/passkey.py``).
+        saved: also the checkpoint as saved (a scaled checkpoint: its own scaling is a candidate, the
+            ``none`` row removes it; ``evals/saved.py``).
 
     Raises:
         ValueError: an unknown candidate.
@@ -389,7 +392,7 @@ def frontier_suite(
         "model": model,
         "data": data,
         "seed": 0,
-        "methods": [native, *(entries[c] for c in candidates or CANDIDATES)],
+        "methods": [native, *([{"method": "saved"}] if saved else []), *(entries[c] for c in candidates or CANDIDATES)],
         "perplexity": {"lengths": lengths, "mode": "nonoverlap", "max_tokens": max_tokens},
         "passkey": {
             "lengths": pk_lengths,

@@ -88,8 +88,10 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
         "model": suite.model,
         "dtype": suite.dtype,
         "runtimes": [json.loads(r) for r in runtimes],
-        # what each label ran: the file reads back without its suite.yaml (evidence.load_results)
-        "methods": {m.label: {"method": m.method, "factor": m.factor, "params": dict(m.params)} for m in suite.methods},
+        # what each label ran: the file reads back without its suite.yaml (evidence.load_results); a saved
+        # row as its cells read the scaling back from the model
+        "methods": {m.label: _ran(m, cells) for m in suite.methods},
+        **({"carries": suite.carries} if getattr(suite, "carries", None) else {}),
         "tasks": {},
     }
     if suite.passkey is not None:  # the placement its passkey numbers were measured with (0: fixed depths)
@@ -113,6 +115,18 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     summary["report"] = str(output / "report.md")
     summary["markdown"] = "\n".join(lines)
     return summary
+
+
+def _ran(entry, cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a label ran: its entry, or for ``saved`` the scaling its cells read back from the model
+    (``{"method": "yarn", "factor": 4.0, "params": {...}, "as": "saved"}``; ``saved`` before any cell)."""
+    if entry.method == "saved":
+        for cell in cells:
+            scaling = cell.get("scaling")
+            if cell.get("method") == entry.label and isinstance(scaling, dict) and scaling.get("method"):
+                params = {k: v for k, v in (scaling.get("params") or {}).items() if k != "factor" and v is not None}
+                return {"method": scaling["method"], "factor": scaling.get("factor"), "params": params, "as": "saved"}
+    return {"method": entry.method, "factor": entry.factor, "params": dict(entry.params)}
 
 
 def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> list[str | None]:
@@ -142,6 +156,14 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
         ),
         "",
     ]
+    carries = getattr(suite, "carries", None)
+    if carries:
+        lines += [
+            f"The checkpoint carries **{carries}**: a `(saved)` row runs it as saved; `none (scaling removed)` "
+            "runs the original RoPE; a row naming another method replaces the saved scaling (from the original RoPE). "
+            "Each cell records the scaling it ran, read back from the model (`scaling` in cells/*.json).",
+            "",
+        ]
     if suite.note:
         lines += [suite.note, ""]
     entries = {m.label: m for m in suite.methods}
@@ -325,7 +347,7 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
     from ropescale.evals.proportions import difference_interval
     from ropescale.methods import method_class
 
-    base = next((m for m in suite.methods if method_class(m.method).name == "default"), None)
+    base = next((m for m in suite.methods if m.method != "saved" and method_class(m.method).name == "default"), None)
     lines = ["## Short-context regressions", ""]
     if base is None:
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]

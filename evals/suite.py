@@ -10,12 +10,16 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     data: austen              # any --data value (see ropescale.data.documents)
     seed: 0
     note: why the matrix is what it is   # printed in the report
+    target_length: 4L         # the N that lengths/factors may name as 'target' (--target-length overrides)
     methods:                  # label defaults to the method name
+      - {method: saved}       # the checkpoint's own scaling (evals/saved.py); none on an unscaled one
       - {method: none}
       - {method: yarn, factor: 4}
       - {method: yarn, factor: 4, params: {attention_factor: 1.0}, label: yarn-af1}
       - {method: linear, factor: 4, only: {passkey: [4096]}}   # this method: passkey at 4096 only
     perplexity: {lengths: [2048, 8192], mode: nonoverlap, stride: null, max_tokens: 16384}
+    # lengths (and `only`'s) may be relative to the model's trained context L: L/4, L, 2L, target;
+    # a factor may be target/L (evals/suite_lengths.py) -- one suite fits every model
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +41,9 @@ from typing import Any
 import yaml
 
 from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale._yaml import DuplicateKeyError, safe_load
 from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
+from ropescale.evals.saved import check_file_names, is_saved
 from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
@@ -75,6 +82,10 @@ class Suite:
     perplexity: dict[str, Any] | None = None
     passkey: dict[str, Any] | None = None
     needle: dict[str, Any] | None = None
+    #: the target length N its relative lengths were resolved with (evals/suite_lengths.py)
+    target_length: int | None = None
+    #: the scaling the model's checkpoint carries (``yarn x4``), None when unscaled or not yet known
+    carries: str | None = None
 
     def tasks(self) -> list[str]:
         return [t for t in TASKS if getattr(self, t)]
@@ -94,14 +105,27 @@ def _positive_ints(name: str, values: Any) -> list[int]:
     return values
 
 
-def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
-    """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite`."""
+def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: str = "suite") -> Suite:
+    """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite` (``source``: the
+    file named in errors). Relative lengths must have been resolved (:mod:`.suite_lengths`)."""
     from ropescale.methods import get_method
     from ropescale.patching.plan import kv_consistent_option
 
     if not isinstance(raw, dict):
         raise SuiteError("a suite must be a mapping with model, methods and at least one task")
-    known = ("name", "model", "dtype", "device", "attn_implementation", "data", "seed", "note", "methods", *TASKS)
+    known = (
+        "name",
+        "model",
+        "dtype",
+        "device",
+        "attn_implementation",
+        "data",
+        "seed",
+        "note",
+        "target_length",
+        "methods",
+        *TASKS,
+    )
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
@@ -115,8 +139,15 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         params = dict(entry.get("params") or {})
         factor = entry.get("factor")
         method_params = {k: v for k, v in params.items() if k != "kv_consistent"}  # a patch option
-        scaling = get_method(entry["method"], **method_params, **({"factor": factor} if factor is not None else {}))
-        kv_consistent_option(scaling, params.get("kv_consistent"))  # validates
+        if is_saved(entry["method"]):
+            if factor is not None or params:
+                raise SuiteError(
+                    f"methods[{i}] of {source}: '{entry['method']}' runs the checkpoint's own scaling; it takes no "
+                    "factor or params (name a method to replace it)"
+                )
+        else:
+            scaling = get_method(entry["method"], **method_params, **({"factor": factor} if factor is not None else {}))
+            kv_consistent_option(scaling, params.get("kv_consistent"))  # validates
         label = str(entry.get("label") or entry["method"])
         only = entry.get("only") or {}
         if not isinstance(only, dict):
@@ -131,8 +162,15 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise SuiteError(f"method labels must be unique, got {labels}")
+    check_file_names(labels, source)
+    name = str(raw.get("name") or default_name)
+    if name in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", name):
+        raise SuiteError(
+            f"name {name!r} of {source} must be one folder name (letters, digits, '.', '_', '-'): it names "
+            "the default results folder runs/<name>"
+        )
     suite = Suite(
-        name=str(raw.get("name") or default_name),
+        name=name,
         model=str(raw.get("model") or "smollm2-135m"),
         methods=methods,
         dtype=str(raw.get("dtype") or "auto"),
@@ -141,6 +179,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
         data=raw.get("data"),
         seed=int(raw.get("seed") or 0),
         note=str(raw["note"]).strip() if raw.get("note") else None,
+        target_length=raw.get("target_length"),
         **{t: raw.get(t) for t in TASKS},
     )
     if suite.dtype not in DTYPES:
@@ -166,8 +205,12 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite") -> Suite:
     return suite
 
 
-def load_suite(path_or_name: str | Path) -> Suite:
-    """A suite from a YAML path, or by name from ``evals/suites/``."""
+def load_suite(
+    path_or_name: str | Path, model: str | None = None, target_length: int | None = None, data: str | None = None
+) -> Suite:
+    """A suite from a YAML path, or by name from ``evals/suites/``; ``model``, ``target_length`` and
+    ``data`` replace the file's (``ropescale eval suite NAME --model PATH``), relative lengths are
+    resolved against the model's trained context (:func:`.suite_lengths.prepare`)."""
     path = Path(path_or_name)
     if not path.is_file() and (SUITES_DIR / f"{path_or_name}.yaml").is_file():
         path = SUITES_DIR / f"{path_or_name}.yaml"
@@ -175,10 +218,15 @@ def load_suite(path_or_name: str | Path) -> Suite:
         known = ", ".join(sorted(p.stem for p in SUITES_DIR.glob("*.yaml")))
         raise SuiteError(f"suite '{path_or_name}' not found (a YAML path, or one of: {known})")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load(path.read_text(), str(path))
+    except DuplicateKeyError as exc:
+        raise SuiteError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise SuiteError(f"suite '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
-    return suite_from_dict(raw, default_name=path.stem)
+    from ropescale.evals.suite_lengths import prepare
+
+    raw = prepare(raw, f"suite '{path}'", model=model, target_length=target_length, data=data)
+    return suite_from_dict(raw, default_name=path.stem, source=f"suite '{path}'")
 
 
 def check_lengths(suite: Suite, original_context: int) -> None:
@@ -201,6 +249,24 @@ class SuiteRunner:
         self.cells_dir = self.output / "cells"
         self._runtime = None
         self._identity: dict[str, Any] | None = None
+        self._saved_mode: str | None = None  # the attention-level mode the saved scaling installs
+        self._resolve_saved()
+
+    def _resolve_saved(self) -> None:
+        """Entries resolved against what the checkpoint carries (:func:`.saved.resolve_saved`); a
+        report of a folder copied without its model keeps them as written."""
+        from ropescale.errors import RopescaleError
+        from ropescale.evals.saved import resolve_saved
+        from ropescale.models.loading import load_config
+        from ropescale.patching.plan import plan_from_provenance
+
+        try:
+            config = load_config(self.suite.model)
+        except (RopescaleError, OSError, ValueError):
+            return
+        self.suite = resolve_saved(self.suite, config)
+        plan = plan_from_provenance(config)
+        self._saved_mode = plan.attention_mode if plan is not None else None
 
     def measured(self, task: str) -> dict[str, Any]:
         """What a cell of ``task`` measures besides its method and runtime (:func:`.cell_keys.measured`)."""
@@ -228,7 +294,12 @@ class SuiteRunner:
 
     def runtime_for(self, entry: MethodEntry) -> dict[str, str]:
         """The runtime ``entry``'s cells run on: the suite's, with the attention kernel its mode runs."""
-        kernel = entry_kernel(entry.method, entry.factor, entry.params, self.runtime.attention)
+        if is_saved(entry.method):
+            from ropescale.attention import kernel_for
+
+            kernel = kernel_for(self._saved_mode, self.runtime.attention)
+        else:
+            kernel = entry_kernel(entry.method, entry.factor, entry.params, self.runtime.attention)
         return {**self.runtime.to_dict(), "attention": kernel}
 
     def cell_path(self, entry: MethodEntry, task: str, length: int) -> Path:
@@ -295,9 +366,11 @@ class SuiteRunner:
         from tqdm.auto import tqdm
 
         from ropescale.evals.cell_keys import check_measured
+        from ropescale.evals.saved import scaling_origin
         from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
         from ropescale.patching.model import attention_kernel, patch
         from ropescale.patching.plan import original_geometry
+        from ropescale.patching.readback import restore_scaling, scaling_of, snapshot_scaling
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         # everything that can fail on bad input is checked before the output or the weights are touched
@@ -313,6 +386,9 @@ class SuiteRunner:
         atomic_write_text(self.output / "suite.yaml", yaml.safe_dump(_suite_dict(self.suite), sort_keys=False))
         if todo:
             model = self.runtime.place(from_pretrained(self.suite.model, **self.runtime.load_kwargs()))
+            as_loaded = snapshot_scaling(model)  # the checkpoint's own scaling, for its `saved` rows
+            key = lambda s: (s["method"], s["params"])  # noqa: E731 — what makes two scalings the same
+            loaded = key(scaling_of(model))
             bar = tqdm(
                 total=len(self.suite.cells()),
                 initial=len(self.suite.cells()) - len(todo),
@@ -322,14 +398,18 @@ class SuiteRunner:
             )
             current = None
             for entry, task, length in todo:
-                if entry != current:
+                if entry != current and is_saved(entry.method):
+                    restore_scaling(model, as_loaded)
+                elif entry != current:
                     patch(model, entry.method, factor=entry.factor, replace=True, **entry.params)
-                    current = entry
+                current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 result = self._run_cell(model, tokenizer, entry, task, length)
                 # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
                 runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
-                scaling = scaling_run(self.suite.model, entry)
+                # what ran, read back from the model (not from the request), and how it relates to the saved one
+                ran = scaling_of(model)
+                scaling = {**ran, "as": scaling_origin(entry, self.suite.carries, key(ran) == loaded)}
                 record = cell_record(entry, task, length, runtime, result, self.measured(task), scaling)
                 atomic_write_json(self.cell_path(entry, task, length), record)
                 self.journal(entry, task, length).remove()
@@ -425,6 +505,7 @@ def _suite_dict(suite: Suite) -> dict[str, Any]:
         "data": suite.data,
         "seed": suite.seed,
         **({"note": suite.note} if suite.note else {}),
+        **({"target_length": suite.target_length} if suite.target_length else {}),
     }
     out["methods"] = [
         {

@@ -87,7 +87,8 @@ def split_model_args(args: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def scaling_options(scaling: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for :func:`ropescale.from_pretrained` from the scaling group, typed.
 
-    ``method`` none-like → None (the model as it is); ``factor`` a float > 0
+    ``method`` absent or ``saved`` → None (the model as saved); ``none`` removes a saved scaling and any
+    other method replaces it (``replace`` defaults to true: evaluating is not writing); ``factor`` a float > 0
     (:func:`ropescale.options.factor`); lengths positive integers; ``target_length`` only when given.
     """
     method = scaling.get("method")
@@ -95,12 +96,12 @@ def scaling_options(scaling: dict[str, Any], params: dict[str, Any]) -> dict[str
     original = scaling.get("original_max_position_embeddings")
     target_length = scaling.get("target_length")
     out = {
-        "method": None if options.none_like(method) else str(method).strip(),
+        "method": None if method is None or str(method).strip().lower() in ("", "saved") else str(method).strip(),
         "factor": None if options.none_like(factor) else options.factor(factor),
         "original_max_position_embeddings": (
             None if options.none_like(original) else options.positive_int(original, "original_max_position_embeddings")
         ),
-        "replace": options.boolean(scaling.get("replace", False), "replace"),
+        "replace": options.boolean(scaling.get("replace", True), "replace"),
         "sliding_window": options.sliding_window(scaling.get("sliding_window", "keep")),
         "method_params": params or None,
     }

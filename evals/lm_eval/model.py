@@ -68,6 +68,22 @@ def _load(name: str, scaling: dict[str, Any], load: dict[str, Any], dtype: Any, 
     return model, tokenizer
 
 
+def _origin(name: str, method: str | None, load: dict[str, Any]) -> str:
+    """How the scaling that will run relates to the one ``name`` was saved with (``evals/saved.py``):
+    ``saved``, ``requested`` (an unscaled checkpoint), ``scaling removed`` or ``replaces saved yarn x4``."""
+    if method is None:
+        return "saved"
+    from ropescale.evals.saved import REMOVED, carried
+    from ropescale.models.loading import load_config
+    from ropescale.patching.readback import scaling_label
+
+    shared = {k: v for k, v in load.items() if k not in ("attn_implementation",)}
+    before = carried(load_config(name, **shared))
+    if before is None:
+        return "requested"
+    return REMOVED if method.lower() in ("none", "default") else f"replaces saved {scaling_label(before)}"
+
+
 def _ready(pretrained: Any, scaling: dict[str, Any], tokenizer: Any):
     """A model already loaded (and scaled, if wanted) is used as it is, with its tokenizer."""
     import ropescale
@@ -119,10 +135,12 @@ def _build_lm_class() -> type:
             truncate = options.boolean(truncate_prompts, "truncate_prompts")
             if isinstance(pretrained, str):
                 name = pretrained.strip()
+                origin = _origin(name, scaling["method"], groups["load"])
                 model, tokenizer = _load(name, scaling, groups["load"], dtype, device, tokenizer)
             else:
                 model, tokenizer = _ready(pretrained, scaling, tokenizer)
                 name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+                origin = "as given"
             default = default_max_length(model.config)
             max_length = explicit_max_length or default
             if max_length > default:
@@ -141,6 +159,10 @@ def _build_lm_class() -> type:
                 hf_log.removeFilter(quiet)
             self.pretrained = name
             self.ropescale_config = dict(getattr(model.config, "ropescale", None) or {})
+            from ropescale.patching.readback import scaling_of
+
+            #: what runs, read back from the loaded model, and how it relates to the saved scaling
+            self.scaling = {**scaling_of(model), "as": origin}
             self.trained_context = trained_context(model.config)
             self.truncate_prompts = truncate
 

@@ -271,10 +271,12 @@ def run_harness(
     if not log_samples:
         results.pop("samples", None)
     block = getattr(lm, "ropescale_config", None) or {}
+    scaling = getattr(lm, "scaling", None) or {}  # read back from the loaded model (evals/saved.py)
     results["ropescale"] = {
         "model": name,
-        "method": block.get("method"),
-        "factor": (block.get("params") or {}).get("factor"),
+        "method": scaling.get("method", block.get("method")),
+        "factor": scaling.get("factor", (block.get("params") or {}).get("factor")),
+        "scaling": scaling or None,
         "extended_context": block.get("extended_context"),
         "max_length": lm.max_length,
         "tasks": task_names,
@@ -294,12 +296,17 @@ def format_results(results: dict[str, Any]) -> str:
     """A readable account of :func:`run_harness`'s results: one line on the model, lm-eval's tables."""
     from lm_eval.utils import make_table
 
+    from ropescale.patching.readback import scaling_label
+
     info = results.get("ropescale", {})
-    method = info.get("method") or "none"
-    factor = info.get("factor")
+    scaling = info.get("scaling")
+    if isinstance(scaling, dict) and scaling.get("method"):
+        what = f"scaling {scaling_label(scaling)} ({scaling.get('as', '?')})"
+    else:
+        method, factor = info.get("method") or "none", info.get("factor")
+        what = f"method {method}" + (f" x{factor:g}" if isinstance(factor, (int, float)) and info.get("method") else "")
     head = (
-        f"model {info.get('model', '?')}, method {method}"
-        + (f" x{factor:g}" if isinstance(factor, (int, float)) and info.get("method") else "")
+        f"model {info.get('model', '?')}, {what}"
         + f", max_length {info.get('max_length', '?')}, limit {info.get('limit')}"
     )
     parts = [head, make_table(results)]

@@ -195,8 +195,9 @@ def from_pretrained(
 
     Args:
         name_or_path: local directory, ``.gguf`` file, Hub id, or ``smollm2-135m``.
-        method: scaling method name (``ropescale methods``); None keeps the checkpoint's own scaling
-            (a checkpoint saved by ropescale reloads with the same behaviour).
+        method: scaling method name (``ropescale methods``); None (or ``"saved"``, the evaluation
+            commands' default) keeps the checkpoint's own scaling (a checkpoint saved by ropescale
+            reloads with the same behaviour); ``"none"`` with ``replace=True`` removes it.
         factor: scaling factor s; extended context = s × original.
         target_length: instead of ``factor``, the context to reach in tokens (factor = N / L,
             rounded up to an integer for llama3).
@@ -212,6 +213,8 @@ def from_pretrained(
     """
     from transformers import AutoModelForCausalLM
 
+    if isinstance(method, str) and method.strip().lower() == "saved":
+        method = None  # the scaling the checkpoint carries, as the evaluation commands spell it
     if method is not None:  # a wrong name or parameter fails before any conversion or download
         check_method_args(method, factor if target_length is None else None, **(method_params or {}))
     resolved = resolve_model(name_or_path)

@@ -171,7 +171,9 @@ def _space_line(settings: dict[str, Any]) -> str:
     )
 
 
-def build_report(space, history, best, cells, calibration, heldout, options, settings, n_cal) -> dict[str, Any]:
+def build_report(
+    space, history, best, cells, calibration, heldout, options, settings, n_cal, carries: str | None = None
+) -> dict[str, Any]:
     """The report of a search (``report.json``): calibration, held-out columns and one row per method."""
     columns = [
         {
@@ -206,18 +208,20 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
         for c in history
         if c["origin"].startswith("seed:") and exact and "note" not in c
     }
-    order = ["none", *DEFAULT_BASELINES]
+    order = ["saved", "none", *DEFAULT_BASELINES]
     extra = sorted(
         {c["label"] for c in cells.values()}, key=lambda x: (order.index(x) if x in order else len(order), x)
     )
     labels = list(dict.fromkeys(["searched", *options.baselines, *extra]))
     rows = []
+    # a scaled checkpoint (``carries``: its scaling's label): its rows say what `saved` and `none` ran
+    shown = {"saved": f"{carries} (saved)", "none": "none (scaling removed)"} if carries else {}
     for label in labels:
         values = {"calibration": best["score"]["ppl"] if label == "searched" else seed_scores.get(label)}
         for p in protocols:
             cell = cells.get(f"{label}@{p}")
             values[p] = cell["ppl"] if cell else None
-        rows.append({"label": label, "values": values})
+        rows.append({"label": shown.get(label, label), "values": values})
     return {
         "settings": settings,
         "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()},
@@ -234,6 +238,7 @@ def build_report(space, history, best, cells, calibration, heldout, options, set
         },
         "columns": columns,
         "rows": rows,
+        **({"carries": carries} if carries else {}),
         "heldout_cells": cells,
     }
 

@@ -38,6 +38,8 @@ from .objective import LAYOUTS, make_windows
 from .options import SearchOptions
 from .space import make_space, pair_factors
 
+#: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/saved.py``)
+SAVED = "saved"
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
 
 
@@ -100,6 +102,8 @@ def _baseline(name: str, factor: float) -> tuple[str, dict[str, Any]]:
     key = name.strip().lower()
     if key in ("none", "default"):
         return "default", {}
+    if key == SAVED:  # the model as loaded: a scaled checkpoint's own scaling
+        return SAVED, {}
     get_method(key, factor=factor)  # validates the name
     return key, {"factor": factor}
 
@@ -134,10 +138,15 @@ def search_model(
         The report (also written to ``output/report.json`` and ``report.md``).
     """
     from ..patching.model import patch
+    from ..patching.plan import is_scaled
+    from ..patching.readback import scaling_label, scaling_of, snapshot_scaling
 
     start = time.perf_counter()
     config = model.config
     spec = original_spec(config)
+    as_loaded = snapshot_scaling(model)  # before any candidate is patched in: the `saved` baseline
+    as_loaded["scaling"] = scaling_of(model)
+    carries = scaling_label(scaling_of(config)) if is_scaled(config) else None
     factor, eval_length, floor = validate(options, spec)
     target = options.target_length
     space_options: dict[str, Any] = {}
@@ -209,10 +218,14 @@ def search_model(
     write_best(output, space, best, settings, base_config)
 
     held_objective = objective_on(heldout) if options.heldout else None
-    heldout_cells = _heldout(model, space, best, heldout, options, settings, factor, held_objective, output, progress)
+    heldout_cells = _heldout(
+        model, space, best, heldout, options, settings, factor, held_objective, output, progress, as_loaded
+    )
     patch(model, space.method, replace=True, **space.method_params(best["params"]))
 
-    report = build_report(space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal)
+    report = build_report(
+        space, history, best, heldout_cells, calibration, heldout, options, settings, n_cal, carries=carries
+    )
     report["wall_seconds_this_run"] = round(time.perf_counter() - start, 1)
     atomic_write_json(output / "report.json", report)
     atomic_write_text(output / "report.md", markdown_report(report))
@@ -243,13 +256,25 @@ def _unscaled(config: Any) -> Any:
 
 
 def _heldout(
-    model, space, best, heldout: Text, options: SearchOptions, settings, factor, held_objective, output, progress
+    model,
+    space,
+    best,
+    heldout: Text,
+    options: SearchOptions,
+    settings,
+    factor,
+    held_objective,
+    output,
+    progress,
+    as_loaded=None,
 ):
     """Held-out cells, each recorded atomically in ``heldout.json`` and reused while its method,
-    parameters and protocol are unchanged."""
+    parameters and protocol are unchanged; each records the scaling it ran, read back from the model
+    (``saved``: the model as loaded, ``as_loaded`` of :func:`ropescale.patching.readback.snapshot_scaling`)."""
     import json
 
     from ..patching.model import patch
+    from ..patching.readback import restore_scaling, scaling_of
     from ..scoring.perplexity import evaluate_perplexity
 
     path = output / HELDOUT
@@ -278,9 +303,13 @@ def _heldout(
 
     for (protocol, length), (label, method, params) in tqdm(todo, desc="held-out", unit="cell", disable=not progress):
         key = f"{label}@{protocol}"
-        if key in cells and cells[key]["method"] == method and cells[key]["params"] == params:
-            continue
-        patch(model, method, replace=True, **params)
+        same = cells.get(key, {}).get("method") == method and cells[key]["params"] == params
+        if same and (method != SAVED or cells[key].get("scaling") == as_loaded["scaling"]):
+            continue  # a saved cell only while the model carries the same scaling
+        if method == SAVED:
+            restore_scaling(model, as_loaded)
+        else:
+            patch(model, method, replace=True, **params)
         if length is None:  # the search's own objective, on the held-out text
             score = held_objective.evaluate()
             result = {"ppl": score.ppl, "tokens": score.tokens, "seconds": round(score.seconds, 3)}
@@ -299,7 +328,15 @@ def _heldout(
                 progress=False,
             )
             result = {"ppl": r.ppl, "tokens": r.tokens_scored, "seconds": round(r.elapsed_s, 3)}
-        cells[key] = {"label": label, "method": method, "params": params, "protocol": protocol, **result}
+        ran = scaling_of(model)  # read back from the model, not from the request
+        cells[key] = {
+            "label": label,
+            "method": method,
+            "params": params,
+            "protocol": protocol,
+            **result,
+            "scaling": ran,
+        }
         atomic_write_json(path, {"identity": identity, "cells": cells})
     return cells
 
@@ -364,6 +401,12 @@ def run_search_job(
     need_cal = tokens_needed(options, eval_length)
     need_held = max([need_cal if options.heldout else 0, *options.report_lengths])
     calibration, heldout = select_texts(tokenizer, options, need_cal, need_held)
+    from ..patching.plan import is_scaled
+
+    if is_scaled(config) and SAVED not in options.baselines:  # a scaled checkpoint: measure it as saved too
+        import dataclasses
+
+        options = dataclasses.replace(options, baselines=(SAVED, *options.baselines))
     model = runtime.place(from_pretrained(options.model, **runtime.load_kwargs()))
     bos = tokenizer.bos_token_id
     return search_model(model, calibration, heldout, options, output, bos, overwrite, progress, tokenizer)

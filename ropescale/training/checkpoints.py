@@ -62,13 +62,13 @@ def recipe_difference(run_dir: str | Path, recipe: str | Path, overrides: list[s
     Raises:
         RopescaleError: the recipe refuses the overrides, or ``run_dir`` holds no readable run config.
     """
-    import yaml
-
+    from .._yaml import safe_load
     from .config import apply_overrides, load_config, load_run_config, resolve_recipe
     from .precision import AUTO
 
     asked, was = load_config(recipe, overrides), load_run_config(run_dir)
-    raw = apply_overrides(yaml.safe_load(resolve_recipe(recipe).read_text()) or {}, overrides)
+    path = resolve_recipe(recipe)
+    raw = apply_overrides(safe_load(path.read_text(), str(path)) or {}, overrides)
     auto = {
         (s, k) for s, k in (("train", "mixed_precision"), ("model", "dtype")) if (raw.get(s) or {}).get(k, AUTO) == AUTO
     }

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from .._yaml import safe_load
 from ..errors import RecipeError, RopescaleError
 from ..models.runtime import ATTENTIONS, DTYPES
 from ..shipped import configs_root
@@ -441,7 +442,7 @@ def load_config(path_or_name: str | Path, overrides: list[str] | None = None) ->
     """Read, override and validate a recipe. The run's name defaults to the file's stem."""
     path = resolve_recipe(path_or_name)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = safe_load(path.read_text(), str(path)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"recipe '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):
@@ -459,7 +460,7 @@ def load_run_config(output_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise ConfigError(f"'{output_dir}' is not a training run folder (no config.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load(path.read_text(), str(path))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):

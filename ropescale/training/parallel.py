@@ -65,12 +65,12 @@ def check_accelerate_config(path: str | Path, config: Any) -> list[str]:
     Raises:
         RopescaleError: one line naming the file and the key that does not fit.
     """
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise RopescaleError(f"accelerate config '{path}' not found")
-    data = yaml.safe_load(path.read_text()) or {}
+    from .._yaml import safe_load
+
+    data = safe_load(path.read_text(), str(path)) or {}
     kind = data.get("distributed_type", "NO")
     procs = int(data.get("num_processes", 1) or 1)
     fsdp_version = int((data.get("fsdp_config") or {}).get("fsdp_version", 1)) if kind == "FSDP" else None

@@ -54,7 +54,8 @@ def test_cli_command(tiny_dir, tmp_path, capsys):  # noqa: F811
     ("argv", "message"),
     [
         (["--method", "none", "--factor", "4", "--tasks", "passkey_2k"], "--method none"),
-        (["--tasks", "passkey_2k"], "--method yarn needs --factor"),
+        (["--method", "yarn", "--tasks", "passkey_2k"], "--method yarn needs --factor"),
+        (["--factor", "4", "--tasks", "passkey_2k"], "need a --method"),
         (["--method", "yarn", "--factor", "4", "--tasks", "no_such_task"], "unknown task"),
         (["--method", "yarn", "--factor", "4", "--tasks", "passkey_2k", "--limit", "0"], "limit must be a positive"),
         (["--method", "yarn", "--factor", "4", "--tasks", ","], "no tasks given"),

@@ -163,3 +163,23 @@ def test_short_flag_reaches_the_search(monkeypatch, tmp_path, short):
     with pytest.raises(SystemExit):
         main(["search", "--target-length", "32768", "--short", short, "--output", str(tmp_path / "s")])
     assert seen == {"short": short}
+
+
+def test_search_on_a_scaled_checkpoint_reports_it_as_saved_and_none_as_scaling_removed(capsys, setup, tmp_path):
+    """Issue 39: a folder written by `ropescale patch` is measured as saved beside the baselines, and its
+    `none` row (the original RoPE) says so; each held-out cell records the scaling it ran."""
+    root, model_dir, data = setup
+    scaled = tmp_path / "y4"
+    assert run(capsys, "patch", "--model", model_dir, "--factor", "4", "--output", scaled)[0] == 0
+    code, out, err = _search(capsys, scaled, data, tmp_path / "s", "--baselines", "none,yarn")
+    assert code == 0, err
+    report = json.loads((tmp_path / "s" / "report.json").read_text())
+    labels = [row["label"] for row in report["rows"]]
+    assert labels == ["searched", "yarn x4 (saved)", "none (scaling removed)", "yarn"]
+    cells = report["heldout_cells"]
+    assert cells["saved@contiguous-256"]["scaling"]["method"] == "yarn"
+    assert cells["saved@contiguous-256"]["scaling"]["factor"] == 4.0
+    assert cells["none@contiguous-256"]["scaling"]["method"] == "default"
+    # the saved row is yarn x4 exactly: the same held-out number as yarn x4 asked for
+    assert cells["saved@contiguous-256"]["ppl"] == pytest.approx(cells["yarn@contiguous-256"]["ppl"], rel=1e-6)
+    assert "yarn x4 (saved)" in out and "none (scaling removed)" in out

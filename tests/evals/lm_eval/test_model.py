@@ -113,3 +113,26 @@ def test_ready_patched_model_and_tokenizer(tiny_dir):
         cls(pretrained=model)
     with pytest.raises(ValueError, match="used as it is"):
         integration.run_harness(lm, "passkey_2k", method="yarn")
+
+
+def test_a_patched_folder_runs_as_saved_and_none_removes_its_scaling(tiny_dir, tmp_path):
+    """Issue 39: the lm-eval model of a checkpoint written by `ropescale patch` runs its saved scaling unless
+    a method is named; `method=none` is the unscaled baseline and says so; what ran is read back."""
+    from ropescale.cli.main import main
+
+    scaled = tmp_path / "y4"
+    assert main(["patch", "--model", str(tiny_dir), "--factor", "4", "--output", str(scaled)]) == 0
+    saved = make_lm(scaled)
+    assert saved.scaling["method"] == "yarn" and saved.scaling["factor"] == 4.0 and saved.scaling["as"] == "saved"
+    assert saved.scaling["attention_factor"] == pytest.approx(0.1 * __import__("math").log(4) + 1)
+    asked = make_lm(tiny_dir, method="yarn", factor=4)
+    removed = make_lm(scaled, method="none")
+    assert removed.scaling["method"] == "default" and removed.scaling["as"] == "scaling removed"
+    assert make_lm(scaled, method="linear", factor=4).scaling["as"] == "replaces saved yarn x4"
+    ids = torch.arange(4, 40).unsqueeze(0)
+    with torch.no_grad():
+        logits = {k: lm.model(ids).logits for k, lm in (("saved", saved), ("asked", asked), ("removed", removed))}
+        plain = make_lm(tiny_dir).model(ids).logits
+    assert torch.allclose(logits["saved"], logits["asked"], atol=1e-7)
+    assert torch.allclose(logits["removed"], plain, atol=1e-7)
+    assert (logits["saved"] - plain).abs().max() > 1e-5  # the test can fail
