@@ -204,6 +204,10 @@ def plan_lines(config: TrainConfig, meta: MetaModel, card: planner.Card, gpus: i
     ]
     lines += eval_lines(config, meta, shape, est, card)
     tips = planner.advice(shape, options, card)
+    if config.data.packing == "documents":  # context parallelism is causal only: documents cannot stay apart
+        cp = next((i for i, tip in enumerate(tips) if tip.startswith("train.context_parallel=")), None)
+        if cp is not None:
+            tips.insert(cp, "data.packing=stream")
     if tips:
         lines.append("  to fit:      " + "; then ".join(tips))
     return lines

@@ -165,7 +165,7 @@ def test_a_step_that_does_not_fit_says_what_to_turn_on(gpu, capsys):
             r"(train.context_parallel=\d+) (--gpus \d+) \(launch with configs/accelerate/fsdp2_cp.yaml\)", tip
         )
         overrides += [cp[1], *cp[2].split()] if cp else [tip]
-    assert all(re.fullmatch(r"train\.\w+=\w+|--gpus|\d+", o) for o in overrides), tips
+    assert all(re.fullmatch(r"(train|data)\.\w+=\w+|--gpus|\d+", o) for o in overrides), tips
     assert main([*argv, *longer, *overrides]) == 0
     assert re.search(r"memory: +[\d.]+ GiB peak per GPU of [\d.]+ GiB: fits", capsys.readouterr().out)
 
