@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import RopescaleError
 from ..patching.plan import INT64_MAX
+from .config_conflicts import check_agreement
 
 #: rope types whose transformers initialiser needs ``factor``
 _NEEDS_FACTOR = ("linear", "dynamic", "yarn", "longrope", "llama3")
@@ -102,6 +103,7 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
             source, "model_type", model_type, "no rotary position embedding (RoPE); ropescale scales RoPE models only"
         )
     _check_names(data, source)
+    check_agreement(data, source)  # rope_parameters vs rope_scaling, dict vs top-level keys
     hidden = _positive_int(data, "hidden_size", source)
     heads = _positive_int(data, "num_attention_heads", source)
     kv_heads = _positive_int(data, "num_key_value_heads", source)
