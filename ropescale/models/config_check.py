@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import RopescaleError
 from ..patching.plan import INT64_MAX
-from .config_conflicts import check_agreement
+from .config_conflicts import _MISSING, ConfigError, check_agreement
 
 #: rope types whose transformers initialiser needs ``factor``
 _NEEDS_FACTOR = ("linear", "dynamic", "yarn", "longrope", "llama3")
@@ -33,7 +33,6 @@ _REQUIRED = {
     "longrope": ("short_factor", "long_factor"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
 }
-_MISSING = "(missing)"
 #: rope parameters that are numbers wherever they appear
 _NUMBERS = (
     "attention_factor",
@@ -44,15 +43,6 @@ _NUMBERS = (
     "low_freq_factor",
     "high_freq_factor",
 )
-
-
-class ConfigError(RopescaleError):
-    """A model config that transformers would reject, or that ropescale would misread."""
-
-    def __init__(self, source: str, key: str, value: Any, problem: str):
-        shown = value if value is _MISSING else repr(value)
-        super().__init__(f"{source}: {key} = {shown}: {problem}")
-        self.source, self.key, self.value, self.problem = source, key, value, problem
 
 
 def _is_int(value: Any) -> bool:

@@ -24,6 +24,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..errors import RopescaleError
+
+_MISSING = "(missing)"
+
+
+class ConfigError(RopescaleError):
+    """A model config that transformers would reject, or that ropescale would misread."""
+
+    def __init__(self, source: str, key: str, value: Any, problem: str):
+        shown = value if value is _MISSING else repr(value)
+        super().__init__(f"{source}: {key} = {shown}: {problem}")
+        self.source, self.key, self.value, self.problem = source, key, value, problem
+
+
 #: rope types for which transformers 5 takes a top-level original_max_position_embeddings over the dict's
 _TOP_LEVEL_ORIGINAL = ("llama3", "yarn", "longrope")
 #: the base transformers and the engines take when no rope_theta is written (Llama, Mistral, Qwen2, Qwen3)
@@ -54,8 +68,6 @@ def _rope_type(rope: dict[str, Any]) -> Any:
 
 
 def _conflict(source: str, key_a: str, a: Any, key_b: str, b: Any, why: str) -> Exception:
-    from .config_check import ConfigError
-
     error = ConfigError(source, key_a, a, why)
     error.args = (f"{source}: {key_a} = {a!r} but {key_b} = {b!r}: {why}; make them equal or remove one",)
     return error
@@ -139,8 +151,6 @@ def _check_context_order(data: dict[str, Any], rope: dict[str, Any] | None, rope
     extended = data.get("max_position_embeddings")
     numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (original, extended))
     if numbers and extended < original:
-        from .config_check import ConfigError
-
         key = (
             "original_max_position_embeddings"
             if "original_max_position_embeddings" in data

@@ -327,6 +327,19 @@ def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> No
         raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
     if not hasattr(config, "sliding_window"):
         raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
+    layers = getattr(config, "layer_types", None)
+    if sliding_window is None and layers and "sliding_attention" in layers:
+        # Qwen2/Qwen3 pick each layer's mask by layer_types: a null width with sliding layers cannot be
+        # built, so "no sliding window" makes those layers full (as use_sliding_window=false would)
+        config.layer_types = ["full_attention"] * len(layers)
+        if hasattr(config, "use_sliding_window"):
+            config.use_sliding_window = False
+    elif sliding_window is not None and getattr(config, "use_sliding_window", True) is False:
+        raise RopescaleError(
+            f"use_sliding_window = false: {config.model_type} attends over the whole context in every layer "
+            f"(layer_types), so sliding_window = {sliding_window} would be ignored by every loader; leave "
+            "--sliding-window out (or set use_sliding_window and layer_types in config.json)"
+        )
     config.sliding_window = sliding_window
 
 
