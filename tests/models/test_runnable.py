@@ -37,13 +37,8 @@ def _runs(path):
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 @pytest.mark.parametrize("method", ["yarn", "dynamic_yarn"])
-def test_partial_rotary_on_a_whole_head_model_is_refused_before_weights(
-    tmp_path,
-    capsys,
-    no_weights,
-    arch,
-    method,  # noqa: F811
-):
+@pytest.mark.usefixtures("no_weights")
+def test_partial_rotary_on_a_whole_head_model_is_refused_before_weights(tmp_path, capsys, arch, method):
     rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
     model = _save(tmp_path / "m", arch, rope_parameters=rope)
     out = tmp_path / "out"
@@ -80,7 +75,8 @@ def test_no_sliding_window_makes_sliding_layers_full(tmp_path, capsys, arch):
     assert _runs(out)
 
 
-def test_a_width_that_would_be_ignored_is_refused(tmp_path, capsys, no_weights):  # noqa: F811
+@pytest.mark.usefixtures("no_weights")
+def test_a_width_that_would_be_ignored_is_refused(tmp_path, capsys):
     model = _save(tmp_path / "m", "qwen2", use_sliding_window=False)
     out = tmp_path / "out"
     argv = ["patch", "--model", model, "--method", "yarn", "--factor", "4", "--sliding-window", "128", "--output", out]
