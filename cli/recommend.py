@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import is_scaled, plan_patch
 
+    # a --results file it cannot read is named here, before the model is resolved (an embedded one converted)
+    evidence = find_evidence(args.model, args.results)
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         spec.original_max_position_embeddings,
         args.target_length,
         args.budget,
-        evidence=find_evidence(args.model, args.results),
+        evidence=evidence,
         train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
         patch_flags=" --replace" if is_scaled(config) else "",
     )
