@@ -13,7 +13,7 @@ from typing import Any
 
 from ropescale import options
 from ropescale.cli.common import (
-    _positive_int,
+    _length,
     add_factor_args,
     add_model_args,
     add_runtime_args,
@@ -22,7 +22,7 @@ from ropescale.cli.common import (
     unit_floats,
 )
 
-_LENGTHS = typed(options.positive_ints, "--lengths")
+_LENGTHS = typed(options.lengths, "--lengths")
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
@@ -56,11 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--stride",
-        type=_positive_int,
+        type=_length,
         default=None,
         help="window stride in tokens (default 256; window for nonoverlap)",
     )
-    p.add_argument("--max-tokens", type=_positive_int, default=None, help="tokens scored per cell (default: 4 windows)")
+    p.add_argument("--max-tokens", type=_length, default=None, help="tokens scored per cell (default: 4 windows)")
 
     p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
     p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")

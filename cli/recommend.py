@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg
+from ropescale.cli.common import _length, add_model_args, add_original_context_arg
 
 EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
@@ -27,9 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument(
-        "--target-length", type=_positive_int, required=True, metavar="N", help="the context to reach, in tokens"
-    )
+    p.add_argument("--target-length", type=_length, required=True, metavar="N", help="the context to reach, in tokens")
     p.add_argument(
         "--budget",
         default="auto",

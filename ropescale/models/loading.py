@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RopescaleError
+from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
 from ..patching.model import install_rotary
 from ..patching.plan import (
@@ -73,13 +73,22 @@ def resolve_model(name_or_path: str | os.PathLike) -> ResolvedModel:
 
 
 def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
+    from huggingface_hub.utils import logging as hub_logging
+
+    level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()  # its "Retrying in 1s" lines would break the one-line promise
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*gguf.*", category=UserWarning)
             return loader.from_pretrained(resolved.path, **resolved.kwargs, **kwargs)
     except OSError as exc:  # missing files, Hub unreachable, gated repo...
+        offline = None if Path(resolved.path).exists() else hub_unreachable(exc, resolved.display or resolved.path)
+        if offline is not None:
+            raise offline from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RopescaleError(f"could not load '{resolved.display}': {first}") from exc
+    finally:
+        hub_logging.set_verbosity(level)
 
 
 def _read_config(resolved: ResolvedModel, original_context: int | None = None, **kwargs: Any) -> Any:
