@@ -86,6 +86,16 @@ def check_agreement(data: dict[str, Any], source: str) -> None:
     """
     params = _flat(data.get("rope_parameters"))
     scaling = _flat(data.get("rope_scaling"))
+    for key, rope in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if rope is not None and "type" in rope and "rope_type" in rope and not _same(rope["type"], rope["rope_type"]):
+            raise _conflict(
+                source,
+                f"{key}.rope_type",
+                rope["rope_type"],
+                f"{key}.type",
+                rope["type"],
+                "transformers reads rope_type, vLLM <= 0.11, TGI and older llama.cpp converters read type",
+            )
     if params is not None and scaling is not None:
         a, b = _rope_type(params), _rope_type(scaling)
         if not _same(a, b):

@@ -45,6 +45,10 @@ CASES = {
         "rope_parameters.original_max_position_embeddings = 64 but original_max_position_embeddings = 32: "
         "transformers 5, vLLM and SGLang take the top-level one",
     ),
+    "type vs rope_type in one dict": (
+        lambda d: (d.pop("rope_parameters"), d.update(rope_theta=1e4, rope_scaling={**LINEAR, "type": "dynamic"})),
+        "rope_scaling.rope_type = 'linear' but rope_scaling.type = 'dynamic': transformers reads rope_type",
+    ),
     "extended context below the trained one": (
         lambda d: d.update(rope_parameters={**YARN, "original_max_position_embeddings": 128}),
         "max_position_embeddings = 64 is below rope_parameters.original_max_position_embeddings = 128",
