@@ -76,13 +76,14 @@ def test_no_sliding_window_makes_sliding_layers_full(tmp_path, capsys, arch):
 
 
 @pytest.mark.usefixtures("no_weights")
-def test_a_width_that_would_be_ignored_is_refused(tmp_path, capsys):
-    model = _save(tmp_path / "m", "qwen2", use_sliding_window=False)
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_a_width_that_would_be_ignored_is_refused(tmp_path, capsys, arch):
+    model = _save(tmp_path / "m", arch, use_sliding_window=False)
     out = tmp_path / "out"
     argv = ["patch", "--model", model, "--method", "yarn", "--factor", "4", "--sliding-window", "128", "--output", out]
     code, err = _cli(capsys, *argv)
     assert code == 2 and len(err) == 1, err
-    assert "use_sliding_window = false: qwen2 attends over the whole context" in err[0]
+    assert f"use_sliding_window = false: {arch} attends over the whole context" in err[0]
     assert "sliding_window = 128 would be ignored" in err[0]
     assert not out.exists()
 
