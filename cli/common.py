@@ -67,7 +67,7 @@ def add_original_context_arg(p: argparse.ArgumentParser) -> None:
     """``--original-max-position-embeddings N``: the trained context, where the config does not say it."""
     p.add_argument(
         "--original-max-position-embeddings",
-        type=_positive_int,
+        type=_length,
         default=None,
         metavar="N",
         help="the context the model was trained at, if its config does not say it",
@@ -115,7 +115,7 @@ def add_factor_args(p: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--target-length",
-        type=_positive_int,
+        type=_length,
         default=None,
         metavar="N",
         help="the context to reach instead of --factor: factor = N / original context "
@@ -123,8 +123,10 @@ def add_factor_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-#: ``type=`` for lengths and counts ("expected a positive integer, got '0'")
+#: ``type=`` for counts ("expected a positive integer, got '0'")
 _positive_int = typed(options.positive_int)
+#: ``type=`` for lengths in tokens: 4096 or 4k (1k = 1024)
+_length = typed(options.length)
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ropescale import options
 from ropescale.cli.common import (
-    _positive_int,
+    _length,
     add_factor_args,
     add_model_args,
     add_runtime_args,
@@ -24,7 +24,7 @@ from ropescale.cli.common import (
 from ropescale.cli.plan import add_plan_args, print_eval_plan
 from ropescale.evals.saved import SAVED, is_saved
 
-_LENGTHS = typed(options.positive_ints, "--lengths")
+_LENGTHS = typed(options.lengths, "--lengths")
 
 EXAMPLES = {
     "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
@@ -59,11 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--stride",
-        type=_positive_int,
+        type=_length,
         default=None,
         help="window stride in tokens (default 256; window for nonoverlap)",
     )
-    p.add_argument("--max-tokens", type=_positive_int, default=None, help="tokens scored per cell (default: 4 windows)")
+    p.add_argument("--max-tokens", type=_length, default=None, help="tokens scored per cell (default: 4 windows)")
 
     p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
     p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
@@ -100,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--target-length",
-        type=_positive_int,
+        type=_length,
         default=None,
         metavar="N",
         help="the target length a suite's 'target' lengths and 'target/L' factors mean (default: the suite's)",

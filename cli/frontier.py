@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg, unit_floats
+from ropescale.cli.common import _length, _positive_int, add_model_args, add_original_context_arg, unit_floats
 
 EXAMPLE = """examples:
   ropescale eval frontier --target-length 16384 --output runs/frontier-16k      # runs the suite (resumable)
@@ -32,7 +32,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
     )
     add_model_args(p)
     add_original_context_arg(p)
-    p.add_argument("--target-length", type=_positive_int, required=True, metavar="N", help="the context to reach")
+    p.add_argument("--target-length", type=_length, required=True, metavar="N", help="the context to reach")
     p.add_argument("--results", default=None, metavar="PATH", help="an existing suite run (folder or results.json)")
     p.add_argument(
         "--methods",
@@ -51,7 +51,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
         "trials do not share positions (docs/evaluation.md); 0 (default): fixed depths",
     )
     p.add_argument(
-        "--max-tokens", type=_positive_int, default=4096, help="tokens scored per perplexity length (at least a window)"
+        "--max-tokens", type=_length, default=4096, help="tokens scored per perplexity length (at least a window)"
     )
     p.add_argument("--data", default="austen", help="perplexity text and passkey haystack (as `eval perplexity`)")
     p.add_argument("--output", default=None, help="results folder (default: runs/frontier-<model>-<N>)")

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ropescale import options
-from ropescale.cli.common import _positive_int, add_model_args, add_scaling_args, typed
+from ropescale.cli.common import _length, add_model_args, add_scaling_args, typed
 from ropescale.evals.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-length",
-        type=_positive_int,
+        type=_length,
         default=None,
         metavar="N",
         help="context limit given to lm-eval (default: the scaled context, factor x original)",

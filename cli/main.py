@@ -25,6 +25,7 @@ from ropescale.cli import train as train_cmd
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -32,6 +33,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see --help)")
+
+    def _print_message(self, message: str, file=None) -> None:  # type: ignore[override]
+        """argparse's own swallows write errors: ``--help | head -c0`` would exit 0 with nothing written."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 class UsageError(Exception):
@@ -66,7 +72,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (also used in-process by the tests)."""
+    """Entry point; returns the exit status (also used in-process by the tests).
+
+    A closed standard output (``ropescale methods | head -1``, a reader that died) is not success:
+    the output is flushed here, where a ``BrokenPipeError`` can still be caught, and the status is
+    141 (128 + SIGPIPE, what a shell reports for a process a broken pipe killed), with standard
+    output pointed at ``os.devnull`` so the flush at interpreter exit cannot fail again (the recipe
+    of the Python documentation, ``signal`` module, "Note on SIGPIPE").
+    """
+    try:
+        code = _run(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _broken_pipe()
+    except SystemExit:  # --help, --version: argparse printed and exits
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return _broken_pipe()
+        raise
+
+
+def _broken_pipe() -> int:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (captured in tests)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -75,9 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"ropescale: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:  # output piped into head & co.: main reports it
+        raise
     except KeyboardInterrupt:
         print("ropescale: interrupted", file=sys.stderr)
         return 130

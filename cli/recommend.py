@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ropescale.cli.common import _positive_int, add_model_args, add_original_context_arg
+from ropescale.cli.common import _length, add_model_args, add_original_context_arg
 
 EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
@@ -27,9 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument(
-        "--target-length", type=_positive_int, required=True, metavar="N", help="the context to reach, in tokens"
-    )
+    p.add_argument("--target-length", type=_length, required=True, metavar="N", help="the context to reach, in tokens")
     p.add_argument(
         "--budget",
         default="auto",
@@ -63,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import is_scaled, plan_patch
 
+    # a --results file it cannot read is named here, before the model is resolved (an embedded one converted)
+    evidence = find_evidence(args.model, args.results)
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         spec.original_max_position_embeddings,
         args.target_length,
         args.budget,
-        evidence=find_evidence(args.model, args.results),
+        evidence=evidence,
         train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
         patch_flags=" --replace" if is_scaled(config) else "",
     )

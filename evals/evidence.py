@@ -114,14 +114,37 @@ def _method_name(name: str) -> str | None:
 
 
 def load_results(path: str | Path) -> Evidence | None:
-    """Evidence from one ``results.json`` written by the suite runner (None if unreadable)."""
+    """Evidence from one ``results.json`` written by the suite runner (None if unreadable: a file the
+    default search found; one the user named goes through :func:`read_results`, which says why)."""
+    try:
+        return read_results(path)
+    except RopescaleError:
+        return None
+
+
+def read_results(path: str | Path) -> Evidence:
+    """Evidence from one ``results.json`` written by the suite runner.
+
+    Raises:
+        RopescaleError: one line naming the file: missing, unreadable, not JSON, or not a results file.
+    """
     path = Path(path)
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RopescaleError(f"results file '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RopescaleError(
+            f"results file '{path}' cannot be read ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+    try:
+        summary = json.loads(text)
+    except ValueError as exc:
+        raise RopescaleError(f"results file '{path}' is not JSON ({exc})") from None
     if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
-        return None
+        raise RopescaleError(
+            f"results file '{path}' is not a results.json written by ropescale eval (it has no 'tasks' object)"
+        )
     entries: dict[str, dict[str, Any]] = {}
     suite_file = path.with_name("suite.yaml")
     if isinstance(summary.get("methods"), dict):  # what each label ran, as the runner recorded it
@@ -325,8 +348,12 @@ def find_evidence(model: str, paths: list[str | Path] | None = None, root: str |
         paths: results files or folders holding ``results.json``; default: ``RESULT_GLOBS`` under ``root``.
         root: where to look by default.
     """
-    if paths:
+    if paths:  # named by the user: each must be a readable results file of this model, or we say why
         files = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in paths]
+        for f in files:
+            ev = read_results(f)
+            if not same_model(ev.model, model):
+                raise RopescaleError(f"results file '{f}' holds results of model '{ev.model}', not of '{model}'")
     else:
         files = [p for pattern in RESULT_GLOBS for p in Path(root).glob(pattern)]
     found = []

@@ -105,6 +105,49 @@ def _positive_ints(name: str, values: Any) -> list[int]:
     return values
 
 
+#: the task settings that are lengths in tokens (``4096`` or ``4k``)
+_LENGTH_KEYS = ("max_tokens", "stride")
+
+
+def _read_lengths(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a suite dict whose lengths written with k (``32k``) are token counts, through the
+    one length parser of the command line (:func:`ropescale.options.length`); what is not a length
+    is left for the type checks to name."""
+    from ropescale import options
+
+    def read(name: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return options.length(value, name)
+        except ValueError:
+            return value  # named by the type checks ("... must be positive integers, got '4q'")
+
+    out = dict(raw)
+    for task in TASKS:
+        settings = out.get(task)
+        if isinstance(settings, dict):
+            settings = dict(settings)
+            if isinstance(settings.get("lengths"), list):
+                settings["lengths"] = [read(f"{task}.lengths", v) for v in settings["lengths"]]
+            for key in _LENGTH_KEYS:
+                if key in settings:
+                    settings[key] = read(f"{task}.{key}", settings[key])
+            out[task] = settings
+    if isinstance(out.get("methods"), list):
+        methods = []
+        for i, entry in enumerate(out["methods"]):
+            if isinstance(entry, dict) and isinstance(entry.get("only"), dict):
+                only = {
+                    t: [read(f"methods[{i}].only.{t}", v) for v in ls] if isinstance(ls, list) else ls
+                    for t, ls in entry["only"].items()
+                }
+                entry = {**entry, "only": only}
+            methods.append(entry)
+        out["methods"] = methods
+    return out
+
+
 def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: str = "suite") -> Suite:
     """Validate a suite dict (from YAML or built by the CLI) into a :class:`Suite` (``source``: the
     file named in errors). Relative lengths must have been resolved (:mod:`.suite_lengths`)."""
@@ -129,6 +172,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
     unknown = sorted(set(raw) - set(known))
     if unknown:
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
+    raw = _read_lengths(raw)  # 4k = 4096, as the docs write lengths
     check_raw(raw)  # types and task settings: nothing is loaded before the whole suite is valid
     methods = []
     for i, entry in enumerate(raw.get("methods") or []):

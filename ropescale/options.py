@@ -71,6 +71,56 @@ def positive_ints(value: Any, name: str | None = None) -> list[int]:
         raise ValueError(f"{what} must be comma-separated positive integers, got {value!r}") from None
 
 
+#: the suffix of a length in thousands of tokens: 1k = 1024 (as the docs write 4k, 32k, 128k)
+KILO = 1024
+
+
+def length(value: Any, name: str | None = None) -> int:
+    """A length in tokens: a positive integer, or a number of k with ``k``/``K`` = 1024 (``"32k"`` → 32768,
+    ``"1.5k"`` → 1536), the way the docs and model cards write lengths. The one parser of every
+    length-like flag (``--lengths``, ``--target-length``, ``--max-tokens``, ``--stride``...) and of the
+    lengths of a suite file.
+
+    Raises:
+        ValueError: not a whole number of tokens, or not positive.
+    """
+    what = f"{name} must be a positive integer or a number of k (1k = 1024)" if name else None
+    if isinstance(value, str) and value.strip()[-1:] in ("k", "K"):
+        text = value.strip()[:-1].strip()
+        try:
+            number = float(text) * KILO
+        except ValueError:
+            number = math.nan
+        if not text or not math.isfinite(number) or number <= 0 or number != int(number):
+            raise ValueError(f"{what or 'expected a positive integer or a number of k (1k = 1024)'}, got {value!r}")
+        return int(number)
+    try:
+        return positive_int(value, name)
+    except ValueError:
+        raise ValueError(
+            f"{what or 'expected a positive integer or a number of k (1k = 1024)'}, got {value!r}"
+        ) from None
+
+
+def lengths(value: Any, name: str | None = None) -> list[int]:
+    """Lengths from a comma-separated text (``"4k,32k"``, ``"2048,8192"``) or a list (see :func:`length`).
+
+    Raises:
+        ValueError: no values, or one that is not a length.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    items = [v for v in items if not (isinstance(v, str) and not v.strip())]
+    what = name or "value"
+    if not items:
+        raise ValueError(f"{what} must be comma-separated lengths (4096 or 4k), got {value!r}")
+    try:
+        return [length(v) for v in items]
+    except ValueError:
+        raise ValueError(
+            f"{what} must be comma-separated lengths (positive integers, or 4k = 4096), got {value!r}"
+        ) from None
+
+
 def factor(value: Any, name: str = "factor") -> float:
     """A scaling factor: a finite number > 0, as a float.
 

@@ -99,14 +99,14 @@ def scaling_options(scaling: dict[str, Any], params: dict[str, Any]) -> dict[str
         "method": None if method is None or str(method).strip().lower() in ("", "saved") else str(method).strip(),
         "factor": None if options.none_like(factor) else options.factor(factor),
         "original_max_position_embeddings": (
-            None if options.none_like(original) else options.positive_int(original, "original_max_position_embeddings")
+            None if options.none_like(original) else options.length(original, "original_max_position_embeddings")
         ),
         "replace": options.boolean(scaling.get("replace", True), "replace"),
         "sliding_window": options.sliding_window(scaling.get("sliding_window", "keep")),
         "method_params": params or None,
     }
     if not options.none_like(target_length):  # factor = target_length / original context
-        out["target_length"] = options.positive_int(target_length, "target_length")
+        out["target_length"] = options.length(target_length, "target_length")
     return out
 
 

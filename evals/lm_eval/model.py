@@ -129,9 +129,7 @@ def _build_lm_class() -> type:
         ) -> None:
             groups = split_model_args(kwargs)
             scaling = scaling_options(groups["scaling"], {**(method_params or {}), **groups["params"]})
-            explicit_max_length = (
-                None if options.none_like(max_length) else options.positive_int(max_length, "max_length")
-            )
+            explicit_max_length = None if options.none_like(max_length) else options.length(max_length, "max_length")
             truncate = options.boolean(truncate_prompts, "truncate_prompts")
             if isinstance(pretrained, str):
                 name = pretrained.strip()

@@ -19,9 +19,14 @@ Keys are cached before rotation (:mod:`.rotary`): cached decoding equals a full 
 
 ChunkLlama's attention temperature (:func:`~ropescale.methods.dca.chunk_temperature`, on its query
 and key cos/sin) multiplies every score of a row by its square: the query is scaled by it, per batch
-row at that row's length, before the regions run. With it, a token's hidden states depend on the
-length it was computed at, so a cached decoding step equals the reference's cached step (keys
-from earlier steps), not a fresh forward pass over the whole prefix.
+row at that row's length, before the regions run. With it, a cached decoding step equals neither
+a fresh forward pass over the whole prefix (a token's hidden states depend on the length they were
+computed at, so deeper layers' cached keys and values come from shorter lengths) nor ChunkLlama's
+cached step: ChunkLlama caches keys rotated with the factor of the step that wrote them, where this
+scales the query by the current factor squared, i.e. gives every cached key the current length's
+factor. A key written at length m is then weighted by f(n)/f(m) relative to ChunkLlama's, about
+c·ln(n/m) (1.3e-4 on the logits of tests/attention/test_dca_cached_temperature.py, which shows it);
+the prefill, and decoding with ``temperature=false``, equal the reference.
 """
 
 from __future__ import annotations

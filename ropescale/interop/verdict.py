@@ -344,7 +344,7 @@ def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
     import json
     from pathlib import Path
 
-    from ..errors import RopescaleError
+    from ..errors import RopescaleError, hub_unreachable
 
     path = Path(name_or_path).expanduser()
     if path.is_dir():
@@ -364,6 +364,9 @@ def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
         try:
             path = Path(hf_hub_download(name_or_path, "config.json"))
         except Exception as exc:  # noqa: BLE001 - offline, gated, missing: one line either way
+            offline = hub_unreachable(exc, name_or_path)
+            if offline is not None:
+                raise offline from None
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise RopescaleError(f"could not download config.json of '{name_or_path}': {first}") from None
         finally:

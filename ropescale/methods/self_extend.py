@@ -11,7 +11,10 @@ model saw in training:
 
 The frequencies are plain RoPE; the method lives in the attention function
 (:mod:`ropescale.attention.self_extend`), which patching installs through transformers'
-attention interface.
+attention interface. Where ropescale departs from LongLM: LongLM rotates with the model's own
+rotary module, so on a checkpoint its maker already extended (Llama 3.1's ``llama3``, a YaRN Qwen)
+it keeps those frequencies; ropescale cannot, and refuses such a checkpoint in one line
+(:func:`ropescale.patching.plan._check_attention_on_extended`).
 
 LongLM rounds the grouped query's shift two ways, offered by ``shift``:
 

@@ -71,6 +71,24 @@ def unmark_config_dict(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def check_written(path: Path, shown: Path) -> None:
+    """Read a written config.json the way :func:`ropescale.from_pretrained` will (the one validation pass,
+    then transformers' config, then :func:`~ropescale.models.runnable.check_runnable`); raise, naming
+    ``shown``, where a loader would fail on it."""
+    from transformers import AutoConfig
+
+    from ..interop.legacy import restore_serving_fields
+    from ..patching.plan import quiet_transformers
+    from .config_check import check_config_dict
+    from .runnable import check_runnable
+
+    data = unmark_config_dict(json.loads(path.read_text()))
+    check_config_dict(data, str(shown))
+    with quiet_transformers():
+        config = restore_serving_fields(AutoConfig.for_model(**data))
+    check_runnable(config, str(shown))
+
+
 def save_pretrained(
     model: Any, directory: str | Path, tokenizer: Any = None, config_only: bool = False, overwrite: bool = False
 ) -> Path:
@@ -108,6 +126,7 @@ def save_pretrained(
         block = getattr(config, "ropescale", None)
         if isinstance(block, dict) and not block.get("native", True):
             mark_non_native(tmp, config)
+        check_written(tmp / "config.json", directory / "config.json")  # nothing a loader cannot run is written
     note = check(data).note if isinstance(getattr(config, "ropescale", None), dict) else None
     if note:
         warnings.warn(note, UserWarning, stacklevel=2)

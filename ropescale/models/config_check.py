@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import RopescaleError
 from ..patching.plan import INT64_MAX
+from .config_conflicts import _MISSING, ConfigError, check_agreement
 
 #: rope types whose transformers initialiser needs ``factor``
 _NEEDS_FACTOR = ("linear", "dynamic", "yarn", "longrope", "llama3")
@@ -32,7 +33,6 @@ _REQUIRED = {
     "longrope": ("short_factor", "long_factor"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
 }
-_MISSING = "(missing)"
 #: rope parameters that are numbers wherever they appear
 _NUMBERS = (
     "attention_factor",
@@ -43,15 +43,6 @@ _NUMBERS = (
     "low_freq_factor",
     "high_freq_factor",
 )
-
-
-class ConfigError(RopescaleError):
-    """A model config that transformers would reject, or that ropescale would misread."""
-
-    def __init__(self, source: str, key: str, value: Any, problem: str):
-        shown = value if value is _MISSING else repr(value)
-        super().__init__(f"{source}: {key} = {shown}: {problem}")
-        self.source, self.key, self.value, self.problem = source, key, value, problem
 
 
 def _is_int(value: Any) -> bool:
@@ -102,6 +93,7 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
             source, "model_type", model_type, "no rotary position embedding (RoPE); ropescale scales RoPE models only"
         )
     _check_names(data, source)
+    check_agreement(data, source)  # rope_parameters vs rope_scaling, dict vs top-level keys
     hidden = _positive_int(data, "hidden_size", source)
     heads = _positive_int(data, "num_attention_heads", source)
     kv_heads = _positive_int(data, "num_key_value_heads", source)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RopescaleError
+from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
 from ..patching.model import install_rotary
 from ..patching.plan import (
@@ -32,6 +32,7 @@ from .checkpoint import unmark_config_dict
 from .config_check import check_config_dict, transformers_rejection
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
 from .integrity import check_checkpoint_dir, check_gguf, check_weights_format, read_json_file
+from .runnable import buildable_config, check_runnable
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # from_pretrained keyword arguments that also apply to AutoConfig / AutoTokenizer.
@@ -72,11 +73,18 @@ def resolve_model(name_or_path: str | os.PathLike) -> ResolvedModel:
 
 
 def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
+    from huggingface_hub.utils import logging as hub_logging
+
+    level = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()  # its "Retrying in 1s" lines would break the one-line promise
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*gguf.*", category=UserWarning)
             return loader.from_pretrained(resolved.path, **resolved.kwargs, **kwargs)
     except OSError as exc:  # missing files, Hub unreachable, gated repo...
+        offline = None if Path(resolved.path).exists() else hub_unreachable(exc, resolved.display or resolved.path)
+        if offline is not None:
+            raise offline from exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RopescaleError(f"could not load '{resolved.display}': {first}") from exc
     except Exception as exc:
@@ -87,6 +95,8 @@ def _load(loader: Any, resolved: ResolvedModel, **kwargs: Any) -> Any:
             f"could not load '{resolved.display}': its weights are a pickle, which ropescale does not load "
             "(loading one can run code); use a checkpoint with .safetensors weights"
         ) from None
+    finally:
+        hub_logging.set_verbosity(level)
 
 
 def _read_config(resolved: ResolvedModel, original_context: int | None = None, **kwargs: Any) -> Any:
@@ -167,16 +177,15 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
     return _load(AutoTokenizer, resolved, **kwargs)
 
 
-def buildable_config(config: Any) -> Any:
-    """A copy of ``config`` that plain transformers can build: a non-native ropescale scaling is
-    unwound to the original rope parameters (it is re-applied by swapping the rotary module)."""
-    build = copy.deepcopy(config)
-    rope = getattr(build, "rope_parameters", None) or {}
-    if str(rope.get("rope_type", "")).startswith(NON_NATIVE_PREFIX):
-        block = build.ropescale
-        build.rope_parameters = copy.deepcopy(block["original_rope_parameters"])
-        build.max_position_embeddings = int(block["original_max_position_embeddings_field"])
-    return build
+def _check_runnable(config: Any, plan: Any, sliding_window: Any, resolved: ResolvedModel) -> None:
+    """:func:`~ropescale.models.runnable.check_runnable` on the config the model will have."""
+    checked = copy.deepcopy(config)
+    if plan is not None:
+        with warnings.catch_warnings():  # apply_plan's sliding-window warning is given once, by the real one
+            warnings.simplefilter("ignore")
+            apply_plan(checked, plan, sliding_window)
+    local = Path(resolved.path) / "config.json"
+    check_runnable(checked, str(local) if "gguf_file" not in resolved.kwargs and local.is_file() else resolved.display)
 
 
 def from_pretrained(
@@ -240,6 +249,7 @@ def from_pretrained(
     build = buildable_config(config)
     if plan is not None and plan.native:
         apply_plan(build, plan, sliding_window)  # transformers builds the scaled rotary module itself
+    _check_runnable(config, plan, sliding_window, resolved)  # what no loader can run stops before the weights
     hf_kwargs = {k: v for k, v in hf_kwargs.items() if k != "trust_remote_code"}
     if "gguf_file" not in resolved.kwargs:
         if Path(resolved.path).is_dir():

@@ -194,6 +194,7 @@ def plan_patch(
     the model's original one (see :func:`ropescale.methods.factor.factor_for_target`).
     """
     check_supported(config)
+    _check_attention_on_extended(config, method)
     if is_scaled(config) and not replace:
         block = provenance(config)
         what = block["method"] if block else config.rope_parameters.get("rope_type")
@@ -224,6 +225,48 @@ def plan_patch(
             f"max_position_embeddings = {written}, beyond int64 ({INT64_MAX}); use a smaller --factor"
         )
     return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
+
+
+#: what each attention-level method's reference does on a checkpoint whose RoPE is already scaled
+#: (read in HKUNLP/STRING string_for_llama.py and README, datamllab/LongLM self_extend_patch/Llama.py,
+#: HKUNLP/ChunkLlama chunkllama_attn_replace.py, llama.cpp's grouped attention)
+REFERENCE_ON_EXTENDED = {
+    "string": "the authors (HKUNLP/STRING) keep them and take shift = int(0.33 x max_position_embeddings) = {shift}",
+    "self_extend": "the authors (datamllab/LongLM) keep them: they rotate with the model's own rotary module",
+    "self_extend_llamacpp": "llama.cpp's grouped attention keeps them",
+    "dca": "as HKUNLP/ChunkLlama does given pretraining_length = {L}",
+}
+
+
+def _check_attention_on_extended(config: Any, method: str | ScalingMethod) -> None:
+    """Refuse an attention-level method (STRING, Self-Extend, DCA, llama.cpp's grouped attention) on a
+    checkpoint its maker already extended (``rope_type`` llama3, yarn, linear... and no ropescale
+    provenance: Llama 3.1, a YaRN Qwen). ropescale's kernels rotate with plain RoPE from the
+    original context, so they would drop the frequencies the model was trained with and size their
+    windows from the original context, where the references (see :data:`REFERENCE_ON_EXTENDED`)
+    keep the model's frequencies (and STRING takes its shift from ``max_position_embeddings``).
+    A checkpoint ropescale scaled itself records its true original geometry and is re-patched from it."""
+    try:
+        cls = type(method) if isinstance(method, ScalingMethod) else method_class(method)
+    except (KeyError, ValueError):
+        return  # get_method names an unknown method
+    name, attention = getattr(cls, "name", None), getattr(cls, "attention", None)
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = str(rope.get("rope_type", "default"))
+    if attention is None or provenance(config) is not None or rope_type == "default":
+        return
+    if rope_type.startswith(NON_NATIVE_PREFIX):
+        return
+    extended = int(config.max_position_embeddings)
+    L = original_geometry(config)[2]
+    reference = REFERENCE_ON_EXTENDED.get(name, "the reference keeps them").format(shift=int(0.33 * extended), L=L)
+    raise RopescaleError(
+        f"{name} on an already extended model (rope_parameters.rope_type = '{rope_type}', max_position_embeddings "
+        f"= {extended}, trained at {L}): ropescale's {name} rotates with plain RoPE from the original {L} tokens, "
+        f"dropping the {rope_type} frequencies the model was extended with ({reference}); ropescale cannot keep them: "
+        f"give --model the base model this one was extended from, or extend this one with a frequency method "
+        f"(--method yarn --replace)"
+    )
 
 
 def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> dict[str, Any]:
@@ -327,6 +370,19 @@ def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> No
         raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
     if not hasattr(config, "sliding_window"):
         raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
+    layers = getattr(config, "layer_types", None)
+    if sliding_window is None and layers and "sliding_attention" in layers:
+        # Qwen2/Qwen3 pick each layer's mask by layer_types: a null width with sliding layers cannot be
+        # built, so "no sliding window" makes those layers full (as use_sliding_window=false would)
+        config.layer_types = ["full_attention"] * len(layers)
+        if hasattr(config, "use_sliding_window"):
+            config.use_sliding_window = False
+    elif sliding_window is not None and getattr(config, "use_sliding_window", True) is False:
+        raise RopescaleError(
+            f"use_sliding_window = false: {config.model_type} attends over the whole context in every layer "
+            f"(layer_types), so sliding_window = {sliding_window} would be ignored by every loader; leave "
+            "--sliding-window out (or set use_sliding_window and layer_types in config.json)"
+        )
     config.sliding_window = sliding_window
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import options
 from ..attention.modes import SEARCHED_MODES
 from ..options import option
 from .artifacts import DEFAULT_BASELINES
@@ -28,13 +29,12 @@ def depths(text: str | tuple[float, ...]) -> tuple[float, ...]:
 
 
 def lengths(text: str | tuple[int, ...]) -> tuple[int, ...]:
-    """``--report-lengths``: comma-separated integers."""
+    """``--report-lengths``: comma-separated lengths (16384 or 16k, see :func:`ropescale.options.length`)."""
     if isinstance(text, tuple):
         return text
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"--report-lengths must be comma-separated integers, got {text!r}") from None
+    if not text.strip():
+        return ()
+    return tuple(options.lengths(text, "--report-lengths"))
 
 
 @dataclass
@@ -48,7 +48,9 @@ class SearchOptions:
     the held-out text) has no flag.
     """
 
-    target_length: int = option(type=int, metavar="N", help="context to extend to (factor = N / trained context)")
+    target_length: int = option(
+        type=options.length, metavar="N", help="context to extend to (factor = N / trained context)"
+    )
     model: str = "smollm2-135m"
     method: str = option(
         "longrope",
@@ -81,7 +83,7 @@ class SearchOptions:
     )
     budget: int = option(20, type=int, metavar="EVALS", help="candidates evaluated in all, seeds included (default 20)")
     eval_length: int | None = option(
-        None, type=int, metavar="L", help="tokens per calibration window (default: the target length)"
+        None, type=options.length, metavar="L", help="tokens per calibration window (default: the target length)"
     )
     windows: int = option(1, type=int, help="calibration windows per candidate (default 1)")
     layout: str = option(

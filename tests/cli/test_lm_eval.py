@@ -77,7 +77,10 @@ def test_cli_bad_arguments_fail_before_loading(tiny_dir, argv, message, monkeypa
     ("argv", "message"),
     [
         (["--factor", "abc"], "argument --factor: factor must be a number, got 'abc'"),
-        (["--max-length", "0"], "argument --max-length: expected a positive integer, got '0'"),
+        (
+            ["--max-length", "0"],
+            "argument --max-length: expected a positive integer or a number of k (1k = 1024), got '0'",
+        ),
         (["--batch-size", "two"], "argument --batch-size: --batch-size must be a positive integer, got 'two'"),
         (["--sliding-window", "wide"], "argument --sliding-window: --sliding-window must be keep, none or a positive"),
     ],

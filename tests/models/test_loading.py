@@ -43,7 +43,9 @@ def test_missing_embedded_package_says_how_to_install(monkeypatch):
 
 
 def test_hub_unreachable_is_one_clear_error():
-    with pytest.raises(RopescaleError, match="could not load 'nobody-xyz/no-such-model'"):
+    with pytest.raises(
+        RopescaleError, match="'nobody-xyz/no-such-model' is a Hugging Face Hub id, and the Hub is unreachable"
+    ):
         ropescale.from_pretrained("nobody-xyz/no-such-model", method="yarn", factor=2)
 
 

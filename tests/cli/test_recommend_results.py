@@ -1,0 +1,61 @@
+"""``recommend --results FILE`` with a file it cannot use says so in one line naming the file, exit 2,
+before the model is resolved (before: the file was silently ignored and the shipped numbers used)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_patch_cli import assert_one_line_error, model_dir, run  # noqa: F401 - fixture
+
+
+def _write(tmp_path, name, content):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    return path
+
+
+CASES = {
+    "missing": (None, "does not exist"),
+    "not JSON": ("{", "is not JSON (Expecting property name"),
+    "not UTF-8": (b"\xff\xfe\x00", "cannot be read ("),
+    "wrong shape": (json.dumps({"a": 1}), "is not a results.json written by ropescale eval (it has no 'tasks' object)"),
+    "a list": (json.dumps([1, 2]), "is not a results.json written by ropescale eval"),
+    "another model": (json.dumps({"model": "someone-else", "tasks": {}}), "holds results of model 'someone-else'"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_unusable_results_file_is_one_line(capsys, model_dir, tmp_path, monkeypatch, case):  # noqa: F811
+    import ropescale.models.loading as loading
+
+    monkeypatch.setattr(loading, "load_config", lambda *a, **k: pytest.fail("the model was read first"))
+    content, fragment = CASES[case]
+    path = _write(tmp_path, "r.json", content)
+    code, _, err = run(capsys, "recommend", "--model", str(model_dir), "--target-length", "256", "--results", str(path))
+    assert code == 2
+    assert_one_line_error(code, err, f"results file '{path}'", fragment)
+
+
+def test_a_folder_whose_results_file_cannot_be_read(capsys, model_dir, tmp_path):  # noqa: F811
+    folder = tmp_path / "run"
+    (folder / "results.json").mkdir(parents=True)  # a folder where the file should be
+    code, _, err = run(
+        capsys, "recommend", "--model", str(model_dir), "--target-length", "256", "--results", str(folder)
+    )
+    assert code == 2
+    assert_one_line_error(code, err, f"results file '{folder}/results.json' cannot be read (")
+
+
+def test_a_good_results_file_is_used(capsys, model_dir, tmp_path):  # noqa: F811
+    data = {"model": str(model_dir), "tasks": {"perplexity": {"yarn": {"256": {"ppl": 3.0}}}}}
+    path = _write(tmp_path, "results.json", json.dumps(data))
+    code, out, err = run(
+        capsys, "recommend", "--model", str(model_dir), "--target-length", "256", "--results", str(path), "--json"
+    )
+    assert code == 0, err
+    assert str(path) in out
