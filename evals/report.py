@@ -140,6 +140,13 @@ def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> lis
     return plots
 
 
+def _method_text(m) -> str:
+    """A method entry as the header lists it: its label, then what it runs where the label does not say it
+    (a ``saved`` row's label already names the scaling it carries)."""
+    detail = m.method + (f" ×{m.factor:g}" if m.factor else "") + (f", {m.params}" if m.params else "")
+    return m.label if m.method == "saved" or m.label == detail else f"{m.label} ({detail})"
+
+
 def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: int, total: int) -> list[str]:
     """Render: the Markdown report's lines (header, one section per task, regressions, plots, progress)."""
     labels = [m.label for m in suite.methods]
@@ -147,13 +154,7 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
     lines = [
         f"# {suite.name}: {suite.model}",
         "",
-        f"{runtime}; data `{suite.data or 'austen'}`; methods: "
-        + ", ".join(
-            f"{m.label} ({m.method}{f' ×{m.factor:g}' if m.factor else ''}"
-            + (f", {m.params}" if m.params else "")
-            + ")"
-            for m in suite.methods
-        ),
+        f"{runtime}; data `{suite.data or 'austen'}`; methods: " + ", ".join(_method_text(m) for m in suite.methods),
         "",
     ]
     carries = getattr(suite, "carries", None)
