@@ -108,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default=None, help="the suite's perplexity text and haystack instead of its own")
     p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>[-<model>])")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="print the whole report (default: its tables and paths)")
     p.add_argument(
         "--report-only",
         action="store_true",
@@ -150,6 +151,7 @@ def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", default=None, help="results folder (default: runs/<task>-<model>)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="print the whole report (default: its tables and paths)")
     add_plan_args(p)  # --dry-run, --gpu: the plan (cli/plan.py)
     p.set_defaults(func=run_task_cmd, task=name)
     return p
@@ -232,7 +234,7 @@ def run_task_cmd(args: argparse.Namespace) -> int:
     from ropescale.evals.suite import suite_from_dict
 
     suite = suite_from_dict(suite_from_args(args))
-    return _run(suite, args.output or f"runs/{suite.name}", args.no_progress)
+    return _run(suite, args.output or f"runs/{suite.name}", args.no_progress, args.verbose)
 
 
 def run_suite_cmd(args: argparse.Namespace) -> int:
@@ -244,21 +246,41 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
         from ropescale.evals.suite import SuiteRunner
 
         summary = SuiteRunner(suite, output, progress=False).report()
-        print(summary["markdown"])
+        print(summary["markdown"] if args.verbose else answer(summary["markdown"]))
         print(f"\nreport: {summary['report']}")
         print(f"finished {summary['cells_finished']}/{summary['cells_total']} cells (nothing run)")
         return 0
-    return _run(suite, output, args.no_progress)
+    return _run(suite, output, args.no_progress, args.verbose)
 
 
-def _run(suite, output: str, no_progress: bool) -> int:
+def answer(markdown: str) -> str:
+    """The report's answer: each section's first table with the line that introduces it (the rest, the
+    protocol and notes, stays in report.md and is printed with ``--verbose``)."""
+    lines: list[str] = []
+    for section in re.split(r"^## ", markdown, flags=re.M)[1:]:
+        title, *body = section.splitlines()
+        table: list[str] = []
+        intro = ""
+        for line in body:
+            if line.startswith("|"):
+                table.append(line)
+            elif table:
+                break
+            elif line.strip():
+                intro = line.strip()
+        if table:
+            lines += ["", f"{title}: {intro}" if intro.endswith(":") else f"{title}:", *table]
+    return "\n".join(lines).strip("\n") or markdown
+
+
+def _run(suite, output: str, no_progress: bool, verbose: bool = False) -> int:
     import time
 
     from ropescale.evals.suite import run_suite
 
     start = time.time()
     summary = run_suite(suite, output, progress=not no_progress)
-    print(summary["markdown"])
+    print(summary["markdown"] if verbose else answer(summary["markdown"]))
     print(f"\nreport: {summary['report']}")
     for path in summary["plots"]:
         print(f"plot:   {path}")

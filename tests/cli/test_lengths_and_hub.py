@@ -94,7 +94,7 @@ def test_suite_lengths_take_k(tmp_path):
     [
         ["patch", "--model", "org/name", "--factor", "4"],
         ["doctor", "org/name"],
-        ["eval", "perplexity", "--model", "org/name", "--lengths", "4k", "--factor", "2"],
+        ["eval", "perplexity", "--model", "org/name", "--lengths", "4k", "--method", "yarn", "--factor", "2"],
     ],
 )
 def test_unreachable_hub_says_to_use_a_local_folder(capsys, monkeypatch, tmp_path, argv):
