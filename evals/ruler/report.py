@@ -85,9 +85,9 @@ def markdown(summary: dict[str, Any]) -> str:
     for label, tasks in sorted(summary["measures"].items()):
         for task, m in sorted(tasks.items()):
             rel = m.get("effective_length_relative")
-            rel_text = str(rel) if rel is not None else f"none ({m.get('relative_note', '')})"
+            rel_text = str(rel) if rel is not None else f"none: {m.get('relative_note', '')}"
             if m.get("base"):
-                rel_text += f", base: {m['base']}"
+                rel_text += f" (base: {m['base']})"
             worst = m.get("worst_retention")
             lines.append(
                 f"| {label} | {task} | {m['effective_length_ruler'] or 'none'} | {rel_text} | "
