@@ -109,6 +109,12 @@ class RulerRun:
         with output_lock(self.output, "results folder"):
             todo = self.pending()
             if todo:
+                from ropescale.evals.ruler.tasks import check_fits
+                from ropescale.models.loading import load_tokenizer
+
+                tokenizer = load_tokenizer(self.model)
+                for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
+                    check_fits(task, tokenizer, length)
                 self._run(todo)
         return [self.path(t.name, n) for t in self.tasks for n in self.lengths]
 

@@ -327,6 +327,7 @@ __all__ = [
     "RULER_THRESHOLD",
     "TASKS",
     "RulerTask",
+    "check_fits",
     "essay_haystack",
     "generate_samples",
     "get_task",

@@ -70,6 +70,16 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     assert "report:" in capsys.readouterr().out
 
 
+def test_too_short_length_is_refused_before_weights_load(ruler_model_dir, tmp_path, capsys, monkeypatch):
+    import ropescale.models.loading as loading
+
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    argv = ["eval", "ruler", "--model", ruler_model_dir, "--method", "none", "--tasks", "cwe", "--lengths", "1k"]
+    assert main([*argv, "--device", "cpu", "--output", str(tmp_path / "out")]) == 2
+    assert "cwe at 1024 tokens: its smallest prompt takes about" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "cells").exists()
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
