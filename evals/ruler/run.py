@@ -144,12 +144,24 @@ class RulerRun:
                 "label": s.label,
                 "unscaled": s.unscaled,
                 "scaling": describe(model),  # what the loaded model ran: the method and its resolved parameters
+                "rope_parameters": _rope_parameters(model),  # as the config holds them (a checkpoint as saved too)
+                "lm_eval_version": _lm_eval_version(),
                 "runtime": runtime,
                 "original_context": _original_context(model),
                 "cell": cell.to_dict(),
             }
             atomic_write_json(self.path(task.name, length), record)
             journal.remove()
+
+
+def _rope_parameters(model: Any) -> Any:
+    return json.loads(json.dumps(getattr(model.config, "rope_parameters", None), default=str))
+
+
+def _lm_eval_version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
 
 
 def _original_context(model: Any) -> int:

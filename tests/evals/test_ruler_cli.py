@@ -53,6 +53,7 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     assert len(cell["records"]) == 2 and cell["max_new_tokens"] == 128 and cell["metric"] == "string_match_all"
     assert all(r["prompt_tokens"] <= 1024 for r in cell["records"]) and record["unscaled"]
     assert record["scaling"]["method"] == "default" and record["scaling"]["params"] == {"factor": 1.0}
+    assert record["rope_parameters"]["rope_type"] == "default" and record["lm_eval_version"]
     assert not list(out.glob("cells/*.partial.jsonl"))  # journals go once the cell is written
 
     mtimes = {c: c.stat().st_mtime_ns for c in cells}
