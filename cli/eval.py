@@ -124,6 +124,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ropescale.cli import frontier as frontier_cmd
 
     frontier_cmd.register(tasks)
+    __import__("ropescale.cli.eval_ruler", fromlist=["register"]).register(tasks)  # RULER's tasks, own file
+    __import__("ropescale.cli.eval_longppl", fromlist=["register"]).register(tasks)  # LongPPL, own file
 
 
 def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:

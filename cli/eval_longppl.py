@@ -1,0 +1,81 @@
+"""``ropescale eval longppl``: LongPPL (arXiv 2410.23771) beside perplexity, for one or more scalings.
+
+    ropescale eval longppl --model smollm2-135m --methods none,yarn --factor 4 --lengths 16k --output runs/longppl
+
+Key tokens are chosen by ``--evaluator`` (default: the evaluated checkpoint itself, unscaled; the
+report says which) with the authors' rule and defaults (``--trunc-len 4096``, ``--internal 1024``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ropescale.cli.common import _positive_int, add_model_args, add_runtime_args, parse_params, typed
+from ropescale.cli.eval_ruler import parse_lengths
+from ropescale.options import factor as _factor
+
+EXAMPLE = "example: ropescale eval longppl --methods none,yarn --factor 4 --lengths 16k --output runs/longppl"
+
+
+def register(tasks: argparse._SubParsersAction) -> None:
+    p = tasks.add_parser(
+        "longppl",
+        help="LongPPL: perplexity on the key tokens that need the long context, beside perplexity",
+        description="LongPPL (arXiv 2410.23771) and perplexity of one or more scalings at several lengths.",
+        epilog=EXAMPLE,
+    )
+    add_model_args(p)
+    p.add_argument("--methods", default="none", help="comma-separated scalings, e.g. none,yarn (default: none)")
+    p.add_argument("--factor", type=typed(_factor), default=None, help="factor of every method but none")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
+    p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="window lengths, e.g. 8k,16k")
+    p.add_argument("--data", default="austen", help="any --data value (default: austen)")
+    p.add_argument("--documents", type=_positive_int, default=1, help="windows per length (default 1)")
+    p.add_argument("--evaluator", default=None, help="checkpoint choosing key tokens (default: --model, unscaled)")
+    p.add_argument("--evaluator-method", default="none", help="the evaluator's scaling (default: none)")
+    p.add_argument("--evaluator-factor", type=typed(_factor), default=None)
+    p.add_argument("--trunc-len", type=_positive_int, default=4096, help="short context in tokens (default 4096)")
+    p.add_argument("--internal", type=_positive_int, default=1024, help="tokens per short window (default 1024)")
+    add_runtime_args(p)
+    p.add_argument("--output", default="runs/longppl", help="results folder (default: runs/longppl)")
+    p.set_defaults(func=run_cmd)
+
+
+def _scaling(method: str, factor: float | None, params: dict, flag: str):
+    from ropescale.evals.ruler.run import Scaling
+
+    if method.lower() in ("none", "default"):
+        return Scaling("none")
+    if factor is None:
+        raise ValueError(f"{flag} {method} needs a factor")
+    return Scaling(method, factor, params)
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    from ropescale.data.documents import load_documents
+    from ropescale.evals.longppl_run import run_longppl
+    from ropescale.models.runtime import resolve_runtime
+
+    params = parse_params(args.param)
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not names:
+        raise ValueError("--methods names no method")
+    scalings = [_scaling(m, args.factor, params, "--methods") for m in names]
+    judge = _scaling(args.evaluator_method, args.evaluator_factor, {}, "--evaluator-method")
+    runtime = resolve_runtime(args.device, args.dtype, args.attn_implementation)
+    summary = run_longppl(
+        args.model,
+        scalings,
+        args.lengths,
+        load_documents(args.data),
+        args.output,
+        documents=args.documents,
+        evaluator=args.evaluator,
+        evaluator_scaling=judge,
+        trunc_len=args.trunc_len,
+        internal=args.internal,
+        runtime=runtime,
+    )
+    print(summary["markdown"])
+    print(f"report: {summary['report']}")
+    return 0

@@ -1,0 +1,113 @@
+"""``ropescale eval ruler``: RULER's offline tasks (lm-eval's generators) on one scaling of a model.
+
+    ropescale eval ruler --model smollm2-135m --method yarn --factor 4 \\
+        --tasks niah_multikey_2,vt --lengths 4k,16k --samples 30 --output runs/ruler
+
+Cells land in ``OUTPUT/cells/`` as they finish (a re-run skips them); run ``--method none`` into the
+same folder and the report adds short-context retention and effective length against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ropescale.cli.common import _positive_int, add_model_args, add_runtime_args, parse_params, typed
+from ropescale.options import factor as _factor
+
+EXAMPLE = (
+    "example: ropescale eval ruler --method yarn --factor 4 --tasks niah_multikey_2,vt "
+    "--lengths 4k,16k --samples 30 --output runs/ruler"
+)
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``"4k,16k,32768"`` → ``[4096, 16384, 32768]`` (k = 1024)."""
+    out = []
+    for item in (t.strip() for t in str(text).split(",")):
+        if not item:
+            continue
+        scale = 1024 if item.lower().endswith("k") else 1
+        digits = item[:-1] if scale > 1 else item
+        if not digits.isdigit() or int(digits) <= 0:
+            raise ValueError(f"--lengths must be positive token counts such as 4096 or 4k, got {item!r}")
+        out.append(int(digits) * scale)
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"--lengths must list distinct lengths, got {text!r}")
+    return out
+
+
+def register(tasks: argparse._SubParsersAction) -> None:
+    p = tasks.add_parser(
+        "ruler",
+        help="RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)",
+        description="RULER's offline tasks as lm-eval generates and scores them, on one scaling of a model.",
+        epilog=EXAMPLE,
+    )
+    add_model_args(p)
+    p.add_argument("--method", default=None, help="scaling method; none = unscaled; absent = the checkpoint as saved")
+    p.add_argument("--factor", type=typed(_factor), default=None, help="scaling factor s")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
+    p.add_argument("--tasks", default="niah_single_1,niah_multikey_2,niah_multikey_3,vt,cwe,fwe")
+    p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="e.g. 4k,16k or 4096,16384")
+    p.add_argument("--samples", type=_positive_int, default=30, help="prompts per cell (default 30)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--haystack", default="austen:Emma", help="prose of the [austen] variants: CORPUS:TITLE")
+    add_runtime_args(p)
+    p.add_argument("--output", default="runs/ruler", help="results folder (default: runs/ruler)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_cmd)
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    from ropescale.evals.ruler.cell import MIN_SAMPLES
+    from ropescale.evals.ruler.report import write_report
+    from ropescale.evals.ruler.run import RulerRun, Scaling
+    from ropescale.evals.ruler.tasks import get_task
+    from ropescale.models.runtime import resolve_runtime
+
+    tasks = [get_task(t) for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        raise ValueError("--tasks names no task")
+    method = args.method
+    if method and method.lower() not in ("none", "default") and args.factor is None:
+        raise ValueError(f"--method {method} needs --factor")
+    scaling = Scaling(
+        method, None if method and method.lower() in ("none", "default") else args.factor, parse_params(args.param)
+    )
+    if args.samples < MIN_SAMPLES:
+        print(f"ropescale: note: {args.samples} samples per cell (< {MIN_SAMPLES}): wide intervals", file=sys.stderr)
+    essay = _essay(args.haystack) if any(t.haystack == "essay" for t in tasks) else None
+    runtime = resolve_runtime(args.device, args.dtype, args.attn_implementation)
+    run = RulerRun(
+        args.model,
+        scaling,
+        tasks,
+        args.lengths,
+        args.samples,
+        args.output,
+        args.seed,
+        runtime,
+        essay,
+        progress=not args.no_progress,
+    )
+    run.run()
+    summary = write_report(args.output, model=args.model)
+    print(summary["markdown"])
+    print(f"report: {summary['report']}")
+    return 0
+
+
+def _essay(spec: str) -> str:
+    """The text of ``CORPUS:TITLE`` (the held-out novel of the [austen] variants)."""
+    from ropescale.data.documents import load_documents
+
+    corpus, _, title = spec.partition(":")
+    docs = load_documents(corpus)
+    for name, text in docs:
+        if not title or name.lower() == title.lower():
+            return text
+    raise ValueError(
+        f"--haystack {spec!r}: no document titled {title!r} in {corpus!r} ({', '.join(n for n, _ in docs)})"
+    )

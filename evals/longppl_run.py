@@ -1,0 +1,193 @@
+"""``ropescale eval longppl``'s runner: LongPPL and perplexity of scalings × lengths, beside each other.
+
+Each length takes the first ``documents`` texts of the data that hold that many tokens, cut there.
+The evaluator (by default the evaluated checkpoint itself, unscaled; :mod:`.longppl`) picks each
+window's key tokens once, kept in ``OUTPUT/keys/``; every scaling is then scored on the same
+windows, one file per (scaling, length) in ``OUTPUT/cells/``, skipped on a re-run when it records
+the same request. ``report.md`` and ``results.json`` are rewritten (atomically) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.evals.longppl import ALPHA, BETA, LongPPLDocument, combine, evaluator_spans, score_text, text_window
+from ropescale.evals.ruler.run import Scaling, cell_name
+
+SCHEMA = "ropescale.longppl.cell/1"
+
+
+def _load(model: str, scaling: Scaling, runtime: Any):
+    from ropescale.models.loading import from_pretrained
+
+    kwargs = runtime.load_kwargs() if runtime else {}
+    m = from_pretrained(
+        model,
+        method=scaling.method,
+        factor=scaling.factor,
+        replace=True,
+        method_params=scaling.params or None,
+        **kwargs,
+    )
+    return (runtime.place(m) if runtime else m).eval()
+
+
+def run_longppl(
+    model: str,
+    scalings: list[Scaling],
+    lengths: list[int],
+    texts: list[tuple[str, str]],
+    output: str | Path,
+    documents: int = 1,
+    evaluator: str | None = None,
+    evaluator_scaling: Scaling | None = None,
+    trunc_len: int = 4096,
+    internal: int = 1024,
+    runtime: Any = None,
+) -> dict[str, Any]:
+    """Score every scaling at every length; return the summary (also written to ``output``).
+
+    Args:
+        model: the evaluated checkpoint.
+        scalings: the scalings to compare (``Scaling("none")`` is the unscaled model).
+        lengths: window lengths in the evaluated model's tokens.
+        texts: ``[(title, text)]``, longest first (:func:`ropescale.data.documents.load_documents`).
+        documents: windows per length.
+        evaluator: the checkpoint that picks key tokens (default: ``model``).
+        evaluator_scaling: its scaling (default: unscaled).
+        trunc_len, internal: the short window and the scoring stride (the authors' defaults).
+        runtime: a resolved :class:`ropescale.models.runtime.Runtime`.
+
+    Raises:
+        ValueError: a length no document of the data reaches, or ``trunc_len`` not below a length.
+    """
+    from ropescale.models.loading import load_tokenizer
+    from ropescale.patching.model import describe
+
+    output = Path(output)
+    evaluator = evaluator or model
+    evaluator_scaling = evaluator_scaling or Scaling("none")
+    for n in lengths:
+        if trunc_len >= n:
+            raise ValueError(f"--trunc-len {trunc_len} must be below every length (got {n}): no token would be scored")
+    tokenizer = load_tokenizer(model)
+    windows: dict[int, list[tuple[str, str]]] = {}
+    for n in lengths:
+        found = [(title, w) for title, text in texts if (w := text_window(tokenizer, text, n)) is not None]
+        if not found:
+            raise ValueError(f"length {n}: no document of the data holds {n} tokens")
+        windows[n] = found[:documents]
+    judge = {
+        "model": str(evaluator),
+        "scaling": evaluator_scaling.request(),
+        "default": evaluator == model and evaluator_scaling.unscaled,
+        "trunc_len": trunc_len,
+        "internal": internal,
+        "alpha": ALPHA,
+        "beta": BETA,
+    }
+    spans = _key_spans(output, judge, windows, runtime)
+    for s in scalings:
+        todo = [n for n in lengths if not _done(output, s, n, model, judge, documents)]
+        if not todo:
+            continue
+        m = _load(model, s, runtime)
+        for n in todo:
+            docs = [score_text(m, tokenizer, w, spans[n][i], title) for i, (title, w) in enumerate(windows[n])]
+            record = {
+                "schema": SCHEMA,
+                "fingerprint": _fingerprint(s, n, model, judge, documents),
+                "label": s.label,
+                "scaling": describe(m),
+                "length": n,
+                "result": combine(docs),
+            }
+            atomic_write_json(output / "cells" / f"{cell_name(s, 'longppl', n)}.json", record)
+        del m
+    return write_report(output, judge)
+
+
+def _fingerprint(s: Scaling, n: int, model: str, judge: dict[str, Any], documents: int) -> dict[str, Any]:
+    return {
+        "model": str(model),
+        "scaling_requested": s.request(),
+        "length": n,
+        "evaluator": judge,
+        "documents": documents,
+    }
+
+
+def _done(output: Path, s: Scaling, n: int, model: str, judge: dict[str, Any], documents: int) -> bool:
+    try:
+        record = json.loads((output / "cells" / f"{cell_name(s, 'longppl', n)}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return record.get("fingerprint") == json.loads(json.dumps(_fingerprint(s, n, model, judge, documents)))
+
+
+def _key_spans(output: Path, judge: dict[str, Any], windows: dict[int, list[tuple[str, str]]], runtime: Any):
+    """Each window's key spans, from ``keys/`` where the same evaluator already chose them."""
+    import hashlib
+
+    from ropescale.models.loading import load_tokenizer
+
+    spans: dict[int, list[list[tuple[int, int]]]] = {}
+    model = None
+    tokenizer = None
+    for n, found in windows.items():
+        spans[n] = []
+        for title, text in found:
+            key = hashlib.sha256(json.dumps([judge, text], sort_keys=True).encode()).hexdigest()[:16]
+            path = output / "keys" / f"{n}-{key}.json"
+            try:
+                spans[n].append([tuple(s) for s in json.loads(path.read_text(encoding="utf-8"))["spans"]])
+                continue
+            except (OSError, ValueError, KeyError):
+                pass
+            if model is None:
+                model = _load(judge["model"], Scaling(**judge["scaling"]), runtime)
+                tokenizer = load_tokenizer(judge["model"])
+            found_spans = evaluator_spans(model, tokenizer, text, judge["trunc_len"], judge["internal"])
+            atomic_write_json(path, {"evaluator": judge, "title": title, "length": n, "spans": found_spans})
+            spans[n].append(found_spans)
+    return spans
+
+
+def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
+    """``report.md`` and ``results.json`` of the cells in ``output`` scored with ``judge``'s key tokens."""
+    output = Path(output)
+    rows = []
+    for path in sorted((output / "cells").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("schema") == SCHEMA and record["fingerprint"]["evaluator"] == json.loads(json.dumps(judge)):
+            rows.append(record)
+    who = "the evaluated model itself, unscaled (default)" if judge["default"] else f"{judge['model']}"
+    if not judge["default"]:
+        who += f" with {Scaling(**judge['scaling']).label}"
+    lines = [
+        "## LongPPL beside perplexity (arXiv 2410.23771)",
+        "",
+        f"Key tokens chosen by {who}: loss with the {judge['trunc_len']}-token window minus loss with the whole "
+        f"window > {judge['alpha']:g} nats, and whole-window loss < {judge['beta']:g} (stride {judge['internal']}).",
+        "",
+        "| scaling | length | LongPPL | PPL | key tokens | tokens | documents |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["label"], r["length"])):
+        res = r["result"]
+        lp = "n/a (no key tokens)" if res["longppl"] is None else f"{res['longppl']:.3f}"
+        lines.append(
+            f"| {r['label']} | {r['length']} | {lp} | {res['ppl']:.3f} | {res['key_tokens']} | {res['tokens']} | "
+            f"{len(res['documents'])} |"
+        )
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(output / "report.md", text)
+    summary = {"schema": "ropescale.longppl.results/1", "evaluator": judge, "cells": rows}
+    atomic_write_json(output / "results.json", summary)
+    return {**summary, "markdown": text, "report": str(output / "report.md")}
+
+
+__all__ = ["LongPPLDocument", "run_longppl", "write_report"]

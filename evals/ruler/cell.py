@@ -1,0 +1,122 @@
+"""One RULER cell: a task at one length, ``samples`` prompts decoded greedily and scored as lm-eval does.
+
+Generation is ropescale's (:func:`ropescale.evals.generation.greedy_generate`) on the model as it
+is patched, so every scaling method — attention-level ones included — runs the same prompts; an
+interrupted cell resumes at its first undecoded prompt through a
+:class:`~ropescale.evals.generation.PromptJournal`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ropescale.evals.generation import (
+    PromptJournal,
+    bos_prefix,
+    check_positive_int,
+    encode,
+    greedy_generate,
+)
+from ropescale.evals.proportions import wilson_interval
+from ropescale.evals.ruler.tasks import RulerTask, generate_samples, prompt_text, score
+
+#: fewest samples a cell should have for its interval to mean something (the issue's floor)
+MIN_SAMPLES = 30
+
+
+@dataclass
+class RulerRecord:
+    """One prompt: lm-eval's sample index, its length in tokens, what was expected, what came out."""
+
+    index: int
+    prompt_tokens: int
+    outputs: list[str]
+    prediction: str
+    score: float
+
+
+@dataclass
+class RulerCell:
+    """A task at one length: the mean score (0-1), its 95% Wilson interval (partial credit counted as
+    a fraction of a success, as :func:`~ropescale.evals.proportions.wilson_interval` allows) and
+    every record."""
+
+    task: str
+    length: int
+    samples: int
+    seed: int
+    max_new_tokens: int
+    lm_eval_task: str
+    haystack: str
+    records: list[RulerRecord] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return sum(r.score for r in self.records) / len(self.records) if self.records else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(sum(r.score for r in self.records), len(self.records))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(score=self.score, interval=list(self.interval), metric="string_match_all")
+        out["records"] = [asdict(r) for r in self.records]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RulerCell:
+        keys = {f for f in cls.__dataclass_fields__ if f != "records"}
+        cell = cls(**{k: data[k] for k in keys})
+        cell.records = [RulerRecord(**r) for r in data["records"]]
+        return cell
+
+
+def run_ruler_cell(
+    model: Any,
+    tokenizer: Any,
+    task: RulerTask,
+    length: int,
+    samples: int,
+    seed: int = 0,
+    essay: list[str] | None = None,
+    journal: PromptJournal | None = None,
+    progress: bool = False,
+    add_bos: bool | None = None,
+) -> RulerCell:
+    """Generate ``samples`` prompts of ``task`` at ``length`` (lm-eval's generator, :mod:`.tasks`),
+    decode each greedily for the task's ``max_new_tokens`` and score it.
+
+    Args:
+        model: a ``*ForCausalLM`` in eval mode, patched as it should run.
+        tokenizer: its tokenizer (the prompts are sized with it).
+        task: a row of :data:`~ropescale.evals.ruler.tasks.TASKS`.
+        length: prompt plus generated tokens, as lm-eval's ``max_seq_length``.
+        samples: prompts in the cell.
+        seed: seed of the generator.
+        essay: the prose haystack's words, for the essay variants.
+        journal: where decoded prompts are kept until the cell is written (resuming).
+        progress: show a bar.
+        add_bos: prepend BOS; None follows the tokenizer.
+    """
+    check_positive_int("length", length)
+    check_positive_int("samples", samples)
+    start = time.time()
+    docs = generate_samples(task, tokenizer, length, samples, seed, essay)
+    head = bos_prefix(tokenizer, add_bos)
+    prompts = [head + encode(tokenizer, prompt_text(task, d)) for d in docs]
+    texts = greedy_generate(
+        model, tokenizer, prompts, task.max_new_tokens, progress=progress, desc=f"{task.name} {length}", journal=journal
+    )
+    cell = RulerCell(task.name, length, len(docs), seed, task.max_new_tokens, task.lm_eval_task, task.haystack)
+    for doc, prompt, text in zip(docs, prompts, texts):
+        outputs = [str(o) for o in doc["outputs"]]
+        cell.records.append(RulerRecord(int(doc["index"]), len(prompt), outputs, text, score(text, outputs)))
+    cell.elapsed_s = time.time() - start
+    return cell
+
+
+__all__ = ["MIN_SAMPLES", "RulerCell", "RulerRecord", "run_ruler_cell"]

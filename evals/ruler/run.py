@@ -1,0 +1,188 @@
+"""``ropescale eval ruler``'s runner: one model, one scaling, tasks × lengths, one file per cell.
+
+Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when
+their file records the same model, scaling request, samples, seed and runtime; a cell cut short
+resumes at its first undecoded prompt (a journal beside it). Runs of other methods into the same
+folder add their cells, and the report (:mod:`.report`) compares them with the unscaled model's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropescale._io import atomic_write_json
+from ropescale.evals.ruler.cell import RulerCell, run_ruler_cell
+from ropescale.evals.ruler.tasks import RulerTask, essay_haystack
+
+#: version of a cell file's layout
+SCHEMA = "ropescale.ruler.cell/1"
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """What the user asked for: a method (None: the checkpoint's own scaling, as saved), its factor
+    and parameters."""
+
+    method: str | None
+    factor: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        name = self.method or "as-saved"
+        if self.factor is not None and name.lower() not in ("none", "default"):
+            name += f"-x{self.factor:g}"
+        if self.params:
+            name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
+        return name
+
+    @property
+    def unscaled(self) -> bool:
+        return (self.method or "").lower() in ("none", "default")
+
+    def request(self) -> dict[str, Any]:
+        return {"method": self.method, "factor": self.factor, "params": dict(self.params)}
+
+
+def cell_name(scaling: Scaling, task: str, length: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{scaling.label}__{task}__{length}")
+
+
+class RulerRun:
+    """Runs ``tasks`` × ``lengths`` of one scaling of ``model`` into ``output``; call :meth:`run`."""
+
+    def __init__(
+        self,
+        model: str,
+        scaling: Scaling,
+        tasks: list[RulerTask],
+        lengths: list[int],
+        samples: int,
+        output: str | Path,
+        seed: int = 0,
+        runtime: Any = None,
+        essay_text: str | None = None,
+        progress: bool = True,
+    ):
+        self.model, self.scaling, self.tasks, self.lengths = model, scaling, tasks, lengths
+        self.samples, self.seed, self.output, self.progress = samples, seed, Path(output), progress
+        self.runtime, self.essay_text = runtime, essay_text
+        self.cells_dir = self.output / "cells"
+
+    def fingerprint(self, task: str, length: int) -> dict[str, Any]:
+        """What a cell's file must record for the cell to count as done."""
+        runtime = {k: v for k, v in self.runtime.to_dict().items() if k != "attention"} if self.runtime else {}
+        return {
+            "model": str(self.model),
+            "scaling_requested": self.scaling.request(),
+            "task": task,
+            "length": length,
+            "samples": self.samples,
+            "seed": self.seed,
+            "runtime": runtime,
+        }
+
+    def path(self, task: str, length: int) -> Path:
+        return self.cells_dir / f"{cell_name(self.scaling, task, length)}.json"
+
+    def is_done(self, task: str, length: int) -> bool:
+        path = self.path(task, length)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        ours = json.loads(json.dumps(self.fingerprint(task, length)))
+        return record.get("schema") == SCHEMA and record.get("fingerprint") == ours
+
+    def pending(self) -> list[tuple[RulerTask, int]]:
+        return [(t, n) for t in self.tasks for n in self.lengths if not self.is_done(t.name, n)]
+
+    def run(self) -> list[Path]:
+        """Run the pending cells (holding the folder's lock); return every cell file of this run."""
+        from ropescale._lock import output_lock
+
+        with output_lock(self.output, "results folder"):
+            todo = self.pending()
+            if todo:
+                from ropescale.evals.ruler.tasks import check_fits
+                from ropescale.models.loading import load_tokenizer
+
+                tokenizer = load_tokenizer(self.model)
+                for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
+                    check_fits(task, tokenizer, length)
+                self._run(todo)
+        return [self.path(t.name, n) for t in self.tasks for n in self.lengths]
+
+    def _run(self, todo: list[tuple[RulerTask, int]]) -> None:
+        from ropescale.evals.generation import PromptJournal
+        from ropescale.models.loading import from_pretrained, load_tokenizer
+        from ropescale.patching.model import attention_kernel, describe
+
+        tokenizer = load_tokenizer(self.model)
+        essay = essay_haystack(self.essay_text) if self.essay_text else None
+        kwargs = self.runtime.load_kwargs() if self.runtime else {}
+        s = self.scaling
+        model = from_pretrained(
+            self.model, method=s.method, factor=s.factor, replace=True, method_params=dict(s.params) or None, **kwargs
+        )
+        model = (self.runtime.place(model) if self.runtime else model).eval()
+        runtime = {**(self.runtime.to_dict() if self.runtime else {}), "attention": attention_kernel(model)}
+        for task, length in todo:
+            fingerprint = self.fingerprint(task.name, length)
+            journal = PromptJournal(self.path(task.name, length).with_suffix(".partial.jsonl"), fingerprint)
+            cell = run_ruler_cell(
+                model, tokenizer, task, length, self.samples, self.seed, essay, journal=journal, progress=self.progress
+            )
+            record = {
+                "schema": SCHEMA,
+                "fingerprint": fingerprint,
+                "label": s.label,
+                "unscaled": s.unscaled,
+                "scaling": describe(model),  # what the loaded model ran: the method and its resolved parameters
+                "rope_parameters": _rope_parameters(model),  # as the config holds them (a checkpoint as saved too)
+                "lm_eval_version": _lm_eval_version(),
+                "runtime": runtime,
+                "original_context": _original_context(model),
+                "cell": cell.to_dict(),
+            }
+            atomic_write_json(self.path(task.name, length), record)
+            journal.remove()
+
+
+def _rope_parameters(model: Any) -> Any:
+    return json.loads(json.dumps(getattr(model.config, "rope_parameters", None), default=str))
+
+
+def _lm_eval_version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
+
+
+def _original_context(model: Any) -> int:
+    from ropescale.patching.plan import original_geometry
+
+    return original_geometry(model.config)[2]
+
+
+def load_cells(output: str | Path) -> list[dict[str, Any]]:
+    """Every cell file of ``output`` (any scaling), with its :class:`RulerCell` under ``"result"``."""
+    out = []
+    for path in sorted((Path(output) / "cells").glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        if record.get("schema") != SCHEMA:
+            continue
+        record["result"] = RulerCell.from_dict(record["cell"])
+        out.append(record)
+    return out
+
+
+__all__ = ["SCHEMA", "RulerRun", "Scaling", "cell_name", "load_cells"]

@@ -1,0 +1,126 @@
+"""``ropescale eval ruler`` end to end on a tiny random model (2 samples at 1k tokens), and the
+retention / effective-length measures its report uses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ropescale.cli.eval_ruler import parse_lengths
+from ropescale.cli.main import main
+from ropescale.evals.ruler.measures import (
+    base_score,
+    effective_length_absolute,
+    effective_length_relative,
+    retention,
+    worst_retention,
+)
+from tests.conftest import tiny_model
+from tests.evals.ruler_fixtures import ruler_tokenizer
+
+
+@pytest.fixture(scope="module")
+def ruler_model_dir(tmp_path_factory):
+    tok = ruler_tokenizer()
+    path = tmp_path_factory.mktemp("ruler-model")
+    model = tiny_model(
+        vocab_size=len(tok),
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def _run(model_dir, out, *extra):
+    argv = ["eval", "ruler", "--model", model_dir, "--tasks", "niah_single_1,fwe", "--lengths", "1k"]
+    return main([*argv, "--samples", "2", "--device", "cpu", "--output", str(out), "--no-progress", *extra])
+
+
+def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
+    out = tmp_path / "ruler"
+    assert _run(ruler_model_dir, out, "--method", "none") == 0
+    cells = sorted((out / "cells").glob("*.json"))
+    assert [c.name for c in cells] == ["none__fwe__1024.json", "none__niah_single_1__1024.json"]
+    record = json.loads(cells[1].read_text())
+    cell = record["cell"]
+    assert (cell["task"], cell["length"], cell["samples"], cell["seed"]) == ("niah_single_1", 1024, 2, 0)
+    assert len(cell["records"]) == 2 and cell["max_new_tokens"] == 128 and cell["metric"] == "string_match_all"
+    assert all(r["prompt_tokens"] <= 1024 for r in cell["records"]) and record["unscaled"]
+    assert record["scaling"]["method"] == "default" and record["scaling"]["params"] == {"factor": 1.0}
+    assert record["rope_parameters"]["rope_type"] == "default" and record["lm_eval_version"]
+    assert not list(out.glob("cells/*.partial.jsonl"))  # journals go once the cell is written
+
+    mtimes = {c: c.stat().st_mtime_ns for c in cells}
+    assert _run(ruler_model_dir, out, "--method", "none") == 0  # a re-run skips finished cells
+    assert {c: c.stat().st_mtime_ns for c in cells} == mtimes
+
+    assert _run(ruler_model_dir, out, "--method", "yarn", "--factor", "2") == 0
+    yarn = json.loads((out / "cells" / "yarn-x2__fwe__1024.json").read_text())
+    assert yarn["scaling"]["method"] == "yarn" and yarn["scaling"]["params"]["factor"] == 2.0  # what the model ran
+    results = json.loads((out / "results.json").read_text())
+    assert results["has_unscaled"] and results["original_context"] == 1024
+    assert "retention" in results["measures"]["yarn-x2"]["fwe"]
+    report = (out / "report.md").read_text()
+    assert "| yarn-x2 | niah_single_1 |" in report and "worst retention" in report
+    assert "report:" in capsys.readouterr().out
+
+
+def test_too_short_length_is_refused_before_weights_load(ruler_model_dir, tmp_path, capsys, monkeypatch):
+    import ropescale.models.loading as loading
+
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    argv = ["eval", "ruler", "--model", ruler_model_dir, "--method", "none", "--tasks", "cwe", "--lengths", "1k"]
+    assert main([*argv, "--device", "cpu", "--output", str(tmp_path / "out")]) == 2
+    assert "cwe at 1024 tokens: its smallest prompt takes about" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "cells").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--method", "yarn"], "--method yarn needs --factor"),
+        (["--method", "none", "--tasks", "niah_single_2"], "downloads; run 'niah_single_2[austen]'"),
+        (["--method", "none", "--lengths", "4q"], "positive token counts such as 4096 or 4k"),
+    ],
+)
+def test_eval_ruler_refusals(argv, message, capsys, tmp_path):
+    full = ["eval", "ruler", "--model", "nowhere", "--lengths", "1k", "--output", str(tmp_path), *argv]
+    assert main(full) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_parse_lengths():
+    assert parse_lengths("4k, 16k,32768") == [4096, 16384, 32768]
+    for bad in ("0", "4k,4096", "", "k"):
+        with pytest.raises(ValueError):
+            parse_lengths(bad)
+
+
+def test_retention():
+    kept = retention({1024: 50.0, 2048: 45.0, 8192: 10.0}, {1024: 50.0, 2048: 50.0, 8192: 40.0}, 2048)
+    assert kept == {1024: 100.0, 2048: 90.0} and worst_retention(kept) == 90.0  # lengths > L left out
+    assert retention({1024: 12.0}, {1024: 10.0}, 2048, higher_is_better=False) == {1024: pytest.approx(100 / 1.2)}
+    assert retention({1024: 5.0}, {1024: 0.0}, 2048) == {1024: None} and worst_retention({1024: None}) is None
+
+
+def test_effective_length_absolute():
+    assert effective_length_absolute({4096: 90.0, 8192: 80.0, 16384: 86.0}) == 16384  # shorter need not pass
+    assert effective_length_absolute({4096: 85.5}) is None and effective_length_absolute({4096: 85.6}) == 4096
+
+
+def test_effective_length_relative():
+    own = {1024: 60.0, 2048: 40.0, 8192: 44.0, 16384: 43.0}
+    assert base_score(own, 2048) == 50.0
+    assert effective_length_relative(own, 2048) == (16384, "")  # 43 ≥ 0.85 × 50 = 42.5
+    scaled = {2048: 45.0, 8192: 44.0, 16384: 30.0}
+    assert effective_length_relative(scaled, 2048, base=own) == (8192, "")  # base: the unscaled model's 50
+    length, why = effective_length_relative({2048: 20.0, 8192: 19.0}, 2048, floor=30.0)
+    assert length is None and "beyond the model" in why
+    assert effective_length_relative({8192: 50.0}, 2048)[1].startswith("no score at a length")
+    assert effective_length_relative({2048: 50.0, 8192: 10.0}, 2048, floor=None) == (2048, "")
