@@ -38,14 +38,9 @@ GUIDE_MAX_BYTES = 16_000
 #: reference tables looked up a row at a time, not read through (docs/errors.md: one row per refusal)
 REFERENCE_TABLES = {"docs/errors.md"}
 #: pages whose known defect another branch fixes: strict, so the entry must go once it is fixed
-KNOWN_BROKEN = {
-    (
-        "docs/evaluation.md",
-        "ropescale eval perplexity",
-    ): "a synopsis with [--flags] in a bash block; its top is rewritten on the task-table branch (issue 43)",
-}
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 #: pages other branches add; drop an entry once that branch is merged (the test then checks it exists)
-PENDING: set[str] = {"docs/plan.md", "docs/data.md"}
+PENDING: set[str] = set()
 #: backticked repository paths, e.g. `ropescale/methods/yarn.py` (no placeholders, globs or runs/ outputs)
 PATH = re.compile(r"`((?:ropescale|evals|cli|tests|benchmarks|configs|docs)/[\w./-]+)`")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
