@@ -258,8 +258,10 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
 def answer(markdown: str) -> str:
     """The report's answer: each section's first table with the line that introduces it (the rest, the
     protocol and notes, stays in report.md and is printed with ``--verbose``)."""
-    lines: list[str] = []
-    for section in re.split(r"^## ", markdown, flags=re.M)[1:]:
+    head, *sections = re.split(r"^## ", markdown, flags=re.M)
+    # what a scaled checkpoint carries, and how its rows relate to it, is part of the answer
+    lines = [p.strip() for p in head.split("\n\n") if p.strip().startswith("The checkpoint carries")]
+    for section in sections:
         title, *body = section.splitlines()
         table: list[str] = []
         intro = ""
