@@ -101,11 +101,11 @@ def run(model_name: str, method: str, lengths: list[int], runtime, repeats: int,
     from ropescale.data.documents import load_documents, tokenize_documents
     from ropescale.errors import RopescaleError
     from ropescale.models.loading import load_config, resolve_model
-    from ropescale.patching.plan import original_geometry, provenance
+    from ropescale.patching.plan import provenance, trained_context
     from ropescale.scoring.perplexity import evaluate_perplexity
 
     tokenizer = ropescale.load_tokenizer(model_name)
-    L = original_geometry(load_config(model_name))[2]
+    L = trained_context(load_config(model_name))
     longest = max(lengths)
     docs = tokenize_documents(tokenizer, load_documents(data), max_tokens=longest, min_tokens=longest)
     if not docs:

@@ -194,9 +194,9 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
 def _original_context(model: str) -> int:
     """The trained context L of ``model`` (its config only; no weights are loaded)."""
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import original_geometry
+    from ropescale.patching.plan import trained_context
 
-    return original_geometry(load_config(model))[2]
+    return trained_context(load_config(model))
 
 
 def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -167,6 +167,6 @@ def _original_context(model: str, given: int | None) -> int:
     if given:
         return given
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import original_geometry
+    from ropescale.patching.plan import trained_context
 
-    return original_geometry(load_config(model))[2]
+    return trained_context(load_config(model))

@@ -404,9 +404,9 @@ def _trained_context(model: str) -> int | None:
     """The model's trained context L, from its config (None if it cannot be read here)."""
     try:
         from ropescale.models.loading import load_config
-        from ropescale.patching.plan import original_geometry
+        from ropescale.patching.plan import trained_context
 
-        return int(original_geometry(load_config(model))[2])
+        return int(trained_context(load_config(model)))
     except Exception:  # noqa: BLE001 - a report is still written without the flag's perplexity half
         return None
 

@@ -413,14 +413,14 @@ class SuiteRunner:
         from ropescale.evals.saved import scaling_origin
         from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
         from ropescale.patching.model import attention_kernel, patch
-        from ropescale.patching.plan import original_geometry
+        from ropescale.patching.plan import trained_context
         from ropescale.patching.readback import restore_scaling, scaling_of, snapshot_scaling
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
         # everything that can fail on bad input is checked before the output or the weights are touched
         config = load_config(self.suite.model)
         check_against_model(self.suite, config)  # each method planned on the config, before any weights
-        check_lengths(self.suite, original_geometry(config)[2])
+        check_lengths(self.suite, trained_context(config))
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
         todo = self.pending()
         if todo:  # the tokenizer and the data can be refused too: before the folder is written

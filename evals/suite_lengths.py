@@ -102,9 +102,9 @@ def prepare(
     if not relative and target_length is None:
         return raw
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import original_geometry
+    from ropescale.patching.plan import trained_context
 
-    L = original_geometry(load_config(str(raw.get("model") or "smollm2-135m")))[2]
+    L = trained_context(load_config(str(raw.get("model") or "smollm2-135m")))
     target = (
         target_length
         if target_length is not None

@@ -19,6 +19,7 @@ from typing import Any
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED, Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
+from ropescale.rope_math import yarn_mscale
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class YarnTemperature:
             f"{alt.ppl[n]:.1f} vs {row.ppl[n]:.1f} at {_k(n)}" for n in sorted(n for n in alt.ppl if n in row.ppl)
         )
         return (
-            f"YaRN's attention temperature ({1 + 0.1 * math.log(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
+            f"YaRN's attention temperature ({yarn_mscale(row.factor or 1):.3f} at ×{row.factor or 1:g}) trades "
             f"retrieval for long-context PPL: attention_factor=1.0 gives passkey {pk} "
             f"at {'/'.join(_k(n) for n in sorted(alt.passkey))} (default {pk_default}) but PPL {ppl} "
             f"({self.source.source}): use it for retrieval, the default for long-document language modelling"

@@ -39,6 +39,7 @@ FLOORS = {
     "ropescale.methods": 2,
     "ropescale._lock": 1,  # one writer per output (raises RopescaleError)
     "ropescale.options": 0,
+    "ropescale.rope_math": 0,  # closed forms several rooms share (YaRN's attention temperature)
     "ropescale.errors": 0,
     "ropescale._io": 0,
     "ropescale._yaml": 1,  # YAML from users: duplicate keys refused (raises RopescaleError)

@@ -165,9 +165,9 @@ def _lm_eval_version() -> str:
 
 
 def _original_context(model: Any) -> int:
-    from ropescale.patching.plan import original_geometry
+    from ropescale.patching.plan import trained_context
 
-    return original_geometry(model.config)[2]
+    return trained_context(model.config)
 
 
 def load_cells(output: str | Path) -> list[dict[str, Any]]:

@@ -38,7 +38,6 @@ engine has no implementation of it, whatever the config says).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,11 +100,6 @@ def version_tuple(text: str) -> tuple[int, ...]:
             break
         out.append(int(digits))
     return tuple(out)
-
-
-def yarn_mscale(factor: float) -> float:
-    """YaRN's default attention factor 0.1 ln(s) + 1 (transformers, vLLM, SGLang)."""
-    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
 def engine_context(engine: Engine, rope: dict, data: dict) -> int | None:

@@ -41,6 +41,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..rope_math import yarn_mscale
+
 #: rope types whose original context transformers / the engines read from a field of its own
 NEEDS_ORIGINAL_CONTEXT = ("yarn", "llama3", "longrope")
 #: rope_type -> the fields transformers 4.57 reads for it (beside rope_type), in the order written
@@ -103,7 +105,7 @@ def legacy_rope_scaling(rope: dict[str, Any], max_position_embeddings: int | Non
     if rope_type == "yarn" and out.get("attention_factor") is not None and "mscale" not in out:
         # vLLM < 0.30 and SGLang read YaRN's attention factor only as attn_factor, which multiplies
         # their default 0.1 ln(factor) + 1; transformers and vLLM >= 0.30 read attention_factor
-        default = 1.0 if out.get("factor", 1) <= 1 else 0.1 * math.log(out["factor"]) + 1.0
+        default = yarn_mscale(out.get("factor", 1))
         out["attn_factor"] = out["attention_factor"] / default
     if rope_type == "longrope" and "attention_factor" not in out:
         # 4.57 derives longrope's factor as max_position_embeddings / original context; where that

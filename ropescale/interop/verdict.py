@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..rope_math import yarn_mscale
 from .engines import (
     APPROXIMATES,
     CANNOT,
@@ -22,7 +23,6 @@ from .engines import (
     engine_context,
     flat_rope,
     original_context,
-    yarn_mscale,
 )
 from .legacy import FIELDS
 

@@ -36,12 +36,12 @@ both (:func:`ropescale.patching.plan._check_attention_on_extended`) instead of r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..rope_math import yarn_mscale
 from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, Linear
 from .self_extend import _check_int
@@ -51,7 +51,7 @@ from .yarn import Yarn
 FREQUENCIES: dict[str, type[ScalingMethod]] = {"default": Default, "linear": Linear, "ntk": NTK, "yarn": Yarn}
 _ALIASES = {"none": "default", "pi": "linear", "ntk_aware": "ntk"}  # the registry's spellings
 #: the reference's cos/sin factor (``attention_factor`` in HKUNLP/STRING's string_for_llama.py / string_for_qwen2.py)
-STRING_FACTOR = 0.1 * math.log(2) + 1
+STRING_FACTOR = yarn_mscale(2)
 #: ``temperature``: the reference's factor, or the frequency method's own (ours)
 TEMPERATURES = ("string", "frequencies")
 

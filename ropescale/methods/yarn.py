@@ -14,12 +14,8 @@ from typing import Any
 
 import torch
 
+from ..rope_math import yarn_mscale
 from .base import RotarySpec, ScalingMethod, check_number
-
-
-def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    """0.1·m·ln(s) + 1, and 1 for s ≤ 1 (YaRN eq. 22; DeepSeek's ``get_mscale``)."""
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
 def correction_range(spec: RotarySpec, beta_fast: float, beta_slow: float, truncate: bool) -> tuple[float, float]:

@@ -142,6 +142,12 @@ def original_spec(config: Any) -> RotarySpec:
     return rotary_spec(config, rope, L)
 
 
+def trained_context(config: Any) -> int:
+    """L, the context the model was trained at: a scaled checkpoint's original context (from its provenance
+    block or its rope parameters), an unscaled one's ``max_position_embeddings``."""
+    return original_geometry(config)[2]
+
+
 def original_geometry(config: Any, original_max_position_embeddings: int | None = None) -> tuple[dict, int, int]:
     """(original rope_parameters, original max_position_embeddings field, original context L).
 
@@ -258,7 +264,7 @@ def _check_attention_on_extended(config: Any, method: str | ScalingMethod) -> No
     if rope_type.startswith(NON_NATIVE_PREFIX):
         return
     extended = int(config.max_position_embeddings)
-    L = original_geometry(config)[2]
+    L = trained_context(config)
     reference = REFERENCE_ON_EXTENDED.get(name, "the reference keeps them").format(shift=int(0.33 * extended), L=L)
     raise RopescaleError(
         f"{name} on an already extended model (rope_parameters.rope_type = '{rope_type}', max_position_embeddings "

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..methods import RotarySpec, get_method
+from ..rope_math import yarn_mscale
 
 #: LongRoPE's short factors: the searched schedule itself, or the model's own frequencies (ones)
 SHORT_CHOICES = ("long", "original")
@@ -114,7 +115,7 @@ class LongRopeSpace:
     def fixed_attention(self) -> float | None:
         """The attention factor every candidate uses, or None when it varies."""
         if self.attention == "yarn":
-            return 0.1 * math.log(self.factor) + 1
+            return yarn_mscale(self.factor)
         return self.attention if isinstance(self.attention, float) else None
 
     @property
