@@ -85,15 +85,11 @@ def _patch(args: argparse.Namespace, kw: dict, out) -> int:
         with saving_quietly():
             save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
     else:
-        model = from_pretrained(
+        model = from_pretrained(  # the plan made (and printed) above is the one that writes the checkpoint
             args.model,
-            method=kw["method"],
-            factor=kw["factor"],
             original_max_position_embeddings=kw["original_max_position_embeddings"],
-            replace=kw["replace"],
             sliding_window=kw["sliding_window"],
-            method_params=kw["params"],
-            target_length=kw["target_length"],
+            plan=plan,
         )
         with saving_quietly():
             save_pretrained(

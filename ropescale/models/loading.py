@@ -198,6 +198,7 @@ def from_pretrained(
     method_params: dict[str, Any] | None = None,
     *,
     target_length: int | None = None,
+    plan: Any = None,
     **hf_kwargs: Any,
 ) -> Any:
     """Load a causal LM and apply a RoPE scaling, ready to use.
@@ -214,6 +215,10 @@ def from_pretrained(
         replace: allow replacing an existing scaling (starts from the original parameters).
         sliding_window: ``"keep"``, ``None`` or a width, for Mistral-style models.
         method_params: the method's own parameters (``{"beta_fast": 32}``...).
+        plan: a :class:`~ropescale.patching.plan.PatchPlan` already made for this model (by
+            ``plan_patch`` on its config), applied as it is instead of planning again from the
+            arguments above, which must then be left out: ``ropescale patch`` prints a plan and
+            writes the checkpoint from that same object.
         **hf_kwargs: passed to ``AutoModelForCausalLM.from_pretrained`` (``dtype``, ``device_map``,
             ``attn_implementation``...).
 
@@ -224,13 +229,18 @@ def from_pretrained(
 
     if isinstance(method, str) and method.strip().lower() == "saved":
         method = None  # the scaling the checkpoint carries, as the evaluation commands spell it
+    given, plan = plan, None
+    if given is not None and (method is not None or factor is not None or method_params or target_length is not None):
+        raise ValueError("give from_pretrained either a plan or method/factor/target_length/parameters, not both")
     if method is not None:  # a wrong name or parameter fails before any conversion or download
         check_method_args(method, factor if target_length is None else None, **(method_params or {}))
     resolved = resolve_model(name_or_path)
     shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
     config = _read_config(resolved, original_max_position_embeddings, **shared)
     check_supported(config)
-    if method is not None:
+    if given is not None:
+        plan = given
+    elif method is not None:
         plan = plan_patch(
             config,
             method,

@@ -191,3 +191,32 @@ def test_failure_while_writing_leaves_nothing(capsys, model_dir, tmp_path, monke
     assert_one_line_error(code, err, "disk full")
     assert not out_dir.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_the_plan_printed_is_the_plan_written(capsys, model_dir, tmp_path, monkeypatch):
+    """`patch --output` plans once: the PatchPlan it summarises is the object from_pretrained applies
+    (before, from_pretrained planned again from the keyword arguments)."""
+    import ropescale.models.loading as loading
+    import ropescale.patching.plan as plan_mod
+
+    made, applied = [], []
+    real_plan, real_load = plan_mod.plan_patch, loading.from_pretrained
+    monkeypatch.setattr(plan_mod, "plan_patch", lambda *a, **k: made.append(real_plan(*a, **k)) or made[-1])
+    monkeypatch.setattr(loading, "plan_patch", plan_mod.plan_patch)
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: applied.append(k.get("plan")) or real_load(*a, **k))
+    out = tmp_path / "y2"
+    code, stdout, err = run(
+        capsys, "patch", "--model", str(model_dir), "--method", "yarn", "--factor", "2", "--output", str(out)
+    )
+    assert code == 0, err
+    assert len(made) == 1 and applied == [made[0]]
+    assert json.loads((out / "config.json").read_text())["rope_parameters"]["factor"] == 2
+
+
+def test_from_pretrained_refuses_a_plan_beside_a_method(model_dir):
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import plan_patch
+
+    plan = plan_patch(load_config(str(model_dir)), "yarn", 2)
+    with pytest.raises(ValueError, match="either a plan or method"):
+        ropescale.from_pretrained(str(model_dir), method="yarn", factor=2, plan=plan)
