@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ropescale.interop.engines import select
-    from ropescale.interop.verdict import check, format_table, read_config_json
+    from ropescale.interop.verdict import check, format_table, read_config_json, verdict_line
     from ropescale.methods.self_extend_llamacpp import llamacpp_note_for_config
 
     engines = select(args.engines)
@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(report.to_json(), **({"llama_cpp_self_extend": note} if note else {})), indent=2))
     else:
+        print(verdict_line(report))  # the answer first, then the table
         print(format_table(report))
         if note:
             print(note)
@@ -78,12 +79,20 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.loses or report.fails else 0
 
 
-def print_saved(directory: str | Path) -> None:
-    """After a save (patch --output, export): the verdict table of the written config.json."""
-    from ropescale.interop.verdict import check, format_table, read_config_json
+def print_saved(directory: str | Path, verbose: bool = False) -> None:
+    """After a save (patch --output, export): which loaders keep the written config.json's scaling, in one
+    line, with the note where a loader needs one; the table with ``verbose`` (or ``ropescale doctor DIR``)."""
+    from ropescale.interop.verdict import check, format_table, read_config_json, verdict_line
 
     data, _ = read_config_json(str(directory))
-    print(format_table(check(data, f"{directory}/config.json")))
+    report = check(data, f"{directory}/config.json")
+    if verbose:
+        print(format_table(report))
+        return
+    print("loaders: " + verdict_line(report))
+    if report.note:
+        print(f"note: {report.note}")
+    print(f"table:   ropescale doctor {directory}")
 
 
 @contextlib.contextmanager

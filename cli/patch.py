@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config-only", action="store_true", help="with --output: write only the config")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
     p.add_argument(
-        "--verbose", action="store_true", help="without --output: add each rotary pair's wavelength before/after"
+        "--verbose",
+        action="store_true",
+        help="without --output: add each rotary pair's wavelength before/after; with it: the table of loaders",
     )
     p.set_defaults(func=run, model=None, method=None)  # defaults resolved in _from_search
 
@@ -98,7 +100,7 @@ def _patch(args: argparse.Namespace, kw: dict, out) -> int:
     print(
         f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}"
     )
-    print_saved(out)  # which loaders keep the scaling (ropescale doctor)
+    print_saved(out, verbose=args.verbose)  # which loaders keep the scaling: one line (the table: --verbose)
     return 0
 
 

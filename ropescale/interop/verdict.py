@@ -297,6 +297,24 @@ def engine_note(intent: Intent, verdicts: list[EngineVerdict]) -> str | None:
     return f"{intent.method} in serving engines: " + "; ".join(parts)
 
 
+def verdict_line(report: Report) -> str:
+    """The answer in one line: how many loaders keep the scaling, and which do what else.
+
+    ``yarn: every loader keeps it (12 of 12)``, or ``dynamic_ntk: 3 of 12 keep it; approximates: vLLM
+    0.12-0.19 ...; fails: ...`` (a loader named once, by the verdict it gets).
+    """
+    n = len(report.verdicts)
+    keep = sum(v.verdict == KEEPS for v in report.verdicts)
+    what = report.method + ("" if report.scaled else " (no scaling)")
+    if keep == n:
+        return f"{what}: every loader keeps it ({n} of {n})"
+    groups: dict[str, list[str]] = {}
+    for v in report.verdicts:
+        if v.verdict != KEEPS:
+            groups.setdefault(v.verdict, []).append(f"{v.name} {v.versions}")
+    return f"{what}: {keep} of {n} keep it; " + "; ".join(f"{k}: {', '.join(names)}" for k, names in groups.items())
+
+
 def format_table(report: Report) -> str:
     """The report as text.
 
@@ -322,6 +340,7 @@ __all__ = [
     "EngineVerdict",
     "check",
     "format_table",
+    "verdict_line",
     "outside_note",
     "KEEPS",
     "APPROXIMATES",

@@ -180,3 +180,29 @@ def test_kv_consistent_checkpoints_say_what_other_loaders_do(tmp_path, capsys, m
     got = {e["engine"]: e for e in json.loads(capsys.readouterr().out)["engines"]}
     assert got["transformers5"]["verdict"] == engines.CANNOT
     assert got["transformers5"]["why"].startswith(f"plain {method} without KV-consistent rotation")
+
+
+def test_the_verdict_line_names_every_loader_that_does_not_keep_it(tmp_path):
+    """The one-line answer counts the keepers and names each other loader once, by its verdict."""
+    from ropescale.cli.main import main
+    from ropescale.interop.verdict import check, read_config_json, verdict_line
+
+    src = tmp_path / "src"
+    tiny_model().save_pretrained(src)
+    for method, out in (("yarn", "y"), ("dynamic_yarn", "dy")):
+        assert (
+            main(
+                ["patch", "--model", str(src), "--method", method, "--factor", "4"]
+                + ["--output", str(tmp_path / out), "--config-only"]
+            )
+            == 0
+        )
+    keeps = check(read_config_json(str(tmp_path / "y"))[0], "y")
+    assert verdict_line(keeps) == f"yarn: every loader keeps it ({len(keeps.verdicts)} of {len(keeps.verdicts)})"
+    report = check(read_config_json(str(tmp_path / "dy"))[0], "dy")
+    line = verdict_line(report)
+    others = [v for v in report.verdicts if v.verdict != "keeps"]
+    assert others and line.startswith(
+        f"dynamic_yarn: {len(report.verdicts) - len(others)} of {len(report.verdicts)} keep it; "
+    )
+    assert all(line.count(f"{v.name} {v.versions}") == 1 for v in others)

@@ -204,4 +204,15 @@ def test_patch_cli_config_only_writes_the_keys_and_the_verdict(tmp_path, capsys)
     assert code == 0, out
     data = json.loads((tmp_path / "out" / "config.json").read_text())
     assert data["rope_scaling"]["rope_type"] == "llama3"
+    assert "loaders: llama3: every loader keeps it" in out and "loses" not in out  # the answer, in one line
+    assert "transformers 4.45-4.57" not in out  # the table only on request
+    capsys.readouterr()
+    assert (
+        main(
+            ["patch", "--model", str(src), "--method", "llama3", "--factor", "8", "--verbose"]
+            + ["--output", str(tmp_path / "out2"), "--config-only"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
     assert "transformers 4.45-4.57" in out and "keeps" in out and "loses" not in out
