@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         patch_flags=" --replace" if is_scaled(config) else "",
     )
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
+    rec.commands = [(what, _without_recipe_settings(cmd)) for what, cmd in rec.commands]
     if args.json:
         import json
 
@@ -139,3 +140,44 @@ def _as_shipped_recipe(command: str, commands: list[tuple[str, str]]) -> str:
         except RopescaleError:  # a recipe that does not take the keys is not this one
             continue
     return command
+
+
+def _trains(recipe: str, overrides: list[str]) -> dict:
+    """What a recipe with overrides trains: every setting but the run's name and folder."""
+    from ropescale.training.config import load_config
+
+    d = load_config(recipe, overrides).to_dict()
+    d.pop("name", None)
+    d["train"].pop("output_dir", None)
+    return d
+
+
+def _without_recipe_settings(command: str) -> str:
+    """A ``ropescale train --config R KEY=VALUE...`` command without the overrides that say what ``R``
+    already sets (``model.name=smollm2-135m`` on a recipe for that model): the command that trains the
+    same, as short as it can be written; any other command as it is."""
+    import shlex
+
+    from ropescale.errors import RopescaleError
+
+    if not command.startswith("ropescale train --config "):
+        return command
+    try:
+        words = shlex.split(command)
+        recipe, overrides = words[3], words[4:]
+        base, asked = _trains(recipe, []), _trains(recipe, overrides)
+    except (ValueError, RopescaleError):  # a path the shell cannot read back, or a recipe that does not load
+        return command
+
+    def changes(override: str) -> bool:
+        try:
+            return _trains(recipe, [override]) != base
+        except RopescaleError:  # valid only beside another override (pose.target_length without pose.enabled)
+            return True
+
+    kept = [o for o in overrides if changes(o)]
+    try:
+        same = _trains(recipe, kept) == asked
+    except RopescaleError:
+        same = False
+    return shlex.join([*words[:4], *kept]) if same else command

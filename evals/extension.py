@@ -372,11 +372,17 @@ def fine_tune_measured(
     ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
     quoted = overrides_of(ev)
     instead = f" (not {shlex.join(quoted)})" if quoted else ""
+    # recall sentences are the passkey's own task (a fact early in the window, asked for late): keys found
+    # after training on them are a trained skill in the evaluation's format, not evidence of longer context
+    trained = (
+        " — keys its recall sentences train in the passkey's own format, not evidence of longer context on other tasks"
+    )
     text = (
-        f"the recipe as shipped with {shlex.join(overrides)}{instead} kept retrieval at "
+        f"the recipe as shipped with {shlex.join(overrides)}{instead} kept passkey retrieval at "
         f"{', '.join(map(length_text, _compared(best)))} on the same prompts ({best.source}): passkey "
         + ", ".join(map(cell, sorted(ft.passkey)))
         + (f"; PPL {ppl}" if ft.ppl else "")
+        + (trained if any(o.startswith("data.recall_facts") for o in overrides) else "")
     )
     return FineTuneQuote(line, caveat, overrides, text)
 

@@ -223,7 +223,7 @@ def recommend(
                 rec.commands.insert(
                     1,
                     (
-                        "fine-tune keeping retrieval",
+                        "fine-tune keeping passkey retrieval",
                         f"ropescale train --config {train_recipe} {keys} {shlex.join(found.variant)}",
                     ),
                 )

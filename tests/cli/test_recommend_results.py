@@ -59,3 +59,16 @@ def test_a_good_results_file_is_used(capsys, model_dir, tmp_path):  # noqa: F811
     )
     assert code == 0, err
     assert str(path) in out
+
+
+def test_train_commands_do_not_repeat_what_the_recipe_sets(capsys):
+    """A recipe's own settings are not repeated as overrides (model.name=smollm2-135m scaling.factor=4 ...)."""
+    from ropescale.cli.recommend import _without_recipe_settings
+
+    repeated = (
+        "ropescale train --config smollm2-135m/yarn_x4 model.name=smollm2-135m scaling.method=yarn scaling.factor=4"
+    )
+    assert _without_recipe_settings(repeated) == "ropescale train --config smollm2-135m/yarn_x4"
+    changed = "ropescale train --config smollm2-135m/yarn_x4 scaling.factor=8 model.name=smollm2-135m"
+    assert _without_recipe_settings(changed) == "ropescale train --config smollm2-135m/yarn_x4 scaling.factor=8"
+    assert _without_recipe_settings("ropescale patch --model m --factor 4") == "ropescale patch --model m --factor 4"

@@ -188,12 +188,15 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     assert "long.json" in quote.line and "retrieves less at 4k" in quote.caveat  # the most complete is quoted
     assert quote.variant == ("scaling.params={attention_factor: 1.07}", "data.recall_facts=4")
     text = quote.variant_text
-    assert "(not train.max_steps=400) kept retrieval at 4k, 8k on the same prompts" in text and "kept.json" in text
+    assert (
+        "(not train.max_steps=400) kept passkey retrieval at 4k, 8k on the same prompts" in text and "kept.json" in text
+    )
+    assert text.endswith("not evidence of longer context on other tasks")  # recall sentences: the passkey's format
     assert "passkey 4k 30/30, 8k 30/30, 32k 4/4 so far; PPL 2k/32k 25.10/27.70" in text  # 32k: not compared, not done
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=[long, kept], train_recipe="smollm2-135m/yarn_x4"
     )
-    command = dict(rec.commands)["fine-tune keeping retrieval"]
+    command = dict(rec.commands)["fine-tune keeping passkey retrieval"]
     assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
     assert rec.caveats[-1].endswith(text)
     longer = experiment(
@@ -267,7 +270,7 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=list(shipped_evidence()), train_recipe="smollm2-135m/yarn_x4"
     )
-    words = shlex.split(dict(rec.commands)["fine-tune keeping retrieval"])
+    words = shlex.split(dict(rec.commands)["fine-tune keeping passkey retrieval"])
     config = load_config(words[3], words[4:])  # the printed command is one `ropescale train` accepts
     assert words[:3] == ["ropescale", "train", "--config"] and config.data.recall_facts == 4
     assert config.scaling.params == {"attention_factor": 1.07} and config.pose.target_length == 32768
