@@ -66,16 +66,22 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
+    recipe = (
+        _pose_recipe(args.model, args.target_length / spec.original_max_position_embeddings)
+        if importlib.util.find_spec("ropescale.cli.train")
+        else None
+    )
     rec = recommend(
         args.model,
         spec.original_max_position_embeddings,
         args.target_length,
         args.budget,
         evidence=evidence,
-        train_recipe=_pose_recipe(args.model) if importlib.util.find_spec("ropescale.cli.train") else None,
+        train_recipe=recipe,
         patch_flags=" --replace" if is_scaled(config) else "",
     )
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
+    rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]
     rec.commands = [(what, _without_recipe_settings(cmd)) for what, cmd in rec.commands]
     if args.json:
         import json
@@ -86,8 +92,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pose_recipe(model: str) -> str:
-    """A shipped PoSE recipe to start from, the model's own if there is one (``configs/train/``)."""
+def _family(name: str) -> str:
+    """A model or recipe-folder name reduced to compare families: lower case, letters and digits only, a
+    leading ``meta`` dropped (``meta-llama/Meta-Llama-3-8B-Instruct`` and ``llama3-8b`` both start ``llama38b``)."""
+    import re
+
+    key = re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+    return key[4:] if key.startswith("meta") else key
+
+
+def _pose_recipe(model: str, factor: float | None = None) -> str:
+    """A shipped recipe to start from (``configs/train/``): the model family's own — the recipe folder whose
+    name the model's name starts with, the longest such (``Mistral-7B-v0.3`` takes ``mistral-7b-v0.3``, not
+    ``mistral-7b``) — at the factor asked for where the family has one (``yarn_x8`` for ×8); otherwise a PoSE
+    recipe of another family, which the printed command points at the model."""
     from pathlib import Path
 
     try:
@@ -95,9 +113,14 @@ def _pose_recipe(model: str) -> str:
     except ImportError:
         return "<recipe.yaml>"
     recipes = sorted(CONFIGS_DIR.rglob("*pose*.yaml"))
-    # the model's own: the measured extension recipe (PoSE inside, yarn_x*), then its PoSE recipes
-    own = sorted(r for r in (CONFIGS_DIR / Path(model).name).glob("yarn_x*.yaml") if "control" not in r.stem)
-    own += [r for r in recipes if r.parent.name == Path(model).name]
+    name = _family(Path(model).name if Path(model).exists() else model)
+    folders = [d for d in CONFIGS_DIR.iterdir() if d.is_dir() and name.startswith(_family(d.name))]
+    folder = max(folders, key=lambda d: len(_family(d.name)), default=CONFIGS_DIR / Path(model).name)
+    # the family's own: the extension recipes (yarn_x*; the factor asked for first), then its PoSE recipes
+    own = sorted(r for r in folder.glob("yarn_x*.yaml") if "control" not in r.stem and "_cp" not in r.stem)
+    if factor:
+        own.sort(key=lambda r: r.stem != f"yarn_x{factor:g}")  # stable: the rest keep their order
+    own += [r for r in recipes if r.parent == folder]
     pick = (own or recipes or [None])[0]
     return str(pick.relative_to(CONFIGS_DIR).with_suffix("")) if pick else "<recipe.yaml>"
 
@@ -181,3 +204,28 @@ def _without_recipe_settings(command: str) -> str:
     except RopescaleError:
         same = False
     return shlex.join([*words[:4], *kept]) if same else command
+
+
+def _as_the_family_trains(what: str, command: str, recipe: str | None, factor: float) -> tuple[str, str]:
+    """The fine-tune command on a family's own recipe at the factor asked for (``llama3-8b/yarn_x8`` for
+    ×8): the recipe's own windows (full or PoSE, as written for that family) rather than PoSE forced on
+    them; labelled by what it then does. Any other command as it is."""
+    import shlex
+    from pathlib import Path
+
+    from ropescale.errors import RopescaleError
+
+    if (
+        not recipe
+        or Path(recipe).name != f"yarn_x{factor:g}"
+        or not command.startswith(f"ropescale train --config {recipe} ")
+    ):
+        return what, command
+    try:
+        words = shlex.split(command)
+        kept = [w for w in words[4:] if not w.startswith("pose.")]
+        pose = _trains(recipe, kept)["pose"]["enabled"]
+    except (ValueError, RopescaleError, KeyError):
+        return what, command
+    label = what.replace("fine-tune (PoSE)", "fine-tune (PoSE)" if pose else "fine-tune (full windows)")
+    return label, shlex.join([*words[:4], *kept])

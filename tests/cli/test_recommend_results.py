@@ -72,3 +72,30 @@ def test_train_commands_do_not_repeat_what_the_recipe_sets(capsys):
     changed = "ropescale train --config smollm2-135m/yarn_x4 scaling.factor=8 model.name=smollm2-135m"
     assert _without_recipe_settings(changed) == "ropescale train --config smollm2-135m/yarn_x4 scaling.factor=8"
     assert _without_recipe_settings("ropescale patch --model m --factor 4") == "ropescale patch --model m --factor 4"
+
+
+@pytest.mark.parametrize(
+    "name, factor, recipe",
+    [
+        ("meta-llama/Meta-Llama-3-8B", 8, "llama3-8b/yarn_x8"),
+        ("/models/Meta-Llama-3-8B-Instruct", 4, "llama3-8b/yarn_x4"),
+        ("mistralai/Mistral-7B-v0.3", 4, "mistral-7b-v0.3/yarn_x4"),
+        ("Qwen/Qwen3-8B", 4, "qwen3-8b/yarn_x4"),
+        ("smollm2-135m", 4, "smollm2-135m/yarn_x4"),
+    ],
+)
+def test_a_model_gets_its_familys_recipe_at_the_factor_asked(name, factor, recipe):
+    """The recipe folder the model's name starts with, the longest such, at the factor asked for."""
+    from ropescale.cli.recommend import _pose_recipe
+
+    assert _pose_recipe(name, factor) == recipe
+
+
+def test_a_familys_full_window_recipe_is_not_forced_onto_pose():
+    from ropescale.cli.recommend import _as_the_family_trains
+
+    cmd = "ropescale train --config llama3-8b/yarn_x8 model.name=m pose.enabled=true pose.target_length=65536"
+    assert _as_the_family_trains("fine-tune (PoSE)", cmd, "llama3-8b/yarn_x8", 8) == (
+        "fine-tune (full windows)",
+        "ropescale train --config llama3-8b/yarn_x8 model.name=m",
+    )
