@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from ropescale.cli import config_path as config_path_cmd
 from ropescale.cli import data as data_cmd
@@ -103,8 +105,20 @@ def _broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
+def _one_line_warning(message, category, filename, lineno, line=None, _default=warnings.formatwarning) -> str:
+    """ropescale's own warnings as one line, ``ropescale: warning: ...`` (Python's default adds the file,
+    line and source line); other libraries' keep Python's format, so they are not taken for ours."""
+    if Path(filename).resolve().is_relative_to(_PACKAGE_ROOT):
+        return f"ropescale: warning: {' '.join(str(message).split())}\n"
+    return _default(message, category, filename, lineno, line)
+
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the checkout (cli/ beside ropescale/) or site-packages
+
+
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
+    default, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         args = parser.parse_args(argv)
         progress_only_on_a_terminal(args)
@@ -121,6 +135,8 @@ def _run(argv: Sequence[str] | None) -> int:
         if os.environ.get("ROPESCALE_DEBUG"):
             raise
         return report(exc)
+    finally:
+        warnings.formatwarning = default
 
 
 def progress_only_on_a_terminal(args: argparse.Namespace, terminal: bool | None = None) -> None:

@@ -184,6 +184,31 @@ def original_geometry(config: Any, original_max_position_embeddings: int | None 
     return rope, field, L
 
 
+#: released checkpoints whose config.json says a max_position_embeddings other than the context they were
+#: trained at, recognised by (model_type, max_position_embeddings, rope_theta): (trained context, source)
+CONFIG_SAYS_MORE = {
+    ("qwen2", 131072, 1000000.0): (32768, "Qwen2.5 is trained at 32768 (its model cards configure YaRN x4 from it)"),
+    ("qwen3", 40960, 1000000.0): (32768, "Qwen3 is trained at 32768 (its model cards configure YaRN x4 from it)"),
+    ("mistral", 32768, 10000.0): (8192, "Mistral-7B-v0.1 was trained at 8192 (YaRN's Mistral models scale from it)"),
+}
+
+
+def trained_context_hint(config: Any) -> str | None:
+    """One line where ``config`` is of a released family whose config.json overstates its trained context
+    (:data:`CONFIG_SAYS_MORE`): scaling from the stated number would reach less than the target (or, for
+    Mistral-7B-v0.1, 4× more than asked); ``original_max_position_embeddings`` says which one to use."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 0)) or 0)
+    key = (getattr(config, "model_type", None), getattr(config, "max_position_embeddings", None), theta)
+    if key not in CONFIG_SAYS_MORE:
+        return None
+    trained, source = CONFIG_SAYS_MORE[key]
+    return (
+        f"config.json says max_position_embeddings = {key[1]}, but {source}; the factor is taken from {key[1]} "
+        f"unless you pass --original-max-position-embeddings {trained} (original_max_position_embeddings={trained})"
+    )
+
+
 def plan_patch(
     config: Any,
     method: str | ScalingMethod,
@@ -208,6 +233,12 @@ def plan_patch(
             f"model is already scaled (rope_type/method '{what}'); pass replace=True (CLI: --replace) "
             "to replace the scaling, starting from the original parameters"
         )
+    if original_max_position_embeddings is None and provenance(config) is None and not is_scaled(config):
+        hint = trained_context_hint(config)
+        if hint is not None:
+            import warnings
+
+            warnings.warn(hint, UserWarning, stacklevel=2)
     kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
     params = {**_as_saved(config, method, factor, target_length), **params} if replace and not params else params
     if isinstance(method, ScalingMethod):
