@@ -78,7 +78,13 @@ def run(args: argparse.Namespace) -> int:
         args.budget,
         evidence=evidence,
         train_recipe=recipe,
-        patch_flags=" --replace" if is_scaled(config) else "",
+        # the printed patch commands reach the same factor: they carry the trained context given here
+        patch_flags=(" --replace" if is_scaled(config) else "")
+        + (
+            f" --original-max-position-embeddings {args.original_max_position_embeddings}"
+            if args.original_max_position_embeddings
+            else ""
+        ),
     )
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]

@@ -42,3 +42,16 @@ def test_the_cli_says_it_in_one_line():
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("ropescale: warning: config.json says max_position_embeddings = 40960")
+
+
+def test_recommend_carries_the_trained_context_into_its_commands(capsys):
+    """Given --original-max-position-embeddings, the printed patch command reaches the same x4 (without it,
+    the command would scale from the 131072 config.json states and change nothing)."""
+    from ropescale.cli.main import main
+
+    argv = ["recommend", "--model", str(SHAPES / "qwen2.5-7b"), "--target-length", "128k"]
+    assert main([*argv, "--original-max-position-embeddings", "32k"]) == 0
+    out = capsys.readouterr().out
+    assert "32,768 → 131,072 tokens, ×4" in out
+    patch = next(line.strip() for line in out.splitlines() if line.strip().startswith("ropescale patch"))
+    assert patch.split("--output")[0].endswith("--original-max-position-embeddings 32768 ")
