@@ -8,7 +8,8 @@ optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
     data:     {source: austen, holdout: [Emma], seq_len: 2048, bos_each_window: true, max_tokens: null,
-               recall_facts: 0, packing: auto, chat_loss: assistant, sources: [], short_share: 0}
+               recall_facts: 0, recall_forms: [digits], packing: auto, chat_loss: assistant, sources: [],
+               short_share: 0}
     pose:     {enabled: true, target_length: 32768, chunks: 2, content: skip}
     s2attn:   {enabled: false, group_ratio: 0.25}
     optim:    {lr: 2.0e-5, betas: [0.9, 0.95], weight_decay: 0.0, warmup_steps: 20, schedule: linear}
@@ -90,6 +91,7 @@ class DataSection:
     max_tokens: int | None = None  # stop tokenizing training text after this many tokens
     text_field: str = "text"
     recall_facts: int = 0  # recall sentences written into every window (training/recall.py); 0: none
+    recall_forms: list = field(default_factory=lambda: ["digits"])  # their forms (training/recall.py FORMS)
     packing: str = "auto"  # documents: kept apart in a window; stream: one sequence (auto: see training/packing.py)
     chat_loss: str = "assistant"  # chat JSONL (messages): loss on assistant turns only, or on all tokens
     sources: list = field(default_factory=list)  # a weighted mix [{source, weight}, ...] (data/sources.py)
@@ -332,6 +334,11 @@ def validate(c: TrainConfig) -> None:
     if c.data.max_tokens is not None:
         _positive("data.max_tokens", c.data.max_tokens)
     _positive("data.recall_facts", c.data.recall_facts, allow_zero=True)
+    from .recall import FORMS
+
+    forms = c.data.recall_forms
+    if not isinstance(forms, list) or not forms or any(f not in FORMS for f in forms):
+        raise ConfigError(f"data.recall_forms must be a non-empty list of {', '.join(FORMS)}; got {forms!r}")
     _one_of("data.packing", c.data.packing, PACKINGS)
     _one_of("data.chat_loss", c.data.chat_loss, CHAT_LOSSES)
     if c.data.sources:

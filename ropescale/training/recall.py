@@ -20,6 +20,13 @@ one. The loss is the ordinary next-token loss over the whole window.
   window length, not on the target, so a scaled fine-tune and its control (same seed, windows and
   chunks) see the same sentences at the same window indices, the fine-tune's quarters often in
   different chunks, thousands of positions apart.
+* **Forms** (``data.recall_forms``, default ``[digits]``): ``digits`` repeats the statement word for
+  word (the passkey's answer type, copied); ``paraphrase`` asks for the same digits in other words
+  ("The number of Colonel Ashby's parcel was 40817."), so the fact must be found by what it says, not
+  by a copied span; ``words`` and ``names`` make the answer a made-up word or a person, not digits;
+  ``hops`` states a number for one person and, for another, that theirs is the same, then gives the
+  second person's number late (two steps back). Each sentence draws its form from the list. None is
+  the passkey's or RULER's wording, so tasks other than the passkey judge what they teach.
 * **Deterministic.** Names, numbers and places come from the window's own generator (the data
   pipeline seeds one per window), so a resumed run writes the same sentences.
 """
@@ -41,6 +48,9 @@ SURNAMES = (
 )  # fmt: skip
 THINGS = ("parcel", "ledger", "cabin", "carriage", "account", "locker", "ticket", "room", "box", "letter")
 SENTENCE = "{title} {surname}'s {thing} number is {digits}."
+#: the forms a recipe may ask for (``data.recall_forms``); each a (first statement, later sentence) pair
+FORMS = ("digits", "paraphrase", "words", "names", "hops")
+SYLLABLES = ("ba", "ko", "ri", "sel", "tam", "vo", "nu", "pel", "dra", "mi", "zo", "ler", "qua", "fen", "ti", "gor")
 
 
 class RecallWriter:
@@ -51,24 +61,54 @@ class RecallWriter:
         n: sentences per window (≥ 1; at most ``len(SURNAMES)``).
     """
 
-    def __init__(self, tokenizer: Any, n: int) -> None:
+    def __init__(self, tokenizer: Any, n: int, forms: tuple[str, ...] = ("digits",)) -> None:
         if not 1 <= n <= len(SURNAMES):
             raise ValueError(f"recall sentences per window must be in [1, {len(SURNAMES)}], got {n}")
-        self.tokenizer, self.n = tokenizer, n
+        unknown = [f for f in forms if f not in FORMS]
+        if unknown or not forms:
+            raise ValueError(f"data.recall_forms must be a non-empty list of {', '.join(FORMS)}; got {list(forms)}")
+        self.tokenizer, self.n, self.forms = tokenizer, n, tuple(forms)
 
     def sentences(self, rng: np.random.Generator) -> list[np.ndarray]:
-        """``n`` sentences with distinct surnames, tokenized."""
+        """``n`` first statements with distinct surnames, tokenized (the later sentences: :meth:`pairs`)."""
+        return [first for first, _ in self.pairs(rng)]
+
+    def pairs(self, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``n`` (first statement, later sentence) pairs with distinct surnames, tokenized; for ``digits``
+        both are the same sentence (with one form, no draw is spent choosing it: the sentences of a
+        recipe without ``recall_forms`` are those it wrote before forms existed)."""
         out = []
         for surname in rng.choice(len(SURNAMES), size=self.n, replace=False):
             digits = "".join(str(d) for d in rng.integers(0, 10, size=int(rng.integers(3, 8))))
-            text = SENTENCE.format(
-                title=TITLES[rng.integers(len(TITLES))],
-                surname=SURNAMES[surname],
-                thing=THINGS[rng.integers(len(THINGS))],
-                digits=digits,
-            )
-            out.append(np.asarray(tokens_after_sentence(self.tokenizer, text), np.int64))
+            who = f"{TITLES[rng.integers(len(TITLES))]} {SURNAMES[surname]}"
+            thing = THINGS[rng.integers(len(THINGS))]
+            form = self.forms[0] if len(self.forms) == 1 else self.forms[int(rng.integers(len(self.forms)))]
+            first, later = self._texts(form, who, thing, digits, rng)
+            tokens = [np.asarray(tokens_after_sentence(self.tokenizer, t), np.int64) for t in (first, later)]
+            out.append((tokens[0], tokens[0] if later == first else tokens[1]))
         return out
+
+    @staticmethod
+    def _texts(form: str, who: str, thing: str, digits: str, rng: np.random.Generator) -> tuple[str, str]:
+        if form == "digits":
+            text = f"{who}'s {thing} number is {digits}."
+            return text, text
+        if form == "paraphrase":
+            return f"{who}'s {thing} number is {digits}.", f"The number of {who}'s {thing} was {digits}."
+        if form == "words":
+            word = "".join(SYLLABLES[i] for i in rng.integers(0, len(SYLLABLES), size=3))
+            return (
+                f"{who}'s {thing} is marked with the word {word}.",
+                f"The word marked on the {thing} of {who} was {word}.",
+            )
+        other = f"{TITLES[rng.integers(len(TITLES))]} {SURNAMES[int(rng.integers(len(SURNAMES)))]}"
+        if form == "names":
+            return f"{who} gave the {thing} to {other}.", f"The {thing} that {who} gave away went to {other}."
+        # hops: the number is stated for `other`, `who` is tied to it, and asked of `who` late
+        return (
+            f"{other}'s {thing} number is {digits}. {who}'s {thing} number is the same as {other}'s.",
+            f"So {who}'s {thing} number is {digits}.",
+        )
 
     def write(self, ids: np.ndarray, chunk_starts: np.ndarray, rng: np.random.Generator, first: int) -> None:
         """Overwrite ``ids`` in place with the statements and their repetitions.
@@ -81,14 +121,15 @@ class RecallWriter:
             first: the first index that may be written (after the BOS).
         """
         length = ids.size
-        sents = self.sentences(rng)
+        pairs = self.pairs(rng)
+        sents, later = [p[0] for p in pairs], [p[1] for p in pairs]
         quarter = length // 4
         said = self._place(sents, range(len(sents)), first, quarter, chunk_starts, rng)
         order = [i for i in rng.permutation(len(sents)) if i in said]
-        again = self._place(sents, order, length - quarter, length, chunk_starts, rng)
+        again = self._place(later, order, length - quarter, length, chunk_starts, rng)
         for i, at in again.items():  # only sentences that fit both times are written
             ids[said[i] : said[i] + sents[i].size] = sents[i]
-            ids[at : at + sents[i].size] = sents[i]
+            ids[at : at + later[i].size] = later[i]
 
     def _place(self, sents, order, lo: int, hi: int, chunk_starts, rng) -> dict[int, int]:
         """Start index of each sentence of ``order`` within ``[lo, hi)``, one after another, each
@@ -105,15 +146,21 @@ class RecallWriter:
         return placed
 
 
-def recall_writer(tokenizer: Any, n: int, seq_len: int) -> RecallWriter | None:
-    """The writer a recipe's ``data.recall_facts = n`` asks for (None for 0), refused when the
-    tokenizer is missing or ``n`` of its longest sentences do not fit a quarter of the window."""
+def recall_writer(
+    tokenizer: Any, n: int, seq_len: int, forms: tuple[str, ...] | list[str] = ("digits",)
+) -> RecallWriter | None:
+    """The writer a recipe's ``data.recall_facts = n`` (and ``data.recall_forms``) asks for (None for 0),
+    refused when the tokenizer is missing or ``n`` of its longest sentences do not fit a quarter of the window."""
     if not n:
         return None
     if tokenizer is None:
         raise RopescaleError(f"data.recall_facts={n} needs the model's tokenizer, and this run has none")
-    longest = SENTENCE.format(title="Admiral", surname=max(SURNAMES, key=len), thing="carriage", digits="0" * 7)
+    who, rng = f"Admiral {max(SURNAMES, key=len)}", np.random.default_rng(0)
+    texts = [t for f in forms for t in RecallWriter._texts(f, who, "carriage", "0" * 7, rng)]
+    longest = max(texts, key=lambda t: len(tokens_after_sentence(tokenizer, t)))
     need = 4 * n * len(tokens_after_sentence(tokenizer, longest))
+    if not set(forms) <= {"digits", "paraphrase"}:
+        need += 4 * n * 4  # a made-up word or another name can tokenize longer than the longest drawn here
     if seq_len < need:
         raise RopescaleError(f"data.recall_facts={n} needs data.seq_len >= {need} with this tokenizer, got {seq_len}")
-    return RecallWriter(tokenizer, n)
+    return RecallWriter(tokenizer, n, tuple(forms))

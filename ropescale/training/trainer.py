@@ -252,7 +252,7 @@ class Trainer:
             short_len=min(c.data.seq_len, original_spec(self.peft_model.config).original_max_position_embeddings),
         )
         self.bos_token_id = bos
-        recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len)
+        recall = recall_writer(self.tokenizer, c.data.recall_facts, c.data.seq_len, c.data.recall_forms)
         if stream is None:  # a weighted mix of sources (data.sources)
             return mixed_windows(c, self.tokenizer, self.output_dir / "data", spec, recall)
         return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)

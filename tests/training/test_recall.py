@@ -117,3 +117,47 @@ def test_a_tiny_run_trains_on_recall_windows(tmp_path, make_model):
     trainer.train()
     assert trainer.step == 2
     assert _sentences(char_tokenizer(), trainer.dataset.sample(0)["input_ids"].numpy())  # what it trained on
+
+
+def _text(tok, ids: np.ndarray) -> str:
+    return "".join(c if c and len(c) == 1 else "#" for c in tok.convert_ids_to_tokens(ids.tolist())).strip()
+
+
+def test_without_recall_forms_the_sentences_are_the_ones_written_before_forms():
+    """One form spends no draw choosing it: a digits-only writer gives, for the same generator, exactly the
+    sentences of the writer before forms existed (a transliteration of its draw order)."""
+    tok = char_tokenizer()
+    from ropescale.training import recall as R
+
+    def before(rng, n):  # the pre-forms writer's draws, in its order
+        out = []
+        for surname in rng.choice(len(R.SURNAMES), size=n, replace=False):
+            digits = "".join(str(d) for d in rng.integers(0, 10, size=int(rng.integers(3, 8))))
+            title, thing = R.TITLES[rng.integers(len(R.TITLES))], R.THINGS[rng.integers(len(R.THINGS))]
+            out.append(f"{title} {R.SURNAMES[surname]}'s {thing} number is {digits}.")
+        return out
+
+    got = RecallWriter(tok, 5).pairs(np.random.default_rng(7))
+    want = before(np.random.default_rng(7), 5)
+    assert [_text(tok, first) for first, _ in got] == want
+    assert all(first is later for first, later in got)  # digits: the statement itself, repeated
+
+
+@pytest.mark.parametrize("form", ["paraphrase", "words", "names", "hops"])
+def test_each_form_asks_again_in_other_words_with_the_same_answer(form):
+    tok = char_tokenizer()
+    for first, later in RecallWriter(tok, 4, (form,)).pairs(np.random.default_rng(3)):
+        a, b = _text(tok, first), _text(tok, later)
+        assert a != b and not a.startswith(b) and not a.endswith(b)  # not a copied span
+        answer = b.rstrip(".").split()[-1]  # the later sentence ends on the answer
+        assert answer in a  # ... which only the earlier statement gives
+        if form == "hops":  # the answer is stated for another person, tied to the one asked about
+            asked = b.split("So ")[1].split("'s")[0]
+            assert a.index(answer) < a.index(f"{asked}'s") and "the same as" in a
+
+
+def test_unknown_recall_forms_are_refused_naming_the_key(tmp_path):
+    from ropescale.training.config import load_config
+
+    with pytest.raises(ConfigError, match=r"data.recall_forms must be a non-empty list of digits, paraphrase"):
+        load_config("smollm2-135m/yarn_x4", ["data.recall_facts=2", "data.recall_forms=[digit]"])
