@@ -108,6 +108,12 @@ def _owner_alive(match: re.Match, path: Path) -> bool:
     pid = int(match["pid"])
     if pid == os.getpid():  # ours: a backup left by an interrupted block of this process is recovered
         return match["kind"] != "old" or path in _ACTIVE
+    return process_alive(pid, None if match["start"] == "x" else match["start"])
+
+
+def process_alive(pid: int, recorded_start: str | None) -> bool:
+    """Whether process ``pid`` still runs and is the one that started at ``recorded_start`` (a reused
+    pid is another process); where either start time is unknown, a running ``pid`` counts as alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +123,7 @@ def _owner_alive(match: re.Match, path: Path) -> bool:
     start = process_start(pid)
     if start == "zombie":
         return False
-    return match["start"] == "x" or start is None or start == match["start"]
+    return not (recorded_start and start and start != recorded_start)
 
 
 def helpers_of(output: str | os.PathLike, kinds: tuple[str, ...], dead_only: bool = True) -> list[Path]:

@@ -33,7 +33,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ._io import helper_key, helper_path, helpers_of, overlapping_input, process_start, recover_directory, remove_path
+from ._io import (
+    helper_key,
+    helper_path,
+    helpers_of,
+    overlapping_input,
+    process_alive,
+    process_start,
+    recover_directory,
+    remove_path,
+)
 from .errors import RopescaleError
 
 
@@ -54,17 +63,7 @@ def _alive(holder: dict[str, Any]) -> bool:
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # someone else's process: it exists
-    start = _process_start(pid)
-    if start == "zombie":
-        return False
-    recorded = holder.get("process_start")
-    return not (recorded and start and start != recorded)
+    return process_alive(pid, holder.get("process_start"))
 
 
 def _describe(holder: dict[str, Any]) -> str:
