@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale import options
 from ropescale.cli.common import _positive_int, add_model_args, add_runtime_args, parse_params, typed
 from ropescale.options import factor as _factor
 
@@ -21,16 +22,16 @@ EXAMPLE = (
 
 
 def parse_lengths(text: str) -> list[int]:
-    """``"4k,16k,32768"`` → ``[4096, 16384, 32768]`` (k = 1024)."""
+    """``"4k,16k,32768"`` → ``[4096, 16384, 32768]``: each item read by the one length parser
+    (:func:`ropescale.options.length`, k = 1024), each length once (a cell per length)."""
     out = []
     for item in (t.strip() for t in str(text).split(",")):
         if not item:
             continue
-        scale = 1024 if item.lower().endswith("k") else 1
-        digits = item[:-1] if scale > 1 else item
-        if not digits.isdigit() or int(digits) <= 0:
-            raise ValueError(f"--lengths must be positive token counts such as 4096 or 4k, got {item!r}")
-        out.append(int(digits) * scale)
+        try:
+            out.append(options.length(item))
+        except ValueError:
+            raise ValueError(f"--lengths must be positive token counts such as 4096 or 4k, got {item!r}") from None
     if not out or len(set(out)) != len(out):
         raise ValueError(f"--lengths must list distinct lengths, got {text!r}")
     return out
