@@ -212,3 +212,11 @@ def written_by_ropescale(folder: Path) -> bool:
         return isinstance(json.loads((folder / "config.json").read_text(encoding="utf-8")).get("ropescale"), dict)
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def model_slug(model: str) -> str:
+    """A model name or path as one file or folder name (``./models/y4`` → ``models-y4``): the default
+    outputs of ``eval`` and ``plot`` are named by it."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(model)).strip("-.") or "model"

@@ -17,6 +17,7 @@ from ropescale.cli.common import (
     add_factor_args,
     add_model_args,
     add_runtime_args,
+    model_slug,
     parse_params,
     typed,
     unit_floats,
@@ -213,7 +214,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         elif args.jitter:  # absent when 0, so cells of the fixed placement keep their protocol key
             settings["jitter"] = args.jitter
     return {
-        "name": f"{task}-{_slug(args.model)}",
+        "name": f"{task}-{model_slug(args.model)}",
         "model": args.model,
         "dtype": args.dtype,
         "device": args.device,
@@ -223,11 +224,6 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "methods": methods_from_args(args),
         task: settings,
     }
-
-
-def _slug(model: str) -> str:
-    """A model name or path as one folder name (``./models/y4`` → ``models-y4``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", str(model)).strip("-.") or "model"
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
@@ -243,7 +239,7 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
     from ropescale.evals.suite import load_suite
 
     suite = load_suite(args.suite, model=args.model, target_length=args.target_length, data=args.data)
-    output = args.output or f"runs/{suite.name}" + (f"-{_slug(args.model)}" if args.model else "")
+    output = args.output or f"runs/{suite.name}" + (f"-{model_slug(args.model)}" if args.model else "")
     if args.report_only:
         from ropescale.evals.suite import SuiteRunner
 

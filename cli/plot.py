@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import re
 
-from ropescale.cli.common import add_factor_args, add_model_args, add_original_context_arg, parse_params
+from ropescale.cli.common import add_factor_args, add_model_args, add_original_context_arg, model_slug, parse_params
 
 EXAMPLES = """examples:
   ropescale plot --methods linear,ntk,yarn,llama3 --factor 4 --output freq.png
@@ -98,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
         spec = plans[0].spec
     else:  # only "none": the original curve alone
         spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(args.model)).strip("-.") or "model"
-    output = args.output or f"{slug}-rope-{args.metric}.png"
+    output = args.output or f"{model_slug(args.model)}-rope-{args.metric}.png"
     title = (
         f"{args.model}: RoPE {args.metric} per pair (head_dim {spec.head_dim}, base {spec.base:g}, "
         f"L = {spec.original_max_position_embeddings:,})"
