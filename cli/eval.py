@@ -2,7 +2,8 @@
 
 Each task command builds a one-task suite from its flags and runs it through the same runner as
 ``ropescale eval suite``: cells are written atomically under ``--output`` as they finish, a re-run
-skips finished cells, and the run ends with a table, ``report.md``, ``results.json`` and plots.
+skips finished cells, and the run ends with a table, ``report.md``, ``results.json`` and plots. A
+task's flags are its settings' fields (:mod:`ropescale.evals.task_table`), as a suite file's keys are.
 """
 
 from __future__ import annotations
@@ -20,19 +21,14 @@ from ropescale.cli.common import (
     model_slug,
     parse_params,
     typed,
-    unit_floats,
 )
 from ropescale.cli.plan import add_plan_args, print_eval_plan
+from ropescale.evals import task_table
 from ropescale.evals.saved import SAVED, is_saved
 
 _LENGTHS = typed(options.lengths, "--lengths")
 
 EXAMPLES = {
-    "perplexity": "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
-    "--lengths 2048,8192,16384 --output runs/ppl",
-    "passkey": "example: ropescale eval passkey --method yarn --factor 4 --lengths 4096,8192,16384 "
-    "--depths 0,0.25,0.5,0.75,1 --trials 5",
-    "needle": "example: ropescale eval needle --task niah_multikey --method yarn --factor 4 --lengths 4096,8192",
     "suite": "examples: ropescale eval suite evals/suites/smollm2-x4.yaml --output runs/smollm2-x4\n"
     "  ropescale eval suite extend-check --model ./my-llama --target-length 32768   # any suite, any model",
 }
@@ -47,44 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     tasks = group.add_subparsers(dest="eval_command", metavar="TASK", parser_class=type(group))
     tasks.required = True
 
-    p = _task_parser(tasks, "perplexity", "sliding-window perplexity at several lengths")
-    p.add_argument(
-        "--lengths", type=_LENGTHS, required=True, help="comma-separated window lengths, e.g. 2048,8192,16384"
-    )
-    p.add_argument(
-        "--mode",
-        default="yarn",
-        choices=["yarn", "longlora", "nonoverlap"],
-        help="window protocol: yarn (PI/YaRN, stride 256, each token once), longlora (every token of "
-        "windows every STRIDE), nonoverlap (lm-eval rolling)",
-    )
-    p.add_argument(
-        "--stride",
-        type=_length,
-        default=None,
-        help="window stride in tokens (default 256; window for nonoverlap)",
-    )
-    p.add_argument("--max-tokens", type=_length, default=None, help="tokens scored per cell (default: 4 windows)")
-
-    p = _task_parser(tasks, "passkey", "passkey retrieval at several lengths and depths")
-    p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192,16384")
-    p.add_argument("--depths", default="0,0.25,0.5,0.75,1", help="needle depths in [0, 1]")
-    p.add_argument("--trials", type=int, default=5)
-    p.add_argument(
-        "--jitter",
-        type=float,
-        default=0.0,
-        help="spread each depth's trials over depth +- JITTER (e.g. 0.125 with the default depths), so a "
-        "cell's prompts are not one position with different keys; 0 (default): fixed depths, as every shipped cell",
-    )
-
-    p = _task_parser(tasks, "needle", "RULER-style multi-key / multi-value needles in a real-text haystack")
-    p.add_argument(
-        "--task", dest="needle_task", default="niah_single", help="niah_single, niah_multikey, niah_multivalue, ..."
-    )
-    p.add_argument("--lengths", type=_LENGTHS, required=True, help="prompt lengths in tokens, e.g. 4096,8192")
-    p.add_argument("--depths", default="0.25,0.5,0.75")
-    p.add_argument("--trials", type=int, default=3)
+    for row in task_table.TABLE.values():  # one command per task of the table that has none of its own
+        if row.command:
+            p = _task_parser(tasks, row.name, row.help, row.example)
+            p.add_argument("--lengths", type=_LENGTHS, required=True, help="lengths in tokens, e.g. 4096,8192 or 4k,8k")
+            task_table.add_flags(p, row)
 
     p = tasks.add_parser(
         "suite",
@@ -129,9 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     __import__("ropescale.cli.eval_longppl", fromlist=["register"]).register(tasks)  # LongPPL, own file
 
 
-def _task_parser(tasks, name: str, help_text: str) -> argparse.ArgumentParser:
+def _task_parser(tasks, name: str, help_text: str, example: str = "") -> argparse.ArgumentParser:
     p = tasks.add_parser(
-        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", epilog=EXAMPLES[name]
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".", epilog=example or None
     )
     add_model_args(p)
     p.add_argument(
@@ -202,17 +165,7 @@ def _original_context(model: str) -> int:
 
 def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
     task = args.task
-    settings: dict[str, Any] = {"lengths": list(args.lengths)}  # typed by argparse
-    if task == "perplexity":
-        settings.update(mode=args.mode, stride=args.stride, max_tokens=args.max_tokens)
-    else:
-        settings.update(depths=unit_floats("--depths", args.depths), trials=args.trials)
-        if args.trials <= 0:
-            raise ValueError(f"--trials must be positive, got {args.trials}")
-        if task == "needle":
-            settings["task"] = args.needle_task
-        elif args.jitter:  # absent when 0, so cells of the fixed placement keep their protocol key
-            settings["jitter"] = args.jitter
+    settings = task_table.settings_from_args(task_table.get(task), args)  # every setting, checked
     return {
         "name": f"{task}-{model_slug(args.model)}",
         "model": args.model,

@@ -27,8 +27,6 @@ from ropescale.models.runtime import runtime_text, same_runtime
 
 CELL_REMEDY = "remove it and run the suite again to recompute that cell"
 
-TASKS = ("perplexity", "passkey", "needle")
-
 
 def cell_record(
     entry: Any,
@@ -114,16 +112,16 @@ def cell_id(entry: Any, task: str, length: int) -> str:
 
 def measured(suite: Any, identity: dict[str, Any], task: str) -> dict[str, Any]:
     """The ``measured`` key of a cell of ``task``: the model (``identity["model"]``), the data it
-    reads (perplexity, and needle with a haystack; ``identity["data"]``) and the task's protocol (its
-    settings but the lengths, plus the seed of the retrieval tasks)."""
-    protocol = {k: v for k, v in (getattr(suite, task) or {}).items() if k != "lengths"}
-    if task != "perplexity":
-        protocol["seed"] = suite.seed
-    uses_data = task == "perplexity" or (task == "needle" and suite.data is not None)
+    reads (where its row says it reads the suite's data: perplexity, needle with a haystack;
+    ``identity["data"]``) and the task's protocol (:func:`.task_table.protocol`: its settings but the
+    lengths, plus the seed of a seeded task)."""
+    from ropescale.evals import task_table
+
+    row = task_table.get(task)
     return {
         "model": identity["model"],
-        "data": identity["data"] if uses_data else None,
-        "protocol": {"task": task, **protocol},
+        "data": identity["data"] if row.uses_data(suite) else None,
+        "protocol": task_table.protocol(row, suite.blocks.get(task) or {}, suite.seed),
     }
 
 
@@ -135,6 +133,8 @@ def check_measured(runner: Any) -> None:
     Raises:
         SuiteError: ``results folder 'D' holds C.json, measured with another model.fingerprint: 'a…' -> 'b…'; ...``
     """
+    from ropescale.evals import task_table
+
     if not runner.cells_dir.is_dir():
         return
     ours = {runner.cell_path(*cell) for cell in runner.suite.cells()}
@@ -143,7 +143,7 @@ def check_measured(runner: Any) -> None:
             record = json.loads(path.read_text())
         except ValueError:
             continue  # a damaged cell is recomputed (is_done) or ignored by the report
-        if not isinstance(record, dict) or record.get("task") not in TASKS:
+        if not isinstance(record, dict) or record.get("task") not in task_table.TABLE:
             continue
         if "measured" not in record:
             if path in ours:
@@ -152,11 +152,13 @@ def check_measured(runner: Any) -> None:
                 f"results folder '{runner.output}' holds {path.name}, written without a record of its model and "
                 "data; give another --output, or remove that cell"
             )
-        ours_now = json.loads(json.dumps(runner.measured(record["task"])))  # as it reads back
-        if record["measured"] != ours_now:
+        task = record["task"]
+        ours_now = json.loads(json.dumps(runner.measured(task)))  # as it reads back
+        if not task_table.same_measured(record["measured"], ours_now, task):
+            old, new = task_table.canonical(record["measured"], task), task_table.canonical(ours_now, task)
             raise SuiteError(
                 f"results folder '{runner.output}' holds {path.name}, measured with a different "
-                f"{difference(record['measured'], ours_now)}; give another --output, or remove the folder "
+                f"{difference(old, new)}; give another --output, or remove the folder "
                 "to measure again"
             )
 

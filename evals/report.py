@@ -50,8 +50,15 @@ class TaskTable:
     stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
 
     @property
+    def kind(self):
+        """The task's row in :mod:`.task_table` (how it renders, plots, and what it measures)."""
+        from ropescale.evals import task_table
+
+        return task_table.get(self.task)
+
+    @property
     def retrieval(self) -> bool:
-        return self.task != "perplexity"
+        return self.kind.retrieval
 
 
 def collect(suite, cells: list[dict[str, Any]]) -> list[TaskTable]:
@@ -59,7 +66,7 @@ def collect(suite, cells: list[dict[str, Any]]) -> list[TaskTable]:
     labels = [m.label for m in suite.methods]
     tables = []
     for task in suite.tasks():
-        settings = getattr(suite, task)
+        settings = suite.block(task)
         table: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in labels}
         for cell in cells:
             if cell["task"] == task and cell["method"] in table:
@@ -83,7 +90,10 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     entries = {m.label: m for m in suite.methods}
     runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
     tables = collect(suite, cells)  # compute
+    from ropescale.evals.results_schema import stamp
+
     summary: dict[str, Any] = {
+        **stamp(),
         "suite": suite.name,
         "model": suite.model,
         "dtype": suite.dtype,
@@ -95,7 +105,7 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
         "tasks": {},
     }
     if suite.passkey is not None:  # the placement its passkey numbers were measured with (0: fixed depths)
-        summary["passkey_jitter"] = float(suite.passkey.get("jitter", 0.0))
+        summary["passkey_jitter"] = float(suite.settings("passkey").jitter)
     for tt in tables:
         summary["tasks"][tt.task] = {label: {str(n): r for n, r in rows.items()} for label, rows in tt.table.items()}
         if tt.stats is not None:
@@ -133,10 +143,7 @@ def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> lis
     """Plot: perplexity against length, one accuracy grid per method and retrieval task."""
     plots: list[str | None] = []
     for tt in tables:
-        if tt.retrieval:
-            plots += _plot_grids(output, tt.task, tt.table, labels, tt.lengths)
-        else:
-            plots.append(_plot_ppl(output, tt.table, labels, tt.lengths))
+        plots += tt.kind.plot(output, tt, labels)
     return plots
 
 
@@ -169,11 +176,11 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
         lines += [suite.note, ""]
     entries = {m.label: m for m in suite.methods}
     for tt in tables:
-        lines += _render_retrieval(tt, labels, entries) if tt.retrieval else _render_perplexity(tt, labels, entries)
+        lines += tt.kind.render(tt, labels, entries)
     lines += flag_lines
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
-    if total < sum(len(getattr(suite, t)["lengths"]) for t in suite.tasks()) * len(labels):
+    if total < sum(len(suite.block(t)["lengths"]) for t in suite.tasks()) * len(labels):
         lines.append(f"{NOT_RUN}: not run for that method (the suite's `only`).")
         lines.append("")
     lines.append(f"_{done}/{total} cells finished._")
@@ -182,6 +189,23 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
 
 def _header(lengths: list[int]) -> tuple[str, str]:
     return "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)
+
+
+def render_values(kind, tt: TaskTable, labels: list[str], entries) -> list[str]:
+    """A task's section from its row alone: its ``metric`` per method and length (a task with no
+    renderer of its own, :meth:`.task_base.Task.render`)."""
+    header, rule = _header(tt.lengths)
+    better = "higher" if kind.higher_is_better else "lower"
+    lines = [f"## {kind.name}", "", f"{kind.metric} ({better} is better):", "", header, rule]
+    for label in labels:
+        cells = (
+            (_fmt(kind.value(tt.table[label][n], n)) if n in tt.table[label] else "—")
+            if entries[label].runs(tt.task, n)
+            else NOT_RUN
+            for n in tt.lengths
+        )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _render_perplexity(tt: TaskTable, labels: list[str], entries) -> list[str]:
@@ -215,19 +239,17 @@ def _render_perplexity(tt: TaskTable, labels: list[str], entries) -> list[str]:
 
 
 def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
-    table, lengths, settings, task, stats = tt.table, tt.lengths, tt.settings, tt.task, tt.stats or {}
+    table, lengths, task, stats, kind = tt.table, tt.lengths, tt.task, tt.stats or {}, tt.kind
+    settings = kind.read(tt.settings)
     header, rule = _header(lengths)
-    name = "Passkey retrieval" if task == "passkey" else f"Needle suite ({settings.get('task', 'niah_single')})"
     thresholds = sorted({_threshold(task, r) for rows in table.values() for r in rows.values()})
     at_least = " / ".join(f"{t:g}" for t in thresholds)
     context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
     lines = [
-        f"## {name}",
+        f"## {kind.title(settings)}",
         "",
-        f"Accuracy over depths {settings.get('depths', [0.5])} × {settings.get('trials', 1)} trial(s) "
-        "per length; greedy decoding with the KV cache"
-        + ("; first integer must equal the key." if task == "passkey" else "; RULER string match.")
-        + context_rule,
+        f"Accuracy over depths {list(settings.depths)} × {settings.trials} trial(s) "
+        "per length; greedy decoding with the KV cache" + kind.scoring + context_rule,
         "",
         header + " context |",
         rule + "---|",
@@ -242,18 +264,16 @@ def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
             for n in lengths
         )
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {max(ok) if ok else '—'} |")
-    placement = _placement_line(task, settings, table)
+    placement = kind.placement(settings, table)
     return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
 
 
-def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[int, Any]]) -> str:
+def _placement_line(settings: Any, table: dict[str, dict[int, Any]]) -> str:
     """How independent a passkey cell's trials are: the placement, and how often the trials of one
     depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`)."""
     from ropescale.evals.proportions import depth_groups, group_agreement
 
-    if task != "passkey":
-        return ""
-    jitter = settings.get("jitter") or 0
+    jitter = settings.jitter or 0
     placement = (
         f" Placement: each trial's depth drawn from depth ± {jitter:g}."
         if jitter
@@ -284,15 +304,11 @@ def _placement_line(task: str, settings: dict[str, Any], table: dict[str, dict[i
 
 def _threshold(task: str, result: dict[str, Any]) -> float:
     """The accuracy a length needs to count towards the context: the one its result recorded."""
+    from ropescale.evals import task_table
+
     if "threshold" in result:
         return float(result["threshold"])
-    if task == "passkey":  # cells written without a threshold: the engine's default
-        from ropescale.evals.passkey import PASS_THRESHOLD
-
-        return PASS_THRESHOLD
-    from ropescale.evals.needle import RULER_THRESHOLD
-
-    return RULER_THRESHOLD
+    return task_table.get(task).threshold()  # cells written without a threshold: the engine's default
 
 
 def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
@@ -358,8 +374,8 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
     for m in suite.methods:
         if m is base:
             continue
-        for task in ("passkey", "needle"):
-            stats = summary.get("statistics", {}).get(task, {})
+        for task in summary.get("statistics", {}):  # the retrieval tasks
+            stats = summary["statistics"][task]
             both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})), key=int)
             if both:
                 ref, got = stats[base.label][both[0]], stats[m.label][both[0]]

@@ -22,6 +22,10 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     # a factor may be target/L (evals/suite_lengths.py) -- one suite fits every model
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
+    ruler: {tasks: [niah_single_1, vt], samples: 30, lengths: [4096]}
+
+The task blocks are the rows of :mod:`.task_table`: each task's keys, defaults and checks are its
+settings dataclass's fields, and a cell runs through its row (adding a task adds no branch here).
 
 Every (method, task, length) cell is written atomically to ``cells/`` as soon as it finishes and
 is never recomputed (unless its method settings or resolved runtime — device, dtype, attention
@@ -42,14 +46,15 @@ import yaml
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale._yaml import DuplicateKeyError, safe_load
+from ropescale.evals import task_table
 from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
 from ropescale.evals.saved import check_file_names, is_saved
 from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
+from ropescale.evals.task_base import CellContext, suite_meta
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 from ropescale.models.runtime import same_runtime
 
-TASKS = ("perplexity", "passkey", "needle")
 DTYPES = ("auto", *RUNTIME_DTYPES)
 ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -79,20 +84,32 @@ class Suite:
     data: str | None = None
     seed: int = 0
     note: str | None = None
-    perplexity: dict[str, Any] | None = None
-    passkey: dict[str, Any] | None = None
-    needle: dict[str, Any] | None = None
+    #: task name -> its block as the suite file wrote it (lengths resolved): a cell's protocol is read from it
+    blocks: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: the target length N its relative lengths were resolved with (evals/suite_lengths.py)
     target_length: int | None = None
     #: the scaling the model's checkpoint carries (``yarn x4``), None when unscaled or not yet known
     carries: str | None = None
 
+    def __getattr__(self, name: str) -> Any:
+        """A task's block by its name (``suite.passkey``), None where the suite does not run it."""
+        if name in task_table.TABLE and "blocks" in self.__dict__:
+            return self.__dict__["blocks"].get(name)
+        raise AttributeError(name)
+
     def tasks(self) -> list[str]:
-        return [t for t in TASKS if getattr(self, t)]
+        return [t for t in task_table.TABLE if self.blocks.get(t)]
+
+    def block(self, task: str) -> dict[str, Any]:
+        return self.blocks[task]
+
+    def settings(self, task: str) -> Any:
+        """The typed settings of ``task`` (its row's dataclass: the block's values over the defaults)."""
+        return task_table.get(task).read(self.blocks[task])
 
     def cells(self) -> list[tuple[MethodEntry, str, int]]:
         return [
-            (m, t, n) for m in self.methods for t in self.tasks() for n in getattr(self, t)["lengths"] if m.runs(t, n)
+            (m, t, n) for m in self.methods for t in self.tasks() for n in self.blocks[t]["lengths"] if m.runs(t, n)
         ]
 
 
@@ -103,10 +120,6 @@ def _positive_ints(name: str, values: Any) -> list[int]:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise SuiteError(f"{name} must be positive integers, got {v!r}")
     return values
-
-
-#: the task settings that are lengths in tokens (``4096`` or ``4k``)
-_LENGTH_KEYS = ("max_tokens", "stride")
 
 
 def _read_lengths(raw: dict[str, Any]) -> dict[str, Any]:
@@ -123,14 +136,16 @@ def _read_lengths(raw: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             return value  # named by the type checks ("... must be positive integers, got '4q'")
 
+    from dataclasses import fields
+
     out = dict(raw)
-    for task in TASKS:
+    for task, row in task_table.TABLE.items():
         settings = out.get(task)
         if isinstance(settings, dict):
             settings = dict(settings)
             if isinstance(settings.get("lengths"), list):
                 settings["lengths"] = [read(f"{task}.lengths", v) for v in settings["lengths"]]
-            for key in _LENGTH_KEYS:
+            for key in (f.name for f in fields(row.settings) if suite_meta(f).get("length")):
                 if key in settings:
                     settings[key] = read(f"{task}.{key}", settings[key])
             out[task] = settings
@@ -167,7 +182,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         "note",
         "target_length",
         "methods",
-        *TASKS,
+        *task_table.names(),
     )
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -224,7 +239,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         seed=int(raw.get("seed") or 0),
         note=str(raw["note"]).strip() if raw.get("note") else None,
         target_length=raw.get("target_length"),
-        **{t: raw.get(t) for t in TASKS},
+        blocks={t: raw[t] for t in task_table.names() if raw.get(t)},
     )
     if suite.dtype not in DTYPES:
         raise SuiteError(f"dtype must be one of {', '.join(DTYPES)}, got {suite.dtype!r}")
@@ -233,9 +248,9 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
             f"attn_implementation must be one of {', '.join(ATTENTIONS)}, got {suite.attn_implementation!r}"
         )
     if not suite.tasks():
-        raise SuiteError(f"a suite needs at least one task ({', '.join(TASKS)})")
+        raise SuiteError(f"a suite needs at least one task ({', '.join(task_table.names())})")
     for task in suite.tasks():
-        settings = getattr(suite, task)
+        settings = suite.block(task)
         if not isinstance(settings, dict):
             raise SuiteError(f"{task} must be a mapping with at least 'lengths'")
         _positive_ints(f"{task}.lengths", settings.get("lengths"))
@@ -243,7 +258,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         for task, lengths in m.only.items():
             if task not in suite.tasks():
                 raise SuiteError(f"'only' of method '{m.label}' names task '{task}', which this suite does not run")
-            extra = sorted(set(lengths) - set(getattr(suite, task)["lengths"]))
+            extra = sorted(set(lengths) - set(suite.block(task)["lengths"]))
             if extra:
                 raise SuiteError(f"'only' of method '{m.label}' asks {task} at {extra[0]}, not among {task}.lengths")
     return suite
@@ -291,6 +306,8 @@ class SuiteRunner:
     def __init__(self, suite: Suite, output: str | Path, progress: bool = True):
         self.suite, self.output, self.progress = suite, Path(output), progress
         self.cells_dir = self.output / "cells"
+        self.data: dict[str, Any] = {}  # task -> what its cells read (Task.prepare)
+        self._journals: list[Any] = []  # the prompt journals of the cell in flight
         self._runtime = None
         self._identity: dict[str, Any] | None = None
         self._saved_mode: str | None = None  # the attention-level mode the saved scaling installs
@@ -367,13 +384,14 @@ class SuiteRunner:
             (record.get("method_name"), record.get("factor"), record.get("params"))
             == (entry.method, entry.factor, entry.params)
             and same_runtime(record.get("runtime", ours), ours)
-            and record.get("measured") == measured
+            and task_table.same_measured(record.get("measured"), measured, task)
             and same_scaling(record, scaling_run(self.suite.model, entry), entry)
         )
 
-    def journal(self, entry: MethodEntry, task: str, length: int):
+    def journal(self, entry: MethodEntry, task: str, length: int, part: str = ""):
         """The prompts a retrieval cell has finished, kept beside the cell until it is written, so
-        that an interrupted cell resumes at its first unfinished prompt."""
+        that an interrupted cell resumes at its first unfinished prompt (``part``: one of several
+        journals of a cell, e.g. a RULER task of the battery)."""
         from ropescale.evals.generation import PromptJournal
 
         fingerprint = {
@@ -384,8 +402,10 @@ class SuiteRunner:
             "scaling": scaling_run(self.suite.model, entry),  # a checkpoint's own parameters, resolved
             "runtime": self.runtime_for(entry),
             "measured": self.measured(task),
+            **({"part": part} if part else {}),
         }
-        return PromptJournal(self.cell_path(entry, task, length).with_suffix(".partial.jsonl"), fingerprint)
+        path = self.cell_path(entry, task, length)
+        return PromptJournal(path.with_name(path.stem + (f".{part}" if part else "") + ".partial.jsonl"), fingerprint)
 
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones
@@ -456,7 +476,8 @@ class SuiteRunner:
                 scaling = {**ran, "as": scaling_origin(entry, self.suite.carries, key(ran) == loaded)}
                 record = cell_record(entry, task, length, runtime, result, self.measured(task), scaling)
                 atomic_write_json(self.cell_path(entry, task, length), record)
-                self.journal(entry, task, length).remove()
+                for journal in self._journals:
+                    journal.remove()
                 bar.update(1)
             bar.close()
         from ropescale.evals.report import write_report
@@ -465,78 +486,23 @@ class SuiteRunner:
 
     # -- data ------------------------------------------------------------------------------------
     def _prepare_data(self, tokenizer) -> None:
-        self.documents = None
-        self.haystack = None
-        if self.suite.perplexity:
-            from ropescale.data.documents import load_documents, tokenize_documents
-
-            ppl = self.suite.perplexity
-            longest = max(ppl["lengths"])
-            budget = int(ppl.get("max_tokens") or 4 * longest)
-            texts = load_documents(self.suite.data)
-            self.documents = tokenize_documents(tokenizer, texts, max_tokens=max(budget, longest) * 2)
-            have = max((len(d) for d in self.documents), default=0)
-            if have < longest:
-                raise SuiteError(
-                    f"perplexity length {longest} is larger than the longest document of the data ({have} tokens)"
-                )
-        if self.suite.needle and self.suite.data is not None:
-            from ropescale.data.documents import load_documents
-
-            self.haystack = [text for _, text in load_documents(self.suite.data)]
+        """What each task reads (documents, a haystack), refused in one line before the weights load."""
+        self.data = {
+            t: task_table.get(t).prepare(self.suite, self.suite.settings(t), tokenizer) for t in self.suite.tasks()
+        }
 
     # -- cells -----------------------------------------------------------------------------------
     def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> dict[str, Any]:
-        if task == "perplexity":
-            from ropescale.scoring.perplexity import evaluate_perplexity
+        """One cell through its task's row; the result as its cell file holds it."""
+        self._journals = []
 
-            ppl = self.suite.perplexity
-            docs = [d for d in self.documents if len(d) >= length]
-            result = evaluate_perplexity(
-                model,
-                docs,
-                window=length,
-                stride=ppl.get("stride"),
-                mode=ppl.get("mode", "yarn"),
-                bos_token_id=tokenizer.bos_token_id,
-                max_tokens=max(length, int(ppl.get("max_tokens") or 4 * length)),
-                progress=self.progress,
-            )
-            out = result.to_dict()
-            out.pop("window_document", None)
-            return out
-        if task == "passkey":
-            from ropescale.evals.passkey import run_passkey
+        def journal_for(part: str):
+            journal = self.journal(entry, task, length, part)
+            self._journals.append(journal)
+            return journal
 
-            pk = self.suite.passkey
-            result = run_passkey(
-                model,
-                tokenizer,
-                [length],
-                pk.get("depths", [0.5]),
-                int(pk.get("trials", 1)),
-                seed=self.suite.seed,
-                progress=self.progress,
-                journal=self.journal(entry, task, length),
-                jitter=pk.get("jitter", 0.0),
-            )
-            return result.to_dict()
-        from ropescale.evals.needle import run_needle
-
-        nd = self.suite.needle
-        result = run_needle(
-            model,
-            tokenizer,
-            nd.get("task", "niah_single"),
-            [length],
-            nd.get("depths", [0.5]),
-            int(nd.get("trials", 1)),
-            seed=self.suite.seed,
-            haystack=self.haystack,
-            progress=self.progress,
-            journal=self.journal(entry, task, length),
-        )
-        return result.to_dict()
+        ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self.progress, journal_for)
+        return task_table.get(task).run_cell(ctx, self.suite.settings(task), length).to_json()
 
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
@@ -562,7 +528,7 @@ def _suite_dict(suite: Suite) -> dict[str, Any]:
         for m in suite.methods
     ]
     for task in suite.tasks():
-        out[task] = getattr(suite, task)
+        out[task] = suite.block(task)
     return out
 
 

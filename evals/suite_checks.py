@@ -14,12 +14,6 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 
-#: the keys each task's settings may have
-TASK_KEYS = {
-    "perplexity": ("lengths", "mode", "stride", "max_tokens"),
-    "passkey": ("lengths", "depths", "trials", "jitter"),
-    "needle": ("task", "lengths", "depths", "trials"),
-}
 METHOD_KEYS = ("method", "factor", "params", "label", "only")
 STRING_KEYS = ("name", "model", "dtype", "device", "attn_implementation", "data", "note")
 
@@ -32,52 +26,14 @@ def _int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _positive_int(name: str, value: Any, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if not _int(value) or value <= 0:
-        raise SuiteError(f"{name} must be a positive integer{' or null' if optional else ''}, got {value!r}")
-
-
-def _depths(name: str, value: Any) -> None:
-    ok = isinstance(value, list) and value
-    ok = ok and all(isinstance(d, numbers.Real) and not isinstance(d, bool) and 0 <= d <= 1 for d in value)
-    if not ok:
-        raise SuiteError(f"{name} must be a non-empty list of numbers in [0, 1], got {value!r}")
-
-
 def check_task(task: str, settings: Any) -> None:
-    """The settings of one task: known keys, and each value of the type its runner takes."""
-    from ropescale.scoring.perplexity import MODES
+    """The settings of one task: known keys, and each value of the kind its field takes (the task's
+    row in :mod:`.task_table` declares both)."""
+    from ropescale.evals import task_table
 
     if not isinstance(settings, dict):
         return  # "must be a mapping with at least 'lengths'" is the suite's own message
-    unknown = sorted(set(settings) - set(TASK_KEYS[task]))
-    if unknown:
-        raise SuiteError(f"unknown {task} key '{unknown[0]}'; known: {', '.join(TASK_KEYS[task])}")
-    if task == "perplexity":
-        mode = settings.get("mode", "yarn")
-        if mode not in MODES:
-            raise SuiteError(f"perplexity.mode must be one of {', '.join(MODES)}, got {mode!r}")
-        _positive_int("perplexity.stride", settings.get("stride"), optional=True)
-        _positive_int("perplexity.max_tokens", settings.get("max_tokens"), optional=True)
-        return
-    if "depths" in settings:
-        _depths(f"{task}.depths", settings["depths"])
-    if "trials" in settings:
-        _positive_int(f"{task}.trials", settings["trials"])
-    if "jitter" in settings:
-        from ropescale.evals.passkey import check_jitter
-
-        try:
-            check_jitter(settings["jitter"])
-        except ValueError as e:
-            raise SuiteError(f"{task}.{e}") from None
-    if task == "needle" and "task" in settings:
-        from ropescale.evals.needle import TASKS
-
-        if settings["task"] not in TASKS:
-            raise SuiteError(f"needle.task must be one of {', '.join(TASKS)}, got {settings['task']!r}")
+    task_table.get(task).check(settings)
 
 
 def check_method(i: int, entry: Any) -> None:
@@ -113,7 +69,9 @@ def check_raw(raw: dict[str, Any]) -> None:
         raise SuiteError(f"methods must be a list of methods (names or mappings), got {methods!r}")
     for i, entry in enumerate(methods or []):
         check_method(i, entry)
-    for task in TASK_KEYS:
+    from ropescale.evals import task_table
+
+    for task in task_table.names():
         if raw.get(task) is not None:
             check_task(task, raw[task])
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from ropescale.evals.suite_checks import SuiteError
 
-TASKS = ("perplexity", "passkey", "needle")
 _RELATIVE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*\*?\s*)?(L|target)\s*(?:/\s*(\d+(?:\.\d+)?))?\s*$")
 _FACTOR = re.compile(r"^\s*target\s*/\s*L\s*$")
 
@@ -35,8 +34,10 @@ def is_relative(value: Any) -> bool:
 
 def _places(raw: dict[str, Any]) -> list[tuple[str, Any]]:
     """Every (key, value) of a suite mapping that may be relative."""
+    from ropescale.evals.task_table import names
+
     found: list[tuple[str, Any]] = [("target_length", raw.get("target_length"))]
-    for task in TASKS:
+    for task in names():
         settings = raw.get(task)
         if isinstance(settings, dict) and isinstance(settings.get("lengths"), list):
             found += [(f"{task}.lengths", v) for v in settings["lengths"]]
@@ -115,7 +116,9 @@ def prepare(
     raw.pop("target_length", None)
     if uses_target:
         raw["target_length"] = target
-    for task in TASKS:
+    from ropescale.evals.task_table import names
+
+    for task in names():
         settings = raw.get(task)
         if isinstance(settings, dict) and isinstance(settings.get("lengths"), list):
             resolved = [_length(f"{task}.lengths", v, L, target, source) for v in settings["lengths"]]

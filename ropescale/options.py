@@ -231,8 +231,9 @@ def key_values(items: Iterable[str], flag: str = "--param", allow_json: bool = F
 
 def option(default: Any = MISSING, help: str = "", **cli: Any) -> Any:
     """A dataclass field with its command-line flag: ``help`` and, in ``cli``, argparse's ``choices``,
-    ``metavar``, ``type``, ``required``; ``flag`` (default ``--field-name``), ``cli_default`` (the flag's
-    default as typed, where it differs from the field's) and ``parse`` (flag value -> field value)."""
+    ``metavar``, ``type``, ``required``; ``flag`` (default ``--field-name``), ``dest`` (default the field's
+    name), ``cli_default`` (the flag's default as typed, where it differs from the field's), ``parse``
+    (flag value -> field value) and ``suite`` (what a suite file's reader needs, not argparse)."""
     kwargs = {"default": default} if default is not MISSING else {}
     if isinstance(default, (list, dict, set)):
         raise TypeError("mutable option defaults: use a tuple")
@@ -246,23 +247,26 @@ def add_arguments(parser: Any, cls: type, skip: Iterable[str] = ()) -> None:
         if "help" not in meta or f.name in skip:
             continue
         flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+        dest = meta.pop("dest", f.name)
         meta.pop("parse", None)
+        meta.pop("suite", None)
         default = meta.pop("cli_default", None if f.default is MISSING else f.default)
         if meta.pop("switch", False):
-            parser.add_argument(flag, dest=f.name, action="store_true", help=meta["help"])
+            parser.add_argument(flag, dest=dest, action="store_true", help=meta["help"])
             continue
         if f.default is MISSING:
             meta["required"] = True
-        parser.add_argument(flag, dest=f.name, default=default, **meta)
+        parser.add_argument(flag, dest=dest, default=default, **meta)
 
 
 def from_arguments(cls: type, args: Any, **overrides: Any) -> Any:
     """``cls`` built from parsed ``args``: every field found there (through its ``parse``), then ``overrides``."""
     values = {}
     for f in fields(cls):
-        if f.name in overrides or not hasattr(args, f.name):
+        dest = f.metadata.get("dest", f.name)
+        if f.name in overrides or not hasattr(args, dest):
             continue
         parse = f.metadata.get("parse")
-        value = getattr(args, f.name)
+        value = getattr(args, dest)
         values[f.name] = parse(value) if parse else value
     return cls(**{**values, **overrides})

@@ -1,0 +1,178 @@
+"""RULER's offline tasks (arXiv 2404.06654; :mod:`.ruler`) as a suite task, one row of :mod:`.task_table`.
+
+A suite's ``ruler:`` block runs the battery at each length::
+
+    ruler: {tasks: [niah_single_1, vt, cwe], samples: 30, lengths: [4096, 16384]}
+
+One cell per method and length holds every task of the battery (:class:`RulerBattery`), each a
+:class:`~.ruler.cell.RulerCell` decoded by :func:`~.ruler.cell.run_ruler_cell` with its own prompt
+journal, so an interrupted cell resumes at its first undecoded prompt. ``ropescale eval ruler``
+keeps its own folder layout (one file per task) and reads the same settings' flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ropescale.evals.suite_checks import SuiteError
+from ropescale.evals.task_base import CellContext, Task, optional_int, positive_int, setting
+
+DEFAULT_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
+
+
+def task_names(value: Any, name: str = "--tasks") -> tuple[str, ...]:
+    """``"vt,cwe"`` (a flag) or a list (a suite) -> task names."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(str(t).strip() for t in items if str(t).strip())
+
+
+def _check_tasks(name: str, value: Any) -> None:
+    from ropescale.evals.ruler.tasks import get_task
+
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(t, str) for t in value):
+        raise SuiteError(f"{name} must be a non-empty list of RULER task names, got {value!r}")
+    for t in value:
+        try:
+            get_task(t)
+        except ValueError as exc:
+            raise SuiteError(f"{name}: {' '.join(str(exc).split())}") from None
+
+
+def _check_haystack(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.partition(":")[0]:
+        raise SuiteError(f"{name} must be CORPUS:TITLE (e.g. austen:Emma), got {value!r}")
+
+
+@dataclass(frozen=True)
+class RulerSettings:
+    """``ruler:`` in a suite file; the flags of ``ropescale eval ruler`` (but ``--seed``, its own)."""
+
+    tasks: tuple[str, ...] = setting(
+        DEFAULT_TASKS,
+        "RULER tasks, comma-separated",
+        check=_check_tasks,
+        cli_default=",".join(DEFAULT_TASKS),
+        parse=task_names,
+    )
+    samples: int = setting(30, "prompts per cell (default 30)", check=positive_int, type=int)
+    seed: int | None = setting(None, "seed of lm-eval's generators (default: the suite's)", check=optional_int)
+    haystack: str = setting("austen:Emma", "prose of the [austen] variants: CORPUS:TITLE", check=_check_haystack)
+
+
+@dataclass
+class RulerBattery:
+    """A RULER cell of a suite: every task of the battery at one length."""
+
+    cells: dict[str, Any] = field(default_factory=dict)  # task name -> RulerCell
+
+    @property
+    def score(self) -> float:
+        """The mean over tasks of each task's mean score (0-1)."""
+        return sum(c.score for c in self.cells.values()) / len(self.cells) if self.cells else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"score": self.score, "tasks": {name: cell.to_dict() for name, cell in self.cells.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RulerBattery:
+        from ropescale.evals.ruler.cell import RulerCell
+
+        if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
+            raise ValueError("a RULER result needs 'tasks'")
+        return cls({name: RulerCell.from_dict(cell) for name, cell in data["tasks"].items()})
+
+
+def essay_text(spec: str) -> str:
+    """The text of ``CORPUS:TITLE`` (the held-out novel of the [austen] variants)."""
+    from ropescale.data.documents import load_documents
+
+    corpus, _, title = spec.partition(":")
+    docs = load_documents(corpus)
+    for name, text in docs:
+        if not title or name.lower() == title.lower():
+            return text
+    raise ValueError(f"haystack {spec!r}: no document titled {title!r} in {corpus!r} ({', '.join(n for n, _ in docs)})")
+
+
+class Ruler(Task):
+    name = "ruler"
+    settings = RulerSettings
+    result = RulerBattery
+    metric = "score"
+    higher_is_better = True
+    command = False  # ``ropescale eval ruler`` (cli/eval_ruler.py) has its own runner and folder layout
+    help = "RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)"
+
+    def prepare(self, suite: Any, settings: RulerSettings, tokenizer: Any) -> Any:
+        from ropescale.evals.ruler.tasks import check_fits, essay_haystack, get_task
+
+        tasks = [get_task(t) for t in settings.tasks]
+        for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
+            for length in suite.block(self.name)["lengths"]:
+                check_fits(task, tokenizer, length)
+        essay = None
+        if any(t.haystack == "essay" for t in tasks):
+            try:
+                essay = essay_haystack(essay_text(settings.haystack))
+            except ValueError as exc:
+                raise SuiteError(f"ruler.{exc}") from None
+        return {"tasks": tasks, "essay": essay}
+
+    def run_cell(self, ctx: CellContext, settings: RulerSettings, length: int) -> RulerBattery:
+        from ropescale.evals.ruler.cell import run_ruler_cell
+
+        seed = ctx.seed if settings.seed is None else settings.seed
+        battery = RulerBattery()
+        for task in ctx.data["tasks"]:
+            battery.cells[task.name] = run_ruler_cell(
+                ctx.model,
+                ctx.tokenizer,
+                task,
+                length,
+                settings.samples,
+                seed,
+                ctx.data["essay"],
+                journal=ctx.journal(task.name),
+                progress=ctx.progress,
+            )
+        return battery
+
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+        from ropescale.evals.report import NOT_RUN, _header
+
+        header, rule = _header(table.lengths)
+        settings = self.read(table.settings)
+        lines = [
+            "## RULER",
+            "",
+            f"Tasks {', '.join(settings.tasks)}, {settings.samples} prompts each per length, as lm-eval generates "
+            "and scores them (string_match_all), decoded greedily on the patched model.",
+            "",
+            "Mean score over the tasks (higher is better):",
+            "",
+            header,
+            rule,
+        ]
+        for label in labels:
+            cells = (
+                (f"{table.table[label][n]['score']:.2f}" if n in table.table[label] else "—")
+                if entries[label].runs(self.name, n)
+                else NOT_RUN
+                for n in table.lengths
+            )
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines += ["", "Per task (score at each length):", ""]
+        for label in labels:
+            for task in settings.tasks:
+                scores = (
+                    f"{table.table[label][n]['tasks'][task]['score']:.2f}"
+                    if task in table.table[label].get(n, {}).get("tasks", {})
+                    else "—"
+                    for n in table.lengths
+                )
+                lines.append(f"- {label} {task}: " + ", ".join(scores))
+        return lines + [""]
+
+
+RULER = Ruler()
