@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 
 from ropescale import options
-from ropescale.cli.common import _positive_int, add_model_args, add_runtime_args, parse_params, typed
+from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
+from ropescale.evals.task_ruler import RulerSettings, essay_text
+from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
 EXAMPLE = (
@@ -48,11 +50,9 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default=None, help="scaling method; none = unscaled; absent = the checkpoint as saved")
     p.add_argument("--factor", type=typed(_factor), default=None, help="scaling factor s")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
-    p.add_argument("--tasks", default="niah_single_1,niah_multikey_2,niah_multikey_3,vt,cwe,fwe")
     p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="e.g. 4k,16k or 4096,16384")
-    p.add_argument("--samples", type=_positive_int, default=30, help="prompts per cell (default 30)")
+    add_arguments(p, RulerSettings, skip=("seed",))  # --tasks, --samples, --haystack: a suite's ruler: keys
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--haystack", default="austen:Emma", help="prose of the [austen] variants: CORPUS:TITLE")
     add_runtime_args(p)
     p.add_argument("--output", default="runs/ruler", help="results folder (default: runs/ruler)")
     p.add_argument("--no-progress", action="store_true")
@@ -102,13 +102,7 @@ def run_cmd(args: argparse.Namespace) -> int:
 
 def _essay(spec: str) -> str:
     """The text of ``CORPUS:TITLE`` (the held-out novel of the [austen] variants)."""
-    from ropescale.data.documents import load_documents
-
-    corpus, _, title = spec.partition(":")
-    docs = load_documents(corpus)
-    for name, text in docs:
-        if not title or name.lower() == title.lower():
-            return text
-    raise ValueError(
-        f"--haystack {spec!r}: no document titled {title!r} in {corpus!r} ({', '.join(n for n, _ in docs)})"
-    )
+    try:
+        return essay_text(spec)
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None

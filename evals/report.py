@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.evals.report_cells import NOT_RUN, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
-from ropescale.plots.curves import plot_perplexity_curves
-from ropescale.plots.grids import plot_accuracy_grid
 
-PPL_CONVENTIONS = {
-    "yarn": "sliding window, stride {stride}: each token scored once with up to a window of context "
-    "(PI/YaRN convention); PPL is token-weighted, the papers' mean over windows is also given",
-    "longlora": "windows every {stride} tokens, every token of every window scored (LongLoRA convention)",
-    "nonoverlap": "non-overlapping windows (lm-eval rolling convention)",
-}
+_plot_grids = plot_grids  # the name tests and older callers import
 
 
 def _load_cells(output: Path) -> list[dict[str, Any]]:
@@ -27,15 +20,6 @@ def _load_cells(output: Path) -> list[dict[str, Any]]:
     from ropescale.models.integrity import read_json_file
 
     return [read_json_file(p, "cell file", CELL_REMEDY) for p in sorted((output / "cells").glob("*.json"))]
-
-
-NOT_RUN = "n/r"
-
-
-def _fmt(x: float | None, digits: int = 2) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "—"
-    return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
 
 
 @dataclass
@@ -48,13 +32,7 @@ class TaskTable:
     lengths: list[int]
     table: dict[str, dict[int, dict[str, Any]]]  # label -> length -> cell result
     stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
-
-    @property
-    def kind(self):
-        """The task's row in :mod:`.task_table` (how it renders, plots, and what it measures)."""
-        from ropescale.evals import task_table
-
-        return task_table.get(self.task)
+    kind: Any = None  # the task's row in .task_table: how it renders, plots, and what it measures
 
     @property
     def retrieval(self) -> bool:
@@ -71,7 +49,7 @@ def collect(suite, cells: list[dict[str, Any]]) -> list[TaskTable]:
         for cell in cells:
             if cell["task"] == task and cell["method"] in table:
                 table[cell["method"]][cell["length"]] = cell["result"]
-        tt = TaskTable(task, settings, settings["lengths"], table)
+        tt = TaskTable(task, settings, settings["lengths"], table, kind=suite.kind(task))
         if tt.retrieval:
             tt.stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
         tables.append(tt)
@@ -187,164 +165,6 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
     return lines
 
 
-def _header(lengths: list[int]) -> tuple[str, str]:
-    return "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)
-
-
-def render_values(kind, tt: TaskTable, labels: list[str], entries) -> list[str]:
-    """A task's section from its row alone: its ``metric`` per method and length (a task with no
-    renderer of its own, :meth:`.task_base.Task.render`)."""
-    header, rule = _header(tt.lengths)
-    better = "higher" if kind.higher_is_better else "lower"
-    lines = [f"## {kind.name}", "", f"{kind.metric} ({better} is better):", "", header, rule]
-    for label in labels:
-        cells = (
-            (_fmt(kind.value(tt.table[label][n], n)) if n in tt.table[label] else "—")
-            if entries[label].runs(tt.task, n)
-            else NOT_RUN
-            for n in tt.lengths
-        )
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + [""]
-
-
-def _render_perplexity(tt: TaskTable, labels: list[str], entries) -> list[str]:
-    table, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
-    header, rule = _header(lengths)
-    r0 = next((r for rows in table.values() for r in rows.values()), {})
-    mode = r0.get("mode", settings.get("mode", "yarn"))
-    lines = [
-        "## Perplexity",
-        "",
-        "Convention: "
-        + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
-        + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
-        "",
-        "Token-weighted perplexity (lower is better):",
-        "",
-        header,
-        rule,
-    ]
-
-    def row(label: str, key: str) -> str:
-        cells = (_fmt(table[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
-        return f"| {label} | " + " | ".join(cells) + " |"
-
-    lines += [row(label, "ppl") for label in labels]
-    if mode != "nonoverlap":
-        lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
-        lines += [row(label, "mean_window_ppl") for label in labels]
-    scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
-    return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
-
-
-def _render_retrieval(tt: TaskTable, labels: list[str], entries) -> list[str]:
-    table, lengths, task, stats, kind = tt.table, tt.lengths, tt.task, tt.stats or {}, tt.kind
-    settings = kind.read(tt.settings)
-    header, rule = _header(lengths)
-    thresholds = sorted({_threshold(task, r) for rows in table.values() for r in rows.values()})
-    at_least = " / ".join(f"{t:g}" for t in thresholds)
-    context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
-    lines = [
-        f"## {kind.title(settings)}",
-        "",
-        f"Accuracy over depths {list(settings.depths)} × {settings.trials} trial(s) "
-        "per length; greedy decoding with the KV cache" + kind.scoring + context_rule,
-        "",
-        header + " context |",
-        rule + "---|",
-    ]
-    for label in labels:
-        accs = {n: st["accuracy"] for n, st in stats[label].items()}
-        ok = [  # a cell in progress says nothing yet about the context
-            n for n, a in accs.items() if a >= _threshold(task, table[label][n]) and not table[label][n].get("partial")
-        ]
-        cells = (
-            _fmt_retrieval(stats[label].get(n), table[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
-            for n in lengths
-        )
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {max(ok) if ok else '—'} |")
-    placement = kind.placement(settings, table)
-    return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
-
-
-def _placement_line(settings: Any, table: dict[str, dict[int, Any]]) -> str:
-    """How independent a passkey cell's trials are: the placement, and how often the trials of one
-    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`)."""
-    from ropescale.evals.proportions import depth_groups, group_agreement
-
-    jitter = settings.jitter or 0
-    placement = (
-        f" Placement: each trial's depth drawn from depth ± {jitter:g}."
-        if jitter
-        else " Placement: fixed, so the trials of one depth share one position and differ only in the key."
-    )
-    unanimous = groups = 0
-    effective: list[float] = []
-    for rows in table.values():
-        for result in rows.values():
-            try:
-                stats = group_agreement(depth_groups(result.get("records", [])))
-            except ValueError:  # one depth, one trial per depth, or a cell in progress
-                continue
-            unanimous, groups = unanimous + stats["unanimous"], groups + stats["groups"]
-            if stats["icc"] is not None:  # all right or all wrong: the cell says nothing about it
-                effective.append(stats["effective_n"] / stats["n"])
-    if not groups:
-        return placement
-    line = placement + f" In this table {unanimous} of {groups} depth groups answered alike throughout"
-    if effective:
-        share = sum(effective) / len(effective)
-        line += (
-            f"; where cells had both answers, a length's trials weighed as {share:.0%} of as many "
-            "independent ones (design effect; docs/evaluation.md)"
-        )
-    return line + "."
-
-
-def _threshold(task: str, result: dict[str, Any]) -> float:
-    """The accuracy a length needs to count towards the context: the one its result recorded."""
-    from ropescale.evals import task_table
-
-    if "threshold" in result:
-        return float(result["threshold"])
-    return task_table.get(task).threshold()  # cells written without a threshold: the engine's default
-
-
-def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
-    """Accuracy, trials, successes and the 95% Wilson interval of a passkey/needle cell.
-
-    Cells written before the intervals were recorded are recomputed from their records (or, lacking
-    those, from the accuracy grid and depths × trials).
-    """
-    from ropescale.evals.proportions import wilson_interval
-
-    key = str(length)
-    records = [r for r in result.get("records", []) if r.get("length", length) == length]
-    if key in result.get("length_trials", {}):
-        trials, accuracy = int(result["length_trials"][key]), float(result["length_accuracy"][key])
-    elif records:
-        scores = [float(r["score"]) if "score" in r else float(bool(r["correct"])) for r in records]
-        trials, accuracy = len(scores), sum(scores) / len(scores)
-    else:
-        trials = len(result.get("depths", [0.5])) * int(result.get("trials", 1))
-        accuracy = _mean_accuracy(result)
-    low, high = result.get("length_interval", {}).get(key) or wilson_interval(accuracy * trials, trials)
-    return {"accuracy": accuracy, "trials": trials, "successes": accuracy * trials, "wilson95": [low, high]}
-
-
-def _fmt_retrieval(stat: dict[str, Any] | None, result: dict[str, Any] | None = None) -> str:
-    if stat is None:
-        return "—"
-    k, n = stat["successes"], stat["trials"]
-    count = f"{round(k)}/{n}" if abs(k - round(k)) < 1e-9 else f"n={n}"
-    low, high = stat["wilson95"]
-    partial = (result or {}).get("partial")
-    running = f" (in progress: {partial['prompts']} of {partial['of']} prompts)" if partial else ""
-    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
-
-
-#: a perplexity more than this fraction above the unscaled model's (same tokens) is a regression
 PPL_MARGIN = 0.02
 
 
@@ -401,8 +221,8 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
         else:
             detail = f"({f['value'] / f['baseline'] - 1:+.1%})"
         lines.append(
-            f"- ⚠ **{f['method']}**: {f['task']} at {int(f['length']):,} is {_fmt(f['value'])} {detail}; "
-            f"unscaled {_fmt(f['baseline'])}"
+            f"- ⚠ **{f['method']}**: {f['task']} at {int(f['length']):,} is {fmt(f['value'])} {detail}; "
+            f"unscaled {fmt(f['baseline'])}"
         )
     if not flags:
         lines.append("- none flagged")
@@ -425,44 +245,3 @@ def _trained_context(model: str) -> int | None:
         return int(trained_context(load_config(model)))
     except Exception:  # noqa: BLE001 - a report is still written without the flag's perplexity half
         return None
-
-
-def _mean_accuracy(result: dict[str, Any]) -> float:
-    grid = result.get("accuracy") or [[0.0]]
-    values = [v for row in grid for v in row]
-    return sum(values) / len(values)
-
-
-def _plot_ppl(output: Path, table, labels, lengths) -> str | None:
-    curves = {label: {n: table[label][n]["ppl"] for n in lengths if n in table[label]} for label in labels}
-    path = plot_perplexity_curves(curves, lengths, output / "perplexity_vs_length.png")
-    return None if path is None else str(path)
-
-
-def _plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
-    """One heatmap per method: lengths × depths, accuracy in each cell."""
-    paths = []
-    for label in labels:
-        rows = [n for n in lengths if n in table[label]]
-        if not rows:
-            continue
-        # the union of the cells' depths: a cell in progress may have sampled only some of them
-        depths = sorted({d for n in rows for d in table[label][n]["depths"]})
-
-        def acc(n: int, d: float) -> float:
-            cell = table[label][n]
-            return cell["accuracy"][0][cell["depths"].index(d)] if d in cell["depths"] else math.nan
-
-        def said(n: int, d: float) -> str | None:  # a cell in progress: correct / decoded at that depth
-            cell = table[label][n]
-            if not cell.get("partial") or d not in cell["depths"] or "cell_trials" not in cell:
-                return None
-            k = cell["cell_trials"][0][cell["depths"].index(d)]
-            return f"{round(acc(n, d) * k)}/{k}"
-
-        grid = [[acc(n, d) for n in rows] for d in depths]  # [depth][length]
-        texts = [[said(n, d) for n in rows] for d in depths]
-        running = any(table[label][n].get("partial") for n in rows)
-        title = f"{task}: {label}" + (" (cells in progress)" if running else "")
-        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title, texts)))
-    return paths

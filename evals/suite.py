@@ -49,8 +49,8 @@ from ropescale._yaml import DuplicateKeyError, safe_load
 from ropescale.evals import task_table
 from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
 from ropescale.evals.saved import check_file_names, is_saved
-from ropescale.evals.suite_checks import SuiteError, check_against_model, check_raw, entry_kernel
-from ropescale.evals.task_base import CellContext, suite_meta
+from ropescale.evals.suite_checks import check_against_model, check_raw, entry_kernel
+from ropescale.evals.task_base import CellContext, SuiteError, suite_meta
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 from ropescale.models.runtime import same_runtime
@@ -99,6 +99,10 @@ class Suite:
 
     def tasks(self) -> list[str]:
         return [t for t in task_table.TABLE if self.blocks.get(t)]
+
+    def kind(self, task: str) -> Any:
+        """The row of :mod:`.task_table` that runs ``task``."""
+        return task_table.get(task)
 
     def block(self, task: str) -> dict[str, Any]:
         return self.blocks[task]

@@ -13,13 +13,10 @@ import numbers
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.task_base import SuiteError
 
 METHOD_KEYS = ("method", "factor", "params", "label", "only")
 STRING_KEYS = ("name", "model", "dtype", "device", "attn_implementation", "data", "note")
-
-
-class SuiteError(RopescaleError):
-    """A suite file or its combination of settings is invalid (also ``ropescale.evals.suite.SuiteError``)."""
 
 
 def _int(value: Any) -> bool:

@@ -21,8 +21,12 @@ from dataclasses import MISSING, Field, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ropescale.evals.suite_checks import SuiteError
+from ropescale.errors import RopescaleError
 from ropescale.options import option
+
+
+class SuiteError(RopescaleError):
+    """A suite file or its combination of settings is invalid (also ``ropescale.evals.suite.SuiteError``)."""
 
 
 def setting(
@@ -201,7 +205,7 @@ class Task:
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """The report's section of this task (``table``: a :class:`.report.TaskTable`)."""
-        from ropescale.evals.report import render_values
+        from ropescale.evals.report_cells import render_values
 
         return render_values(self, table, labels, entries)
 
@@ -209,4 +213,4 @@ class Task:
         return []
 
 
-__all__ = ["CellContext", "Task", "default_of", "flag_type", "setting", "suite_meta"]
+__all__ = ["CellContext", "SuiteError", "Task", "default_of", "flag_type", "setting", "suite_meta"]

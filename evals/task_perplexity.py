@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale import options
-from ropescale.evals.suite_checks import SuiteError
-from ropescale.evals.task_base import CellContext, Task, flag_type, one_of, optional_positive_int, setting
+from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, one_of, optional_positive_int, setting
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
@@ -113,14 +112,14 @@ class Perplexity(Task):
         return PerplexityCell.from_json(out)
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        from ropescale.evals.report import _render_perplexity
+        from ropescale.evals.report_cells import render_perplexity
 
-        return _render_perplexity(table, labels, entries)
+        return render_perplexity(table, labels, entries)
 
     def plot(self, output: Path, table: Any, labels: list[str]) -> list[str | None]:
-        from ropescale.evals.report import _plot_ppl
+        from ropescale.evals.report_cells import plot_ppl
 
-        return [_plot_ppl(output, table.table, labels, table.lengths)]
+        return [plot_ppl(output, table.table, labels, table.lengths)]
 
 
 PERPLEXITY = Perplexity()

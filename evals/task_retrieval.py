@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.suite_checks import SuiteError
-from ropescale.evals.task_base import CellContext, Task, positive_int, setting, unit_list
+from ropescale.evals.task_base import CellContext, SuiteError, Task, positive_int, setting, unit_list
 
 
 def depths(text: Any, name: str = "--depths") -> tuple[float, ...]:
@@ -134,7 +133,7 @@ class Retrieval(Task):
     retrieval = True
 
     def value(self, result: dict[str, Any], length: int) -> float | None:
-        from ropescale.evals.report import retrieval_stats
+        from ropescale.evals.report_cells import retrieval_stats
 
         return retrieval_stats(result, length)["accuracy"]
 
@@ -151,14 +150,14 @@ class Retrieval(Task):
         return ""
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        from ropescale.evals.report import _render_retrieval
+        from ropescale.evals.report_cells import render_retrieval
 
-        return _render_retrieval(table, labels, entries)
+        return render_retrieval(table, labels, entries)
 
     def plot(self, output: Path, table: Any, labels: list[str]) -> list[str | None]:
-        from ropescale.evals.report import _plot_grids
+        from ropescale.evals.report_cells import plot_grids
 
-        return list(_plot_grids(output, self.name, table.table, labels, table.lengths))
+        return list(plot_grids(output, self.name, table.table, labels, table.lengths))
 
 
 class Passkey(Retrieval):
@@ -180,9 +179,9 @@ class Passkey(Retrieval):
         return "Passkey retrieval"
 
     def placement(self, settings: Any, table: dict[str, dict[int, Any]]) -> str:
-        from ropescale.evals.report import _placement_line
+        from ropescale.evals.report_cells import placement_line
 
-        return _placement_line(settings, table)
+        return placement_line(settings, table)
 
     def run_cell(self, ctx: CellContext, settings: PasskeySettings, length: int) -> RetrievalCell:
         from ropescale.evals.passkey import run_passkey

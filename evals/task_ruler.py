@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ropescale.evals.suite_checks import SuiteError
-from ropescale.evals.task_base import CellContext, Task, optional_int, positive_int, setting
+from ropescale import options
+from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, optional_int, positive_int, setting
 
 DEFAULT_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
 
@@ -55,7 +55,9 @@ class RulerSettings:
         cli_default=",".join(DEFAULT_TASKS),
         parse=task_names,
     )
-    samples: int = setting(30, "prompts per cell (default 30)", check=positive_int, type=int)
+    samples: int = setting(
+        30, "prompts per cell (default 30)", check=positive_int, type=flag_type(options.positive_int, "--samples")
+    )
     seed: int | None = setting(None, "seed of lm-eval's generators (default: the suite's)", check=optional_int)
     haystack: str = setting("austen:Emma", "prose of the [austen] variants: CORPUS:TITLE", check=_check_haystack)
 
@@ -139,9 +141,9 @@ class Ruler(Task):
         return battery
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        from ropescale.evals.report import NOT_RUN, _header
+        from ropescale.evals.report_cells import NOT_RUN, table_header
 
-        header, rule = _header(table.lengths)
+        header, rule = table_header(table.lengths)
         settings = self.read(table.settings)
         lines = [
             "## RULER",

@@ -15,8 +15,7 @@ import argparse
 from dataclasses import MISSING, fields
 from typing import Any
 
-from ropescale.evals.suite_checks import SuiteError
-from ropescale.evals.task_base import Task, default_of, suite_meta
+from ropescale.evals.task_base import SuiteError, Task, default_of, suite_meta
 from ropescale.evals.task_perplexity import PERPLEXITY
 from ropescale.evals.task_retrieval import NEEDLE, PASSKEY
 from ropescale.evals.task_ruler import RULER
