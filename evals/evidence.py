@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.results_schema import version as schema_version
 from ropescale.models.runtime import runtime_text, same_runtime
 
 RESULT_GLOBS = ("runs/*/results.json", "benchmarks/results/*.json")
@@ -141,6 +142,7 @@ def read_results(path: str | Path) -> Evidence:
         summary = json.loads(text)
     except ValueError as exc:
         raise RopescaleError(f"results file '{path}' is not JSON ({exc})") from None
+    schema_version(summary, path)  # a newer version is refused, not read as the old shape
     if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
         raise RopescaleError(
             f"results file '{path}' is not a results.json written by ropescale eval (it has no 'tasks' object)"
@@ -316,6 +318,7 @@ def load_measured(path: str | Path) -> Evidence:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise RopescaleError(f"measurements '{path}' cannot be read: {exc}") from None
+    schema_version(data, path, "measurements")  # none: version 1, as every shipped file
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise RopescaleError(f"measurements '{path}' need 'model', 'original_context', 'note' and 'rows'")
     budget = str(data.get("budget") or "training-free")
