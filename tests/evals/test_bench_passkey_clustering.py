@@ -42,7 +42,7 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
         "device": "cpu",
         "data": str(text),
         "methods": [{"method": "none"}, {"method": "linear", "factor": 2}],
-        "passkey": {"lengths": [160], "depths": [0.0, 1.0], "trials": 3},
+        "passkey": {"lengths": [160], "depths": [0.0, 1.0], "trials": 3, "jitter": 0},  # fixed (default: spread)
     }
     run_suite(suite_from_dict(raw), tmp_path / "fixed", progress=False)
     jittered = dict(raw, passkey={**raw["passkey"], "jitter": 0.25})
@@ -92,7 +92,7 @@ def test_eval_passkey_takes_jitter_and_records_it(model_dir, tmp_path, capsys):
     args = ["eval", "passkey", "--model", str(model_dir), "--method", "none", "--lengths", "160"]
     args += ["--depths", "0,1", "--trials", "2", "--no-progress", "--device", "cpu"]
     assert main([*args, "--jitter", "0.25", "--output", str(tmp_path / "j")]) == 0
-    assert main([*args, "--output", str(tmp_path / "f")]) == 0
+    assert main([*args, "--jitter", "0", "--output", str(tmp_path / "f")]) == 0  # fixed (the default spreads)
     protocols = [
         json.loads(next((tmp_path / d / "cells").glob("*.json")).read_text())["measured"]["protocol"] for d in "jf"
     ]
