@@ -71,6 +71,38 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     assert "report:" in capsys.readouterr().out
 
 
+def test_a_suite_runs_rulers_battery_through_the_task_table(ruler_model_dir, tmp_path):
+    """``ruler:`` in a suite: one cell per method and length holding every task, resumable, reported."""
+    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.task_ruler import RulerBattery
+
+    raw = {
+        "name": "battery",
+        "model": ruler_model_dir,
+        "device": "cpu",
+        "methods": [{"method": "none"}],
+        "ruler": {"lengths": ["1k"], "tasks": ["niah_single_1", "fwe"], "samples": 1},
+    }
+    out = tmp_path / "suite"
+    summary = run_suite(suite_from_dict(raw), out, progress=False)
+    cell = out / "cells" / "none__ruler__1024.json"
+    record = json.loads(cell.read_text())
+    battery = RulerBattery.from_json(record["result"])
+    assert sorted(battery.cells) == ["fwe", "niah_single_1"] and battery.cells["fwe"].samples == 1
+    assert record["measured"]["protocol"] == {
+        "task": "ruler",
+        "tasks": ["niah_single_1", "fwe"],
+        "samples": 1,
+        "seed": 0,
+    }
+    assert not list(out.glob("cells/*.partial.jsonl"))  # each task's journal goes once the cell is written
+    assert summary["tasks"]["ruler"]["none"]["1024"]["score"] == battery.score
+    assert "## RULER" in (out / "report.md").read_text()
+    mtime = cell.stat().st_mtime_ns
+    run_suite(suite_from_dict(raw), out, progress=False)  # finished: not run again
+    assert cell.stat().st_mtime_ns == mtime
+
+
 def test_too_short_length_is_refused_before_weights_load(ruler_model_dir, tmp_path, capsys, monkeypatch):
     import ropescale.models.loading as loading
 
