@@ -106,7 +106,7 @@ def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[
             "lengths": list(plan.passkey_lengths),
             "depths": list(plan.depths),
             "trials": plan.trials,
-            **({"jitter": plan.jitter} if plan.jitter else {}),  # absent when fixed: the cells' old protocol key
+            "jitter": plan.jitter,  # always: absent means the spread default (a cell's key leaves out 0, as before)
         },
     }
     short = {"passkey": plan.short()}

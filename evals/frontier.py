@@ -398,6 +398,6 @@ def frontier_suite(
             "lengths": pk_lengths,
             "depths": depths or [0.2, 0.4, 0.6, 0.8],
             "trials": trials,
-            **({"jitter": jitter} if jitter else {}),  # absent when fixed: the cells' old protocol key
+            "jitter": jitter,  # always: absent means the spread default (a cell's key leaves out 0, as before)
         },
     }

@@ -287,7 +287,8 @@ def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_pa
     for name, raw in suite_dicts(spread, tmp_path / "ft", tmp_path / "control").items():
         assert raw["passkey"]["jitter"] == 0.125, name
         assert suite_from_dict(raw).passkey["jitter"] == 0.125
-    assert all("jitter" not in raw["passkey"] for raw in suite_dicts(fixed, "ft", "control").values())
+    # fixed: said explicitly (an absent jitter now means the spread default); cells keyed as before, without it
+    assert all(raw["passkey"]["jitter"] == 0 for raw in suite_dicts(fixed, "ft", "control").values())
     assert any("passkey at fixed depths" in line for line in goal_lines([], fixed))
     assert not any("fixed depths" in line for line in goal_lines([], spread))
     ev = evidence_dict([], spread, "n")

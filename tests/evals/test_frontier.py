@@ -231,7 +231,7 @@ def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
 
     assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "method: dca" in out and "self_extend" not in out and "jitter" not in out
+    assert "method: dca" in out and "self_extend" not in out and "jitter: 0.0" in out  # fixed, said (default: spread)
     assert (
         main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--jitter", "0.1", "--dry-run"]) == 0
     )
