@@ -118,3 +118,15 @@ def test_labels_on_crowded_points_do_not_overlap():
     assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
     frame = ax.get_window_extent()
     assert all(frame.contains(b.x0, b.y0) and frame.contains(b.x1, b.y1) for b in boxes)
+
+
+def test_a_perplexity_that_overflowed_is_named_not_dropped(tmp_path, saved):
+    path = plot_perplexity_curves({"far": {2048: 30.0, 8192: 40.0, 16384: float("inf")}}, LENGTHS, tmp_path / "i.png")
+    assert path.is_file()
+    assert [t.get_text() for t in saved[-1].axes[0].get_legend().get_texts()] == ["far (inf at 16k)"]
+    plot_perplexity_curves({"ok": {2048: 30.0}, "lost": {16384: float("inf")}}, LENGTHS, tmp_path / "l.png")
+    assert [t.get_text() for t in saved[-1].axes[0].get_legend().get_texts()] == [
+        "ok (only at 2k)",
+        "lost (inf at 16k)",
+    ]
+    assert plot_perplexity_curves({"none": {2048: float("nan")}}, LENGTHS, tmp_path / "n.png") is None

@@ -43,7 +43,9 @@ def plot_perplexity_curves(
     Returns:
         The written path, or None when no curve has a point (nothing is written).
     """
-    if not any(curves.values()):
+    # a perplexity that overflowed (inf) or is missing cannot sit on a log axis: named in the legend instead
+    drawn = {k: {n: v for n, v in p.items() if v is not None and math.isfinite(v) and v > 0} for k, p in curves.items()}
+    if not any(drawn.values()):
         return None
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
@@ -53,12 +55,16 @@ def plot_perplexity_curves(
     fig = figure(figsize=(7.5, 4.8), dpi=120)
     ax = fig.add_subplot()
     handles, lone = [], []
-    for i, (label, points) in enumerate(curves.items()):
+    for i, (label, points) in enumerate(drawn.items()):
         xs = [n for n in lengths if n in points]
-        if not xs:
-            continue
         color = f"C{i % 10}"
-        missing = [n for n in lengths if n not in points]
+        wild = [n for n in lengths if n not in points and n in curves[label]]  # measured, not drawable
+        label += f" ({', '.join(f'{curves[label][n]} at {length_label(n)}' for n in wild)})" if wild else ""
+        missing = [n for n in lengths if n not in points and n not in wild]
+        if not xs:
+            if wild:  # nothing to draw, still named
+                handles.append(Line2D([], [], ls="none", marker="x", color=color, label=label))
+            continue
         if len(xs) == 1:
             marker = _LONE_MARKERS[len(lone) % len(_LONE_MARKERS)]
             ax.plot(xs, [points[xs[0]]], ls="none", marker=marker, ms=8, mfc="none", mew=1.6, color=color, zorder=1.9)
@@ -82,7 +88,7 @@ def plot_perplexity_curves(
                 label=f"trained context L = {length_label(trained_context)}",
             )
         )
-    values = [v for points in curves.values() for v in points.values()]
+    values = [v for points in drawn.values() for v in points.values()]
     low, high = min(values) / 1.12, max(values) * 1.12
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -102,7 +108,7 @@ def plot_perplexity_curves(
     ax.grid(True, which="major", alpha=0.3)
     if lone:  # name and value beside each lone marker, highest first (so above the next), covering no other
         lone.sort(key=lambda p: -p[1])
-        notes = place_labels(ax, [(x, y) for x, y, _, _ in lone], [f"{t} {y:.4g}" for _, y, t, _ in lone])
+        notes = place_labels(ax, [(x, y) for x, y, _, _ in lone], [f"{t} {y:.2f}" for _, y, t, _ in lone])
         for note, (_, _, _, color) in zip(notes, lone, strict=True):
             note.set_color(color)
     ax.legend(handles=handles, loc="best", fontsize=8)
