@@ -119,6 +119,34 @@ def test_report_and_plot(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
+def test_plot_labels_of_close_methods_do_not_overlap(tmp_path, monkeypatch):
+    """Four methods within 0.3% of each other at one accuracy, a fifth just below (the ×4 frontier's
+    crowd at ratio 1.00): every label's text, as the renderer measures it, clear of every other, of
+    the legend and inside the axes. The fixed offsets before printed the first and third over each other."""
+    import itertools
+
+    from matplotlib.text import Text
+
+    import ropescale.plots
+
+    figures = []
+    real = ropescale.plots.save_png
+    monkeypatch.setattr(ropescale.plots, "save_png", lambda fig, p, **kw: figures.append(fig) or real(fig, p, **kw))
+    close = [
+        _row(f"method-{i}", {2048: 28.0, 16384: 30.0 * (1.001 + i / 1000)}, {4096: 1.0, 16384: 0.75}) for i in range(4)
+    ]
+    below = _row("below", {16384: 30.05}, {4096: 1.0, 16384: 0.7}, trials=30)
+    assert plot_frontier(_evidence(*close, below), L, 16384, tmp_path / "f.png").is_file()
+    ax = figures[-1].axes[0]
+    figures[-1].canvas.draw()
+    notes = {t.get_text(): Text.get_window_extent(t) for t in ax.texts}
+    assert set(notes) == {"method-0 ×2", "method-1 ×2", "method-2 ×2", "method-3 ×2", "below ×2"}
+    boxes = [*notes.values(), ax.get_legend().get_window_extent()]
+    assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
+    frame = ax.get_window_extent()
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+
+
 def test_frontier_suite_lengths_candidates_and_validation():
     raw = frontier_suite("smollm2-135m", L, 32768, ["self_extend", "string-yarn"], trials=2)
     assert raw["perplexity"]["lengths"] == [2048, 8192, 16384, 32768]
