@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -42,6 +43,12 @@ ARCHS = {
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
 }
+
+
+def squeezed(text: str) -> str:
+    """Markdown with runs of spaces made one (:func:`ropescale.markdown.table` pads columns to their widest
+    cell), so a test can look for ``| name | 1.003 |`` whatever the widths."""
+    return re.sub(" +", " ", text)
 
 
 def tiny_config(arch: str = "llama", **overrides):

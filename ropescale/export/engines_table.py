@@ -15,6 +15,7 @@ from pathlib import Path
 from ..interop.engines import ENGINES
 from ..interop.legacy import with_legacy_keys
 from ..interop.verdict import check
+from ..markdown import table
 
 L = 4096
 #: column -> (method, params): the cases tests/interop/cases.py saves and runs through each engine
@@ -95,12 +96,11 @@ def markdown() -> str:
     ]
     columns = list(METHODS)
     for form, title in FORMS.items():
-        lines += [f"## {title}", "", "| engine | versions | measured | " + " | ".join(columns) + " |"]
-        lines.append("|" + "---|" * (3 + len(columns)))
-        for e in ENGINES:
-            cells = [SHORT[verdicts[c, form][e.key].verdict] for c in columns]
-            lines.append(f"| {e.name} | {e.versions} | {e.measured or ''} | " + " | ".join(cells) + " |")
-        lines.append("")
+        rows = [
+            [e.name, e.versions, e.measured or "", *(SHORT[verdicts[c, form][e.key].verdict] for c in columns)]
+            for e in ENGINES
+        ]
+        lines += [f"## {title}", "", table(["engine", "versions", "measured", *columns], rows), ""]
     lines += ["## Why (every verdict other than keeps)", ""]
     seen: dict[str, list[str]] = {}
     for (column, form), by_engine in verdicts.items():
