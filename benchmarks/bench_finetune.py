@@ -109,6 +109,8 @@ def evaluate(label: str, load, docs, lengths, tokens, bos, cells: Path) -> list[
 
 
 def main(argv=None) -> int:
+    from ropescale.markdown import table
+
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -179,14 +181,21 @@ def main(argv=None) -> int:
         + f", {steps} steps x {config.global_batch()} windows, lr {config.optim.lr:g}.",
         f"Held-out: {', '.join(t for t, _ in held_out)}; non-overlapping windows, BOS per window, fp32.",
         "",
-        "| length | tokens scored | training-free PPL | fine-tuned PPL | change |",
-        "|---:|---:|---:|---:|---:|",
+        table(
+            ["length", "tokens scored", "training-free PPL", "fine-tuned PPL", "change"],
+            [
+                [
+                    b["length"],
+                    b["tokens_scored"],
+                    f"{b['ppl']:.3f}",
+                    f"{a['ppl']:.3f}",
+                    f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}%",
+                ]
+                for b, a in zip(before, after)
+            ],
+            align="rrrrr",
+        ),
     ]
-    for b, a in zip(before, after):
-        lines.append(
-            f"| {b['length']} | {b['tokens_scored']} | {b['ppl']:.3f} | {a['ppl']:.3f} | "
-            f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}% |"
-        )
     sessions = train_record.get("sessions", [])
     lines += [
         "",

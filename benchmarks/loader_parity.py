@@ -207,13 +207,11 @@ def _fmt(value: float | None) -> str:
 
 def format_table(rows: list[dict]) -> str:
     """A Markdown table of the rows of :func:`measure`."""
+    from ropescale.markdown import table
+
     tf4v = next((r["tf4_version"] for r in rows if r["tf4_version"]), "4.57")
     tf5v = rows[0]["tf5_version"] if rows else "5"
-    lines = [
-        f"| checkpoint | tf {tf4v} max abs Δ | tf {tf4v} built | tf {tf5v} max abs Δ | ropescale max abs Δ "
-        "| unscaled max abs Δ |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = []
     for r in rows:
         read = r["tf4_read"] or {}
         built = (
@@ -222,10 +220,10 @@ def format_table(rows: list[dict]) -> str:
             else (read.get("error", "not run")[:40] if read else "not run")
         )
         lines.append(
-            f"| {r['checkpoint']} | {_fmt(r['tf4'])} | {built} | {_fmt(r['tf5'])} | "
-            f"{_fmt(r['ropescale'])} | {_fmt(r['unscaled'])} |"
+            [r["checkpoint"], _fmt(r["tf4"]), built, _fmt(r["tf5"]), _fmt(r["ropescale"]), _fmt(r["unscaled"])]
         )
-    return "\n".join(lines)
+    heads = ["checkpoint", f"tf {tf4v} max abs Δ", f"tf {tf4v} built", f"tf {tf5v} max abs Δ", "ropescale max abs Δ"]
+    return table([*heads, "unscaled max abs Δ"], lines)
 
 
 def main(argv: list[str] | None = None) -> int:
