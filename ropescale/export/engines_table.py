@@ -41,20 +41,11 @@ SHORT = {"keeps": "keeps", "approximates": "approx.", "loses": "LOSES", "fails":
 
 def configs() -> dict[tuple[str, str], dict]:
     """(column, form) -> config.json dict."""
-    import transformers
-
+    from ..models.tiny import tiny_config
     from ..patching.plan import patch_config
 
-    base = transformers.LlamaConfig(
-        hidden_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_hidden_layers=1,
-        intermediate_size=128,
-        vocab_size=128,
-        max_position_embeddings=L,
-        rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+    base = tiny_config(
+        shape="engines", max_position_embeddings=L, rope_parameters={"rope_type": "default", "rope_theta": 5e5}
     )
     out = {}
     for column, (method, params) in METHODS.items():
