@@ -168,6 +168,10 @@ def main(argv=None) -> int:
     eval_wall = time.perf_counter() - t1
 
     steps = config.train.max_steps
+    changes = [
+        [b["length"], b["tokens_scored"], f"{b['ppl']:.3f}", f"{a['ppl']:.3f}", f"{a['ppl'] / b['ppl'] - 1:+.1%}"]
+        for b, a in zip(before, after)
+    ]
     lines = [
         f"# Fine-tuning benchmark: {config.name}",
         "",
@@ -181,20 +185,7 @@ def main(argv=None) -> int:
         + f", {steps} steps x {config.global_batch()} windows, lr {config.optim.lr:g}.",
         f"Held-out: {', '.join(t for t, _ in held_out)}; non-overlapping windows, BOS per window, fp32.",
         "",
-        table(
-            ["length", "tokens scored", "training-free PPL", "fine-tuned PPL", "change"],
-            [
-                [
-                    b["length"],
-                    b["tokens_scored"],
-                    f"{b['ppl']:.3f}",
-                    f"{a['ppl']:.3f}",
-                    f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}%",
-                ]
-                for b, a in zip(before, after)
-            ],
-            align="rrrrr",
-        ),
+        table(["length", "tokens scored", "training-free PPL", "fine-tuned PPL", "change"], changes, align="rrrrr"),
     ]
     sessions = train_record.get("sessions", [])
     lines += [
