@@ -41,6 +41,7 @@ from ropescale.evals.evidence import (
     shipped_dict,
 )
 from ropescale.evals.proportions import difference_interval, wilson_interval
+from ropescale.markdown import table
 from ropescale.models.runtime import runtime_text, same_runtime
 
 ROLES = ("none", "yarn", FINE_TUNED, CONTROL)
@@ -195,12 +196,12 @@ def render_table(rows: list[Measured], plan: Plan) -> list[str]:
     """The four-model table: perplexity per window length, passkey per prompt length (Wilson 95%)."""
     ppl = [f"PPL {length_text(n)}" for n in plan.ppl_lengths]
     pk = [f"passkey {length_text(n)}" for n in plan.passkey_lengths]
-    lines = ["| model | " + " | ".join(ppl + pk) + " |", "|---" * (1 + len(ppl) + len(pk)) + "|"]
-    for r in rows:
-        cells = [f"{r.ppl[n]:.2f}" if n in r.ppl else "" for n in plan.ppl_lengths]
-        cells += [_passkey_cell(r, n) for n in plan.passkey_lengths]
-        lines.append(f"| {r.label} | " + " | ".join(cells) + " |")
-    return lines
+    cells = [
+        [r.label, *(f"{r.ppl[n]:.2f}" if n in r.ppl else "" for n in plan.ppl_lengths)]
+        + [_passkey_cell(r, n) for n in plan.passkey_lengths]
+        for r in rows
+    ]
+    return table(["model", *ppl, *pk], cells).splitlines()
 
 
 def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[str]:

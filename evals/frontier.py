@@ -33,6 +33,7 @@ from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.frontier_bar import bar_table, with_rows  # noqa: F401 (with_rows: part of this API)
 from ropescale.evals.frontier_verdict import FEW_PROMPTS, FrontierVerdict, Reference  # noqa: F401 (FEW_PROMPTS: part of this API)
 from ropescale.evals.proportions import wilson_interval
+from ropescale.markdown import table
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
 PPL_TOLERANCE = 0.01
@@ -170,11 +171,8 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         "",
         f"Source: {ev.source} ({ev.note}). Native reference: PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, {pk_ref}.",
         "",
-        "| method | worst PPL / native | short PPL / native | "
-        + " | ".join(f"passkey {_k(n)}" for n in lengths)
-        + " | keeps PPL | keeps retrieval | Pareto |",
-        "|---|---|---|" + "---|" * len(lengths) + "---|---|---|",
     ]
+    rows = []
     for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
         cells = {n: (acc, trials, ci) for n, acc, trials, ci in v.passkey_cells}
         shown = []
@@ -187,11 +185,9 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         ratio = f"{v.ppl_ratio:.3f}" if v.ppl_ratio is not None else "n/m"
         short = f"{v.short_ratio:.3f}" if v.short_ratio is not None else "n/m"
         name = f"**{v.row.title}**" if v.keeps_both else v.row.title
-        lines.append(
-            f"| {name} | {ratio} | {short} | "
-            + " | ".join(shown)
-            + f" | {_yes(v.keeps_ppl)} | {_yes(v.keeps_retrieval)} | {'●' if v.pareto else ''} |"
-        )
+        rows.append([name, ratio, short, *shown, _yes(v.keeps_ppl), _yes(v.keeps_retrieval), "●" if v.pareto else ""])
+    heads = ["method", "worst PPL / native", "short PPL / native", *(f"passkey {_k(n)}" for n in lengths)]
+    lines.append(table([*heads, "keeps PPL", "keeps retrieval", "Pareto"], rows))
     both = [v.row.title for v in found if v.keeps_both]
     lines += ["", *bar_table(found, ref, tolerance, original_context)]
     lines += [

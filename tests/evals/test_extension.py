@@ -16,6 +16,7 @@ from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, 
 from ropescale.evals.suite import run_suite, suite_from_dict
 from ropescale.training.config import load_config
 from ropescale.training.data import WindowDataset, WindowSpec
+from tests.conftest import squeezed
 
 RECIPE, CONTROL = "smollm2-135m/yarn_x4", "smollm2-135m/yarn_x4_control"
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 120
@@ -76,7 +77,7 @@ def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, by
     assert set(by["fine-tuned yarn"].passkey) == {256, 600} and by["fine-tuned yarn"].passkey_trials[600] == 2
     # the same weights with the same scaling measure the same, whichever suite ran them
     assert by["fine-tuned yarn"].ppl == by["yarn"].ppl and by["control"].ppl == by["none"].ppl
-    table = render_table(rows, plan)
+    table = [squeezed(line) for line in render_table(rows, plan)]
     assert len(table) == 6 and table[3].startswith("| yarn | ") and f"{by['yarn'].ppl[512]:.2f}" in table[3]
     assert "/2, [" in table[4]  # hits/prompts with the Wilson interval
     assert any(line.startswith("- PPL at 512") for line in goal_lines(rows, plan))
