@@ -169,3 +169,18 @@ def test_a_recipe_and_factor_that_disagree_or_a_bad_ruler_task_stop_before_train
         "control": "smollm2-135m/yarn_x4_long_control",
     }
     assert bench.recipes_for(4, "/r/tiny.yaml")["control"] == "/r/tiny_control.yaml"
+
+
+def test_the_gpu_script_estimates_its_time_and_names_a_missing_source_before_running(tmp_path, monkeypatch, capsys):
+    gpu = load_script("benchmarks/gpu_extension_long.py")
+    assert gpu.ruler_prompts(4) == 6 * 30 * (3 + 2) and gpu.ruler_prompts(8) == 6 * 30 * (4 + 2)
+    assert gpu.main(["--estimate", "--output", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "x4: expected ~22 min" in out and "x8: expected ~26 min" in out and "total: ~48 min" in out
+    import ropescale.data.sources as sources
+
+    monkeypatch.setattr(sources, "describe_source", lambda spec: {"bytes": None, "note": "not installed: X"})
+    with pytest.raises(SystemExit) as stop:
+        gpu.main(["--factors", "4", "--output", str(tmp_path)])
+    assert "smollm2-135m/yarn_x4_long: source python:stdlib: not installed: X" in str(stop.value.code)
+    assert not list(tmp_path.iterdir())  # nothing ran
