@@ -476,7 +476,8 @@ def main(argv=None) -> int:
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
     curves = {role: heldout_curve(out / RUN_DIRS[role]) for role in RECIPES}
     ruler = ruler_scores(out)
-    parts = goal_parts(rows, plan.original_context, curves, ruler, plan.trials * len(plan.depths))
+    asked = {"ppl": list(plan.ppl_lengths), "passkey": list(plan.passkey_lengths), "ruler": list(plan.passkey_lengths)}
+    parts = goal_parts(rows, plan.original_context, curves, ruler, plan.trials * len(plan.depths), lengths=asked)
     atomic_write_text(out / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
     curve_lines = [
         f"- {p['role']}, step {p['step']} ({p['tokens']:,} tokens): {curve_text(p)}"

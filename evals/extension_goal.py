@@ -101,6 +101,7 @@ def goal_parts(
     full_passkey: int = 30,
     step: int | None = None,
     slack: float = 1.01,
+    lengths: Mapping[str, list[int]] | None = None,
 ) -> list[GoalPart]:
     """The goal's parts as :class:`GoalPart` s.
 
@@ -112,14 +113,18 @@ def goal_parts(
         full_passkey: prompts in a complete passkey cell (fewer: in progress, not judged).
         step: the training step the rows measure (the exported checkpoint); default the curves' last.
         slack: the ratio allowed (1.01).
+        lengths: the lengths the protocol asks for, ``{"ppl": [...], "passkey": [...], "ruler": [...]}``
+            (each optional): a length asked for and not measured leaves its part not measured, rather
+            than judged on the lengths there are. Default: the lengths the rows and RULER cells hold.
     """
     by = {r.label: r for r in rows}
     ft, control, none = by.get(FINE_TUNED), by.get(CONTROL), by.get("none")
     L, parts = original_context, []
-    curves, ruler = curves or {}, ruler or {}
-    long = sorted(n for n in (ft.ppl if ft else {}) if n > L)
+    curves, ruler, asked = curves or {}, ruler or {}, lengths or {}
+    ppl_lengths = asked.get("ppl") or sorted(ft.ppl if ft else {})
+    long = sorted(n for n in ppl_lengths if n > L)
     ask = f"PPL at {', '.join(map(length_text, long)) or 'lengths > L'} ≤ {slack:g} × control's PPL({length_text(L)})"
-    if not long or not control or L not in control.ppl:
+    if not long or not ft or any(n not in ft.ppl for n in long) or not control or L not in control.ppl:
         parts.append(GoalPart(ask, MISSING, "fine-tuned cells beyond L or the control's at L missing"))
     else:
         bar, worst = slack * control.ppl[L], max(ft.ppl[n] for n in long)
@@ -136,8 +141,8 @@ def goal_parts(
             parts.append(GoalPart(ask, NOT_COUNTED, f"{ratio}, met only where {why}: {said}"))
         else:
             parts.append(GoalPart(ask, MET, f"{ratio}; both still improving: {said}"))
-    short = min((n for n in (ft.ppl if ft else {}) if n < L), default=None)
-    if short is None or not control or short not in control.ppl:
+    short = min((n for n in ppl_lengths if n < L), default=None)
+    if short is None or not ft or short not in ft.ppl or not control or short not in control.ppl:
         parts.append(GoalPart(f"PPL(short) ≤ {slack:g} × control's", MISSING, "cells missing"))
     else:
         a, b = ft.ppl[short], control.ppl[short]
@@ -148,17 +153,17 @@ def goal_parts(
                 f"{a:.2f} vs {b:.2f} = {a / b:.3f}×",
             )
         )
-    parts.append(_ruler_part(ruler, L))
-    parts += _passkey_parts(ft, none, L, full_passkey)
+    parts.append(_ruler_part(ruler, L, asked.get("ruler")))
+    parts += _passkey_parts(ft, none, L, full_passkey, asked.get("passkey"))
     return parts
 
 
-def _ruler_part(ruler: Mapping[str, Mapping[str, Mapping[int, float]]], L: int) -> GoalPart:
+def _ruler_part(ruler: Mapping[str, Mapping[str, Mapping[int, float]]], L: int, asked: list[int] | None) -> GoalPart:
     """The battery's mean score at each length beyond L against the unscaled model's at L, over the
     tasks both measured."""
     ft, base = ruler.get(FINE_TUNED, {}), ruler.get("none", {})
     tasks = sorted(t for t in ft if L in base.get(t, {}))
-    lengths = sorted({n for t in tasks for n in ft[t] if n > L})
+    lengths = sorted(n for n in asked if n > L) if asked else sorted({n for t in tasks for n in ft[t] if n > L})
     ask = f"RULER mean at {', '.join(map(length_text, lengths)) or 'lengths > L'} ≥ the unscaled model's at {length_text(L)}"
     bar = _ruler_mean(base, L, tasks)
     means = {n: _ruler_mean(ft, n, tasks) for n in lengths}
@@ -169,18 +174,21 @@ def _ruler_part(ruler: Mapping[str, Mapping[str, Mapping[int, float]]], L: int) 
     return GoalPart(ask, MET if all(m >= bar for m in means.values()) else NOT_MET, detail)
 
 
-def _passkey_parts(ft: Measured | None, none: Measured | None, L: int, full: int) -> list[GoalPart]:
+def _passkey_parts(
+    ft: Measured | None, none: Measured | None, L: int, full: int, asked: list[int] | None
+) -> list[GoalPart]:
     """Passkey as today: the shortest length against the unscaled model's there, every length ≥ L
     against the unscaled model's at L; a cell of fewer than ``full`` prompts is in progress."""
     if ft is None or none is None or not ft.passkey:
         return [GoalPart("passkey", MISSING, "cells missing")]
     out = []
-    first = min(ft.passkey)
-    checks = [(first, first)] + [(n, L) for n in sorted(ft.passkey) if n >= L and n != first]
+    measured = sorted(asked or ft.passkey)
+    first = measured[0]
+    checks = [(first, first)] + [(n, L) for n in measured if n >= L and n != first]
     for n, ref in checks:
         ask = f"passkey at {length_text(n)} ≥ the unscaled model's at {length_text(ref)}"
-        if ref not in none.passkey:
-            out.append(GoalPart(ask, MISSING, "the unscaled model's cell missing"))
+        if ref not in none.passkey or n not in ft.passkey:
+            out.append(GoalPart(ask, MISSING, "a cell missing"))
             continue
         k = ft.passkey_trials.get(n, full)
         status = "in progress" if k < full else MET if ft.passkey[n] >= none.passkey[ref] else NOT_MET

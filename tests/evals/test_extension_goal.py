@@ -113,3 +113,14 @@ def test_heldout_curve_reads_the_runs_evaluations(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"step": 1')
     assert heldout_curve(tmp_path) == [CurvePoint(50, 32768, 30.0), CurvePoint(100, 32768, 28.5)]
     assert heldout_curve(tmp_path / "nowhere") == []
+
+
+def test_a_length_the_protocol_asks_for_and_not_measured_is_not_judged_on_the_others():
+    """x8: the 64k cells not yet measured; 16k and 32k meeting the bar is not the goal met."""
+    asked = {"ppl": [2048, 8192, 16384, 32768, 65536], "passkey": [4096, 8192, 16384, 32768, 65536]}
+    asked["ruler"] = asked["passkey"]
+    parts = goal_parts(_rows(), L, IMPROVING, _ruler(), lengths=asked)
+    assert parts[0].part == "PPL at 16k, 32k, 64k ≤ 1.01 × control's PPL(8k)" and parts[0].status == MISSING
+    assert parts[2].part.startswith("RULER mean at 16k, 32k, 64k") and parts[2].status == MISSING
+    assert [p.status for p in parts if "passkey at 64k" in p.part] == [MISSING]
+    assert goal_parts(_rows(), L, IMPROVING, _ruler(), lengths={"ppl": [2048, 8192, 16384, 32768]})[0].status == MET
