@@ -21,9 +21,10 @@ to 8k). The gain curve: perplexity of every saved checkpoint at 32k (fine-tuned)
 
 ``--recipe`` names another fine-tune (its factor is the recipe's; its control is ``CONTROLS[recipe]``,
 else the recipe's ``_control`` sibling). Each fine-tune's held-out curve is read from its run's
-``metrics.jsonl`` (recipes with ``eval.every``), and RULER's battery (evals/extension_ruler.py) runs on
-the unscaled model and the control at L and on the fine-tune from L to its target, unless
-``--skip-ruler``; the goal of issue 41 is then judged part by part (evals/extension_goal.py).
+``metrics.jsonl`` (recipes with ``eval.every``), and with ``--recipe`` (or ``--ruler-tasks``) RULER's
+battery (evals/extension_ruler.py) runs on the unscaled model and the control at L and on the fine-tune
+from L to its target, unless ``--skip-ruler``; the goal of issue 41 is then judged part by part
+(evals/extension_goal.py).
 
 Every step resumes: training from its newest complete checkpoint, exports and curve points are kept,
 suite cells are kept and an interrupted passkey cell resumes at its first unfinished prompt.
@@ -64,7 +65,12 @@ def parse_args(argv=None):
     ap.add_argument("--factor", type=int, default=None, choices=sorted(SCALED), help="YaRN factor (x8: to 64k)")
     ap.add_argument("--recipe", default=None, help="the fine-tune's recipe (default: smollm2-135m/yarn_x<factor>)")
     ap.add_argument("--skip-ruler", action="store_true", help="no RULER cells (evals/extension_ruler.py)")
-    ap.add_argument("--ruler-tasks", default=None, help="RULER tasks (default: the battery's six)")
+    ap.add_argument(
+        "--ruler-tasks",
+        default=None,
+        help="RULER tasks (default: the battery's six); RULER runs with --recipe or --ruler-tasks, not for the "
+        "shipped Austen pair's commands, which measured none",
+    )
     ap.add_argument("--ruler-samples", type=int, default=30, help="prompts per RULER cell (default 30)")
     ap.add_argument(
         "--passkey-lengths", default=None, help="passkey cells to run now (default: all, 4k to factor x 8k)"
@@ -454,7 +460,7 @@ def main(argv=None) -> int:
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
             run_suite(suite_from_dict(raw), out / name)
-        if not (args.curve_only or args.skip_ruler):
+        if (args.recipe or args.ruler_tasks) and not (args.curve_only or args.skip_ruler):
             runtime = resolve_runtime("auto", plan.dtype)
             for run in ruler_runs(out, plan, exports, suites, ruler_tasks, args.ruler_samples, runtime).values():
                 run.run()
