@@ -184,3 +184,25 @@ def test_the_gpu_script_estimates_its_time_and_names_a_missing_source_before_run
         gpu.main(["--factors", "4", "--output", str(tmp_path)])
     assert "smollm2-135m/yarn_x4_long: source python:stdlib: not installed: X" in str(stop.value.code)
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, monkeypatch):
+    """The evidence files' commands (no --recipe) resume as they ran; --ruler-tasks or --recipe adds RULER."""
+    import ropescale.evals.extension_ruler as extension_ruler
+    import ropescale.evals.suite as suite
+
+    monkeypatch.setattr(bench, "check_recipes", lambda *a, **k: None)
+    monkeypatch.setattr(bench, "train_and_export", lambda out, *a, **k: bench.export_dirs(out))
+    monkeypatch.setattr(suite, "run_suite", lambda *a, **k: None)
+    asked = []
+    monkeypatch.setattr(extension_ruler, "ruler_runs", lambda *a, **k: asked.append(a[4]) or {})
+    assert bench.main(["--output", str(tmp_path / "a"), "--skip-curve"]) == 0 and asked == []
+    assert bench.main(["--output", str(tmp_path / "b"), "--skip-curve", "--ruler-tasks", "vt"]) == 0
+    assert bench.main(["--output", str(tmp_path / "c"), "--skip-curve", "--recipe", "smollm2-135m/yarn_x4_long"]) == 0
+    assert (
+        bench.main(
+            ["--output", str(tmp_path / "d"), "--recipe", "smollm2-135m/yarn_x4", "--skip-ruler", "--skip-curve"]
+        )
+        == 0
+    )
+    assert asked == [["vt"], list(extension_ruler.BATTERY)]
