@@ -30,15 +30,14 @@ losses are told apart from the noise of their prompts (Newcombe's interval of th
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropescale.errors import RopescaleError
 from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from ropescale.evals.evidence import length_text as _k
-from ropescale.evals.extension import fine_tune_measured
+from ropescale.evals.recommend_finetune import fine_tune_evidence
+from ropescale.evals.serving import served_rows, served_rule_method
 from ropescale.evals.tradeoffs import PasskeyAccuracy, measure, num
 
 __all__ = [
@@ -146,7 +145,7 @@ def _recommend(
     rec.budget = budget
     method = "dynamic_ntk" if budget == "training-free" and s <= DYNAMIC_LIMIT else "yarn"
     if serving is not None:
-        method = _served_rule_method(rec, serving, method)
+        method = served_rule_method(rec, serving, method)
         if method is None:
             return rec
     rec.method, rec.factor = method, factor_for_target(method, target_length, original_context)
@@ -163,7 +162,7 @@ def _recommend(
     if budget == "training-free":
         own = [ev for ev in evidence if same_model(ev.model, model) and ev.budget != "fine-tune"]
         if serving is not None:
-            own = _served_rows(rec, own, serving)
+            own = served_rows(rec, own, serving)
         if _from_frontier(rec, own, patch_command, patch):
             return rec
         if s <= TRAINING_FREE_LIMIT:
@@ -245,7 +244,7 @@ def _recommend(
             )
         )
         rec.commands.append(("training-free meanwhile", patch))
-        _fine_tune_evidence(rec, evidence, train_recipe, keys)
+        fine_tune_evidence(rec, evidence, train_recipe, keys)
     found = measure(method, evidence, original_context, target_length)  # training-free rows only
     rec.tradeoffs = [(t.sentence(), t.source) for t in found]
     if rec.retrieval is None:
@@ -263,192 +262,6 @@ def _retrieval(rec: Recommendation, found: list) -> str | None:
         return None
     other = "" if same_model(hit.source.model, rec.model) else f"on {hit.source.model} (the shape, not the numbers): "
     return other + hit.losses(rec.original_context)
-
-
-def _fine_tune_evidence(rec: Recommendation, evidence: list[Evidence], recipe: str | None, keys: str) -> None:
-    """What the shipped extension experiments say of the fine-tune: for this model, its perplexity against
-    its control's (the measure of extension) as the reason, its retrieval losses, and a recipe that keeps
-    the keys, said to be a skill trained in the passkey's format where its data has recall sentences;
-    for another model, the retrieval of the measured one as an illustration."""
-    found = fine_tune_measured(evidence, rec.model, rec.ratio, _recipe_steps(recipe))
-    if found is None:
-        other = next((ev.model for ev in evidence if ev.budget == "fine-tune"), None)
-        shown = fine_tune_measured(evidence, other, rec.ratio, _recipe_steps(recipe)) if other else None
-        if shown is not None:
-            rec.retrieval = f"on {other} (the shape, not the numbers): {_fine_tune_passkey(shown.source)}"
-            rec.reasons.append(f"measured on {other}, another model: {shown.line}; {shown.caveat or ''}")
-        return
-    rec.measured = found.line
-    rec.why = _extension_line(found.source, rec.original_context, _recipe_steps(recipe))
-    rec.reasons.append("measured " + rec.measured)
-    trained = _trains_recall(found.source, recipe)
-    label = f"{TRAINED_FORMAT}: " if trained else ""
-    rec.retrieval = label + _fine_tune_passkey(found.source)
-    if found.caveat:
-        rec.reasons.append("caveat: " + found.caveat)
-    if found.variant and recipe:
-        rec.also.append(_variant_line(found))
-        rec.reasons.append("also shipped: " + found.variant_text)
-        what = "fine-tune with recall sentences (passkey: a trained skill)" if found.variant_trained else None
-        rec.commands.insert(
-            1,
-            (
-                what or "fine-tune keeping passkey retrieval",
-                f"ropescale train --config {recipe} {keys} {shlex.join(found.variant)}",
-            ),
-        )
-
-
-#: how a fine-tune's passkey cells are labelled when its data trains recall sentences (issue 40)
-TRAINED_FORMAT = "trained format (not evidence of extension)"
-
-
-def _cell(row: Measured, n: int) -> str:
-    k = row.passkey_trials.get(n)
-    return f"{round(row.passkey[n] * k)}/{k}" if k else f"{row.passkey[n]:.2f}"
-
-
-def _fine_tune_passkey(ev: Evidence) -> str:
-    """A fine-tune's passkey in one sentence: lost where it finds fewer keys than the unscaled model (at
-    its shortest length) or training-free YaRN beyond the noise of their prompts; elsewhere no fewer than
-    they (which at 4× L may still be few: the numbers are beside each length)."""
-    from ropescale.evals.evidence import FINE_TUNED
-    from ropescale.evals.proportions import difference_interval
-
-    rows = {r.label: r for r in ev.rows}
-    ft, free, none = rows[FINE_TUNED], rows.get("yarn"), rows.get("none")
-    lost, noise, kept = [], [], []
-    for n in sorted(ft.passkey):
-        refs = [(none, "unscaled")] * (n == min(ft.passkey)) + [(free, "training-free YaRN")]
-        refs = [(r, who) for r, who in refs if r is not None and n in r.passkey]
-        below = [(r, who) for r, who in refs if r.passkey[n] > ft.passkey[n]]
-        shown = "; ".join(f"{who} {_cell(r, n)}" for r, who in (below or refs))
-        text = f"{_k(n)} {_cell(ft, n)}" + (f" ({shown})" if shown else "")
-        a = ft.passkey_trials.get(n)
-
-        def clear(r: Measured) -> bool:
-            b = r.passkey_trials.get(n)
-            return not (a and b) or difference_interval(r.passkey[n] * b, b, ft.passkey[n] * a, a)[0] > 0
-
-        (lost if any(clear(r) for r, _ in below) else noise if below else kept).append(text)
-    said = [f"lost at {', '.join(lost)}"] * bool(lost)
-    said += [f"lower within its prompts' noise at {', '.join(noise)}"] * bool(noise)
-    said += [f"no fewer than they at {', '.join(kept)}"] * bool(kept)
-    return f"passkey {'; '.join(said)} ({ev.source})"
-
-
-def _variant_line(found: Any) -> str:
-    """The shipped variant in a few words: what it changes, its keys (in the passkey's own format when its
-    data has recall sentences) and its perplexity, the measure of extension."""
-    from ropescale.evals.evidence import FINE_TUNED
-
-    ev = found.variant_source
-    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
-    keys = ", ".join(f"{_k(n)} {_cell(ft, n)}" for n in sorted(ft.passkey))
-    ppl = "/".join(map(_k, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
-    what = (
-        f"with recall sentences (second command): passkey {keys}: {TRAINED_FORMAT}, its sentences train the "
-        "skill the passkey measures"
-        if found.variant_trained
-        else f"with {shlex.join(found.variant)} (second command): passkey {keys}"
-    )
-    return f"{what}; PPL {ppl} ({ev.source})"
-
-
-def _extension_line(ev: Evidence, original_context: int, recipe_steps: int = 0) -> str:
-    """The fine-tune's perplexity at and past the trained context against its control's: what says it
-    extends the context (the control, trained the same without scaling, is the model's own past L)."""
-    from ropescale.evals.evidence import CONTROL, FINE_TUNED
-    from ropescale.evals.extension import command_overrides
-
-    rows = {r.label: r for r in ev.rows}
-    ft, control = rows[FINE_TUNED], rows.get(CONTROL)
-    lengths = [n for n in sorted(ft.ppl) if n >= original_context] or sorted(ft.ppl)
-    ours = "/".join(f"{ft.ppl[n]:.2f}" for n in lengths)
-    theirs = [n for n in lengths if control and n in control.ppl]
-    against = (
-        f" against its control's {'/'.join(f'{control.ppl[n]:.2f}' for n in theirs)}"
-        + ("" if theirs == lengths else f" at {'/'.join(map(_k, theirs))}")
-        if theirs
-        else ""
-    )
-    ran = command_overrides(ft.commands[0]) if ft.commands else ()
-    how = f", trained with {shlex.join(ran)}" if ran else ""
-    if recipe_steps and any(o.startswith("train.max_steps=") for o in ran):
-        how += f"; the recipe below runs {recipe_steps}"
-    return (
-        f"measured on this model ({ev.source}{how}): fine-tuned YaRN ×{ft.factor:g} PPL "
-        f"{'/'.join(map(_k, lengths))} {ours}{against} (the same fine-tune without scaling): perplexity past "
-        f"the trained {_k(original_context)} is what measures the extension"
-    )
-
-
-def _trains_recall(ev: Evidence, recipe: str | None) -> bool:
-    """Whether the quoted fine-tune trained recall sentences (its recipe's ``data.recall_facts`` with the
-    overrides it ran with): its passkey cells then measure a skill trained in the passkey's own format."""
-    from ropescale.evals.evidence import FINE_TUNED
-    from ropescale.evals.extension import command_overrides
-
-    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
-    overrides = list(command_overrides(ft.commands[0])) if ft.commands else []
-    try:
-        from ropescale.training.config import load_config
-
-        return bool(recipe) and load_config(recipe, overrides).data.recall_facts > 0
-    except (ImportError, OSError, RopescaleError):
-        return any(o.startswith("data.recall_facts=") and o.split("=", 1)[1].strip() != "0" for o in overrides)
-
-
-def _served_rule_method(rec: Recommendation, serving: Any, method: str) -> str | None:
-    """The rule's method where the engine serves it, else YaRN where it serves that; None (and the one
-    line saying what it does serve) where it serves neither."""
-    candidates = list(dict.fromkeys([method, "yarn"]))
-    for name in candidates:
-        refused = serving.refusals(name, rec.target_length)
-        if not refused:
-            if name != method:
-                rec.reasons.append(f"{method} is not served by {serving.name}: {refused_first(serving, method, rec)}")
-                rec.serve = f"not {method}: {serving.value} {refused_first(serving, method, rec).split(': ', 1)[1]}"
-            return name
-    served = serving.served_methods(rec.target_length)
-    rec.budget, rec.method, rec.factor = "none", None, None
-    rec.why = (
-        f"{serving.value} serves none of the candidates ({', '.join(candidates)}) from a saved checkpoint "
-        f"({refused_first(serving, candidates[0], rec)}); it serves: {', '.join(served) or 'no scaling method'}"
-    )
-    rec.reasons.append(rec.why)
-    return None
-
-
-def refused_first(serving: Any, method: str, rec: Recommendation) -> str:
-    return (serving.refusals(method, rec.target_length) or ["keeps it"])[0]
-
-
-def _served_rows(rec: Recommendation, evidence: list[Evidence], serving: Any) -> list[Evidence]:
-    """The evidence with only the rows the engine serves (and the unscaled reference), so the frontier
-    picks among what can run there; what the unrestricted frontier would pick is said when it goes."""
-    from dataclasses import replace
-
-    from ropescale.evals.frontier import frontier_choice
-
-    cache: dict[str, bool] = {}
-
-    def served(row: Measured) -> bool:
-        key = f"{row.method} {sorted(row.params.items())}"
-        if key not in cache:
-            cache[key] = row.method == "default" or serving.serves(row.method, rec.target_length, dict(row.params))
-        return cache[key]
-
-    best = frontier_choice(evidence, rec.original_context, rec.target_length)
-    if best is not None and not served(best[0].row):
-        row = best[0].row
-        rec.reasons.append(
-            f"the measured frontier's {row.title} ({best[1].source}) is not served by {serving.name}: "
-            + refused_first(serving, row.method, rec)
-        )
-        why = refused_first(serving, row.method, rec).split(": ", 1)[-1]
-        rec.serve = f"not {row.title}, the measured frontier's pick ({best[1].source}): {serving.value} {why}"
-    return [replace(ev, rows=tuple(r for r in ev.rows if served(r))) for ev in evidence]
 
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
@@ -533,6 +346,8 @@ def format_short(rec: Recommendation) -> str:
             text, 110, initial_indent=f"{label:<11}", subsequent_indent=" " * 11, break_on_hyphens=False
         )
 
+    if rec.method is None and rec.budget == "none" and rec.ratio > 1:  # --serve-with: nothing it serves
+        return f"recommendation:  none: {rec.why}"
     lines = [
         f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
     ]
@@ -637,13 +452,3 @@ def evidence_table(ev: Evidence) -> str:
             line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
         lines.append(line)
     return "\n".join(lines)
-
-
-def _recipe_steps(recipe: str | None) -> int:
-    """The steps ``recipe`` trains (0 where it cannot be read: ``ropescale train`` absent, a placeholder)."""
-    try:
-        from ropescale.training.config import load_config
-
-        return load_config(recipe).train.max_steps if recipe else 0
-    except (ImportError, OSError, RopescaleError):
-        return 0

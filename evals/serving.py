@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.evidence import Evidence, Measured
 from ropescale.interop.engines import ENGINES, KEEPS, Engine, select
 
 
@@ -95,3 +96,55 @@ class Serving:
         from ropescale.methods import METHODS
 
         return [m for m in METHODS if m != "default" and self.serves(m, target_length)]
+
+
+def served_rule_method(rec: Any, serving: Any, method: str) -> str | None:
+    """The rule's method where the engine serves it, else YaRN where it serves that; None (and the one
+    line saying what it does serve) where it serves neither."""
+    candidates = list(dict.fromkeys([method, "yarn"]))
+    for name in candidates:
+        refused = serving.refusals(name, rec.target_length)
+        if not refused:
+            if name != method:
+                rec.reasons.append(f"{method} is not served by {serving.name}: {refused_first(serving, method, rec)}")
+                rec.serve = f"not {method}: {serving.value} {refused_first(serving, method, rec).split(': ', 1)[1]}"
+            return name
+    served = serving.served_methods(rec.target_length)
+    rec.budget, rec.method, rec.factor = "none", None, None
+    rec.why = (
+        f"{serving.value} serves none of the candidates ({', '.join(candidates)}) from a saved checkpoint "
+        f"({refused_first(serving, candidates[0], rec)}); it serves: {', '.join(served) or 'no scaling method'}"
+    )
+    rec.reasons.append(rec.why)
+    return None
+
+
+def refused_first(serving: Any, method: str, rec: Any) -> str:
+    return (serving.refusals(method, rec.target_length) or ["keeps it"])[0]
+
+
+def served_rows(rec: Any, evidence: list[Evidence], serving: Any) -> list[Evidence]:
+    """The evidence with only the rows the engine serves (and the unscaled reference), so the frontier
+    picks among what can run there; what the unrestricted frontier would pick is said when it goes."""
+    from dataclasses import replace
+
+    from ropescale.evals.frontier import frontier_choice
+
+    cache: dict[str, bool] = {}
+
+    def served(row: Measured) -> bool:
+        key = f"{row.method} {sorted(row.params.items())}"
+        if key not in cache:
+            cache[key] = row.method == "default" or serving.serves(row.method, rec.target_length, dict(row.params))
+        return cache[key]
+
+    best = frontier_choice(evidence, rec.original_context, rec.target_length)
+    if best is not None and not served(best[0].row):
+        row = best[0].row
+        rec.reasons.append(
+            f"the measured frontier's {row.title} ({best[1].source}) is not served by {serving.name}: "
+            + refused_first(serving, row.method, rec)
+        )
+        why = refused_first(serving, row.method, rec).split(": ", 1)[-1]
+        rec.serve = f"not {row.title}, the measured frontier's pick ({best[1].source}): {serving.value} {why}"
+    return [replace(ev, rows=tuple(r for r in ev.rows if served(r))) for ev in evidence]
