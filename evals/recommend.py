@@ -38,7 +38,7 @@ from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_res
 from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.recommend_finetune import fine_tune_evidence
 from ropescale.evals.serving import served_rows, served_rule_method
-from ropescale.evals.tradeoffs import PasskeyAccuracy, measure, num
+from ropescale.evals.tradeoffs import LongPerplexity, PasskeyAccuracy, ShortCost, measure, num
 
 __all__ = [
     "Evidence",
@@ -69,6 +69,7 @@ class Recommendation:
     params: dict[str, Any] = field(default_factory=dict)
     why: str = ""  # the one line that answers: what backs the choice, with its numbers
     retrieval: str | None = None  # what it does to retrieval, losses first (the short answer says it)
+    perplexity: str | None = None  # the rule's answer: its measured perplexity against the unscaled model's
     also: list[str] = field(default_factory=list)  # another shipped recipe, and what its numbers measure
     serve: str | None = None  # --serve-with: what the engine serves of the candidates
     caveats: list[str] = field(default_factory=list)  # what the user must know before running it
@@ -247,11 +248,37 @@ def _recommend(
         fine_tune_evidence(rec, evidence, train_recipe, keys)
     found = measure(method, evidence, original_context, target_length)  # training-free rows only
     rec.tradeoffs = [(t.sentence(), t.source) for t in found]
+    if budget == "training-free":
+        rec.perplexity = _perplexity(rec, found)
     if rec.retrieval is None:
         rec.retrieval = _retrieval(rec, found)
         if rec.retrieval and budget == "fine-tune":
             rec.retrieval = "before the fine-tune (training-free): " + rec.retrieval
     return rec
+
+
+def _perplexity(rec: Recommendation, found: list) -> str | None:
+    """The short answer's measured line for the rule's method: its perplexity within and beyond the trained
+    context against the unscaled model's, each with its file (another model's named as such)."""
+    short = next((t for t in found if isinstance(t, ShortCost)), None)
+    long = next((t for t in found if isinstance(t, LongPerplexity)), None)
+    parts, sources = [], []
+    if short:
+        n = short.length
+        parts.append(f"{short.row.ppl[n]:.2f} at {_k(n)} against the unscaled {short.base.ppl[n]:.2f}")
+        sources.append(short.source.source)
+    if long:
+        n, none = long.length, next((r for r in long.others if r.method == "default"), None)
+        parts.append(
+            f"{num(long.row.ppl[n])} at {_k(n)}" + (f" against the unscaled {num(none.ppl[n])}" if none else "")
+        )
+        sources.append(long.source.source)
+    if not parts:
+        return None
+    source = (short or long).source
+    other = "" if same_model(source.model, rec.model) else f"on {source.model} (the shape, not the numbers): "
+    where = ", ".join(dict.fromkeys(sources))
+    return f"{other}{(short or long).row.title} PPL " + "; ".join(parts) + f" ({where})"
 
 
 def _retrieval(rec: Recommendation, found: list) -> str | None:
@@ -351,6 +378,8 @@ def format_short(rec: Recommendation) -> str:
     lines = [
         f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
     ]
+    if rec.perplexity:
+        lines += wrap("measured:", rec.perplexity)
     lines += wrap("why:", rec.why)
     if rec.retrieval:
         lines += wrap("retrieval:", rec.retrieval)
@@ -391,6 +420,7 @@ def to_record(rec: Recommendation) -> dict[str, Any]:
         "factor": rec.factor,
         "params": rec.params,
         "why": rec.why,
+        "perplexity": rec.perplexity,
         "retrieval": rec.retrieval,
         "also": rec.also,
         "serve": rec.serve,

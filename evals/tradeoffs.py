@@ -83,22 +83,22 @@ class PasskeyAccuracy:
         row, base, L = self.row, self.base, self.source.original_context or original_context
         native = max((n for n in (base.passkey if base else {}) if n <= L), default=None)
 
-        def cell(r: Measured, n: int) -> str:
+        def cell(r: Measured, n: int) -> str:  # correct/prompts where their number is known
             k = r.passkey_trials.get(n)
-            return f"{r.passkey[n]:.0%}" + (f" ({round(r.passkey[n] * k)}/{k})" if k else " (1 prompt)" * (k == 1))
+            return f"{round(r.passkey[n] * k)}/{k}" if k else f"{r.passkey[n]:.0%}"
 
         lost, noise, kept = [], [], []
         for n in self.lengths:
             ref = n if base and n in base.passkey and n <= L else native
             if ref is None or row.passkey[n] >= base.passkey[ref]:
-                kept.append(f"{_k(n)} {row.passkey[n]:.0%}")
+                kept.append(f"{_k(n)} {cell(row, n)}")
                 continue
-            text = f"{_k(n)}: {cell(row, n)} against the unscaled model's {cell(base, ref)} at {_k(ref)}"
+            text = f"{_k(n)} {cell(row, n)} (unscaled {cell(base, ref)}{'' if ref == n else ' at ' + _k(ref)})"
             a, b = row.passkey_trials.get(n), base.passkey_trials.get(ref)
             clear = not (a and b) or difference_interval(base.passkey[ref] * b, b, row.passkey[n] * a, a)[0] > 0
             (lost if clear else noise).append(text)
-        said = [f"lost at {'; '.join(lost)}"] * bool(lost)
-        said += [f"lower within the noise of its prompts at {'; '.join(noise)}"] * bool(noise)
+        said = [f"lost at {', '.join(lost)}"] * bool(lost)
+        said += [f"lower within its prompts' noise at {', '.join(noise)}"] * bool(noise)
         said += [f"{'kept' if base else 'measured'} at {', '.join(kept)}"] * bool(kept)
         return f"passkey {'; '.join(said)} ({row.title}, {self.source.source})"
 

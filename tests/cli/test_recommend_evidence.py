@@ -79,7 +79,9 @@ def test_a_new_models_short_answer_states_the_retrieval_loss(capsys, model_dir, 
         line.startswith("retrieval: on smollm2-135m (the shape, not the numbers): passkey lost at") for line in lines
     )
     if budget == "training-free":
-        assert "lost at 32k: 27% (8/30) against the unscaled model's 77% (23/30) at 8k" in text
+        assert "lost at 32k 8/30 (unscaled 23/30 at 8k)" in text
+        # and its perplexity, first, with the file it was read from
+        assert lines[1].startswith("measured:  on smollm2-135m (the shape, not the numbers): yarn ×4 PPL 30.78 at 2k")
     else:
         assert "lost at 4k 25/30 (unscaled 30/30" in text
 
@@ -93,7 +95,7 @@ def test_the_trade_offs_are_those_of_the_recommended_parameters(capsys, tmp_path
     assert "80% at 32k (self_extend-g8-logn ×4, evals/measured/smollm2-135m-frontier-30-jitter.json)" in out
     lines, _ = _short(capsys, "--target-length", "32k")
     assert next(line for line in lines if line.startswith("retrieval:")).startswith(
-        "retrieval: passkey kept at 4k 100%, 8k 100%, 16k 100%, 32k 80% (self_extend-g8-logn"
+        "retrieval: passkey kept at 4k 30/30, 8k 30/30, 16k 30/30, 32k 24/30 (self_extend-g8-logn"
     )
 
 
