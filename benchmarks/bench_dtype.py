@@ -169,6 +169,8 @@ def training_rows(args, torch) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    from ropescale.markdown import table
+
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -185,28 +187,29 @@ def main(argv=None) -> int:
     )
     fwd = forward_rows(args, torch)
     train = training_rows(args, torch)
-    print("\n| forward, YaRN x4 | fp32 s | bf16 s | speed-up | PPL fp32 | PPL bf16 | Δ PPL |")
-    print("|---|---|---|---|---|---|---|")
-    for r in fwd:
-        delta = 100 * (r["bfloat16_ppl"] / r["float32_ppl"] - 1)
-        print(
-            f"| {r['length']} | {r['float32_s']:.1f} | {r['bfloat16_s']:.1f} | {r['float32_s'] / r['bfloat16_s']:.2f}x "
-            f"| {r['float32_ppl']:.3f} | {r['bfloat16_ppl']:.3f} | {delta:+.2f}% |"
-        )
+    rows = [
+        [r["length"], f"{r['float32_s']:.1f}", f"{r['bfloat16_s']:.1f}", f"{r['float32_s'] / r['bfloat16_s']:.2f}x"]
+        + [
+            f"{r['float32_ppl']:.3f}",
+            f"{r['bfloat16_ppl']:.3f}",
+            f"{100 * (r['bfloat16_ppl'] / r['float32_ppl'] - 1):+.2f}%",
+        ]
+        for r in fwd
+    ]
+    print("\n" + table(["forward, YaRN x4", "fp32 s", "bf16 s", "speed-up", "PPL fp32", "PPL bf16", "Δ PPL"], rows))
     if fwd:
-        print("\n| one layer's part | length | fp32 ms | bf16 ms | speed-up |")
-        print("|---|---|---|---|---|")
+        rows = []
         for r in fwd:
             for part, name in (("sdpa", "causal SDPA"), ("mlp", "MLP up projection")):
                 f32, b16 = r[f"{part}_float32_s"], r[f"{part}_bfloat16_s"]
-                print(f"| {name} | {r['length']} | {1e3 * f32:.1f} | {1e3 * b16:.1f} | {f32 / b16:.2f}x |")
+                rows.append([name, r["length"], f"{1e3 * f32:.1f}", f"{1e3 * b16:.1f}", f"{f32 / b16:.2f}x"])
+        print("\n" + table(["one layer's part", "length", "fp32 ms", "bf16 ms", "speed-up"], rows))
     if train:
-        print(f"\n| training step, {args.seq_len}-token windows | tokens/s | vs fp32 |")
-        print("|---|---|---|")
-        base = None
+        rows, base = [], None
         for r in train:
             base = r["tokens_per_s"] if " fp32 " in r["variant"] else base
-            print(f"| {r['variant']} | {r['tokens_per_s']:.0f} | {r['tokens_per_s'] / base:.2f}x |")
+            rows.append([r["variant"], f"{r['tokens_per_s']:.0f}", f"{r['tokens_per_s'] / base:.2f}x"])
+        print("\n" + table([f"training step, {args.seq_len}-token windows", "tokens/s", "vs fp32"], rows))
     return 0
 
 

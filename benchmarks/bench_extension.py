@@ -8,6 +8,8 @@ resumably; print the table, the goal's verdict and write the plots and the evide
     python benchmarks/bench_extension.py --curve-tasks perplexity,passkey   # each checkpoint's retrieval too
     python benchmarks/bench_extension.py --output runs/extension-x4-contiguous4k --suites finetuned \
         --overrides pose.enabled=false data.seq_len=4096 train.grad_accum=1   # a variant of the fine-tune
+    python benchmarks/bench_extension.py --recipe smollm2-135m/yarn_x4_long --output runs/extension-x4-long \
+        --jitter 0.125 --skip-curve     # issue 41: the mixed-data recipe, its held-out curves and RULER
 
 Models (evals/extension.py): the embedded SmolLM2-135M-Instruct as trained (``none``), with
 training-free YaRN ×4 (``yarn``), fine-tuned at YaRN ×4 by ``configs/train/smollm2-135m/yarn_x4.yaml``
@@ -16,6 +18,13 @@ steps and optimizer, no scaling, positions within 8192). Every model is measured
 perplexity of held-out *Emma* (non-overlapping windows, BOS) at 2k/8k/16k/32k and passkey at
 4k/8k/16k/32k over depths 0/0.25/0.5/0.75/1 × 6 (30 prompts per length; the unscaled models only up
 to 8k). The gain curve: perplexity of every saved checkpoint at 32k (fine-tuned) and 8k (control).
+
+``--recipe`` names another fine-tune (its factor is the recipe's; its control is ``CONTROLS[recipe]``,
+else the recipe's ``_control`` sibling). Each fine-tune's held-out curve is read from its run's
+``metrics.jsonl`` (recipes with ``eval.every``), and with ``--recipe`` (or ``--ruler-tasks``) RULER's
+battery (evals/extension_ruler.py) runs on the unscaled model and the control at L and on the fine-tune
+from L to its target, unless ``--skip-ruler``; the goal of issue 41 is then judged part by part
+(evals/extension_goal.py).
 
 Every step resumes: training from its newest complete checkpoint, exports and curve points are kept,
 suite cells are kept and an interrupted passkey cell resumes at its first unfinished prompt.
@@ -29,7 +38,7 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED
@@ -39,6 +48,13 @@ from ropescale.evals.extension import ROLES, SUITE_OF
 SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
 RECIPES = {FINE_TUNED: SCALED[4], CONTROL: "smollm2-135m/yarn_x4_control"}
 RUN_DIRS = {FINE_TUNED: "yarn", CONTROL: "control"}
+#: the control of each shipped fine-tune recipe (others: the recipe's ``_control`` sibling)
+CONTROLS = {
+    SCALED[4]: RECIPES[CONTROL],
+    SCALED[8]: RECIPES[CONTROL],
+    "smollm2-135m/yarn_x4_long": "smollm2-135m/yarn_x4_long_control",
+    "smollm2-135m/yarn_x8_long": "smollm2-135m/yarn_x4_long_control",
+}
 BASELINES_HELP = """shipped evidence (evals/measured/...) whose none and yarn rows stand for the base suite, not run then
 (a variant measuring only its fine-tunes; the file's model, factor, passkey placement and runtime are checked)"""
 
@@ -46,7 +62,16 @@ BASELINES_HELP = """shipped evidence (evals/measured/...) whose none and yarn ro
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--output", default="runs/extension-x4", help="runs, exports, suites and report")
-    ap.add_argument("--factor", type=int, default=4, choices=sorted(SCALED), help="YaRN factor (x8: to 64k)")
+    ap.add_argument("--factor", type=int, default=None, choices=sorted(SCALED), help="YaRN factor (x8: to 64k)")
+    ap.add_argument("--recipe", default=None, help="the fine-tune's recipe (default: smollm2-135m/yarn_x<factor>)")
+    ap.add_argument("--skip-ruler", action="store_true", help="no RULER cells (evals/extension_ruler.py)")
+    ap.add_argument(
+        "--ruler-tasks",
+        default=None,
+        help="RULER tasks (default: the battery's six); RULER runs with --recipe or --ruler-tasks, not for the "
+        "shipped Austen pair's commands, which measured none",
+    )
+    ap.add_argument("--ruler-samples", type=int, default=30, help="prompts per RULER cell (default 30)")
     ap.add_argument(
         "--passkey-lengths", default=None, help="passkey cells to run now (default: all, 4k to factor x 8k)"
     )
@@ -174,6 +199,30 @@ def check_factor(out: Path, factor: int) -> None:
             )
 
 
+def recipes_for(factor: int = 4, recipe: str | None = None) -> dict[str, str]:
+    """Each fine-tune's recipe: the shipped pair at ``factor``, or ``recipe`` and its control."""
+    if recipe is None:
+        return {**RECIPES, FINE_TUNED: SCALED[factor]}
+    if recipe in CONTROLS:
+        return {FINE_TUNED: recipe, CONTROL: CONTROLS[recipe]}
+    stem, dot, ext = recipe.rpartition(".") if recipe.endswith((".yaml", ".yml")) else (recipe, "", "")
+    return {FINE_TUNED: recipe, CONTROL: f"{stem}_control{dot}{ext}"}
+
+
+def recipe_factor(recipe: str, factor: int | None) -> int:
+    """The factor a ``--recipe`` trains at; exits (2, one line) where ``--factor`` asks another."""
+    from ropescale.errors import RopescaleError
+    from ropescale.training.config import load_config
+
+    try:
+        trained_at = load_config(recipe).scaling.factor
+    except RopescaleError as exc:
+        fail(f"--recipe {recipe}: {exc}")
+    if factor is not None and float(factor) != float(trained_at):
+        fail(f"--recipe {recipe}: scaling.factor {trained_at:g}, --factor {factor} asked")
+    return int(trained_at)
+
+
 def export_dirs(out: Path) -> dict[str, Path]:
     """Where each fine-tune's exported model lives."""
     return {role: out / f"{RUN_DIRS[role]}-export" for role in RECIPES}
@@ -185,14 +234,16 @@ def role_overrides(role: str, overrides: list[str]) -> list[str]:
     return [o for o in overrides if role == FINE_TUNED or not o.startswith("scaling.")]
 
 
-def check_recipes(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> None:
+def check_recipes(
+    out: Path, suites: set[str], overrides: list[str], factor: int = 4, recipes: dict[str, str] | None = None
+) -> None:
     """Stop (status 2) before anything trains when a recipe refuses its overrides, or when ``out`` holds a
     run trained with another recipe, steps included (its cells would be reported under this command)."""
     from ropescale.errors import RopescaleError
     from ropescale.training.checkpoints import recipe_difference
     from ropescale.training.config import load_config
 
-    for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
+    for role, recipe in (recipes or recipes_for(factor)).items():
         if SUITE_OF[role][0] not in suites:
             continue
         given = role_overrides(role, overrides)
@@ -210,10 +261,12 @@ def check_recipes(out: Path, suites: set[str], overrides: list[str], factor: int
             fail(f"{run / 'config.yaml'}: trained otherwise than {asked} ({differs}); give another --output")
 
 
-def train_and_export(out: Path, suites: set[str], overrides: list[str], factor: int = 4) -> dict[str, Path]:
+def train_and_export(
+    out: Path, suites: set[str], overrides: list[str], factor: int = 4, recipes: dict[str, str] | None = None
+) -> dict[str, Path]:
     """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
     exports = export_dirs(out)
-    for role, recipe in {**RECIPES, FINE_TUNED: SCALED[factor]}.items():
+    for role, recipe in (recipes or recipes_for(factor)).items():
         if SUITE_OF[role][0] not in suites:
             continue
         run = out / RUN_DIRS[role]
@@ -355,22 +408,40 @@ def plot(out: Path, rows, points, plan) -> list[str]:
     return files
 
 
+def make_plan(factor: int, jitter: float):
+    """The experiment's protocol at ``factor`` (the shipped lengths and prompts; tests give a tiny one)."""
+    from ropescale.evals.extension import Plan
+
+    return Plan.at(factor, jitter=jitter)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ropescale._io import atomic_write_text
     from ropescale.evals.evidence import write_shipped
-    from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
+    from ropescale.evals.extension import collect, evidence_dict, goal_lines, render_table, suite_dicts
+    from ropescale.evals.extension_goal import goal_parts, heldout_curve, verdict
+    from ropescale.evals.extension_ruler import BATTERY, ruler_lines, ruler_runs, ruler_scores
+    from ropescale.evals.ruler.tasks import get_task
     from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.models.runtime import resolve_runtime
 
     out = Path(args.output)
-    plan = Plan.at(args.factor, jitter=args.jitter)
+    factor = recipe_factor(args.recipe, args.factor) if args.recipe else args.factor or 4
+    recipes = recipes_for(factor, args.recipe)
+    plan = make_plan(factor, args.jitter)
     if args.ppl_lengths:
         plan = replace(plan, ppl_lengths=tuple(int(x) for x in args.ppl_lengths.split(",")))
     tasks = tuple(t for t in args.curve_tasks.split(",") if t)
     if set(tasks) - {"perplexity", "passkey"} or not tasks:  # before anything trains
         fail(f"--curve-tasks {args.curve_tasks!r}: perplexity, passkey or both")
-    check_factor(out, args.factor)
+    check_factor(out, factor)
+    ruler_tasks = [t for t in (args.ruler_tasks or ",".join(BATTERY)).split(",") if t.strip()]
+    try:  # a task name that is not RULER's stops before anything trains
+        [get_task(t) for t in ruler_tasks]
+    except ValueError as exc:
+        fail(f"--ruler-tasks: {exc}")
     exports = export_dirs(out)
     suites = {x for x in args.suites.split(",") if x}
     if args.baselines:  # the file stands for the base suite; one that cannot stops before anything trains
@@ -378,8 +449,8 @@ def main(argv=None) -> int:
         with_baselines(out, [], args.baselines, plan, before=not args.report_only)
     points = []
     if not args.report_only:
-        check_recipes(out, suites, args.overrides, args.factor)
-        exports = train_and_export(out, suites, args.overrides, args.factor)
+        check_recipes(out, suites, args.overrides, factor, recipes)
+        exports = train_and_export(out, suites, args.overrides, factor, recipes)
         if not args.skip_curve:
             points = curve(out, plan, suites, tasks)
         wanted = {int(x) for x in (args.passkey_lengths or "").split(",") if x} or set(plan.passkey_lengths)
@@ -389,6 +460,10 @@ def main(argv=None) -> int:
                 only = entry.setdefault("only", {})
                 only["passkey"] = sorted(wanted & set(only.get("passkey", plan.passkey_lengths)))
             run_suite(suite_from_dict(raw), out / name)
+        if (args.recipe or args.ruler_tasks) and not (args.curve_only or args.skip_ruler):
+            runtime = resolve_runtime("auto", plan.dtype)
+            for run in ruler_runs(out, plan, exports, suites, ruler_tasks, args.ruler_samples, runtime).values():
+                run.run()
     else:  # the suites' reports of their finished cells and, marked in progress, the partial ones
         from ropescale.evals.suite import SuiteRunner
 
@@ -396,7 +471,7 @@ def main(argv=None) -> int:
             if (out / name / "cells").is_dir():
                 SuiteRunner(suite_from_dict(raw), out / name, progress=False).report()
         points = [json.loads(p.read_text()) for p in sorted((out / "curve").glob("*.json"))]
-    variant = f" --factor {args.factor}" if args.factor != 4 else ""
+    variant = f" --recipe {args.recipe}" if args.recipe else f" --factor {factor}" if factor != 4 else ""
     variant += f" --jitter {args.jitter:g}" if args.jitter else ""
     variant += f" --overrides {shlex.join(args.overrides)}" if args.overrides else ""  # as a shell reads it back
     commands = {role: f"python benchmarks/bench_extension.py --output {out}{variant}" for role in RECIPES}
@@ -405,6 +480,11 @@ def main(argv=None) -> int:
     if args.baselines:
         rows, taken = with_baselines(out, rows, args.baselines, plan)
     table, goal = render_table(rows, plan), goal_lines(rows, plan)
+    curves = {role: heldout_curve(out / RUN_DIRS[role]) for role in RECIPES}
+    ruler = ruler_scores(out)
+    asked = {"ppl": list(plan.ppl_lengths), "passkey": list(plan.passkey_lengths), "ruler": list(plan.passkey_lengths)}
+    parts = goal_parts(rows, plan.original_context, curves, ruler, plan.trials * len(plan.depths), lengths=asked)
+    atomic_write_text(out / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
     curve_lines = [
         f"- {p['role']}, step {p['step']} ({p['tokens']:,} tokens): {curve_text(p)}"
         for p in sorted(points, key=lambda p: (p["role"], p["step"], "ppl" not in p))
@@ -421,6 +501,16 @@ def main(argv=None) -> int:
             "",
             "Gain against training tokens:",
             *curve_lines,
+            "",
+            "Held-out curves during training (eval.every; fine-tune at its target, control at L):",
+            *(f"- {role}: " + ", ".join(f"{p.step}: {p.ppl:.3f}" for p in c) for role, c in curves.items() if c),
+            "",
+            "RULER (the battery's tasks, % of expected strings found):",
+            *ruler_lines(ruler),
+            "",
+            "Goal of issue 41 (evals/extension_goal.py):",
+            *(p.line() for p in parts),
+            verdict(parts),
             "",
             *(f"![]({Path(f).name})" for f in files),
         ]

@@ -109,6 +109,8 @@ def evaluate(label: str, load, docs, lengths, tokens, bos, cells: Path) -> list[
 
 
 def main(argv=None) -> int:
+    from ropescale.markdown import table
+
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -166,6 +168,10 @@ def main(argv=None) -> int:
     eval_wall = time.perf_counter() - t1
 
     steps = config.train.max_steps
+    changes = [
+        [b["length"], b["tokens_scored"], f"{b['ppl']:.3f}", f"{a['ppl']:.3f}", f"{a['ppl'] / b['ppl'] - 1:+.1%}"]
+        for b, a in zip(before, after)
+    ]
     lines = [
         f"# Fine-tuning benchmark: {config.name}",
         "",
@@ -179,14 +185,8 @@ def main(argv=None) -> int:
         + f", {steps} steps x {config.global_batch()} windows, lr {config.optim.lr:g}.",
         f"Held-out: {', '.join(t for t, _ in held_out)}; non-overlapping windows, BOS per window, fp32.",
         "",
-        "| length | tokens scored | training-free PPL | fine-tuned PPL | change |",
-        "|---:|---:|---:|---:|---:|",
+        table(["length", "tokens scored", "training-free PPL", "fine-tuned PPL", "change"], changes, align="rrrrr"),
     ]
-    for b, a in zip(before, after):
-        lines.append(
-            f"| {b['length']} | {b['tokens_scored']} | {b['ppl']:.3f} | {a['ppl']:.3f} | "
-            f"{100 * (a['ppl'] / b['ppl'] - 1):+.1f}% |"
-        )
     sessions = train_record.get("sessions", [])
     lines += [
         "",

@@ -201,16 +201,15 @@ def main(argv=None) -> int:
 
 def table(results: dict) -> str:
     """method × length: ropescale PPL, llama.cpp PPL, ratio."""
+    from ropescale import markdown
+
     rows = [
-        "| method | length | factor | ropescale PPL | llama.cpp PPL | llama.cpp / ropescale |",
-        "|---|---:|---:|---:|---:|---:|",
+        [c["method"], c["length"], f"{c['factor']:g}", f"{c['ropescale_ppl']:.3f}", f"{c['llama_cpp_ppl']:.3f}"]
+        + [f"{c['ratio']:.4f}"]
+        for c in sorted(results["cells"].values(), key=lambda c: (c["length"], c["method"]))
     ]
-    for cell in sorted(results["cells"].values(), key=lambda c: (c["length"], c["method"])):
-        rows.append(
-            f"| {cell['method']} | {cell['length']} | {cell['factor']:g} | {cell['ropescale_ppl']:.3f} | "
-            f"{cell['llama_cpp_ppl']:.3f} | {cell['ratio']:.4f} |"
-        )
-    return "\n".join(rows)
+    heads = ["method", "length", "factor", "ropescale PPL", "llama.cpp PPL", "llama.cpp / ropescale"]
+    return markdown.table(heads, rows, align="lrrrrr")
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ def protocol(path: str, ids, spans, args, runtime) -> dict:
 
 
 def main(argv=None) -> int:
+    from ropescale.markdown import table
+
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import ropescale as rs
@@ -151,13 +153,17 @@ def main(argv=None) -> int:
     ref = pairs[0][0]
     keys = [f"0-{args.length}", *(f"{a}-{b}" for a, b in spans)]
     print(f"perplexity by position of the predicted token, one {args.length}-token window of held-out {args.document}")
-    print("| model | " + " | ".join(f"{k} (whole)" if i == 0 else k for i, k in enumerate(keys)) + " |")
-    print("|---|" + "---|" * len(keys))
-    for label in ppl:
-        cells = [
-            f"{ppl[label][k]:.2f}" + (f" ({ppl[label][k] / ppl[ref][k]:.3f}×)" if label != ref else "") for k in keys
+    rows = [
+        [
+            label,
+            *(
+                f"{ppl[label][k]:.2f}" + (f" ({ppl[label][k] / ppl[ref][k]:.3f}×)" if label != ref else "")
+                for k in keys
+            ),
         ]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+        for label in ppl
+    ]
+    print(table(["model", *(f"{k} (whole)" if i == 0 else k for i, k in enumerate(keys))], rows))
     return 0
 
 

@@ -77,19 +77,21 @@ def _interval(pair) -> str:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(
-        "| run | model | length | placement | correct | groups unanimous | ICC | design effect | effective n "
-        "| 95% Wilson (n) | 95% Wilson (effective n) |"
-    )
-    print("|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
+    from ropescale.markdown import table
+
+    cells = []
     for r in sorted(rows, key=lambda r: (r["label"], r["length"], r["jitter"], r["folder"])):
         placement = f"jitter {r['jitter']:g}" if r["jitter"] else "fixed"
         icc = "-" if r["icc"] is None else f"{r['icc']:.2f}"
-        print(
-            f"| {r['folder']} ({r['device']}) | {r['label']} | {r['length']} | {placement} | {round(r['accuracy'] * r['n'])}/{r['n']} "
-            f"| {r['unanimous']}/{r['groups']} | {icc} | {r['design_effect']:.1f} | {r['effective_n']:.1f} "
-            f"| {_interval(r['interval'])} | {_interval(r['effective_interval'])} |"
+        correct = f"{round(r['accuracy'] * r['n'])}/{r['n']}"
+        cells.append(
+            [f"{r['folder']} ({r['device']})", r["label"], r["length"], placement, correct]
+            + [f"{r['unanimous']}/{r['groups']}", icc, f"{r['design_effect']:.1f}", f"{r['effective_n']:.1f}"]
+            + [_interval(r["interval"]), _interval(r["effective_interval"])]
         )
+    heads = ["run", "model", "length", "placement", "correct", "groups unanimous", "ICC", "design effect"]
+    heads += ["effective n", "95% Wilson (n)", "95% Wilson (effective n)"]
+    print(table(heads, cells, align="llrlrrrrrll"))
     fixed = [r for r in rows if not r["jitter"]]
     jittered = [r for r in rows if r["jitter"]]
     pooled = {
@@ -123,6 +125,7 @@ def print_pairs(rows: list[dict]) -> None:
     """Every two models measured on the same prompts (same keys and needle positions), compared prompt
     by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
     from ropescale.evals.proportions import paired_exact_p
+    from ropescale.markdown import table
 
     lines, names = [], folder_names(r["folder"] for r in rows)
     for i, a in enumerate(rows):
@@ -132,15 +135,11 @@ def print_pairs(rows: list[dict]) -> None:
             only_a = sum(1 for k, ok in a["prompts"].items() if ok and not b["prompts"][k])
             only_b = sum(1 for k, ok in b["prompts"].items() if ok and not a["prompts"][k])
             placement = f"jitter {a['jitter']:g}" if a["jitter"] else "fixed"
-            lines.append(
-                f"| {_name(a, names)} vs {_name(b, names)} | {a['length']} | {placement} | {only_a} | {only_b} "
-                f"| {paired_exact_p(only_a, only_b):.3g} |"
-            )
+            pair = f"{_name(a, names)} vs {_name(b, names)}"
+            lines.append([pair, a["length"], placement, only_a, only_b, f"{paired_exact_p(only_a, only_b):.3g}"])
     if lines:
         print("\nSame prompts, prompt by prompt (right for one model only; exact McNemar p):\n")
-        print("| models (a vs b) | length | placement | only a | only b | p |")
-        print("|---|---:|---|---:|---:|---:|")
-        print("\n".join(lines))
+        print(table(["models (a vs b)", "length", "placement", "only a", "only b", "p"], lines, align="lrlrrr"))
 
 
 def main(argv=None) -> int:

@@ -193,16 +193,18 @@ def measure_cuda(args, option: str) -> list[dict]:
 
 def table(cells: list[dict], options: list[str], lengths: list[int]) -> str:
     """Markdown: one row per length, tokens/s and peak memory per option."""
-    head = "| length | " + " | ".join(f"{o} tok/s | {o} peak MiB" for o in options) + " |"
-    lines = [head, "|---:|" + "---:|---:|" * len(options)]
+    from ropescale import markdown
+
+    heads = ["length", *(f"{o} {what}" for o in options for what in ("tok/s", "peak MiB"))]
     by = {(c["option"], c["length"]): c for c in cells}
+    rows = []
     for n in lengths:
         row = [str(n)]
         for o in options:
             c = by.get((o, n), {"error": "?"})
             row += [c["error"], ""] if "error" in c else [f"{n / c['seconds']:.0f}", f"{c['peak_mib']:.0f}"]
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return markdown.table(heads, rows, align="r" * len(heads))
 
 
 def main(argv=None) -> int:

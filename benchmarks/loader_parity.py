@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import transformers
 
 import ropescale
 
@@ -51,12 +50,9 @@ CASES = {
     "llama3": (4, {}),
     "longrope": (4, {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], "short_factor": [1.0] * 8}),
 }
-#: arch -> config class, model class, extra config; Mistral gets a base other than transformers 4's
-#: default 10000, so a loader that misses the top-level rope_theta shows.
-ARCHS = {
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
-    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM, {"sliding_window": None}),
-}
+#: the architectures; Mistral gets a base other than transformers 4's default 10000, so a loader that
+#: misses the top-level rope_theta shows.
+ARCHS = ("llama", "mistral")
 THETA = {"llama": 10000.0, "mistral": 50000.0}
 
 
@@ -72,23 +68,16 @@ class Checkpoint:
 
 def tiny_model(arch: str, seed: int = 0):
     """A tiny random model (head_dim 16, L = 64, base THETA[arch]) in eval mode."""
-    config_cls, model_cls, extra = ARCHS[arch]
-    config = config_cls(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
+    from ropescale.models import tiny
+
+    return tiny.tiny_model(
+        arch,
+        seed=seed,
         max_position_embeddings=L,
         rope_parameters={"rope_type": "default", "rope_theta": THETA[arch]},
         attn_implementation="eager",
-        initializer_range=0.5,
-        **extra,  # large weights: logits of order 10, so a lost scaling shows
+        initializer_range=0.5,  # large weights: logits of order 10, so a lost scaling shows
     )
-    torch.manual_seed(seed)
-    return model_cls(config).eval()
 
 
 def input_ids() -> torch.Tensor:
@@ -207,13 +196,11 @@ def _fmt(value: float | None) -> str:
 
 def format_table(rows: list[dict]) -> str:
     """A Markdown table of the rows of :func:`measure`."""
+    from ropescale.markdown import table
+
     tf4v = next((r["tf4_version"] for r in rows if r["tf4_version"]), "4.57")
     tf5v = rows[0]["tf5_version"] if rows else "5"
-    lines = [
-        f"| checkpoint | tf {tf4v} max abs Δ | tf {tf4v} built | tf {tf5v} max abs Δ | ropescale max abs Δ "
-        "| unscaled max abs Δ |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = []
     for r in rows:
         read = r["tf4_read"] or {}
         built = (
@@ -222,10 +209,10 @@ def format_table(rows: list[dict]) -> str:
             else (read.get("error", "not run")[:40] if read else "not run")
         )
         lines.append(
-            f"| {r['checkpoint']} | {_fmt(r['tf4'])} | {built} | {_fmt(r['tf5'])} | "
-            f"{_fmt(r['ropescale'])} | {_fmt(r['unscaled'])} |"
+            [r["checkpoint"], _fmt(r["tf4"]), built, _fmt(r["tf5"]), _fmt(r["ropescale"]), _fmt(r["unscaled"])]
         )
-    return "\n".join(lines)
+    heads = ["checkpoint", f"tf {tf4v} max abs Δ", f"tf {tf4v} built", f"tf {tf5v} max abs Δ", "ropescale max abs Δ"]
+    return table([*heads, "unscaled max abs Δ"], lines)
 
 
 def main(argv: list[str] | None = None) -> int:

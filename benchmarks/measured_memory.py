@@ -51,9 +51,9 @@ def cells(readme: Path = README) -> list[dict]:
             while command.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 command = command[:-1] + " " + lines[i].strip()
-        elif line.startswith("| length |"):
+        elif re.match(r"\|\s*length\s*\|", line):
             header = [c.strip() for c in line.strip("|").split("|")]
-        elif header and re.match(r"\| \d+ \|", line):
+        elif header and re.match(r"\|\s*\d+\s*\|", line):
             values = [c.strip() for c in line.strip("|").split("|")]
             args = _command_args(command)
             for col, name in enumerate(header):
@@ -116,19 +116,17 @@ def estimate(cell: dict, shapes: dict) -> tuple[float, float]:
 
 
 def table(found: list[dict], shapes: dict) -> str:
-    lines = [
-        "| shape | card | option | length | measured MiB | plan MiB | error | measured tok/s | plan tok/s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    from ropescale import markdown
+
+    rows = []
     for c in found:
         peak, tok_s = estimate(c, shapes)
         err = peak / c["peak_mib"] - 1
         speed = f"{tok_s:.0f}" if c["device"] == "cuda" else "(GPU only)"
-        lines.append(
-            f"| {c['shape']} | {c['card']} | {c['option']} | {c['length']} | {c['peak_mib']:.0f} | {peak:.0f} | "
-            f"{err:+.1%} | {c['tok_s']:.0f} | {speed} |"
-        )
-    return "\n".join(lines)
+        rows.append([c["shape"], c["card"], c["option"], c["length"], f"{c['peak_mib']:.0f}", f"{peak:.0f}"])
+        rows[-1] += [f"{err:+.1%}", f"{c['tok_s']:.0f}", speed]
+    heads = ["shape", "card", "option", "length", "measured MiB", "plan MiB", "error", "measured tok/s", "plan tok/s"]
+    return markdown.table(heads, rows, align="lllrrrrrr")
 
 
 def main() -> int:

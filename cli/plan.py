@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from ropescale.markdown import table
 from ropescale.models import plan
 
 #: the passkey/needle answer: tokens generated after each prompt's prefill
@@ -56,18 +57,17 @@ def print_eval_plan(args: argparse.Namespace) -> int:
     generate = args.task != "perplexity"
     methods = len(str(args.methods).split(",")) if args.methods else 1
     print(f"plan:    {args.task} on {source}, {dtype}, SDPA, {card.label}; estimates (ropescale/models/plan.py)")
-    print("| length | peak memory | fits | per prompt | prompts per cell | per cell | all methods |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
+    rows = []
     for length in args.lengths:
         est = plan.eval_estimate(
             shape, length, dtype, kv_cache=generate, decode_tokens=DECODE_TOKENS if generate else 0, card=card
         )
         n = _forwards(args, length)
         fit = "yes" if plan.fits(est, card) else f"NO: needs {plan.gib(est.peak + plan.RESERVE_MIB * plan.MIB)}"
-        print(
-            f"| {length} | {plan.gib(est.peak)} | {fit} | {plan.duration(est.seconds)} | {n} | "
-            f"{plan.duration(n * est.seconds)} | {plan.duration(methods * n * est.seconds)} |"
-        )
+        per_cell, per_run = plan.duration(n * est.seconds), plan.duration(methods * n * est.seconds)
+        rows.append([length, plan.gib(est.peak), fit, plan.duration(est.seconds), n, per_cell, per_run])
+    heads = ["length", "peak memory", "fits", "per prompt", "prompts per cell", "per cell", "all methods"]
+    print(table(heads, rows, align="rrlrrrr"))
     print(
         "memory: weights, "
         + ("the KV cache, " if generate else "")

@@ -11,6 +11,7 @@ EXAMPLES = """examples:
   ropescale recommend --model ./llama-2-7b --target-length 65536 --budget fine-tune
   ropescale recommend --target-length 16384 --results runs/smollm2-x4
   ropescale recommend --target-length 32768 --verbose           # + reasons, trade-offs, evidence
+  ropescale recommend --target-length 32768 --serve-with vllm   # only what vLLM serves from the saved model
 """
 
 
@@ -42,6 +43,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="results.json (or its folder) to draw the trade-offs from, repeatable "
         "(default: runs/*/results.json and benchmarks/results/*.json here)",
     )
+    p.add_argument(
+        "--serve-with",
+        default=None,
+        metavar="ENGINE",
+        help="recommend only methods this engine serves from the checkpoint `ropescale patch` saves, as "
+        "`ropescale doctor` judges it: transformers, transformers4, transformers5, vllm, sglang, tgi, llama.cpp, "
+        "a row of `ropescale doctor` (vllm-0.30) or a version (vllm==0.33.0)",
+    )
     detail = p.add_mutually_exclusive_group()
     detail.add_argument(
         "--verbose",
@@ -61,7 +70,12 @@ def run(args: argparse.Namespace) -> int:
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import is_scaled, plan_patch
 
-    # a --results file it cannot read is named here, before the model is resolved (an embedded one converted)
+    # an engine it does not know, a --results file it cannot read: named here, before the model is resolved
+    engines = None
+    if args.serve_with is not None:
+        from ropescale.evals.serving import engines_for
+
+        engines = engines_for(args.serve_with)
     evidence = find_evidence(args.model, args.results)
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
@@ -71,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("ropescale.cli.train")
         else None
     )
+    serving = None
+    if engines is not None:
+        from ropescale.evals.serving import Serving
+
+        serving = Serving(args.serve_with, engines, config, args.original_max_position_embeddings, is_scaled(config))
     rec = recommend(
         args.model,
         spec.original_max_position_embeddings,
@@ -85,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             if args.original_max_position_embeddings
             else ""
         ),
+        serving=serving,
     )
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]
@@ -183,33 +203,37 @@ def _trains(recipe: str, overrides: list[str]) -> dict:
 
 def _without_recipe_settings(command: str) -> str:
     """A ``ropescale train --config R KEY=VALUE...`` command without the overrides that say what ``R``
-    already sets (``model.name=smollm2-135m`` on a recipe for that model): the command that trains the
-    same, as short as it can be written; any other command as it is."""
+    already sets (``model.name=smollm2-135m`` on a recipe for that model): each override's value, read as
+    the training config loader reads it, against the value the loaded recipe has at that key (its
+    defaults included), so what is printed is only what differs, also where the overrides together would
+    not validate (a target shorter than the recipe's windows: ``ropescale train`` says so itself). Any
+    other command as it is."""
     import shlex
 
     from ropescale.errors import RopescaleError
+    from ropescale.training.config import apply_overrides
 
     if not command.startswith("ropescale train --config "):
         return command
     try:
         words = shlex.split(command)
         recipe, overrides = words[3], words[4:]
-        base, asked = _trains(recipe, []), _trains(recipe, overrides)
+        base = _trains(recipe, [])
     except (ValueError, RopescaleError):  # a path the shell cannot read back, or a recipe that does not load
         return command
 
-    def changes(override: str) -> bool:
+    def sets(override: str) -> bool:
         try:
-            return _trains(recipe, [override]) != base
-        except RopescaleError:  # valid only beside another override (pose.target_length without pose.enabled)
-            return True
+            given = apply_overrides({}, [override])
+        except RopescaleError:  # not an override the loader reads: leave it for `ropescale train` to name
+            return False
+        ((section, value),) = given.items()
+        if not isinstance(value, dict):
+            return False  # the run's name is not a training setting (nor in base)
+        ((key, value),) = value.items()
+        return key in base.get(section, {}) and base[section][key] == value
 
-    kept = [o for o in overrides if changes(o)]
-    try:
-        same = _trains(recipe, kept) == asked
-    except RopescaleError:
-        same = False
-    return shlex.join([*words[:4], *kept]) if same else command
+    return shlex.join([*words[:4], *(o for o in overrides if not sets(o))])
 
 
 def _as_the_family_trains(what: str, command: str, recipe: str | None, factor: float) -> tuple[str, str]:

@@ -41,6 +41,7 @@ from ropescale.evals.evidence import (
     shipped_dict,
 )
 from ropescale.evals.proportions import difference_interval, wilson_interval
+from ropescale.markdown import table
 from ropescale.models.runtime import runtime_text, same_runtime
 
 ROLES = ("none", "yarn", FINE_TUNED, CONTROL)
@@ -195,12 +196,12 @@ def render_table(rows: list[Measured], plan: Plan) -> list[str]:
     """The four-model table: perplexity per window length, passkey per prompt length (Wilson 95%)."""
     ppl = [f"PPL {length_text(n)}" for n in plan.ppl_lengths]
     pk = [f"passkey {length_text(n)}" for n in plan.passkey_lengths]
-    lines = ["| model | " + " | ".join(ppl + pk) + " |", "|---" * (1 + len(ppl) + len(pk)) + "|"]
-    for r in rows:
-        cells = [f"{r.ppl[n]:.2f}" if n in r.ppl else "" for n in plan.ppl_lengths]
-        cells += [_passkey_cell(r, n) for n in plan.passkey_lengths]
-        lines.append(f"| {r.label} | " + " | ".join(cells) + " |")
-    return lines
+    cells = [
+        [r.label, *(f"{r.ppl[n]:.2f}" if n in r.ppl else "" for n in plan.ppl_lengths)]
+        + [_passkey_cell(r, n) for n in plan.passkey_lengths]
+        for r in rows
+    ]
+    return table(["model", *ppl, *pk], cells).splitlines()
 
 
 def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[str]:
@@ -294,6 +295,10 @@ class FineTuneQuote:
     #: at least as well as both wherever it measured, when the quoted one does not; and its numbers
     variant: tuple[str, ...] = ()
     variant_text: str | None = None
+    source: Evidence | None = None  #: the quoted experiment
+    variant_source: Evidence | None = None  #: the variant's experiment
+    #: the variant trains recall sentences: its passkey cells measure a trained skill in its training format
+    variant_trained: bool = False
 
 
 def command_overrides(command: str) -> tuple[str, ...]:
@@ -343,7 +348,7 @@ def fine_tune_measured(
     ev = max(matching, key=lambda other: (completeness(other), as_shipped(other), -len(overrides_of(other))))
     line, caveat, lost = _quote(ev)
     if not lost:  # nothing to remedy (a lower cell within its prompts' noise is not a loss)
-        return FineTuneQuote(line, caveat)
+        return FineTuneQuote(line, caveat, source=ev)
 
     def keeps_retrieval(other: Evidence) -> bool:  # same prompts, compared with both baselines, overrides to name
         same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
@@ -358,7 +363,7 @@ def fine_tune_measured(
 
     keeps = [other for other in matching if keeps_retrieval(other)]
     if not keeps:
-        return FineTuneQuote(line, caveat)
+        return FineTuneQuote(line, caveat, source=ev)
     # of equally complete ones, the cheapest to train (a longer GPU run of a variant keeps keys too, but
     # the cheaper one is what a user runs first), then the lower perplexity at the target
     best = max(keeps, key=lambda other: (completeness(other), -steps(other), -ppl_at_target(other)))
@@ -374,17 +379,21 @@ def fine_tune_measured(
     instead = f" (not {shlex.join(quoted)})" if quoted else ""
     # recall sentences are the passkey's own task (a fact early in the window, asked for late): keys found
     # after training on them are a trained skill in the evaluation's format, not evidence of longer context
-    trained = (
-        " — keys its recall sentences train in the passkey's own format, not evidence of longer context on other tasks"
-    )
+    trained = any(o.startswith("data.recall_facts=") and o.split("=", 1)[1].strip() not in ("0", "") for o in overrides)
+    kept = "passkey in its training format (not evidence of extension)" if trained else "kept passkey retrieval"
     text = (
-        f"the recipe as shipped with {shlex.join(overrides)}{instead} kept passkey retrieval at "
+        f"the recipe as shipped with {shlex.join(overrides)}{instead}: {kept} at "
         f"{', '.join(map(length_text, _compared(best)))} on the same prompts ({best.source}): passkey "
         + ", ".join(map(cell, sorted(ft.passkey)))
         + (f"; PPL {ppl}" if ft.ppl else "")
-        + (trained if any(o.startswith("data.recall_facts") for o in overrides) else "")
+        + (
+            " — its recall sentences train the skill the passkey measures; perplexity past the trained context "
+            "measures the extension"
+            if trained
+            else ""
+        )
     )
-    return FineTuneQuote(line, caveat, overrides, text)
+    return FineTuneQuote(line, caveat, overrides, text, source=ev, variant_source=best, variant_trained=trained)
 
 
 def _compared(ev: Evidence) -> list[int]:

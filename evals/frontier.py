@@ -33,6 +33,7 @@ from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.frontier_bar import bar_table, with_rows  # noqa: F401 (with_rows: part of this API)
 from ropescale.evals.frontier_verdict import FEW_PROMPTS, FrontierVerdict, Reference  # noqa: F401 (FEW_PROMPTS: part of this API)
 from ropescale.evals.proportions import wilson_interval
+from ropescale.markdown import table
 
 #: perplexity allowed over native (fraction) for "perplexity kept"
 PPL_TOLERANCE = 0.01
@@ -170,11 +171,8 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         "",
         f"Source: {ev.source} ({ev.note}). Native reference: PPL {ref.ppl:.2f} at {_k(ref.ppl_length)}, {pk_ref}.",
         "",
-        "| method | worst PPL / native | short PPL / native | "
-        + " | ".join(f"passkey {_k(n)}" for n in lengths)
-        + " | keeps PPL | keeps retrieval | Pareto |",
-        "|---|---|---|" + "---|" * len(lengths) + "---|---|---|",
     ]
+    rows = []
     for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
         cells = {n: (acc, trials, ci) for n, acc, trials, ci in v.passkey_cells}
         shown = []
@@ -187,11 +185,9 @@ def format_frontier(ev: Evidence, original_context: int, target_length: int, tol
         ratio = f"{v.ppl_ratio:.3f}" if v.ppl_ratio is not None else "n/m"
         short = f"{v.short_ratio:.3f}" if v.short_ratio is not None else "n/m"
         name = f"**{v.row.title}**" if v.keeps_both else v.row.title
-        lines.append(
-            f"| {name} | {ratio} | {short} | "
-            + " | ".join(shown)
-            + f" | {_yes(v.keeps_ppl)} | {_yes(v.keeps_retrieval)} | {'●' if v.pareto else ''} |"
-        )
+        rows.append([name, ratio, short, *shown, _yes(v.keeps_ppl), _yes(v.keeps_retrieval), "●" if v.pareto else ""])
+    heads = ["method", "worst PPL / native", "short PPL / native", *(f"passkey {_k(n)}" for n in lengths)]
+    lines.append(table([*heads, "keeps PPL", "keeps retrieval", "Pareto"], rows))
     both = [v.row.title for v in found if v.keeps_both]
     lines += ["", *bar_table(found, ref, tolerance, original_context)]
     lines += [
@@ -246,6 +242,7 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         The PNG written, or None when no method has both numbers.
     """
     from ropescale.plots import figure, save_png
+    from ropescale.plots.labels import place_labels
 
     ref, found = verdicts(ev, original_context, target_length)
     placed = [v for v in found if v.worst_ratio is not None and v.passkey_min is not None]
@@ -261,14 +258,15 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
             label += "; bar at " + ", ".join(f"{_k(n)}: {a:.2f}" for n, a in sorted(higher.items()))
         ax.axhline(ref.passkey, color="tab:green", lw=0.8, ls="--", label=label)
     ax.axvline(1 + PPL_TOLERANCE, color="tab:red", lw=0.8, ls="--", label=f"native PPL +{PPL_TOLERANCE:.0%}")
-    for i, v in enumerate(sorted(placed, key=lambda v: v.worst_ratio)):
+    points, labels, avoid = [], [], []
+    for v in sorted(placed, key=lambda v: v.worst_ratio):
         worst = min(v.passkey_cells, key=lambda c: c[1])
         ci = worst[3]
         yerr = [[v.passkey_min - ci[0]], [ci[1] - v.passkey_min]] if ci else None
         color = "tab:green" if v.keeps_both else ("tab:blue" if v.pareto else "tab:gray")
         tuned = v.row.budget == "fine-tune"
         partial = v.keeps_ppl is None or v.keeps_retrieval is None  # not measured at the longest lengths
-        ax.errorbar(
+        bars = ax.errorbar(
             v.worst_ratio,
             v.passkey_min,
             yerr=yerr,
@@ -278,14 +276,12 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
             capsize=3,
             alpha=0.9,
         )
-        ax.annotate(
+        avoid += [*bars.lines[1], *bars.lines[2]]  # caps and bars: no label covers another's interval
+        points.append((v.worst_ratio, v.passkey_min))
+        labels.append(
             v.row.title
             + (" (fine-tuned)" if tuned and "fine-tuned" not in v.row.title else "")
-            + (" (cells missing)" if partial else ""),
-            (v.worst_ratio, v.passkey_min),
-            textcoords="offset points",
-            xytext=(6, 5 if i % 2 == 0 or v.passkey_min < 0.1 else -13),
-            fontsize=8,
+            + (" (cells missing)" if partial else "")
         )
     front = sorted((v for v in placed if v.pareto), key=lambda v: v.worst_ratio)
     if len(front) > 1:
@@ -318,7 +314,8 @@ def plot_frontier(ev: Evidence, original_context: int, target_length: int, path:
         fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    place_labels(ax, points, labels, avoid=avoid)  # where they cover no other label, point or interval
+    ax.legend(loc="best", fontsize=8)  # "best" is measured against the labels too
     return save_png(fig, path, bbox_inches="tight")
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from ropescale.evals.evidence import Evidence
 from ropescale.evals.evidence import length_text as _k
 from ropescale.evals.frontier_verdict import FrontierVerdict, Reference
+from ropescale.markdown import table
 
 
 def bar_parts(v: FrontierVerdict, ref: Reference, tolerance: float = 0.01) -> dict[str, tuple[bool | None, str]]:
@@ -35,12 +36,7 @@ def bar_table(found: list[FrontierVerdict], ref: Reference, tolerance: float, or
     for n in lengths:
         bar = ref.passkey_bar(n)
         heads.append(f"passkey {_k(n)} ≥ {bar:.2f}" if bar is not None else f"passkey {_k(n)}")
-    lines = [
-        "The bar, part by part (point estimates; ✓ met, ✗ not met, n/m not measured):",
-        "",
-        "| method | " + " | ".join(heads) + " |",
-        "|---|" + "---|" * len(heads),
-    ]
+    rows = []
     for v in sorted(found, key=lambda v: (not v.keeps_both, v.ppl_ratio or float("inf"))):
         parts = bar_parts(v, ref, tolerance)
         keys = ["PPL beyond L", "PPL within L", *(f"passkey {_k(n)}" for n in lengths)]
@@ -48,8 +44,12 @@ def bar_table(found: list[FrontierVerdict], ref: Reference, tolerance: float, or
         for key in keys:
             met, text = parts.get(key, (None, "n/m"))
             shown.append("n/m" if text == "n/m" else f"{'✓' if met else '✗'} {text}")
-        lines.append(f"| {v.row.title} | " + " | ".join(shown) + " |")
-    return lines
+        rows.append([v.row.title, *shown])
+    return [
+        "The bar, part by part (point estimates; ✓ met, ✗ not met, n/m not measured):",
+        "",
+        table(["method", *heads], rows),
+    ]
 
 
 def with_rows(ev: Evidence, extra: Evidence) -> Evidence:

@@ -16,6 +16,7 @@ from typing import Any
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.longppl import ALPHA, BETA, LongPPLDocument, combine, evaluator_spans, score_text, text_window
 from ropescale.evals.ruler.run import Scaling, cell_name
+from ropescale.markdown import table
 
 SCHEMA = "ropescale.longppl.cell/1"
 
@@ -173,16 +174,15 @@ def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
         f"Key tokens chosen by {who}: loss with the {judge['trunc_len']}-token window minus loss with the whole "
         f"window > {judge['alpha']:g} nats, and whole-window loss < {judge['beta']:g} (stride {judge['internal']}).",
         "",
-        "| scaling | length | LongPPL | PPL | key tokens | tokens | documents |",
-        "|---|---|---|---|---|---|---|",
     ]
+    cells = []
     for r in sorted(rows, key=lambda r: (r["label"], r["length"])):
         res = r["result"]
         lp = "n/a (no key tokens)" if res["longppl"] is None else f"{res['longppl']:.3f}"
-        lines.append(
-            f"| {r['label']} | {r['length']} | {lp} | {res['ppl']:.3f} | {res['key_tokens']} | {res['tokens']} | "
-            f"{len(res['documents'])} |"
+        cells.append(
+            [r["label"], r["length"], lp, f"{res['ppl']:.3f}", res["key_tokens"], res["tokens"], len(res["documents"])]
         )
+    lines.append(table(["scaling", "length", "LongPPL", "PPL", "key tokens", "tokens", "documents"], cells))
     text = "\n".join(lines) + "\n"
     atomic_write_text(output / "report.md", text)
     summary = {"schema": "ropescale.longppl.results/1", "evaluator": judge, "cells": rows}

@@ -30,16 +30,15 @@ losses are told apart from the noise of their prompts (Newcombe's interval of th
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropescale.errors import RopescaleError
 from ropescale.evals.evidence import Evidence, Measured, find_evidence, load_results, same_model, shipped_evidence
 from ropescale.evals.evidence import length_text as _k
-from ropescale.evals.extension import fine_tune_measured
-from ropescale.evals.tradeoffs import num, tradeoffs
+from ropescale.evals.recommend_finetune import fine_tune_evidence
+from ropescale.evals.serving import served_rows, served_rule_method
+from ropescale.evals.tradeoffs import LongPerplexity, PasskeyAccuracy, ShortCost, measure, num
 
 __all__ = [
     "Evidence",
@@ -69,6 +68,10 @@ class Recommendation:
     factor: float | None
     params: dict[str, Any] = field(default_factory=dict)
     why: str = ""  # the one line that answers: what backs the choice, with its numbers
+    retrieval: str | None = None  # what it does to retrieval, losses first (the short answer says it)
+    perplexity: str | None = None  # the rule's answer: its measured perplexity against the unscaled model's
+    also: list[str] = field(default_factory=list)  # another shipped recipe, and what its numbers measure
+    serve: str | None = None  # --serve-with: what the engine serves of the candidates
     caveats: list[str] = field(default_factory=list)  # what the user must know before running it
     measured: str | None = None  # the fine-tune measured on this model (the extension experiment), if shipped
     reasons: list[str] = field(default_factory=list)
@@ -89,6 +92,7 @@ def recommend(
     evidence: list[Evidence] | None = None,
     train_recipe: str | None = None,
     patch_flags: str = "",
+    serving: Any = None,
 ) -> Recommendation:
     """Apply the rule of this module; trade-offs are read off ``evidence`` (first source that has them).
 
@@ -101,7 +105,27 @@ def recommend(
         train_recipe: a PoSE recipe for ``ropescale train`` (None: the command is not available, the
             fine-tune step is described by its recipe keys).
         patch_flags: extra flags for the printed ``ropescale patch`` commands (e.g. `` --replace``).
+        serving: a :class:`~.serving.Serving` (``--serve-with``): only methods that engine keeps from the
+            saved checkpoint are recommended; where it keeps none of the candidates, ``method`` is None
+            and ``why`` says what it does serve.
     """
+    rec = _recommend(model, original_context, target_length, budget, evidence, train_recipe, patch_flags, serving)
+    if serving is not None and rec.method is not None:
+        kept = f"{serving.value} keeps {rec.method} ×{rec.factor:g} as `ropescale patch` saves it (`ropescale doctor`)"
+        rec.serve = kept + (f"; {rec.serve}" if rec.serve else "")
+    return rec
+
+
+def _recommend(
+    model: str,
+    original_context: int,
+    target_length: int,
+    budget: str = "auto",
+    evidence: list[Evidence] | None = None,
+    train_recipe: str | None = None,
+    patch_flags: str = "",
+    serving: Any = None,
+) -> Recommendation:
     from ropescale.methods.factor import factor_for_target
 
     if budget not in BUDGETS:
@@ -121,6 +145,10 @@ def recommend(
         budget = "training-free" if s <= TRAINING_FREE_LIMIT else "fine-tune"
     rec.budget = budget
     method = "dynamic_ntk" if budget == "training-free" and s <= DYNAMIC_LIMIT else "yarn"
+    if serving is not None:
+        method = served_rule_method(rec, serving, method)
+        if method is None:
+            return rec
     rec.method, rec.factor = method, factor_for_target(method, target_length, original_context)
     slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in Path(model).name.removesuffix(".gguf")) or "model"
 
@@ -134,6 +162,8 @@ def recommend(
     out, patch = patch_command(method)
     if budget == "training-free":
         own = [ev for ev in evidence if same_model(ev.model, model) and ev.budget != "fine-tune"]
+        if serving is not None:
+            own = served_rows(rec, own, serving)
         if _from_frontier(rec, own, patch_command, patch):
             return rec
         if s <= TRAINING_FREE_LIMIT:
@@ -153,7 +183,8 @@ def recommend(
         )
         rec.reasons += [rec.why, "caveat: " + rec.caveats[-1]]
         rec.commands.append(("training-free", patch))
-        rec.commands.append(("alternative", patch_command("yarn")[1]))
+        if serving is None or serving.serves("yarn", target_length):
+            rec.commands.append(("alternative", patch_command("yarn")[1]))
     elif budget == "training-free":
         rec.why = (
             f"s = {s:.3g}: YaRN keeps the fast rotary pairs as trained and interpolates only the slow ones, "
@@ -175,7 +206,9 @@ def recommend(
             )
         rec.reasons += rec.caveats
         rec.commands.append(("training-free", patch))
-        rec.commands.append(("retrieval-heavy", patch_command("yarn", " --param attention_factor=1.0", "-af1")[1]))
+        if serving is None or serving.serves("yarn", target_length, {"attention_factor": 1.0}):
+            af1 = patch_command("yarn", " --param attention_factor=1.0", "-af1")[1]
+            rec.commands.append(("retrieval-heavy", af1))
     else:
         if s > TRAINING_FREE_LIMIT:
             rec.reasons.append(
@@ -212,23 +245,50 @@ def recommend(
             )
         )
         rec.commands.append(("training-free meanwhile", patch))
-        found = fine_tune_measured(evidence, model, s, _recipe_steps(train_recipe))
-        if found:
-            rec.measured = found.line
-            rec.reasons.append("measured " + rec.measured)
-            if found.caveat:
-                rec.caveats.append("; ".join(filter(None, (found.caveat, found.variant_text))))
-                rec.reasons.append("caveat: " + rec.caveats[-1])
-            if found.variant and train_recipe:
-                rec.commands.insert(
-                    1,
-                    (
-                        "fine-tune keeping passkey retrieval",
-                        f"ropescale train --config {train_recipe} {keys} {shlex.join(found.variant)}",
-                    ),
-                )
-    rec.tradeoffs = tradeoffs(method, evidence, original_context, target_length)  # training-free rows only
+        fine_tune_evidence(rec, evidence, train_recipe, keys)
+    found = measure(method, evidence, original_context, target_length)  # training-free rows only
+    rec.tradeoffs = [(t.sentence(), t.source) for t in found]
+    if budget == "training-free":
+        rec.perplexity = _perplexity(rec, found)
+    if rec.retrieval is None:
+        rec.retrieval = _retrieval(rec, found)
+        if rec.retrieval and budget == "fine-tune":
+            rec.retrieval = "before the fine-tune (training-free): " + rec.retrieval
     return rec
+
+
+def _perplexity(rec: Recommendation, found: list) -> str | None:
+    """The short answer's measured line for the rule's method: its perplexity within and beyond the trained
+    context against the unscaled model's, each with its file (another model's named as such)."""
+    short = next((t for t in found if isinstance(t, ShortCost)), None)
+    long = next((t for t in found if isinstance(t, LongPerplexity)), None)
+    parts, sources = [], []
+    if short:
+        n = short.length
+        parts.append(f"{short.row.ppl[n]:.2f} at {_k(n)} against the unscaled {short.base.ppl[n]:.2f}")
+        sources.append(short.source.source)
+    if long:
+        n, none = long.length, next((r for r in long.others if r.method == "default"), None)
+        parts.append(
+            f"{num(long.row.ppl[n])} at {_k(n)}" + (f" against the unscaled {num(none.ppl[n])}" if none else "")
+        )
+        sources.append(long.source.source)
+    if not parts:
+        return None
+    source = (short or long).source
+    other = "" if same_model(source.model, rec.model) else f"on {source.model} (the shape, not the numbers): "
+    where = ", ".join(dict.fromkeys(sources))
+    return f"{other}{(short or long).row.title} PPL " + "; ".join(parts) + f" ({where})"
+
+
+def _retrieval(rec: Recommendation, found: list) -> str | None:
+    """The short answer's retrieval line from the passkey trade-off, the model measured named when it
+    is another (its numbers illustrate, they do not transfer)."""
+    hit = next((t for t in found if isinstance(t, PasskeyAccuracy)), None)
+    if hit is None:
+        return None
+    other = "" if same_model(hit.source.model, rec.model) else f"on {hit.source.model} (the shape, not the numbers): "
+    return other + hit.losses(rec.original_context)
 
 
 def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command, rule_patch: str) -> bool:
@@ -285,7 +345,10 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     extra = "".join(f" --param {k}={v}" for k, v in row.params.items())
     rec.commands.append(("training-free", patch_command(row.method, extra)[1]))
     rec.commands.append(("alternative", rule_patch))
-    rec.tradeoffs = tradeoffs(row.method, evidence, rec.original_context, rec.target_length)
+    first = [ev, *(e for e in evidence if e is not ev)]  # the numbers of the row that decided, then others
+    found = measure(row.method, first, rec.original_context, rec.target_length, dict(row.params))
+    rec.tradeoffs = [(t.sentence(), t.source) for t in found]
+    rec.retrieval = _retrieval(rec, found)
     return True
 
 
@@ -306,16 +369,27 @@ def format_short(rec: Recommendation) -> str:
     import textwrap
 
     def wrap(label: str, text: str) -> list[str]:
-        return textwrap.wrap(text, 100, initial_indent=f"{label:<9}", subsequent_indent=" " * 9, break_on_hyphens=False)
+        return textwrap.wrap(
+            text, 110, initial_indent=f"{label:<11}", subsequent_indent=" " * 11, break_on_hyphens=False
+        )
 
+    if rec.method is None and rec.budget == "none" and rec.ratio > 1:  # --serve-with: nothing it serves
+        return f"recommendation:  none: {rec.why}"
     lines = [
         f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
     ]
+    if rec.perplexity:
+        lines += wrap("measured:", rec.perplexity)
     lines += wrap("why:", rec.why)
-    if rec.measured:
-        lines += wrap("result:", rec.measured)
+    if rec.retrieval:
+        lines += wrap("retrieval:", rec.retrieval)
+    for other in rec.also:
+        lines += wrap("also:", other)
+    if rec.serve:
+        lines += wrap("serve:", rec.serve)
     for caveat in rec.caveats:
-        lines += wrap("caveat:", caveat)
+        if caveat != rec.retrieval:
+            lines += wrap("caveat:", caveat)
     from ropescale.methods import method_class
 
     attention = rec.method is not None and bool(method_class(rec.method).attention)
@@ -323,7 +397,7 @@ def format_short(rec: Recommendation) -> str:
         if what == "alternative" and attention:
             what = f"for vLLM, SGLang, TGI, llama.cpp ({rec.method} runs only where ropescale patches the model)"
         lines += [f"{what}:", f"  {command}"]
-    lines.append("more:    --verbose (every reason, the measured trade-offs and their evidence), --json (the record)")
+    lines.append("more:      --verbose (every reason, the measured trade-offs and their evidence), --json (the record)")
     return "\n".join(lines)
 
 
@@ -346,6 +420,10 @@ def to_record(rec: Recommendation) -> dict[str, Any]:
         "factor": rec.factor,
         "params": rec.params,
         "why": rec.why,
+        "perplexity": rec.perplexity,
+        "retrieval": rec.retrieval,
+        "also": rec.also,
+        "serve": rec.serve,
         "caveats": rec.caveats,
         "reasons": rec.reasons,
         "commands": [{"what": what, "command": command} for what, command in rec.commands],
@@ -404,13 +482,3 @@ def evidence_table(ev: Evidence) -> str:
             line += "  " + "".join(f"{r.passkey[n]:>12.0%}" if n in r.passkey else f"{'—':>12}" for n in pk_lengths)
         lines.append(line)
     return "\n".join(lines)
-
-
-def _recipe_steps(recipe: str | None) -> int:
-    """The steps ``recipe`` trains (0 where it cannot be read: ``ropescale train`` absent, a placeholder)."""
-    try:
-        from ropescale.training.config import load_config
-
-        return load_config(recipe).train.max_steps if recipe else 0
-    except (ImportError, OSError, RopescaleError):
-        return 0

@@ -19,6 +19,7 @@ from typing import Any
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED, Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
+from ropescale.evals.proportions import difference_interval
 from ropescale.rope_math import yarn_mscale
 
 
@@ -75,6 +76,32 @@ class PasskeyAccuracy:
         )
         return f"passkey: {acc} ({self.row.title}, {self.source.source})"
 
+    def losses(self, original_context: int) -> str:
+        """The retrieval line of the short answer: where the method finds fewer keys than the model as
+        trained (its cell at the same length up to the source's trained context L', at L' beyond, where
+        the unscaled model cannot reach), beyond the noise of the prompts where their number is known."""
+        row, base, L = self.row, self.base, self.source.original_context or original_context
+        native = max((n for n in (base.passkey if base else {}) if n <= L), default=None)
+
+        def cell(r: Measured, n: int) -> str:  # correct/prompts where their number is known
+            k = r.passkey_trials.get(n)
+            return f"{round(r.passkey[n] * k)}/{k}" if k else f"{r.passkey[n]:.0%}"
+
+        lost, noise, kept = [], [], []
+        for n in self.lengths:
+            ref = n if base and n in base.passkey and n <= L else native
+            if ref is None or row.passkey[n] >= base.passkey[ref]:
+                kept.append(f"{_k(n)} {cell(row, n)}")
+                continue
+            text = f"{_k(n)} {cell(row, n)} (unscaled {cell(base, ref)}{'' if ref == n else ' at ' + _k(ref)})"
+            a, b = row.passkey_trials.get(n), base.passkey_trials.get(ref)
+            clear = not (a and b) or difference_interval(base.passkey[ref] * b, b, row.passkey[n] * a, a)[0] > 0
+            (lost if clear else noise).append(text)
+        said = [f"lost at {', '.join(lost)}"] * bool(lost)
+        said += [f"lower within its prompts' noise at {', '.join(noise)}"] * bool(noise)
+        said += [f"{'kept' if base else 'measured'} at {', '.join(kept)}"] * bool(kept)
+        return f"passkey {'; '.join(said)} ({row.title}, {self.source.source})"
+
 
 @dataclass(frozen=True)
 class YarnTemperature:
@@ -103,10 +130,17 @@ Tradeoff = ShortCost | LongPerplexity | PasskeyAccuracy | YarnTemperature
 
 
 def measure(
-    method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
+    method: str,
+    evidence: list[Evidence],
+    original_context: int,
+    target_length: int | None = None,
+    params: dict[str, Any] | None = None,
 ) -> list[Tradeoff]:
-    """The comparisons for ``method`` found in ``evidence`` (sources measured at this very factor first). Of a
-    fine-tune experiment only its training-free rows count: its fine-tuned and control models are others."""
+    """The comparisons for ``method`` with exactly ``params`` (None: its defaults) found in ``evidence``
+    (sources measured at this very factor first): Self-Extend with group 8 and log-n is not the default
+    Self-Extend, whose passkey may be another story. Of a fine-tune experiment only its training-free rows
+    count: its fine-tuned and control models are others."""
+    params = dict(params or {})
     scale = (target_length or math.inf) / original_context
     evidence = [
         replace(ev, rows=tuple(r for r in ev.rows if r.label not in (FINE_TUNED, CONTROL)))
@@ -116,7 +150,7 @@ def measure(
     ]
 
     def exact(ev: Evidence) -> bool:
-        row = ev.find(method, factor=scale)
+        row = ev.find(method, factor=scale, **params)
         return row is not None and row.at_factor(scale)
 
     evidence = sorted(evidence, key=lambda ev: not exact(ev))
@@ -126,14 +160,14 @@ def measure(
         return inside or sorted(lengths)
 
     def short(ev: Evidence) -> ShortCost | None:
-        row, base = ev.find(method, factor=scale), ev.find("default")
+        row, base = ev.find(method, factor=scale, **params), ev.find("default")
         if not (row and base):
             return None
         common = sorted(n for n in row.ppl if n in base.ppl and n <= (ev.original_context or original_context))
         return ShortCost(row, base, common[0], ev) if common else None
 
     def long(ev: Evidence) -> LongPerplexity | None:
-        row = ev.find(method, factor=scale)
+        row = ev.find(method, factor=scale, **params)
         if not row or not row.ppl:
             return None
         n = max(upto(ev, row.ppl))
@@ -141,23 +175,28 @@ def measure(
         return LongPerplexity(row, n, others, ev) if others else None
 
     def passkey(ev: Evidence) -> PasskeyAccuracy | None:
-        row, base = ev.find(method, factor=scale), ev.find("default")
+        row, base = ev.find(method, factor=scale, **params), ev.find("default")
         return PasskeyAccuracy(row, base, tuple(upto(ev, row.passkey)), ev) if row and row.passkey else None
 
     def temperature(ev: Evidence) -> YarnTemperature | None:
         row, alt = ev.find("yarn"), ev.find("yarn", attention_factor=1.0)
         return YarnTemperature(row, alt, ev) if row and alt else None
 
-    finders: list[Callable[[Evidence], Any]] = [short, long, passkey] + ([temperature] if method == "yarn" else [])
+    yarn = method == "yarn" and not params
+    finders: list[Callable[[Evidence], Any]] = [short, long, passkey] + ([temperature] if yarn else [])
     found = (next((hit for ev in evidence if (hit := find(ev))), None) for find in finders)
     return [hit for hit in found if hit is not None]
 
 
 def tradeoffs(
-    method: str, evidence: list[Evidence], original_context: int, target_length: int | None = None
+    method: str,
+    evidence: list[Evidence],
+    original_context: int,
+    target_length: int | None = None,
+    params: dict[str, Any] | None = None,
 ) -> list[tuple[str, Evidence]]:
     """:func:`measure` rendered: (sentence, the evidence it was read from) per comparison."""
-    return [(t.sentence(), t.source) for t in measure(method, evidence, original_context, target_length)]
+    return [(t.sentence(), t.source) for t in measure(method, evidence, original_context, target_length, params)]
 
 
 def num(x: float) -> str:

@@ -1,22 +1,17 @@
-"""One writer per output: a lock file beside the output, naming its holder.
+"""One writer per output: an OS lock beside the output, and a note naming its holder.
 
 ``patch/export --output DIR``, ``export-gguf --output FILE``, ``train --output-dir DIR`` and
 ``eval ... --output DIR`` hold ``.<key>.lock`` beside their output while they write (``<key>``: the
 output's name, or for a name above 200 bytes its start and a digest, see
-:func:`ropescale._io.helper_key`). The lock is
-created in one step (a complete temporary file hard-linked to the lock's name, which fails when the
-name exists), and holds the writer's pid, host, start time and command line, so a second writer
-stops at once with a line naming the folder and the holder instead of both writing.
+:func:`ropescale._io.helper_key`). The lock is ``filelock``'s: an ``flock`` the kernel releases when its
+holder exits or is killed, so a writer that died never blocks the next one and no takeover code is
+needed. Beside it, ``.<key>.holder`` records the holder's pid, host, start time and command line,
+so a second writer stops at once with a line naming the folder and the holder instead of both writing.
 
-A lock whose holder is gone (same host, no such process, or the pid now belongs to a process started
-later) was left by a writer that was killed: it is taken over with a one-line notice. Staging files
+A note left by a killed writer is replaced with a one-line notice, and its staging files
 (``.<key>.<owner>.partial`` folders, ``.tmp`` files, ``.old`` backups) are removed only when they
 belong to exactly this output and their owner (host, pid and start time, in the name) is gone: a
-sibling output's live staging file (``tx.gguf``'s beside ``tx``) never matches. A lock held on
-another host is never taken over (its process cannot be checked from here): the message says which
-host and file to check.
-
-Why not the ``filelock`` package (installed with huggingface_hub): see docs/architecture.md.
+sibling output's live staging file (``tx.gguf``'s beside ``tx``) never matches.
 """
 
 from __future__ import annotations
@@ -33,9 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from ._io import (
+    atomic_write_json,
     helper_key,
-    helper_path,
     helpers_of,
     overlapping_input,
     process_alive,
@@ -56,44 +53,37 @@ def lock_path(output: str | os.PathLike) -> Path:
     return output.with_name(f".{helper_key(output)}.lock")
 
 
-_process_start = process_start  # the older name
+def holder_path(output: str | os.PathLike) -> Path:
+    """The note naming the lock's holder: ``.<key>.holder`` beside the output."""
+    output = Path(output).expanduser()
+    return output.with_name(f".{helper_key(output)}.holder")
 
 
-def _alive(holder: dict[str, Any]) -> bool:
-    pid = holder.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    return process_alive(pid, holder.get("process_start"))
+_HELD: dict[Path, FileLock] = {}  # this process's locks, by lock file
 
 
 def _describe(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
 
 
-def _read(lock: Path) -> dict[str, Any] | None:
+def _read(note: Path) -> dict[str, Any]:
     try:
-        data = json.loads(lock.read_text())
-    except FileNotFoundError:
-        return None
+        data = json.loads(note.read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _try_create(lock: Path, record: dict[str, Any], output: Path) -> bool:
-    tmp = helper_path(output, "new")
-    tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
-    try:
-        os.link(tmp, lock)  # atomic, and fails if the lock exists: the file is never seen half-written
-        return True
-    except FileExistsError:
+def _running(holder: dict[str, Any]) -> bool:
+    """The note names a process that may hold the lock (one on another host cannot be checked)."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
         return False
-    finally:
-        tmp.unlink(missing_ok=True)
+    return holder.get("host") != socket.gethostname() or process_alive(pid, holder.get("process_start"))
 
 
 def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True) -> Path:
-    """Take the lock of ``output``, taking over a stale one (with a notice on stderr).
+    """Take the lock of ``output`` and write the note naming this process.
 
     Args:
         output: the folder or file about to be written.
@@ -104,52 +94,70 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
         The lock file (give it to :func:`release`).
 
     Raises:
-        OutputLockedError: a live process holds it: ``<what> '<output>' is being written by another
+        OutputLockedError: another process holds it: ``<what> '<output>' is being written by another
             ropescale (pid N on HOST, since TIME: COMMAND); wait for it or choose another``.
     """
     output = Path(output).expanduser()
     if folder and output.exists() and not output.is_dir():
         raise RopescaleError(f"{what} '{output}' exists and is a file, not a folder; choose another")
-    lock = lock_path(output)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    host = socket.gethostname()
-    record = {
-        "pid": os.getpid(),
-        "host": host,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "process_start": _process_start(os.getpid()),
-        "command": " ".join(sys.argv)[:300],
-    }
-    for _ in range(5):
-        if _try_create(lock, record, output):
-            _remove_leftovers(output)
-            return lock
-        holder = _read(lock)
-        if holder is None:
-            continue  # released between our attempt and the read
-        if holder == {}:  # not JSON: not a lock this code wrote
-            raise OutputLockedError(f"{what} '{output}' has an unreadable lock file {lock}; remove it if no one writes")
-        if holder.get("host") == host and not _alive(holder):
+    path, note = lock_path(output), holder_path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder: dict[str, Any] = {}
+    for _ in range(40):  # the holder writes its note just after locking, and removes it just before unlocking
+        lock = FileLock(path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            holder = _read(note)
+            if _running(holder):
+                break
+            time.sleep(0.05)
+            continue
+        left = _read(note)
+        if left.get("pid") is not None:
             print(
-                f"ropescale: taking over the lock of {what} '{output}' left by {_describe(holder)} (that process is gone)",
+                f"ropescale: taking over the lock of {what} '{output}' left by {_describe(left)} "
+                "(that process is gone)",
                 file=sys.stderr,
             )
-            lock.unlink(missing_ok=True)
-            continue
-        command = f": {holder['command']}" if holder.get("command") else ""
-        where = "" if holder.get("host") == host else f"; if that process is gone, remove {lock}"
-        raise OutputLockedError(
-            f"{what} '{output}' is being written by another ropescale ({_describe(holder)}{command}); "
-            f"wait for it or choose another{where}"
-        )
-    raise OutputLockedError(f"{what} '{output}': could not take its lock {lock}")
+        _HELD[path] = lock
+        try:
+            atomic_write_json(
+                note,
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    "process_start": process_start(os.getpid()),
+                    "command": " ".join(sys.argv)[:300],
+                },
+            )
+            _remove_leftovers(output)
+        except BaseException:
+            release(path)
+            raise
+        return path
+    else:
+        holder = {}  # locked, but its holder never named itself (a process forked by it, say)
+    command = f": {holder['command']}" if holder.get("command") else ""
+    who = f" ({_describe(holder)}{command})" if holder else ""
+    raise OutputLockedError(
+        f"{what} '{output}' is being written by another ropescale{who}; wait for it or choose another"
+    )
 
 
 def release(lock: Path) -> None:
-    """Remove ``lock`` if this process holds it."""
-    holder = _read(lock)
-    if holder and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
-        lock.unlink(missing_ok=True)
+    """Remove the lock file and the note, then unlock, if this process holds ``lock``. The file goes
+    while still locked: a writer that opened it just before sees it unlinked and tries again
+    (``filelock`` checks the link count after locking)."""
+    held = _HELD.pop(Path(lock), None)
+    if held is None:
+        return
+    try:
+        Path(lock).with_suffix(".holder").unlink(missing_ok=True)
+        Path(lock).unlink(missing_ok=True)
+    finally:
+        held.release()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -17,7 +18,8 @@ os.environ["ROPESCALE_CPU_BF16"] = "0"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import transformers  # noqa: E402
+
+from ropescale.models import tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,39 +38,24 @@ def load_script(relative: str, name: str | None = None):
 
 ORIGINAL_CONTEXT = 64  # L of the tiny models: inputs of 200 tokens are > 3L
 
-ARCHS = {
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
-}
+
+def squeezed(text: str) -> str:
+    """Markdown with runs of spaces made one (:func:`ropescale.markdown.table` pads columns to their widest
+    cell), so a test can look for ``| name | 1.003 |`` whatever the widths."""
+    return re.sub(" +", " ", text)
 
 
 def tiny_config(arch: str = "llama", **overrides):
-    config_cls, _ = ARCHS[arch]
-    kwargs = dict(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=ORIGINAL_CONTEXT,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-        attn_implementation="eager",
+    """:func:`ropescale.models.tiny.tiny_config` with the tests' L and eager attention."""
+    return tiny.tiny_config(
+        arch, **{"max_position_embeddings": ORIGINAL_CONTEXT, "attn_implementation": "eager", **overrides}
     )
-    if arch == "mistral":
-        kwargs["sliding_window"] = None
-    kwargs.update(overrides)
-    return config_cls(**kwargs)
 
 
 def tiny_model(arch: str = "llama", seed: int = 0, state_dict=None, **overrides):
-    """A tiny random model in eval mode; pass ``state_dict`` to share weights with another."""
-    _, model_cls = ARCHS[arch]
-    torch.manual_seed(seed)
-    model = model_cls(tiny_config(arch, **overrides)).eval()
+    """A tiny random model in eval mode (:func:`tiny_config`); pass ``state_dict`` to share weights with another."""
+    defaults = {"max_position_embeddings": ORIGINAL_CONTEXT, "attn_implementation": "eager"}
+    model = tiny.tiny_model(arch, seed=seed, **{**defaults, **overrides})
     if state_dict is not None:
         model.load_state_dict(copy.deepcopy(state_dict))
     return model

@@ -41,6 +41,7 @@ FLOORS = {
     "ropescale.options": 0,
     "ropescale.rope_math": 0,  # closed forms several rooms share (YaRN's attention temperature)
     "ropescale.errors": 0,
+    "ropescale.markdown": 0,  # markdown tables (tabulate)
     "ropescale._io": 0,
     "ropescale._yaml": 1,  # YAML from users: duplicate keys refused (raises RopescaleError)
     "ropescale": 0,  # the package's own __init__ (lazy names only)

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..interop.engines import ENGINES
 from ..interop.legacy import with_legacy_keys
 from ..interop.verdict import check
+from ..markdown import table
 
 L = 4096
 #: column -> (method, params): the cases tests/interop/cases.py saves and runs through each engine
@@ -40,20 +41,11 @@ SHORT = {"keeps": "keeps", "approximates": "approx.", "loses": "LOSES", "fails":
 
 def configs() -> dict[tuple[str, str], dict]:
     """(column, form) -> config.json dict."""
-    import transformers
-
+    from ..models.tiny import tiny_config
     from ..patching.plan import patch_config
 
-    base = transformers.LlamaConfig(
-        hidden_size=128,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_hidden_layers=1,
-        intermediate_size=128,
-        vocab_size=128,
-        max_position_embeddings=L,
-        rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+    base = tiny_config(
+        shape="engines", max_position_embeddings=L, rope_parameters={"rope_type": "default", "rope_theta": 5e5}
     )
     out = {}
     for column, (method, params) in METHODS.items():
@@ -95,12 +87,11 @@ def markdown() -> str:
     ]
     columns = list(METHODS)
     for form, title in FORMS.items():
-        lines += [f"## {title}", "", "| engine | versions | measured | " + " | ".join(columns) + " |"]
-        lines.append("|" + "---|" * (3 + len(columns)))
-        for e in ENGINES:
-            cells = [SHORT[verdicts[c, form][e.key].verdict] for c in columns]
-            lines.append(f"| {e.name} | {e.versions} | {e.measured or ''} | " + " | ".join(cells) + " |")
-        lines.append("")
+        rows = [
+            [e.name, e.versions, e.measured or "", *(SHORT[verdicts[c, form][e.key].verdict] for c in columns)]
+            for e in ENGINES
+        ]
+        lines += [f"## {title}", "", table(["engine", "versions", "measured", *columns], rows), ""]
     lines += ["## Why (every verdict other than keeps)", ""]
     seen: dict[str, list[str]] = {}
     for (column, form), by_engine in verdicts.items():

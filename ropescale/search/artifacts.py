@@ -24,6 +24,7 @@ from typing import Any
 from .._io import atomic_write_json, atomic_write_text
 from ..attention.modes import TABLE as MODE_TABLE
 from ..errors import RopescaleError
+from ..markdown import table
 
 DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
 
@@ -273,15 +274,12 @@ def markdown_report(report: dict[str, Any]) -> str:
         f"best #{report['best']['index']} ({report['best']['origin']}), calibration "
         f"{SCORE_NAMES[objective_of(s)]} {report['best']['ppl']:.3f}",
         "",
-        "| method | " + " | ".join(c["title"] for c in report["columns"]) + " |",
-        "|---|" + "---|" * len(report["columns"]),
     ]
+    rows = []
     for row in report["rows"]:
-        cells = []
-        for col in report["columns"]:
-            v = row["values"].get(col["key"])
-            cells.append("—" if v is None else f"{v:.3f}")
-        lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+        values = (row["values"].get(col["key"]) for col in report["columns"])
+        rows.append([row["label"], *("—" if v is None else f"{v:.3f}" for v in values)])
+    lines.append(table(["method", *(c["title"] for c in report["columns"])], rows))
     lines += [
         "",
         "Tokens scored per cell: "

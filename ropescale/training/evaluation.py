@@ -67,9 +67,9 @@ def evaluate_peft_model(
         disable_s2attn(hf, base_attn)
     peft_model.eval()
     try:
-        with autocast():
-            result = evaluate_perplexity(
-                peft_model,
+        with autocast():  # the causal LM itself: LoRA's layers are injected into it, and a full fine-tune's
+            result = evaluate_perplexity(  # wrapper (FullFinetune) has no decoder for the chunked loss to run
+                hf,
                 documents,
                 window=length,
                 mode=config.eval.mode,

@@ -16,7 +16,7 @@ SHAPES = Path(__file__).resolve().parents[1] / "data" / "shapes"
 def _rows(out: str) -> dict[int, list[str]]:
     rows = {}
     for line in out.splitlines():
-        m = re.match(r"\| (\d+) \|(.*)\|$", line)
+        m = re.match(r"\| +(\d+) \|(.*)\|$", line)
         if m:
             rows[int(m[1])] = [c.strip() for c in m[2].split("|")]
     return rows

@@ -169,18 +169,20 @@ def test_a_short_write_during_export_gguf_names_the_output(checkpoint, tmp_path,
 
 
 def test_a_read_only_folder_while_taking_the_lock_names_the_output(checkpoint, tmp_path, capsys, monkeypatch):
-    real = Path.write_text
+    import ropescale._lock as lock
 
-    def read_only(self, *args, **kwargs):
-        if self.name.endswith(".new"):
-            raise OSError(errno.EROFS, "Read-only file system", str(self))
-        return real(self, *args, **kwargs)
+    class ReadOnly:  # filelock creating the lock file in a read-only folder
+        def __init__(self, path, **kwargs):
+            self.path = path
 
-    monkeypatch.setattr(Path, "write_text", read_only)
+        def acquire(self):
+            raise OSError(errno.EROFS, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(lock, "FileLock", ReadOnly)
     out = tmp_path / "res.gguf"
     code, _, err = run(capsys, "export-gguf", str(checkpoint), "--output", str(out))
     assert_one_line_error(code, err, f"cannot write output '{out}': the file system is read-only")
-    assert code == 2 and ".new" not in err
+    assert code == 2 and ".lock" not in err
 
 
 def test_an_unwritable_cache_is_said_before_conversion(tmp_path, capsys, monkeypatch):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ropescale.evals.passkey import FILLER, NEEDLE, QUESTION, TASK
+from ropescale.models import tiny
 
 SPECIAL = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
 
@@ -74,21 +75,14 @@ def tokenizer(request) -> PreTrainedTokenizerFast:
 def tiny_llama(bytelevel_tokenizer) -> LlamaForCausalLM:
     """A 2-layer random Llama whose vocabulary matches the byte-level tokenizer, in eval mode."""
     tok = bytelevel_tokenizer
-    config = LlamaConfig(
+    model = tiny.tiny_model(
         vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=256,
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         attn_implementation="sdpa",
     )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
     # Random init with std 0.02 gives nearly uniform predictions; sharpen them so the NLL comparisons
     # are not trivially satisfied by any distribution.
     with torch.no_grad():

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from tests.conftest import load_script
+from tests.conftest import load_script, squeezed
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +243,7 @@ def test_a_report_with_baselines_shows_and_ships_their_rows_and_names_the_file(b
     shipped = tmp_path / "shipped.json"
     argv = ["--output", str(out), "--jitter", "0.125", "--report-only", "--baselines", str(base)]
     assert bench.main([*argv, "--evidence", str(shipped), "--machine", "one GPU"]) == 0
-    table = capsys.readouterr().out
+    table = squeezed(capsys.readouterr().out)
     assert [line.split(" |")[0] for line in table.splitlines() if line.startswith("| ") and "model" not in line] == [
         "| none",
         "| yarn",

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tests.conftest import load_script
+from tests.conftest import load_script, squeezed
 
 
 def test_buckets_cover_the_window_once():
@@ -34,7 +34,7 @@ def test_buckets_sum_to_the_window_and_match_evaluate_perplexity(model_dir, tmp_
     out = tmp_path / "out"
     argv = [f"a={model_dir}", f"b={model_dir}", "--length", "150", "--edges", "64,128", "--factor", "2"]
     assert bench.main([*argv, "--data", str(data), "--dtype", "float32", "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
+    printed = squeezed(capsys.readouterr().out)
     assert "| b | " in printed and "(1.000×)" in printed  # the same weights: ratio 1 in every bucket
     nll = json.loads((out / "a.json").read_text())["nll"]
     parts = [nll[k] for k in ("0-64", "64-128", "128-150")]

@@ -11,7 +11,7 @@ import pytest
 
 from ropescale.evals.proportions import group_agreement, paired_exact_p
 from ropescale.evals.suite import SuiteError, SuiteRunner, run_suite, suite_from_dict
-from tests.conftest import load_script
+from tests.conftest import load_script, squeezed
 
 
 def test_paired_exact_p():
@@ -61,7 +61,7 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     folders = [str(tmp_path / "fixed"), str(tmp_path / "jitter")]
     assert bench.main([*folders, "--json", str(tmp_path / "rows.json"), "--plot", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").read_bytes().startswith(b"\x89PNG")
-    out = capsys.readouterr().out
+    out = squeezed(capsys.readouterr().out)
     assert "| none | 160 | fixed | " in out and "| none | 160 | jitter 0.25 | " in out
     # the two models on the same prompts are compared prompt by prompt, within each placement only
     pairs = [line for line in out.splitlines() if ") vs " in line]
@@ -74,7 +74,7 @@ def test_jitter_is_part_of_the_protocol_and_the_script_reads_both_placements(mod
     for run in ("a", "b"):  # two runs' folders of one name: each named by the part that differs
         shutil.copytree(tmp_path / "jitter", tmp_path / run / "finetuned")
     assert bench.main([str(tmp_path / "a" / "finetuned"), str(tmp_path / "b" / "finetuned")]) == 0
-    pairs = [line for line in capsys.readouterr().out.splitlines() if ") vs " in line]
+    pairs = [line for line in squeezed(capsys.readouterr().out).splitlines() if ") vs " in line]
     assert any("| linear (a/finetuned) vs none (a/finetuned) |" in p for p in pairs)
     assert any("| none (a/finetuned) vs none (b/finetuned) |" in p for p in pairs)
 

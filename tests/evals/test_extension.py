@@ -16,9 +16,13 @@ from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, 
 from ropescale.evals.suite import run_suite, suite_from_dict
 from ropescale.training.config import load_config
 from ropescale.training.data import WindowDataset, WindowSpec
+from tests.conftest import squeezed
 
 RECIPE, CONTROL = "smollm2-135m/yarn_x4", "smollm2-135m/yarn_x4_control"
 TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune. " * 120
+
+#: the label of the recall recipe's command: a trained skill, not "keeping retrieval"
+RECALL_LABEL = "fine-tune with recall sentences (passkey: a trained skill)"
 
 
 def test_the_control_is_the_same_fine_tune_without_scaling():
@@ -76,7 +80,7 @@ def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, by
     assert set(by["fine-tuned yarn"].passkey) == {256, 600} and by["fine-tuned yarn"].passkey_trials[600] == 2
     # the same weights with the same scaling measure the same, whichever suite ran them
     assert by["fine-tuned yarn"].ppl == by["yarn"].ppl and by["control"].ppl == by["none"].ppl
-    table = render_table(rows, plan)
+    table = [squeezed(line) for line in render_table(rows, plan)]
     assert len(table) == 6 and table[3].startswith("| yarn | ") and f"{by['yarn'].ppl[512]:.2f}" in table[3]
     assert "/2, [" in table[4]  # hits/prompts with the Wilson interval
     assert any(line.startswith("- PPL at 512") for line in goal_lines(rows, plan))
@@ -122,7 +126,9 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
     assert evidence[0].budget == "fine-tune"
     tuned = recommend("smollm2-135m", 8192, 32768, "fine-tune", evidence=evidence)
     assert "PPL 32k 30.10" in tuned.measured and "passkey 32k 0.90 on 30 prompts, training-free 0.40" in tuned.measured
-    assert "PPL 8k 30.10 (control 30.20)" in tuned.measured and "result:" in format_short(tuned)
+    assert "PPL 8k 30.10 (control 30.20)" in tuned.measured  # in --verbose and --json
+    # the short answer leads with what measures the extension: perplexity past L against the control's
+    assert "PPL 8k/16k/32k 30.10/30.00/30.10 against its control's 30.20 at 8k" in " ".join(format_short(tuned).split())
     # the training-free answer is the same with or without the fine-tune's file (its 0.90 is no candidate)
     free = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=evidence)
     alone = recommend("smollm2-135m", 8192, 32768, "training-free", evidence=list(shipped_evidence()))
@@ -188,17 +194,18 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
     assert "long.json" in quote.line and "retrieves less at 4k" in quote.caveat  # the most complete is quoted
     assert quote.variant == ("scaling.params={attention_factor: 1.07}", "data.recall_facts=4")
     text = quote.variant_text
-    assert (
-        "(not train.max_steps=400) kept passkey retrieval at 4k, 8k on the same prompts" in text and "kept.json" in text
-    )
-    assert text.endswith("not evidence of longer context on other tasks")  # recall sentences: the passkey's format
+    assert "(not train.max_steps=400): passkey in its training format (not evidence of extension) at 4k, 8k" in text
+    assert "kept.json" in text and quote.variant_trained  # recall sentences: keys in the passkey's own format
+    assert text.endswith("perplexity past the trained context measures the extension")
     assert "passkey 4k 30/30, 8k 30/30, 32k 4/4 so far; PPL 2k/32k 25.10/27.70" in text  # 32k: not compared, not done
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=[long, kept], train_recipe="smollm2-135m/yarn_x4"
     )
-    command = dict(rec.commands)["fine-tune keeping passkey retrieval"]
+    command = dict(rec.commands)[RECALL_LABEL]
     assert command.endswith("'scaling.params={attention_factor: 1.07}' data.recall_facts=4")
-    assert rec.caveats[-1].endswith(text)
+    assert rec.reasons[-1] == f"also shipped: {text}"
+    # the short answer: its keys are labelled a trained skill, never the reason for the recommendation
+    assert "trained format (not evidence of extension)" in rec.also[0] and "passkey" not in rec.why
     longer = experiment(
         "longer",
         {4096: 1.0, 8192: 1.0, 32768: 1.0},
@@ -270,7 +277,7 @@ def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_kee
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=list(shipped_evidence()), train_recipe="smollm2-135m/yarn_x4"
     )
-    words = shlex.split(dict(rec.commands)["fine-tune keeping passkey retrieval"])
+    words = shlex.split(dict(rec.commands)[RECALL_LABEL])
     config = load_config(words[3], words[4:])  # the printed command is one `ropescale train` accepts
     assert words[:3] == ["ropescale", "train", "--config"] and config.data.recall_facts == 4
     assert config.scaling.params == {"attention_factor": 1.07} and config.pose.target_length == 32768

@@ -21,6 +21,7 @@ from ropescale.evals.frontier import (
 )
 from ropescale.evals.recommend import format_recommendation, format_short, recommend
 from ropescale.evals.suite import suite_from_dict
+from tests.conftest import squeezed
 
 L = 8192
 
@@ -110,13 +111,41 @@ def test_frontier_choice_prefers_a_sample_to_a_hint():
 
 def test_report_and_plot(tmp_path):
     ev = _evidence(_row("holds", {16384: 30.1}, {4096: 1.0, 16384: 1.0}), _row("drifts", {16384: 33.0}, {16384: 1.0}))
-    text = format_frontier(ev, L, 16384)
+    text = squeezed(format_frontier(ev, L, 16384))
     assert "| **holds ×2** | 1.003 |" in text and "| drifts ×2 | 1.100 |" in text
     assert "1.00 · 4 [0.51, 1.00]" in text and "Keeps both: holds ×2." in text
     png = plot_frontier(ev, L, 16384, tmp_path / "f.png")
     assert png.stat().st_size > 5000 and png.read_bytes()[:4] == b"\x89PNG"
     assert plot_frontier(_evidence(), L, 16384, tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_plot_labels_of_close_methods_do_not_overlap(tmp_path, monkeypatch):
+    """Four methods within 0.3% of each other at one accuracy, a fifth just below (the ×4 frontier's
+    crowd at ratio 1.00): every label's text, as the renderer measures it, clear of every other, of
+    the legend and inside the axes. The fixed offsets before printed the first and third over each other."""
+    import itertools
+
+    from matplotlib.text import Text
+
+    import ropescale.plots
+
+    figures = []
+    real = ropescale.plots.save_png
+    monkeypatch.setattr(ropescale.plots, "save_png", lambda fig, p, **kw: figures.append(fig) or real(fig, p, **kw))
+    close = [
+        _row(f"method-{i}", {2048: 28.0, 16384: 30.0 * (1.001 + i / 1000)}, {4096: 1.0, 16384: 0.75}) for i in range(4)
+    ]
+    below = _row("below", {16384: 30.05}, {4096: 1.0, 16384: 0.7}, trials=30)
+    assert plot_frontier(_evidence(*close, below), L, 16384, tmp_path / "f.png").is_file()
+    ax = figures[-1].axes[0]
+    figures[-1].canvas.draw()
+    notes = {t.get_text(): Text.get_window_extent(t) for t in ax.texts}
+    assert set(notes) == {"method-0 ×2", "method-1 ×2", "method-2 ×2", "method-3 ×2", "below ×2"}
+    boxes = [*notes.values(), ax.get_legend().get_window_extent()]
+    assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
+    frame = ax.get_window_extent()
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
 
 
 def test_frontier_suite_lengths_candidates_and_validation():
@@ -226,7 +255,7 @@ def test_cli_report_from_results_and_dry_run(capsys, tmp_path):
     assert "best:   se ×2 (worst PPL 1.003× native; passkey ≥ 1.00, 2 prompts per length)" in out
     assert len(out.strip().splitlines()) <= 5 and "|" not in out and "--verbose" in out
     assert main(["eval", "frontier", "--results", str(folder), "--target-length", "16384", "--verbose"]) == 0
-    out = capsys.readouterr().out
+    out = squeezed(capsys.readouterr().out)
     assert "| **se ×2** | 1.003 |" in out and (folder / "frontier.md").is_file() and (folder / "frontier.png").is_file()
 
     assert main(["eval", "frontier", "--target-length", "16384", "--methods", "dca", "--dry-run"]) == 0
@@ -282,7 +311,7 @@ def test_retrieval_within_L_is_read_against_native_at_the_same_length_and_the_ba
     v = _by_label(found)
     assert (ref.passkey_bar(4096), ref.passkey_bar(8192), ref.passkey_bar(16384)) == (1.0, 0.75, 0.75)
     assert v["regresses"].keeps_retrieval is False and v["holds"].keeps_retrieval is True
-    text = format_frontier(ev, L, 16384)
+    text = squeezed(format_frontier(ev, L, 16384))
     assert "| method | PPL beyond 8k ≤ 1.01× native 8k | PPL ≤ 8k ≤ 1.01× native | passkey 4k ≥ 1.00 |" in text
     # point estimates: holds misses PPL (1.013×) and 16k (0.70 < 0.75) though its intervals keep retrieval
     assert "| holds ×2 | ✗ 1.013× | ✓ 1.004× | ✓ 1.00 (30/30) | ✓ 0.80 (24/30) | ✗ 0.70 (21/30) |" in text
@@ -340,7 +369,7 @@ def test_fine_tuned_rows_are_shown_beside_the_frontier_never_chosen(tmp_path, ca
     assert main([*argv, "--evidence", str(out_json), "--verbose"]) == 2  # no --command: refused in one line
     assert "--evidence needs --command" in capsys.readouterr().err
     assert main([*argv, "--evidence", str(out_json), "--command", "ropescale eval suite x", "--verbose"]) == 0
-    out = capsys.readouterr().out
+    out = squeezed(capsys.readouterr().out)
     assert "| fine-tuned yarn ×2 |" in out and "se ×2" in out
     written = load_measured(out_json)
     assert [r.label for r in written.rows] == ["none", "se"] and written.budget == "training-free"

@@ -46,13 +46,7 @@ def build(root: Path) -> dict[tuple[str, str], Path]:
     out = {}
     for name, (method, params) in METHODS.items():
         model = tiny_model(
-            hidden_size=128,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            head_dim=64,
-            num_hidden_layers=1,
-            max_position_embeddings=L,
-            rope_parameters={"rope_type": "default", "rope_theta": 5e5},
+            shape="engines", max_position_embeddings=L, rope_parameters={"rope_type": "default", "rope_theta": 5e5}
         )
         path = root / f"{name}-saved"
         with warnings.catch_warnings():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ropescale.export import engines_table as table
+from tests.conftest import squeezed
 
 from .cases import ROOT
 
@@ -13,7 +14,7 @@ def test_docs_engines_md_is_generated_from_the_rules():
 
 
 def test_the_doc_covers_every_row_and_method():
-    text = table.markdown()
+    text = squeezed(table.markdown())
     for column in table.METHODS:
         assert f" {column} |" in text
     assert text.count("| vLLM |") == 2 * 5 and text.count("| SGLang |") == 2 * 2

@@ -16,7 +16,7 @@ from ropescale.search import SearchOptions, Text, load_search, search_model
 from ropescale.search.engine import best_of
 from ropescale.search.objective import make_windows, score_windows, spread_positions
 from ropescale.search.space import LongRopeSpace
-from tests.conftest import tiny_model
+from tests.conftest import squeezed, tiny_model
 
 TARGET = 256  # L = 64, factor 4
 
@@ -123,7 +123,7 @@ def test_report_keeps_texts_apart_and_counts_tokens(searched):
     # dynamic NTK is not a seed, and the NTK seed was projected onto the floor (λ_i >= s past pair 3)
     missing = {(label, k) for label, r in rows.items() for k, v in r.items() if v is None}
     assert missing == {("dynamic_ntk", "calibration"), ("ntk", "calibration")}
-    md = (out / "report.md").read_text()
+    md = squeezed((out / "report.md").read_text())
     assert "192 tokens scored per candidate" in md and "| searched |" in md
     assert (out / "factors.png").stat().st_size > 1000
 

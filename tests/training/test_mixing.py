@@ -72,6 +72,43 @@ def test_no_source_leaks_into_the_held_out_text(tmp_path, monkeypatch):
     assert {"p", "a"} <= {t for g in range(50) for t in tok.convert_ids_to_tokens(mix.sample(g)["input_ids"].tolist())}
 
 
+def test_the_long_recipes_mix_leaks_no_held_out_token_into_any_training_stream(tmp_path, monkeypatch):
+    """The shape of the issue-41 recipes (a Python tree, a folder and austen; stream packing; 40 % short
+    windows), checked exhaustively: no token of the held-out documents (a data.holdout title and Emma) in
+    any source's whole training stream, the held-out text exactly those documents, and short windows,
+    like long ones, cut from the source their draw names."""
+    import ropescale.data.corpus as corpus
+    from ropescale.training.mixing import mixed_streams
+
+    fake = [corpus.Document("Emma", "E " * 300), corpus.Document("Persuasion", "p " * 300)]
+    monkeypatch.setattr(corpus, "load_corpus", lambda name, cache_dir=None: fake)
+    tree = tmp_path / "tree" / "pkg"
+    tree.mkdir(parents=True)
+    (tree / "__init__.py").write_text("x = 1\n" * 50)
+    a = _folder(tmp_path, "a", "a", extra={"Held": "Z " * 200})
+    sources = [
+        {"source": f"python:{tree.parent}", "weight": 0.5},
+        {"source": str(a), "weight": 0.3},
+        {"source": "austen", "weight": 0.2},
+    ]
+    config = recipe(
+        tmp_path, data={"sources": sources, "holdout": ["Held"], "seq_len": 24, "packing": "stream", "short_share": 0.4}
+    )
+    tok = char_tokenizer()
+    held_ids = set(tok.convert_tokens_to_ids(["Z", "E"]))
+    streams = mixed_streams(config, tok, tmp_path / "cache")
+    assert [len(s.tokens) > 0 for s in streams] == [True] * 3
+    assert all(not held_ids & set(s.tokens.tolist()) for s in streams)
+    held = mixed_heldout(config)
+    assert sorted(t for t, _ in held) == ["Emma", "Held"] and {c for _, text in held for c in text} == {"E", "Z", " "}
+    spec = WindowSpec(24, tok.bos_token_id, documents=False, short_share=0.4, short_len=16)
+    mix = mixed_windows(config, tok, tmp_path / "cache2", spec)
+    for g in range(100):
+        source, _ = mix.pick(g)
+        text = set(tok.convert_ids_to_tokens(mix.sample(g, short=True)["input_ids"].tolist())) - {"<s>", "</s>", " "}
+        assert not text & {"Z", "E"} and (source != 1 or text == {"a"}) and (source != 2 or text == {"p"})
+
+
 def test_python_tree_is_one_document_per_package(tmp_path):
     root = tmp_path / "tree"
     (root / "pkg" / "sub").mkdir(parents=True)

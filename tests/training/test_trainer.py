@@ -198,3 +198,28 @@ def test_cli_train_eval_resume_export(tmp_path, model_dir, capsys):
     model = ropescale.from_pretrained(tmp_path / "merged")
     tokenizer = ropescale.load_tokenizer(tmp_path / "merged")
     assert model.config.ropescale["method"] == "yarn" and tokenizer.bos_token == "<s>"
+
+
+def test_a_full_fine_tune_evaluates_held_out_text_during_training(tmp_path, model_dir, capsys):
+    """eval.every with lora.enabled=false (the issue-41 recipes' held-out curve): the evaluation runs the
+    causal LM inside the full fine-tune's wrapper (it failed on the wrapper, which has no decoder)."""
+    data = tmp_path / "books"
+    data.mkdir()
+    (data / "a.txt").write_text("The cat sat on the mat. " * 60)
+    (data / "b.txt").write_text("A dog ran in the park and barked at a bird. " * 10)
+    path = tmp_path / "full.yaml"
+    recipe = {
+        "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+        "scaling": {"method": "yarn", "factor": 4},
+        "lora": {"enabled": False},
+        "data": {"source": str(data), "holdout": ["b"], "seq_len": 32},
+        "optim": {"lr": 1e-3, "warmup_steps": 1},
+        "train": {"max_steps": 2, "save_every": 0, "gradient_checkpointing": False},
+        "eval": {"every": 1, "length": 96, "max_tokens": 192},
+    }
+    path.write_text(yaml.safe_dump(recipe))
+    run = tmp_path / "run"
+    code = main(["train", "--config", str(path), "--output-dir", str(run), "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    evals = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if "eval_ppl" in ln]
+    assert [e["step"] for e in evals] == [1, 2] and all(math.isfinite(e["eval_ppl"]) for e in evals)

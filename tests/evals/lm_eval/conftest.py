@@ -7,11 +7,11 @@ import pytest
 
 lm_eval = pytest.importorskip("lm_eval")
 
-import torch  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers, processors  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from ropescale.evals.lm_eval import TASKS_DIR  # noqa: E402
+from ropescale.models import tiny  # noqa: E402
 from tests.conftest import load_script  # noqa: E402
 
 TINY_CONTEXT = 512  # L of the tiny model; yarn x4 -> 2048, the length of passkey_2k
@@ -46,21 +46,15 @@ def tiny_dir(tmp_path_factory):
     """A tiny random Llama (2 layers, hidden 32, L=512) and its tokenizer, saved as a checkpoint."""
     path = tmp_path_factory.mktemp("tiny-llama")
     tok = word_tokenizer()
-    config = LlamaConfig(
+    model = tiny.tiny_model(
+        shape="narrow",
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=TINY_CONTEXT,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
+    model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
