@@ -103,11 +103,6 @@ def optional_int(name: str, value: Any) -> None:
         raise SuiteError(f"{name} must be an integer or null, got {value!r}")
 
 
-def string(name: str, value: Any) -> None:
-    if not isinstance(value, str) or not value:
-        raise SuiteError(f"{name} must be a non-empty string, got {value!r}")
-
-
 def flag_type(parse: Any, name: str) -> Any:
     """An argparse ``type=`` from a :mod:`ropescale.options` parser (its ValueError as a usage error)."""
     import argparse
