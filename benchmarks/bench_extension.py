@@ -199,10 +199,11 @@ def check_factor(out: Path, factor: int) -> None:
             )
 
 
-def recipes_for(factor: int = 4, recipe: str | None = None) -> dict[str, str]:
-    """Each fine-tune's recipe: the shipped pair at ``factor``, or ``recipe`` and its control."""
+def recipes_for(factor: int | None = 4, recipe: str | None = None) -> dict[str, str]:
+    """Each fine-tune's recipe: the shipped pair at ``factor`` (no factor given: x4, as the command line
+    defaults), or ``recipe`` and its control."""
     if recipe is None:
-        return {**RECIPES, FINE_TUNED: SCALED[factor]}
+        return {**RECIPES, FINE_TUNED: SCALED[factor or 4]}
     if recipe in CONTROLS:
         return {FINE_TUNED: recipe, CONTROL: CONTROLS[recipe]}
     stem, dot, ext = recipe.rpartition(".") if recipe.endswith((".yaml", ".yml")) else (recipe, "", "")
@@ -235,7 +236,7 @@ def role_overrides(role: str, overrides: list[str]) -> list[str]:
 
 
 def check_recipes(
-    out: Path, suites: set[str], overrides: list[str], factor: int = 4, recipes: dict[str, str] | None = None
+    out: Path, suites: set[str], overrides: list[str], factor: int | None = 4, recipes: dict[str, str] | None = None
 ) -> None:
     """Stop (status 2) before anything trains when a recipe refuses its overrides, or when ``out`` holds a
     run trained with another recipe, steps included (its cells would be reported under this command)."""
@@ -262,7 +263,7 @@ def check_recipes(
 
 
 def train_and_export(
-    out: Path, suites: set[str], overrides: list[str], factor: int = 4, recipes: dict[str, str] | None = None
+    out: Path, suites: set[str], overrides: list[str], factor: int | None = 4, recipes: dict[str, str] | None = None
 ) -> dict[str, Path]:
     """Train and export the fine-tunes the chosen suites measure (the others' paths are returned as well)."""
     exports = export_dirs(out)
