@@ -92,7 +92,7 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
             }
     flags, flag_lines = short_context_regressions(suite, summary)
     summary["regressions"] = flags
-    plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods]) if p]  # plot
+    plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods], plot_context(suite)) if p]
     done = sum(1 for c in finished if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
     total = len(suite.cells())
     lines = render(suite, tables, runtimes, flag_lines, [str(Path(p).relative_to(output)) for p in plots], done, total)
@@ -117,12 +117,26 @@ def _ran(entry, cells: list[dict[str, Any]]) -> dict[str, Any]:
     return {"method": entry.method, "factor": entry.factor, "params": dict(entry.params)}
 
 
-def plot_tables(output: Path, tables: list[TaskTable], labels: list[str]) -> list[str | None]:
-    """Plot: perplexity against length, one accuracy grid per method and retrieval task."""
+def plot_tables(
+    output: Path, tables: list[TaskTable], labels: list[str], context: dict[str, Any] | None = None
+) -> list[str | None]:
+    """Plot: perplexity against length, one accuracy grid per method and retrieval task. ``context`` is
+    what a plot names beside the numbers (:func:`plot_context`)."""
     plots: list[str | None] = []
     for tt in tables:
-        plots += tt.kind.plot(output, tt, labels)
+        plots += tt.kind.plot(output, tt, labels, context=context)
     return plots
+
+
+def plot_context(suite) -> dict[str, Any]:
+    """What the suite's plots name: the model, the factor when every scaled method shares one, and the
+    trained context L (a dashed line), when its config can be read here."""
+    factors = {float(m.factor) for m in suite.methods if m.factor and float(m.factor) != 1.0}
+    return {
+        "model": suite.model,
+        "factor": factors.pop() if len(factors) == 1 else None,
+        "trained_context": _trained_context(suite.model),
+    }
 
 
 def _method_text(m) -> str:

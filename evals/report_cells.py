@@ -192,9 +192,17 @@ def mean_accuracy(result: dict[str, Any]) -> float:
     return sum(values) / len(values)
 
 
-def plot_ppl(output: Path, table, labels, lengths) -> str | None:
+def plot_ppl(output: Path, table, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
+    """Perplexity against length, titled with the model and factor, the trained context L dashed."""
     curves = {label: {n: table[label][n]["ppl"] for n in lengths if n in table[label]} for label in labels}
-    path = plot_perplexity_curves(curves, lengths, output / "perplexity_vs_length.png")
+    path = plot_perplexity_curves(
+        curves,
+        lengths,
+        output / "perplexity_vs_length.png",
+        model=model,
+        factor=factor,
+        trained_context=trained_context,
+    )
     return None if path is None else str(path)
 
 

@@ -204,7 +204,9 @@ class Task:
 
         return render_values(self, table, labels, entries)
 
-    def plot(self, output: Path, table: Any, labels: list[str]) -> list[str | None]:
+    def plot(
+        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+    ) -> list[str | None]:
         return []
 
 

@@ -116,10 +116,12 @@ class Perplexity(Task):
 
         return render_perplexity(table, labels, entries)
 
-    def plot(self, output: Path, table: Any, labels: list[str]) -> list[str | None]:
+    def plot(
+        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+    ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_ppl
 
-        return [plot_ppl(output, table.table, labels, table.lengths)]
+        return [plot_ppl(output, table.table, labels, table.lengths, **(context or {}))]
 
 
 PERPLEXITY = Perplexity()

@@ -154,7 +154,9 @@ class Retrieval(Task):
 
         return render_retrieval(table, labels, entries)
 
-    def plot(self, output: Path, table: Any, labels: list[str]) -> list[str | None]:
+    def plot(
+        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+    ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
         return list(plot_grids(output, self.name, table.table, labels, table.lengths))

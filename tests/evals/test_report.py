@@ -103,3 +103,21 @@ def test_results_read_back_without_their_suite_file(suite, tmp_path):
     del summary["methods"], summary["passkey_jitter"]
     (tmp_path / "results.json").write_text(json.dumps(summary))
     assert load_results(tmp_path / "results.json").rows == ()
+
+
+def test_the_perplexity_plot_names_the_model_the_factor_and_the_trained_context(suite, tmp_path, monkeypatch):
+    """The suite's plot gets what the reader needs beside the curves (make demo's docs/img/demo.png had none)."""
+    import ropescale.evals.report_cells as report_cells
+
+    seen = {}
+
+    def plot(curves, lengths, path, **named):
+        seen.update(named, curves=curves)
+
+    monkeypatch.setattr(report_cells, "plot_perplexity_curves", plot)
+    write_cells(
+        tmp_path, suite, {("none", "perplexity", 128): {"ppl": 10.0}, ("yarn", "perplexity", 128): {"ppl": 10.1}}
+    )
+    write_report(suite, tmp_path)
+    assert seen["model"] == suite.model and seen["factor"] == 4.0 and seen["trained_context"] == 256
+    assert seen["curves"]["yarn"] == {128: 10.1}
