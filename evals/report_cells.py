@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ropescale.markdown import table as md_table
 from ropescale.plots.curves import plot_perplexity_curves
 from ropescale.plots.grids import plot_accuracy_grid
 
@@ -31,31 +32,34 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
 
 
-def table_header(lengths: list[int]) -> tuple[str, str]:
-    return "| method | " + " | ".join(f"{n:,}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)
+def length_table(lengths: list[int], rows: list[list[str]], extra: tuple[str, ...] = ()) -> list[str]:
+    """A table of one row per method and one column per length (``extra`` columns after), as lines."""
+    return md_table(["method", *(f"{n:,}" for n in lengths), *extra], rows).splitlines()
 
 
 def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
     """A task's section from its row alone: its ``metric`` per method and length (a task with no
     renderer of its own, :meth:`.task_base.Task.render`)."""
-    header, rule = table_header(tt.lengths)
     better = "higher" if kind.higher_is_better else "lower"
-    lines = [f"## {kind.name}", "", f"{kind.metric} ({better} is better):", "", header, rule]
-    for label in labels:
-        cells = (
-            (fmt(kind.value(tt.table[label][n], n)) if n in tt.table[label] else "—")
-            if entries[label].runs(tt.task, n)
-            else NOT_RUN
-            for n in tt.lengths
-        )
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    lines = [f"## {kind.name}", "", f"{kind.metric} ({better} is better):", ""]
+    rows = [
+        [
+            label,
+            *(
+                (fmt(kind.value(tt.table[label][n], n)) if n in tt.table[label] else "—")
+                if entries[label].runs(tt.task, n)
+                else NOT_RUN
+                for n in tt.lengths
+            ),
+        ]
+        for label in labels
+    ]
+    return lines + length_table(tt.lengths, rows) + [""]
 
 
 def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
-    table, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
-    header, rule = table_header(lengths)
-    r0 = next((r for rows in table.values() for r in rows.values()), {})
+    by_label, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
+    r0 = next((r for rows in by_label.values() for r in rows.values()), {})
     mode = r0.get("mode", settings.get("mode", "yarn"))
     lines = [
         "## Perplexity",
@@ -66,26 +70,31 @@ def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
         "",
         "Token-weighted perplexity (lower is better):",
         "",
-        header,
-        rule,
     ]
 
-    def row(label: str, key: str) -> str:
-        cells = (fmt(table[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN for n in lengths)
-        return f"| {label} | " + " | ".join(cells) + " |"
+    def rows(key: str) -> list[list[str]]:
+        return [
+            [
+                label,
+                *(
+                    fmt(by_label[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN
+                    for n in lengths
+                ),
+            ]
+            for label in labels
+        ]
 
-    lines += [row(label, "ppl") for label in labels]
+    lines += length_table(lengths, rows("ppl"))
     if mode != "nonoverlap":
-        lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", "", header, rule]
-        lines += [row(label, "mean_window_ppl") for label in labels]
-    scored = {n: max((table[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+        lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", ""]
+        lines += length_table(lengths, rows("mean_window_ppl"))
+    scored = {n: max((by_label[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
     return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
 
 
 def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
     table, lengths, task, stats, kind = tt.table, tt.lengths, tt.task, tt.stats or {}, tt.kind
     settings = kind.read(tt.settings)
-    header, rule = table_header(lengths)
     thresholds = sorted({threshold(kind, r) for rows in table.values() for r in rows.values()})
     at_least = " / ".join(f"{t:g}" for t in thresholds)
     context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
@@ -95,9 +104,8 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
         f"Accuracy over depths {list(settings.depths)} × {settings.trials} trial(s) "
         "per length; greedy decoding with the KV cache" + kind.scoring + context_rule,
         "",
-        header + " context |",
-        rule + "---|",
     ]
+    rows = []
     for label in labels:
         accs = {n: st["accuracy"] for n, st in stats[label].items()}
         ok = [  # a cell in progress says nothing yet about the context
@@ -107,7 +115,8 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
             fmt_retrieval(stats[label].get(n), table[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
             for n in lengths
         )
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {max(ok) if ok else '—'} |")
+        rows.append([label, *cells, str(max(ok)) if ok else "—"])
+    lines += length_table(lengths, rows, extra=("context",))
     placement = kind.placement(settings, table)
     return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
 
@@ -240,7 +249,7 @@ __all__ = [
     "PPL_CONVENTIONS",
     "fmt",
     "fmt_retrieval",
-    "table_header",
+    "length_table",
     "placement_line",
     "plot_grids",
     "plot_ppl",

@@ -141,9 +141,8 @@ class Ruler(Task):
         return battery
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        from ropescale.evals.report_cells import NOT_RUN, table_header
+        from ropescale.evals.report_cells import NOT_RUN, length_table
 
-        header, rule = table_header(table.lengths)
         settings = self.read(table.settings)
         lines = [
             "## RULER",
@@ -153,17 +152,20 @@ class Ruler(Task):
             "",
             "Mean score over the tasks (higher is better):",
             "",
-            header,
-            rule,
         ]
-        for label in labels:
-            cells = (
-                (f"{table.table[label][n]['score']:.2f}" if n in table.table[label] else "—")
-                if entries[label].runs(self.name, n)
-                else NOT_RUN
-                for n in table.lengths
-            )
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        rows = [
+            [
+                label,
+                *(
+                    (f"{table.table[label][n]['score']:.2f}" if n in table.table[label] else "—")
+                    if entries[label].runs(self.name, n)
+                    else NOT_RUN
+                    for n in table.lengths
+                ),
+            ]
+            for label in labels
+        ]
+        lines += length_table(table.lengths, rows)
         lines += ["", "Per task (score at each length):", ""]
         for label in labels:
             for task in settings.tasks:

@@ -16,6 +16,7 @@ from ropescale.evals.ruler.measures import (
     worst_retention,
 )
 from ropescale.evals.ruler.run import load_cells
+from ropescale.markdown import table as md_table
 
 
 def summarize(cells: list[dict[str, Any]], model: str | None = None) -> dict[str, Any]:
@@ -54,34 +55,28 @@ def markdown(summary: dict[str, Any]) -> str:
     """The summary as markdown: one table of scores, one of the measures."""
     table = summary["scores"]
     lengths = sorted({n for tasks in table.values() for by in tasks.values() for n in by})
-    head = "| scaling | task | " + " | ".join(str(n) for n in lengths) + " |"
-    lines = [
-        "## RULER scores (% , 95% Wilson interval, samples per cell)",
-        "",
-        head,
-        "|---|---|" + "---|" * len(lengths),
+    rows = [
+        [
+            label,
+            task,
+            *(
+                ""
+                if (e := by.get(n)) is None
+                else f"{e['score']:.1f} [{e['interval'][0]:.0f}, {e['interval'][1]:.0f}] n={e['samples']}"
+                for n in lengths
+            ),
+        ]
+        for label, tasks in sorted(table.items())
+        for task, by in sorted(tasks.items())
     ]
-    for label, tasks in sorted(table.items()):
-        for task, by in sorted(tasks.items()):
-            cells = []
-            for n in lengths:
-                e = by.get(n)
-                cells.append(
-                    ""
-                    if e is None
-                    else f"{e['score']:.1f} [{e['interval'][0]:.0f}, {e['interval'][1]:.0f}] n={e['samples']}"
-                )
-            lines.append(f"| {label} | {task} | " + " | ".join(cells) + " |")
+    lines = ["## RULER scores (% , 95% Wilson interval, samples per cell)", ""]
+    lines += md_table(["scaling", "task", *(str(n) for n in lengths)], rows).splitlines()
     context = summary["original_context"]
     lines += ["", f"## Effective length and short-context retention (trained context L = {context})", ""]
     if not summary["has_unscaled"]:
         lines += ["No cells of the unscaled model (`--method none`) here: no retention; the relative", ""]
         lines += ["effective length uses each scaling's own scores at ≤ L.", ""]
-    lines += [
-        f"| scaling | task | effective (RULER 85.6) | effective (85 % of base at ≤ L) | worst retention ≤ L "
-        f"(bar {RETENTION_BAR} %) |",
-        "|---|---|---|---|---|",
-    ]
+    rows = []
     for label, tasks in sorted(summary["measures"].items()):
         for task, m in sorted(tasks.items()):
             rel = m.get("effective_length_relative")
@@ -89,11 +84,23 @@ def markdown(summary: dict[str, Any]) -> str:
             if m.get("base"):
                 rel_text += f" (base: {m['base']})"
             worst = m.get("worst_retention")
-            lines.append(
-                f"| {label} | {task} | {m['effective_length_ruler'] or 'none'} | {rel_text} | "
-                + ("" if worst is None else f"{worst:.1f} %")
-                + " |"
+            rows.append(
+                [
+                    label,
+                    task,
+                    m["effective_length_ruler"] or "none",
+                    rel_text,
+                    "" if worst is None else f"{worst:.1f} %",
+                ]
             )
+    headers = [
+        "scaling",
+        "task",
+        "effective (RULER 85.6)",
+        "effective (85 % of base at ≤ L)",
+        f"worst retention ≤ L (bar {RETENTION_BAR} %)",
+    ]
+    lines += md_table(headers, rows).splitlines()
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from ropescale.evals.report import write_report
 from ropescale.evals.suite import cell_id, suite_from_dict
+from tests.conftest import squeezed
 
 
 def passkey_result(length: int, hits: list[bool]) -> dict:
@@ -54,7 +55,7 @@ def test_cells_show_trials_and_wilson_intervals_and_regressions_are_flagged(suit
         },
     )
     summary = write_report(suite, tmp_path)
-    report = summary["markdown"]
+    report = squeezed(summary["markdown"])  # columns padded to their widest cell
     assert "| none | 1.00 · 6/6 [0.61, 1.00] | — | 100 |" in report
     assert "| dca | 0.33 · 2/6 [0.10, 0.70] | 1.00 · 6/6 [0.61, 1.00] | 400 |" in report
     stats = summary["statistics"]["passkey"]["yarn"]["100"]

@@ -16,7 +16,7 @@ from ropescale.evals.ruler.measures import (
     retention,
     worst_retention,
 )
-from tests.conftest import tiny_model
+from tests.conftest import squeezed, tiny_model
 from tests.evals.ruler_fixtures import ruler_tokenizer
 
 
@@ -66,7 +66,7 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     assert results["has_unscaled"] and results["original_context"] == 1024
     assert "retention" in results["measures"]["yarn-x2"]["fwe"]
-    report = (out / "report.md").read_text()
+    report = squeezed((out / "report.md").read_text())
     assert "| yarn-x2 | niah_single_1 |" in report and "worst retention" in report
     assert "report:" in capsys.readouterr().out
 

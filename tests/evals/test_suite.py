@@ -11,6 +11,7 @@ import torch
 from ropescale.cli.main import main
 from ropescale.evals import suite as suite_mod
 from ropescale.evals.suite import SuiteError, load_suite, run_suite, suite_from_dict
+from tests.conftest import squeezed
 
 TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
@@ -69,7 +70,7 @@ def test_interrupted_suite_resumes_to_the_same_results(suite_dict, tmp_path, mon
     assert len(ran) == 8 and summary["cells_finished"] == 12  # finished cells were not recomputed
     assert _strip_times(_cells(tmp_path / "resumed")) == expected
 
-    report = (tmp_path / "resumed" / "report.md").read_text()
+    report = squeezed((tmp_path / "resumed" / "report.md").read_text())
     assert "## Perplexity" in report and "## Passkey retrieval" in report and "| yarn |" in report
     assert "non-overlapping windows" in report
     for plot in summary["plots"]:
@@ -151,7 +152,7 @@ def test_only_runs_a_method_at_some_lengths(suite_dict, tmp_path):
     ]
     summary = run_suite(suite, tmp_path / "out", progress=False)
     assert (summary["cells_finished"], summary["cells_total"]) == (5, 5)
-    report = (tmp_path / "out" / "report.md").read_text()
+    report = squeezed((tmp_path / "out" / "report.md").read_text())
     assert "| yarn | n/r | n/r |" in report and "n/r: not run for that method" in report
     assert "yarn's perplexity is known." in report
     assert load_suite(tmp_path / "out" / "suite.yaml").methods[0].only == {"passkey": [128]}
@@ -223,7 +224,7 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys, monkeypatch):
             "--no-progress",
         ]
     )
-    out = capsys.readouterr().out
+    out = squeezed(capsys.readouterr().out)
     assert code == 0 and "| yarn |" in out and "report:" in out
     for argv, fragment in [
         (
@@ -283,7 +284,7 @@ def test_report_context_uses_each_results_threshold(tmp_path):
             path = tmp_path / "cells" / f"{cell_id(MethodEntry('none', 'none'), task, length)}.json"
             path.parent.mkdir(exist_ok=True)
             path.write_text(json.dumps(record))
-    report = write_report(suite, tmp_path)["markdown"]
+    report = squeezed(write_report(suite, tmp_path)["markdown"])
     passkey, needle = report.split("## Passkey retrieval")[1].split("## Needle suite")
     # cells without records: 1 depth x 1 trial; a fractional score has no whole success count
     assert "| none | 1.00 · 1/1 [0.21, 1.00] | 0.85 · n=1 [0.15, 0.99] | 200 |" in passkey
@@ -337,7 +338,7 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     assert cell["depths"] == [0.0, 0.5, 1.0]  # decoded trial by trial: every depth has one after 3
     assert [(r["depth"], r["trial"]) for r in cell["records"]] == [(0.0, 0), (0.0, 1), (0.5, 0), (1.0, 0)]
     assert all(r == full[(r["depth"], r["trial"])] for r in cell["records"])
-    report = (tmp_path / "resumed" / "report.md").read_text()
+    report = squeezed((tmp_path / "resumed" / "report.md").read_text())
     assert re.search(r"\| yarn \| [0-9.]+ · [0-9]/4 \[[0-9., ]+\] \(in progress: 4 of 6 prompts\) \| — \|", report)
     assert (tmp_path / "resumed" / "passkey_yarn.png").stat().st_size > 1000
     monkeypatch.undo()

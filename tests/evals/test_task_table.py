@@ -15,6 +15,7 @@ from ropescale.evals import task_table
 from ropescale.evals.cell_keys import measured
 from ropescale.evals.suite import SUITES_DIR, load_suite, run_suite, suite_from_dict
 from ropescale.evals.task_base import Task, positive_int, setting
+from tests.conftest import squeezed
 
 
 # -- a new task is one row ------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ def test_a_new_task_is_one_row_suite_report_and_command(constant, model_dir, tmp
     assert summary["schema"] == "ropescale.results/2"
     assert summary["tasks"]["constant"]["yarn"]["64"] == {"value": 5.0}
     assert (tmp_path / "out" / "cells" / "yarn__constant__64.json").is_file()
-    report = (tmp_path / "out" / "report.md").read_text()
+    report = squeezed((tmp_path / "out" / "report.md").read_text())
     assert "## constant" in report and "value (lower is better)" in report and "| yarn | 5.00 | 5.00 |" in report
     assert summary["cells_finished"] == summary["cells_total"] == 4
     # its settings are checked as a suite's keys...
