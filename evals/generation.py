@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,7 @@ def greedy_generate(
     progress: bool = False,
     desc: str = "generate",
     journal: PromptJournal | None = None,
+    finished: Sequence[Callable[[str], bool]] | None = None,
 ) -> list[str]:
     """Decode each prompt greedily with the model's KV cache and return the new text.
 
@@ -129,6 +130,10 @@ def greedy_generate(
         desc: the bar's label.
         journal: where each prompt's text is recorded as soon as it is decoded, and read back:
             a prompt the journal already holds is not decoded again (an interrupted run resumes).
+        finished: one test per prompt, or None: a prompt's decoding stops at the first token after
+            which its text (decoded so far) passes its test. For a score that more text cannot
+            change (RULER's ``string_match_all`` once every expected string is found), this is the
+            same score for less decoding; the text returned is then the shorter one.
 
     Returns:
         One string per prompt, in order: the generated tokens decoded with special tokens skipped.
@@ -141,6 +146,8 @@ def greedy_generate(
     prompts = [list(p) for p in prompts]
     if any(not p for p in prompts):
         raise ValueError("prompts must not be empty")
+    if finished is not None and len(finished) != len(prompts):
+        raise ValueError(f"finished needs one test per prompt: {len(finished)} for {len(prompts)} prompts")
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(tokenizer, "eos_token_id", None)
@@ -159,12 +166,19 @@ def greedy_generate(
                 break
             batch.append(nxt)
         input_ids = torch.tensor([prompts[i] for i in batch], dtype=torch.long, device=device)  # [b, L]
+        stop = {}
+        if finished is not None:
+            from transformers import StoppingCriteriaList
+
+            tests = [finished[i] for i in batch]
+            stop["stopping_criteria"] = StoppingCriteriaList([_text_test(tokenizer, input_ids.shape[1], tests)])
         out = model.generate(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
             do_sample=False,
             max_new_tokens=max_new_tokens,
             pad_token_id=pad_id,
+            **stop,
         )  # [b, L + new]
         for i, new in zip(batch, out[:, input_ids.shape[1] :]):
             texts[i] = tokenizer.decode(new.tolist(), skip_special_tokens=True)
@@ -174,6 +188,21 @@ def greedy_generate(
         k += len(batch)
     bar.close()
     return [t for t in texts if t is not None]
+
+
+def _text_test(tokenizer: Any, prompt_length: int, tests: Sequence[Callable[[str], bool]]) -> Any:
+    """A transformers stopping criterion: row ``b`` is done once its new tokens, decoded, pass
+    ``tests[b]`` (called after every generated token; decoding a few hundred tokens is cheap beside
+    a forward pass over a long prompt)."""
+    from transformers import StoppingCriteria
+
+    class TextTest(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            new = input_ids[:, prompt_length:].tolist()
+            done = [bool(test(tokenizer.decode(ids, skip_special_tokens=True))) for ids, test in zip(new, tests)]
+            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+    return TextTest()
 
 
 class PromptJournal:

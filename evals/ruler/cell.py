@@ -9,6 +9,7 @@ interrupted cell resumes at its first undecoded prompt through a
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -52,6 +53,9 @@ class RulerCell:
     haystack: str
     records: list[RulerRecord] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: when decoding stopped: "answered" (at the first token after which every expected string was
+    #: in the output: the score cannot change after it) or "max_new_tokens" (cells before the rule)
+    stop: str = "answered"
 
     @property
     def score(self) -> float:
@@ -69,10 +73,14 @@ class RulerCell:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RulerCell:
-        keys = {f for f in cls.__dataclass_fields__ if f != "records"}
-        cell = cls(**{k: data[k] for k in keys})
+        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop")}
+        cell = cls(**{k: data[k] for k in keys}, stop=data.get("stop", "max_new_tokens"))
         cell.records = [RulerRecord(**r) for r in data["records"]]
         return cell
+
+
+def _answered(text: str, outputs: list[str]) -> bool:
+    return score(text, outputs) == 1.0
 
 
 def run_ruler_cell(
@@ -88,7 +96,8 @@ def run_ruler_cell(
     add_bos: bool | None = None,
 ) -> RulerCell:
     """Generate ``samples`` prompts of ``task`` at ``length`` (lm-eval's generator, :mod:`.tasks`),
-    decode each greedily for the task's ``max_new_tokens`` and score it.
+    decode each greedily for the task's ``max_new_tokens`` (or until every expected string is in
+    its output, after which the score cannot change) and score it.
 
     Args:
         model: a ``*ForCausalLM`` in eval mode, patched as it should run.
@@ -108,8 +117,19 @@ def run_ruler_cell(
     docs = generate_samples(task, tokenizer, length, samples, seed, essay)
     head = bos_prefix(tokenizer, add_bos)
     prompts = [head + encode(tokenizer, prompt_text(task, d)) for d in docs]
+    # Decoding stops once every expected string is in the output: string_match_all cannot change
+    # after that (more text only adds matches), so the score is the one of decoding all
+    # max_new_tokens, for a fraction of the tokens on the prompts the model answers.
+    answered = [partial(_answered, outputs=[str(o) for o in d["outputs"]]) for d in docs]
     texts = greedy_generate(
-        model, tokenizer, prompts, task.max_new_tokens, progress=progress, desc=f"{task.name} {length}", journal=journal
+        model,
+        tokenizer,
+        prompts,
+        task.max_new_tokens,
+        progress=progress,
+        desc=f"{task.name} {length}",
+        journal=journal,
+        finished=answered,
     )
     cell = RulerCell(task.name, length, len(docs), seed, task.max_new_tokens, task.lm_eval_task, task.haystack)
     for doc, prompt, text in zip(docs, prompts, texts):
