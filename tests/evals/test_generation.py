@@ -223,3 +223,36 @@ def test_a_journal_from_other_settings_is_set_aside_and_a_torn_line_ignored(tmp_
     model = EchoModel()  # the records written after the torn line read back
     greedy_generate(model, DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=PromptJournal(path, {"f": 4}))
     assert model.shapes == []
+
+
+def _tiny_generator(vocab_size: int):
+    from ropescale.models.tiny import tiny_model
+
+    model = tiny_model(vocab_size=vocab_size, seed=3)
+    model.generation_config.eos_token_id = None  # a random model: never stop on a chance EOS
+    return model
+
+
+def test_finished_stops_each_prompt_at_the_first_token_whose_text_passes(bytelevel_tokenizer):
+    tok = bytelevel_tokenizer
+    model = _tiny_generator(len(tok))
+    prompts = [tok.encode(s, add_special_tokens=False) for s in ("The sky is blue.", "A cat sat here.")]
+    full = greedy_generate(model, tok, prompts, max_new_tokens=16)
+    assert all(len(t) > 4 for t in full)
+    # Each prompt's test passes once its text holds the first few characters of the full text.
+    targets = [t[:4] for t in full]
+    tests = [lambda text, target=target: target in text for target in targets]
+    early = greedy_generate(model, tok, prompts, max_new_tokens=16, finished=tests)
+    for e, f, target in zip(early, full, targets):
+        assert target in e and f.startswith(e) and len(e) < len(f)
+    # ... and not one token later than needed: the text minus its last token fails the test.
+    ids = [tok.encode(e, add_special_tokens=False) for e in early]
+    assert all(target not in tok.decode(i[:-1]) for i, target in zip(ids, targets))
+    # A test that never passes decodes everything, as without one.
+    never = greedy_generate(model, tok, prompts, max_new_tokens=16, finished=[lambda t: False] * 2)
+    assert never == full
+
+
+def test_finished_needs_one_test_per_prompt():
+    with pytest.raises(ValueError, match="one test per prompt"):
+        greedy_generate(EchoModel(), DigitTokenizer(), [[1], [2]], max_new_tokens=1, finished=[lambda t: True])

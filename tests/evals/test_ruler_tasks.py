@@ -168,6 +168,24 @@ def test_score_is_lm_evals_string_match_all():
         assert process_results({"max_length": 4096, "outputs": outputs}, [pred])["4096"] == expected
 
 
+def test_stopping_once_answered_cannot_change_the_score():
+    """The cell stops decoding once every expected string is in the output (evals/ruler/cell.py):
+    exact only while lm-eval's score can never fall, nor rise past 1, as the text grows."""
+    from ropescale.evals.ruler.cell import RulerCell, _answered
+
+    outputs = ["4430567", "uuid-ab12", "Tree"]
+    text = " 4430567 and uuid-AB12, then tree.\nThe grass is green. 999"
+    first = next(n for n in range(len(text) + 1) if _answered(text[:n], outputs))
+    assert text[:first].endswith("tree") and not _answered(text[: first - 1], outputs)
+    assert all(score(text[:n], outputs) == 1.0 for n in range(first, len(text) + 1))
+    for n in range(len(text)):  # below the stop, the score of a prefix is never above the full text's
+        assert score(text[:n], outputs) <= score(text, outputs)
+    cell = RulerCell("vt", 1024, 1, 0, 30, "ruler_vt", "-").to_dict()
+    assert cell["stop"] == "answered"
+    del cell["stop"]  # a cell written before the rule decoded every token
+    assert RulerCell.from_dict(cell).stop == "max_new_tokens"
+
+
 def test_task_names():
     assert get_task("ruler_vt") is TASKS["vt"] and get_task(" cwe ") is TASKS["cwe"]
     with pytest.raises(ValueError, match=r"downloads; run 'niah_single_2\[austen\]'"):
