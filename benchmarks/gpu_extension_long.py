@@ -19,9 +19,23 @@ model must load: one line names what is missing.
 Expected time on one H100 (``--estimate`` prints it): the 400-step pairs of the Austen experiments took
 about 5 minutes a pair with their suites; these recipes add tokenizing the mix once per run folder
 (the stdlib tree, ~7.7M tokens, about a minute each), 8 held-out evaluations per run (seconds), and
-RULER's six tasks at 30 prompts a cell (the fine-tune at every length from 8k to the target, the unscaled
-model and the control at 8k), decoded greedily: about 1 s a prompt at 32k for a 135M model (up to 128
-new tokens each). An H200 is about as fast for a model this small. Not yet run on a GPU.
+RULER's tasks at 30 prompts a cell (the fine-tune at every length from 8k to the target, the unscaled
+model and the control at 8k), decoded greedily until the answer is complete or 128 new tokens: at most
+about 1 s a prompt at 32k for a 135M model. An H200 is about as fast for a model this small. Not yet run
+on a GPU.
+
+RULER's tasks: by default the battery's six but those the unscaled model cannot do (its score at ≤ L
+below 0.3 in the CPU cells shipped in evals/measured/ruler/smollm2-135m-x4-cpu/): issue 40's goal
+reports such a task and does not count it, so the GPU does not decode it (the script names each one it
+leaves out). ``--ruler-tasks all`` runs the six.
+
+On a machine lent with a per-command time limit (10 minutes) and a warm period between commands, run
+the experiment into an ignored folder that stays between commands and copy what came out each time::
+
+    timeout 540 python benchmarks/gpu_extension_long.py --output runs/gpu-long --factors 4; \
+        cp -r runs/gpu-long/*.json runs/gpu-long/x4/report.md runs/gpu-long/x4/goal.json "$OUT"/ 2>/dev/null
+
+and the same command again until it prints ``x4: done``; a kill is an interruption like any other.
 """
 
 from __future__ import annotations
@@ -37,17 +51,48 @@ RECIPES = {4: "smollm2-135m/yarn_x4_long", 8: "smollm2-135m/yarn_x8_long"}
 #: minutes on one H100: a 400-step pair with its suites (measured for the Austen recipes), tokenizing
 #: the mix in each of the two run folders, and seconds per RULER prompt (an estimate, not measured)
 PAIR_MIN, TOKENIZE_MIN, RULER_S = {4: 5.0, 8: 6.0}, 1.0, 1.0
-TASKS, SAMPLES = 6, 30
+SAMPLES = 30
+#: the unscaled model's RULER cells, measured on a CPU (docs/experiments/2026-11-28-battery-x4-cpu.md)
+BASE_CELLS = ROOT / "evals" / "measured" / "ruler" / "smollm2-135m-x4-cpu"
+#: a base score below this (0-1) at every length ≤ L: the task is beyond the model (issue 40's goal)
+FLOOR = 0.3
 
 
-def ruler_prompts(factor: int, L: int = 8192) -> int:
+def ruler_prompts(factor: int, tasks: int = 6) -> int:
     """Prompts the RULER part decodes at ×``factor``: the fine-tune at L and every doubling to factor·L,
     the unscaled model and the control at L."""
-    return TASKS * SAMPLES * (int(factor).bit_length() + 2)  # bit_length: L, 2L, ..., factor·L
+    return tasks * SAMPLES * (int(factor).bit_length() + 2)  # bit_length: L, 2L, ..., factor·L
 
 
-def estimate_minutes(factor: int) -> float:
-    return PAIR_MIN[factor] + 2 * TOKENIZE_MIN + ruler_prompts(factor) * RULER_S / 60
+def estimate_minutes(factor: int, tasks: int = 6) -> float:
+    return PAIR_MIN[factor] + 2 * TOKENIZE_MIN + ruler_prompts(factor, tasks) * RULER_S / 60
+
+
+def countable_tasks(folder: Path | None = None, floor: float = FLOOR) -> tuple[list[str], dict[str, float]]:
+    """The battery's tasks to decode, and those left out with the unscaled model's score.
+
+    A task whose unscaled score (the mean of its cells at lengths ≤ L in ``folder``) is below
+    ``floor`` is beyond the model at any length: the goal reports it and does not count it, so the
+    GPU does not decode it. A task with no such cell is kept (nothing says it is beyond the model).
+    """
+    from ropescale.evals.extension_ruler import BATTERY
+    from ropescale.evals.ruler.measures import base_score
+    from ropescale.evals.ruler.run import load_cells
+
+    folder = BASE_CELLS if folder is None else folder
+    scores: dict[str, dict[int, float]] = {}
+    context = {}
+    for cell in load_cells(folder) if folder.is_dir() else []:
+        if cell.get("unscaled") and cell["fingerprint"]["model"] == "smollm2-135m":
+            result = cell["result"]
+            scores.setdefault(result.task, {})[result.length] = result.score
+            context[result.task] = cell["original_context"]
+    beyond = {}
+    for task, by_length in scores.items():
+        base = base_score(by_length, context[task])
+        if base is not None and base < floor:
+            beyond[task] = base
+    return [t for t in BATTERY if t not in beyond], beyond
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,6 +100,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--output", default=os.environ.get("OUT", "runs/gpu-extension-long"))
     ap.add_argument("--factors", default="4,8", help="which experiments, in order (4, 8 or both)")
     ap.add_argument("--jitter", type=float, default=0.125, help="passkey placement (as the shipped GPU runs)")
+    ap.add_argument(
+        "--ruler-tasks",
+        default=None,
+        help="RULER tasks (default: the battery's six but those the unscaled model cannot do, from its CPU cells; "
+        "'all': the six)",
+    )
     ap.add_argument("--estimate", action="store_true", help="print the expected time and stop")
     return ap.parse_args(argv)
 
@@ -81,9 +132,20 @@ def main(argv=None) -> int:
     factors = [int(f) for f in args.factors.split(",") if f]
     if set(factors) - set(RECIPES):
         raise SystemExit(f"gpu_extension_long: --factors {args.factors!r}: 4, 8 or both")
+    if args.ruler_tasks is None:
+        tasks, beyond = countable_tasks()
+        for task, score in beyond.items():
+            print(
+                f"RULER {task}: not run (the unscaled model scores {score:.0%} at <= L, {BASE_CELLS.name}: beyond it)"
+            )
+    else:
+        from ropescale.evals.extension_ruler import BATTERY
+
+        tasks = list(BATTERY) if args.ruler_tasks == "all" else [t for t in args.ruler_tasks.split(",") if t.strip()]
+    n = len(tasks)
     for f in factors:
-        print(f"x{f}: expected ~{estimate_minutes(f):.0f} min on one H100 ({ruler_prompts(f)} RULER prompts)")
-    print(f"total: ~{sum(estimate_minutes(f) for f in factors):.0f} min; resumable: rerun the same command")
+        print(f"x{f}: expected ~{estimate_minutes(f, n):.0f} min on one H100 ({ruler_prompts(f, n)} RULER prompts)")
+    print(f"total: ~{sum(estimate_minutes(f, n) for f in factors):.0f} min; resumable: rerun the same command")
     if args.estimate:
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -96,8 +158,9 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         evidence = out / f"smollm2-135m-finetune-long-x{f}-jitter.json"
         argv = ["--recipe", RECIPES[f], "--output", str(out / f"x{f}"), "--jitter", f"{args.jitter:g}"]
+        argv += ["--ruler-tasks", ",".join(tasks)]
         bench_extension.main([*argv, "--skip-curve", "--evidence", str(evidence)])
-        print(f"x{f}: done in {(time.perf_counter() - start) / 60:.1f} min (estimated {estimate_minutes(f):.0f})")
+        print(f"x{f}: done in {(time.perf_counter() - start) / 60:.1f} min (estimated {estimate_minutes(f, n):.0f})")
     return 0
 
 

@@ -9,8 +9,8 @@ interrupted cell resumes at its first undecoded prompt through a
 from __future__ import annotations
 
 import time
-from functools import partial
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from ropescale.evals.generation import (

@@ -10,6 +10,7 @@ are tiny (``make_plan``); everything else is the benchmark as a GPU runs it."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -206,3 +207,50 @@ def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, m
         == 0
     )
     assert asked == [["vt"], list(extension_ruler.BATTERY)]
+
+
+def _base_cell(folder, task: str, length: int, correct: int, samples: int = 30) -> None:
+    """An unscaled model's RULER cell file as ``ropescale eval ruler`` writes it."""
+    from ropescale.evals.ruler.cell import RulerCell, RulerRecord
+    from ropescale.evals.ruler.run import SCHEMA
+
+    cell = RulerCell(task, length, samples, 0, 128, task, "-")
+    cell.records = [
+        RulerRecord(i, length, ["1"], "1" if i < correct else "", float(i < correct)) for i in range(samples)
+    ]
+    record = {
+        "schema": SCHEMA,
+        "fingerprint": {"model": "smollm2-135m", "task": task, "length": length},
+        "unscaled": True,
+        "original_context": 8192,
+        "cell": cell.to_dict(),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cells").mkdir(exist_ok=True)
+    (folder / "cells" / f"none__{task}__{length}.json").write_text(json.dumps(record))
+
+
+def test_the_gpu_script_leaves_out_the_tasks_the_unscaled_model_cannot_do(tmp_path, monkeypatch, capsys):
+    gpu = load_script("benchmarks/gpu_extension_long.py")
+    cells = tmp_path / "base"
+    _base_cell(cells, "niah_single_1", 4096, 30)
+    _base_cell(cells, "niah_multikey_2", 4096, 2)  # 2/30 at 4k and 4/30 at 8k: mean 0.1 < 0.3
+    _base_cell(cells, "niah_multikey_2", 8192, 4)
+    _base_cell(cells, "vt", 4096, 9)  # exactly 0.3: kept
+    _base_cell(cells, "fwe", 16384, 0)  # beyond L only: says nothing about <= L, kept
+    tasks, beyond = gpu.countable_tasks(cells)
+    assert tasks == ["niah_single_1", "niah_multikey_3", "vt", "cwe", "fwe"]
+    assert list(beyond) == ["niah_multikey_2"] and beyond["niah_multikey_2"] == pytest.approx(0.1)
+    monkeypatch.setattr(gpu, "BASE_CELLS", cells)
+    assert gpu.main(["--estimate", "--factors", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "RULER niah_multikey_2: not run (the unscaled model scores 10% at <= L" in out
+    assert f"({5 * 30 * 5} RULER prompts)" in out
+    assert gpu.main(["--estimate", "--factors", "4", "--ruler-tasks", "all"]) == 0
+    assert f"({6 * 30 * 5} RULER prompts)" in capsys.readouterr().out
+    ran = []
+    monkeypatch.setattr(gpu, "preflight", lambda factors: None)
+    monkeypatch.setitem(sys.modules, "bench_extension", type(sys)("bench_extension"))
+    sys.modules["bench_extension"].main = lambda argv: ran.append(argv) or 0
+    assert gpu.main(["--factors", "4", "--output", str(tmp_path / "out")]) == 0
+    assert ran[0][ran[0].index("--ruler-tasks") + 1] == "niah_single_1,niah_multikey_3,vt,cwe,fwe"
