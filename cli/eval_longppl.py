@@ -4,14 +4,17 @@
 
 Key tokens are chosen by ``--evaluator`` (default: the evaluated checkpoint itself, unscaled; the
 report says which) with the authors' rule and defaults (``--trunc-len 4096``, ``--internal 1024``).
+Those flags are the keys of a suite's ``longppl:`` block (:class:`~ropescale.evals.task_longppl.LongPPLSettings`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ropescale.cli.common import _positive_int, add_model_args, add_runtime_args, parse_params, typed
+from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
 from ropescale.cli.eval_ruler import parse_lengths
+from ropescale.evals.task_longppl import LongPPLSettings
+from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
 EXAMPLE = "example: ropescale eval longppl --methods none,yarn --factor 4 --lengths 16k --output runs/longppl"
@@ -29,13 +32,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument("--factor", type=typed(_factor), default=None, help="factor of every method but none")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
     p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="window lengths, e.g. 8k,16k")
-    p.add_argument("--data", default="austen", help="any --data value (default: austen)")
-    p.add_argument("--documents", type=_positive_int, default=1, help="windows per length (default 1)")
-    p.add_argument("--evaluator", default=None, help="checkpoint choosing key tokens (default: --model, unscaled)")
-    p.add_argument("--evaluator-method", default="none", help="the evaluator's scaling (default: none)")
-    p.add_argument("--evaluator-factor", type=typed(_factor), default=None)
-    p.add_argument("--trunc-len", type=_positive_int, default=4096, help="short context in tokens (default 4096)")
-    p.add_argument("--internal", type=_positive_int, default=1024, help="tokens per short window (default 1024)")
+    add_arguments(p, LongPPLSettings)  # --data, --documents, --evaluator...: a suite's longppl: keys
     add_runtime_args(p)
     p.add_argument("--output", default="runs/longppl", help="results folder (default: runs/longppl)")
     p.set_defaults(func=run_cmd)
@@ -54,26 +51,29 @@ def _scaling(method: str, factor: float | None, params: dict, flag: str):
 def run_cmd(args: argparse.Namespace) -> int:
     from ropescale.data.documents import load_documents
     from ropescale.evals.longppl_run import run_longppl
+    from ropescale.evals.task_longppl import evaluator_scaling
     from ropescale.models.runtime import resolve_runtime
+    from ropescale.options import from_arguments
 
     params = parse_params(args.param)
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
         raise ValueError("--methods names no method")
     scalings = [_scaling(m, args.factor, params, "--methods") for m in names]
-    judge = _scaling(args.evaluator_method, args.evaluator_factor, {}, "--evaluator-method")
+    settings = from_arguments(LongPPLSettings, args)
+    judge = evaluator_scaling(settings)
     runtime = resolve_runtime(args.device, args.dtype, args.attn_implementation)
     summary = run_longppl(
         args.model,
         scalings,
         args.lengths,
-        load_documents(args.data),
+        load_documents(settings.data),
         args.output,
-        documents=args.documents,
-        evaluator=args.evaluator,
+        documents=settings.documents,
+        evaluator=settings.evaluator,
         evaluator_scaling=judge,
-        trunc_len=args.trunc_len,
-        internal=args.internal,
+        trunc_len=settings.trunc_len,
+        internal=settings.internal,
         runtime=runtime,
     )
     print(summary["markdown"])

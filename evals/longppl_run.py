@@ -69,28 +69,13 @@ def run_longppl(
     from ropescale.patching.model import describe
 
     output = Path(output)
-    evaluator = evaluator or model
-    evaluator_scaling = evaluator_scaling or Scaling("none")
     for n in lengths:
         if trunc_len >= n:
             raise ValueError(f"--trunc-len {trunc_len} must be below every length (got {n}): no token would be scored")
     tokenizer = load_tokenizer(model)
-    windows: dict[int, list[tuple[str, str]]] = {}
-    for n in lengths:
-        found = [(title, w) for title, text in texts if (w := text_window(tokenizer, text, n)) is not None]
-        if not found:
-            raise ValueError(f"length {n}: no document of the data holds {n} tokens")
-        windows[n] = found[:documents]
-    judge = {
-        "model": str(evaluator),
-        "scaling": evaluator_scaling.request(),
-        "default": evaluator == model and evaluator_scaling.unscaled,
-        "trunc_len": trunc_len,
-        "internal": internal,
-        "alpha": ALPHA,
-        "beta": BETA,
-    }
-    spans = _key_spans(output, judge, windows, runtime)
+    windows = text_windows(tokenizer, texts, lengths, documents)
+    judge = evaluator_record(model, evaluator, evaluator_scaling, trunc_len, internal)
+    spans = key_spans(output, judge, windows, runtime)
     for s in scalings:
         todo = [n for n in lengths if not _done(output, s, n, model, judge, documents)]
         if not todo:
@@ -111,6 +96,52 @@ def run_longppl(
     return write_report(output, judge)
 
 
+def text_windows(
+    tokenizer: Any, texts: list[tuple[str, str]], lengths: list[int], documents: int
+) -> dict[int, list[tuple[str, str]]]:
+    """Each length's windows: the first ``documents`` texts holding that many tokens, cut there.
+
+    Raises:
+        ValueError: a length no text reaches (``length N: no document of the data holds N tokens``).
+    """
+    windows: dict[int, list[tuple[str, str]]] = {}
+    for n in lengths:
+        found = [(title, w) for title, text in texts if (w := text_window(tokenizer, text, n)) is not None]
+        if not found:
+            raise ValueError(f"length {n}: no document of the data holds {n} tokens")
+        windows[n] = found[:documents]
+    return windows
+
+
+def evaluator_record(
+    model: str, evaluator: str | None, scaling: Scaling | None, trunc_len: int, internal: int
+) -> dict[str, Any]:
+    """Who chooses the key tokens and by which rule (recorded with every cell): ``evaluator`` (default
+    ``model``) with ``scaling`` (default unscaled), and the authors' thresholds."""
+    evaluator = evaluator or model
+    scaling = scaling or Scaling("none")
+    return {
+        "model": str(evaluator),
+        "scaling": scaling.request(),
+        "default": evaluator == model and scaling.unscaled,
+        "trunc_len": trunc_len,
+        "internal": internal,
+        "alpha": ALPHA,
+        "beta": BETA,
+    }
+
+
+def evaluator_text(judge: dict[str, Any]) -> str:
+    """The evaluator and its rule in words, as the reports say it (``judge``: :func:`evaluator_record`)."""
+    who = "the evaluated model itself, unscaled (default)" if judge["default"] else f"{judge['model']}"
+    if not judge["default"]:
+        who += f" with {Scaling(**judge['scaling']).label}"
+    return (
+        f"Key tokens chosen by {who}: loss with the {judge['trunc_len']}-token window minus loss with the whole "
+        f"window > {judge['alpha']:g} nats, and whole-window loss < {judge['beta']:g} (stride {judge['internal']})."
+    )
+
+
 def _fingerprint(s: Scaling, n: int, model: str, judge: dict[str, Any], documents: int) -> dict[str, Any]:
     return {
         "model": str(model),
@@ -129,8 +160,10 @@ def _done(output: Path, s: Scaling, n: int, model: str, judge: dict[str, Any], d
     return record.get("fingerprint") == json.loads(json.dumps(_fingerprint(s, n, model, judge, documents)))
 
 
-def _key_spans(output: Path, judge: dict[str, Any], windows: dict[int, list[tuple[str, str]]], runtime: Any):
-    """Each window's key spans, from ``keys/`` where the same evaluator already chose them."""
+def key_spans(output: Path | None, judge: dict[str, Any], windows: dict[int, list[tuple[str, str]]], runtime: Any):
+    """Each window's key spans by ``judge``'s evaluator, loaded once here and freed on return; kept in
+    ``output/keys/`` and read back from there where the same evaluator already chose them (``output``
+    None: nothing kept)."""
     import hashlib
 
     from ropescale.models.loading import load_tokenizer
@@ -142,19 +175,26 @@ def _key_spans(output: Path, judge: dict[str, Any], windows: dict[int, list[tupl
         spans[n] = []
         for title, text in found:
             key = hashlib.sha256(json.dumps([judge, text], sort_keys=True).encode()).hexdigest()[:16]
-            path = output / "keys" / f"{n}-{key}.json"
-            try:
-                spans[n].append([tuple(s) for s in json.loads(path.read_text(encoding="utf-8"))["spans"]])
+            path = output / "keys" / f"{n}-{key}.json" if output is not None else None
+            kept = _kept_spans(path) if path is not None else None
+            if kept is not None:
+                spans[n].append(kept)
                 continue
-            except (OSError, ValueError, KeyError):
-                pass
             if model is None:
                 model = _load(judge["model"], Scaling(**judge["scaling"]), runtime)
                 tokenizer = load_tokenizer(judge["model"])
             found_spans = evaluator_spans(model, tokenizer, text, judge["trunc_len"], judge["internal"])
-            atomic_write_json(path, {"evaluator": judge, "title": title, "length": n, "spans": found_spans})
+            if path is not None:
+                atomic_write_json(path, {"evaluator": judge, "title": title, "length": n, "spans": found_spans})
             spans[n].append(found_spans)
     return spans
+
+
+def _kept_spans(path: Path) -> list[tuple[int, int]] | None:
+    try:
+        return [tuple(s) for s in json.loads(path.read_text(encoding="utf-8"))["spans"]]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
@@ -165,16 +205,7 @@ def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
         record = json.loads(path.read_text(encoding="utf-8"))
         if record.get("schema") == SCHEMA and record["fingerprint"]["evaluator"] == json.loads(json.dumps(judge)):
             rows.append(record)
-    who = "the evaluated model itself, unscaled (default)" if judge["default"] else f"{judge['model']}"
-    if not judge["default"]:
-        who += f" with {Scaling(**judge['scaling']).label}"
-    lines = [
-        "## LongPPL beside perplexity (arXiv 2410.23771)",
-        "",
-        f"Key tokens chosen by {who}: loss with the {judge['trunc_len']}-token window minus loss with the whole "
-        f"window > {judge['alpha']:g} nats, and whole-window loss < {judge['beta']:g} (stride {judge['internal']}).",
-        "",
-    ]
+    lines = ["## LongPPL beside perplexity (arXiv 2410.23771)", "", evaluator_text(judge), ""]
     cells = []
     for r in sorted(rows, key=lambda r: (r["label"], r["length"])):
         res = r["result"]
@@ -190,4 +221,12 @@ def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "markdown": text, "report": str(output / "report.md")}
 
 
-__all__ = ["LongPPLDocument", "run_longppl", "write_report"]
+__all__ = [
+    "LongPPLDocument",
+    "evaluator_record",
+    "evaluator_text",
+    "key_spans",
+    "run_longppl",
+    "text_windows",
+    "write_report",
+]

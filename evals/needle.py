@@ -52,6 +52,7 @@ from ropescale.evals.needle_tasks import (
     string_match_all,
     string_match_part,
 )
+from ropescale.evals.passkey import check_jitter, placed_depth
 
 __all__ = [
     "ADJECTIVES",
@@ -146,6 +147,7 @@ def run_needle(
     add_bos: bool | None = None,
     batch_size: int = 1,
     journal: PromptJournal | None = None,
+    jitter: float = 0.0,
 ) -> NeedleResult:
     """Run a needle task over a grid of prompt lengths and needle depths.
 
@@ -170,14 +172,19 @@ def run_needle(
             reproduces single-prompt numerics exactly.
         journal: records each prompt's text as it finishes and skips the prompts it holds
             (:class:`~ropescale.evals.generation.PromptJournal`; the suite runner keeps one per cell).
+        jitter: half-width of the band of depths a cell's trials spread over, the passkey's rule
+            (:func:`~ropescale.evals.passkey.placed_depth`, a stream of the needle's own): each trial's
+            needle at depth goes near a depth drawn uniformly from ``[depth - jitter, depth + jitter]``
+            cut to [0, 1]; 0 (the default here) places every trial at ``depth``, as before jitter.
+            Records keep the nominal depth; ``actual_depth`` says where each needle went.
 
     Returns:
         A :class:`NeedleResult`.
 
     Raises:
         ValueError: unknown task, empty or duplicate lengths/depths, bad depth, non-positive
-            trials/max_new_tokens/batch_size, a length too short for the prompt, or haystack
-            texts too short for a length. All prompts are built before the first generation.
+            trials/max_new_tokens/batch_size, jitter outside [0, 0.5], a length too short for the
+            prompt, or haystack texts too short for a length. All prompts are built before the first generation.
     """
     spec = get_task(task)
     lengths, depths = check_grid(lengths, depths)
@@ -186,11 +193,12 @@ def run_needle(
         max_new_tokens = spec.max_new_tokens
     check_positive_int("max_new_tokens", max_new_tokens)
     check_positive_int("batch_size", batch_size)
+    jitter = check_jitter(jitter)
     score = METRICS[spec.metric]
 
     builder = _PromptBuilder(tokenizer, haystack, add_bos)
     jobs = grid_jobs(lengths, depths, trials)  # trial by trial; the records are sorted back below
-    prompts = [builder.build(spec, n, d, seed, t) for n, d, t in jobs]
+    prompts = [builder.build(spec, n, placed_depth(seed, n, d, t, jitter, "needle"), seed, t) for n, d, t in jobs]
 
     result = NeedleResult(spec.name, lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()

@@ -268,10 +268,11 @@ def passkey_key(seed: int, length: int, depth: float, trial: int) -> int:
     return random.Random(f"passkey:{seed}:{length}:{float(depth)!r}:{trial}").randint(10000, 99999)
 
 
-def placed_depth(seed: int, length: int, depth: float, trial: int, jitter: float) -> float:
+def placed_depth(seed: int, length: int, depth: float, trial: int, jitter: float, task: str = "passkey") -> float:
     """The depth one trial's needle is placed at: ``depth`` itself without jitter, else a draw
     uniform in ``[depth - jitter, depth + jitter]`` cut to [0, 1], from a ``random.Random`` of its
-    own seeded like :func:`passkey_key`'s (so keys are the same with and without jitter).
+    own seeded like :func:`passkey_key`'s (so keys are the same with and without jitter). ``task``
+    names the stream (the needle task draws its own, ``"needle"``: :func:`~.needle.run_needle`).
 
     Raises:
         ValueError: ``jitter`` outside [0, 0.5].
@@ -280,7 +281,7 @@ def placed_depth(seed: int, length: int, depth: float, trial: int, jitter: float
     if jitter == 0:
         return depth
     low, high = max(0.0, depth - jitter), min(1.0, depth + jitter)
-    return random.Random(f"passkey-depth:{seed}:{length}:{float(depth)!r}:{trial}").uniform(low, high)
+    return random.Random(f"{task}-depth:{seed}:{length}:{float(depth)!r}:{trial}").uniform(low, high)
 
 
 def check_jitter(jitter: Any) -> float:

@@ -121,16 +121,17 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
     return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
 
 
-def placement_line(settings: Any, table: dict[str, dict[int, Any]]) -> str:
-    """How independent a passkey cell's trials are: the placement, and how often the trials of one
-    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`)."""
+def placement_line(settings: Any, table: dict[str, dict[int, Any]], differ: str = "the key") -> str:
+    """How independent a retrieval cell's trials are: the placement, and how often the trials of one
+    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`); ``differ``:
+    what the trials of one fixed depth differ in (passkey: the key)."""
     from ropescale.evals.proportions import depth_groups, group_agreement
 
     jitter = settings.jitter or 0
     placement = (
         f" Placement: each trial's depth drawn from depth ± {jitter:g}."
         if jitter
-        else " Placement: fixed, so the trials of one depth share one position and differ only in the key."
+        else f" Placement: fixed, so the trials of one depth share one position and differ only in {differ}."
     )
     unanimous = groups = 0
     effective: list[float] = []

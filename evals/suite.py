@@ -23,6 +23,7 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
     ruler: {tasks: [niah_single_1, vt], samples: 30, lengths: [4096]}
+    longppl: {lengths: [16384], documents: 2}   # evaluator: the model unscaled unless named
 
 The task blocks are the rows of :mod:`.task_table`: each task's keys, defaults and checks are its
 settings dataclass's fields, and a cell runs through its row (adding a task adds no branch here).

@@ -40,6 +40,19 @@ def _needle_task(name: str, value: Any) -> None:
         raise SuiteError(f"{name} must be one of {', '.join(TASKS)}, got {value!r}")
 
 
+def _jitter_setting(differ: str) -> Any:
+    """``jitter``, one meaning and default for passkey and needle (:func:`.passkey.placed_depth`)."""
+    return setting(
+        0.125,
+        f"spread each depth's trials over depth +- JITTER, so a cell's prompts are not one position with "
+        f"different {differ} (default 0.125); 0: fixed depths, as the cells of evals/measured/ before the jittered ones",
+        check=_jitter,
+        legacy=0.0,
+        omit_at_legacy=True,
+        type=float,
+    )
+
+
 def _trials(default: int) -> Any:
     return setting(
         default,
@@ -63,15 +76,7 @@ class PasskeySettings:
         parse=depths,
     )
     trials: int = _trials(5)
-    jitter: float = setting(
-        0.125,
-        "spread each depth's trials over depth +- JITTER, so a cell's prompts are not one position with "
-        "different keys (default 0.125); 0: fixed depths, as the cells of evals/measured/ before the jittered ones",
-        check=_jitter,
-        legacy=0.0,
-        omit_at_legacy=True,
-        type=float,
-    )
+    jitter: float = _jitter_setting("keys")
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class NeedleSettings:
         parse=depths,
     )
     trials: int = _trials(3)
+    jitter: float = _jitter_setting("needles")
 
 
 @dataclass
@@ -145,9 +151,13 @@ class Retrieval(Task):
         raise NotImplementedError
 
     scoring = ""
+    #: what the trials at one fixed depth differ in (the report's placement line)
+    differ = "the key"
 
     def placement(self, settings: Any, table: dict[str, dict[int, Any]]) -> str:
-        return ""
+        from ropescale.evals.report_cells import placement_line
+
+        return placement_line(settings, table, self.differ)
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         from ropescale.evals.report_cells import render_retrieval
@@ -179,11 +189,6 @@ class Passkey(Retrieval):
 
     def title(self, settings: Any) -> str:
         return "Passkey retrieval"
-
-    def placement(self, settings: Any, table: dict[str, dict[int, Any]]) -> str:
-        from ropescale.evals.report_cells import placement_line
-
-        return placement_line(settings, table)
 
     def run_cell(self, ctx: CellContext, settings: PasskeySettings, length: int) -> RetrievalCell:
         from ropescale.evals.passkey import run_passkey
@@ -228,6 +233,7 @@ class Needle(Retrieval):
     help = "RULER-style multi-key / multi-value needles in a real-text haystack"
     example = "example: ropescale eval needle --task niah_multikey --method yarn --factor 4 --lengths 4096,8192"
     scoring = "; RULER string match."
+    differ = "their needles and haystack"
 
     def threshold(self) -> float:
         from ropescale.evals.needle_tasks import RULER_THRESHOLD
@@ -261,6 +267,7 @@ class Needle(Retrieval):
             haystack=ctx.data,
             progress=ctx.progress,
             journal=ctx.journal(),
+            jitter=settings.jitter,
         )
         return RetrievalCell.from_json(result.to_dict())
 

@@ -1,6 +1,6 @@
 """The table of evaluation tasks: each task kind declared once, one row each.
 
-    TABLE = {perplexity, passkey, needle, ruler}
+    TABLE = {perplexity, passkey, needle, ruler, longppl}
 
 A row (:class:`.task_base.Task`, in its own file) carries the task's settings dataclass — whose fields
 are both a suite file's keys and the flags of ``ropescale eval <task>`` — how it runs one cell, its
@@ -16,12 +16,13 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from ropescale.evals.task_base import SuiteError, Task, default_of, suite_meta
+from ropescale.evals.task_longppl import LONGPPL
 from ropescale.evals.task_perplexity import PERPLEXITY
 from ropescale.evals.task_retrieval import NEEDLE, PASSKEY
 from ropescale.evals.task_ruler import RULER
 
 #: every task kind a suite may run, in the order a suite's report lists them
-TABLE: dict[str, Task] = {t.name: t for t in (PERPLEXITY, PASSKEY, NEEDLE, RULER)}
+TABLE: dict[str, Task] = {t.name: t for t in (PERPLEXITY, PASSKEY, NEEDLE, RULER, LONGPPL)}
 
 
 def register(task: Task) -> Task:

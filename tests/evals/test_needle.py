@@ -244,3 +244,41 @@ def test_needle_heatmap_names_the_effective_context(bytelevel_tokenizer, tmp_pat
     plot_needle_heatmap(res, tmp_path / "n.png")
     assert seen["result"] is res and res.effective_context == 400  # read directly, no adapter
     assert seen["context_label"] == "effective context (≥ 0.856)" and seen["title"] == "RULER niah_single"
+
+
+# --------------------------------------------------------------------------- spread needles (jitter)
+
+
+def test_jittered_needles_spread_over_the_band_and_jitter_0_is_the_fixed_grid(bytelevel_tokenizer):
+    from ropescale.evals.passkey import placed_depth
+
+    tok = bytelevel_tokenizer
+    kw = dict(task="niah_multikey", lengths=[600], depths=[0.25, 0.75], trials=4, haystack=HAYSTACK, progress=False)
+
+    def placed(jitter: float) -> list[tuple]:
+        res = run_needle(OracleModel(tok), tok, **kw, jitter=jitter)
+        assert [r.depth for r in res.records] == [d for d in kw["depths"] for _ in range(4)]  # nominal depths kept
+        return [(r.depth, r.trial, r.needle_start, r.actual_depth, r.start_char, r.expected) for r in res.records]
+
+    def built(depth_of) -> list[tuple]:
+        out = []
+        for d in kw["depths"]:
+            for t in range(4):
+                p = build_needle_prompt(tok, kw["task"], 600, depth_of(d, t), 0, t, HAYSTACK)
+                out.append((d, t, p.needle_start, p.actual_depth, p.start_char, list(p.expected)))
+        return out
+
+    fixed = placed(0)
+    assert fixed == built(lambda d, t: d)  # jitter 0: exactly the prompts of the fixed grid, as before
+    spread = placed(0.125)
+    assert spread == placed(0.125)  # deterministic for a seed
+    assert spread == built(lambda d, t: placed_depth(0, 600, d, t, 0.125, "needle"))  # the passkey's rule
+    draws = [placed_depth(0, 600, d, t, 0.125, "needle") for d in kw["depths"] for t in range(4)]
+    assert all(abs(x - d) <= 0.125 for x, d in zip(draws, [0.25] * 4 + [0.75] * 4))
+    assert len({round(x, 6) for x in draws}) == len(draws)  # each trial a depth of its own
+    assert draws != [placed_depth(0, 600, d, t, 0.125) for d in kw["depths"] for t in range(4)]  # not the passkey's
+    moved = [s[2] != f[2] for s, f in zip(spread, fixed)]
+    assert sum(moved) >= 4  # the needles moved off the grid point (up to the nearest sentence boundary)
+    assert [s[5] for s in spread] == [f[5] for f in fixed]  # the same keys and values, placed elsewhere
+    with pytest.raises(ValueError, match="jitter must be a number in \\[0, 0.5\\]"):
+        run_needle(OracleModel(tok), tok, **kw, jitter=0.6)

@@ -103,6 +103,7 @@ def test_the_built_in_rows_and_their_commands():
         "task": "niah_multikey",
         "depths": [0.25, 0.5, 0.75],
         "trials": 3,
+        "jitter": 0.125,
     }
     with pytest.raises(RopescaleError, match="unknown task 'bogus'; known: perplexity, passkey, needle, ruler"):
         task_table.get("bogus")
@@ -207,6 +208,29 @@ def test_new_passkey_measurements_spread_needles_and_old_cells_keep_their_key():
     assert not task_table.same_measured(old_cell, measured(new, identity, "passkey"), "passkey")
     args = build_parser().parse_args(["eval", "passkey", "--model", "m", "--lengths", "64"])
     assert task_table.settings_from_args(task_table.get("passkey"), args)["jitter"] == 0.125
+
+
+def test_new_needle_measurements_spread_needles_and_old_cells_keep_their_key():
+    identity = {"model": {"name": "m", "fingerprint": "x"}, "data": {"name": None}}
+    base = {"name": "s", "model": "m", "methods": [{"method": "none"}]}
+    new = suite_from_dict({**base, "needle": {"lengths": [64]}})
+    assert new.settings("needle").jitter == 0.125  # passkey's default and meaning
+    key = measured(new, identity, "needle")["protocol"]
+    assert key == {"task": "needle", "depths": [0.25, 0.5, 0.75], "trials": 3, "jitter": 0.125, "seed": 0}
+    # a needle cell measured before needles were spread recorded no jitter: jitter 0 keys it as it was
+    old_cell = {"model": identity["model"], "data": None, "protocol": {"task": "needle", "trials": 2, "seed": 0}}
+    fixed = suite_from_dict({**base, "needle": {"lengths": [64], "depths": [0.5], "trials": 2, "jitter": 0}})
+    assert measured(fixed, identity, "needle")["protocol"] == {
+        "task": "needle",
+        "depths": [0.5],
+        "trials": 2,
+        "seed": 0,
+    }
+    assert task_table.same_measured(old_cell, measured(fixed, identity, "needle"), "needle")
+    spread = suite_from_dict({**base, "needle": {"lengths": [64], "depths": [0.5], "trials": 2}})
+    assert not task_table.same_measured(old_cell, measured(spread, identity, "needle"), "needle")
+    with pytest.raises(RopescaleError, match=r"needle.jitter must be a number in \[0, 0.5\]"):
+        suite_from_dict({**base, "needle": {"lengths": [64], "jitter": 0.7}})
 
 
 def test_shipped_suites_keep_the_placement_they_were_measured_with():
