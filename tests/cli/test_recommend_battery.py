@@ -177,3 +177,33 @@ def test_the_shipped_cells_give_the_battery_line(capsys, tmp_path, monkeypatch):
     )
     sources = [f["source"] for f in record["battery"]["folders"]]
     assert "evals/measured/ruler/smollm2-135m-x4-cpu" in sources
+
+
+def test_the_frontier_report_gains_the_battery(capsys, tmp_path):
+    """``eval frontier --battery DIR``: per method at N / L, its worst RULER retention at ≤ L and its relative
+    effective length over the tasks the model can do; a task beyond the model named, not counted."""
+    from tests.conftest import squeezed
+
+    run_dir, battery = tmp_path / "run", tmp_path / "battery"
+    run_dir.mkdir()
+    passkey = {"accuracy": [[1.0, 1.0]], "depths": [0.2, 0.8], "trials": 1}
+    tasks = {
+        "perplexity": {"none": {"2048": {"ppl": 28.0}, "8192": {"ppl": 30.0}}, "yarn": {"16384": {"ppl": 31.0}}},
+        "passkey": {"none": {"8192": passkey}, "yarn": {"16384": passkey}},
+    }
+    (run_dir / "results.json").write_text(json.dumps({"model": MODEL, "tasks": tasks}))
+    (run_dir / "suite.yaml").write_text("methods:\n- {method: none}\n- {method: yarn, factor: 4, label: yarn}\n")
+    for task, hits in (("niah_single_1", 30), ("cwe", 20), ("vt", 3)):
+        write_cell(battery, task, 4096, hits)
+    write_cell(battery, "niah_single_1", 4096, 27, "yarn", 4)  # 90 % of the unscaled model's 30/30
+    write_cell(battery, "cwe", 4096, 20, "yarn", 4)
+    write_cell(battery, "niah_single_1", 16384, 24, "yarn", 4)  # 80 % of base: not ≥ 85 %
+    write_cell(battery, "cwe", 16384, 20, "yarn", 4)
+    write_cell(battery, "vt", 16384, 0, "yarn", 4)  # beyond the model: not counted
+    argv = ["eval", "frontier", "--results", str(run_dir), "--target-length", "32768", "--battery", str(battery)]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    report = squeezed((run_dir / "frontier.md").read_text())
+    assert "## RULER battery" in report
+    assert "| yarn ×4 | 90.0 % | 4k (niah_single_1) | cwe, niah_single_1 |" in report
+    assert "Beyond the model at any length (unscaled base < 30 %, not counted): vt." in report
