@@ -322,7 +322,8 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str,
 
 def _record(folder: Folder) -> dict[str, Any]:
     rows = []
-    for label, row in folder.rows.items():
+    order = {"unscaled": 0, "method": 1, "checkpoint": 2}
+    for label, row in sorted(folder.rows.items(), key=lambda item: (order[item[1].kind], folder.title(item[1]))):
         tasks = {
             task: {str(n): {**e, "of_base": folder.of_base(task, e["score"])} for n, e in sorted(by.items())}
             for task, by in sorted(folder.scores(label).items())
@@ -335,6 +336,7 @@ def _record(folder: Folder) -> dict[str, Any]:
         "base": {t: {"score": b, "lengths": n} for t, (b, n) in folder.base().items()},
         "beyond_the_model": folder.beyond(),
         "rows": rows,
+        "holds": holds(folder),
         "skipped": folder.skipped,
     }
 
@@ -372,7 +374,13 @@ def battery_table(record: dict[str, Any]) -> list[str]:
                 f"  beyond the model at any length (base < 30 %, not counted): {', '.join(f['beyond_the_model'])}"
             )
         lines += [f"  skipped: {s}" for s in f["skipped"]]
-    for c in record["holds"]:
+        lines += _holds_lines(f["holds"])
+    return lines
+
+
+def _holds_lines(comparisons: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for c in comparisons:
         worst = ", ".join(f"{m} {v:.0f} %" for m, v in c["worst"].items())
         lines.append(
             f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {' and '.join(c['holds'])} (worst: {worst})"
