@@ -72,6 +72,14 @@ def register(tasks: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--command", default=None, help="with --evidence: the command recorded beside every number")
     p.add_argument("--note", default=None, help="with --evidence: the protocol note of the file")
+    p.add_argument(
+        "--battery",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of `ropescale eval ruler` cells (or evals/measured/ruler/<folder>): the report gains each "
+        "method's worst RULER retention at <= L and its relative effective length (repeatable)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--verbose", action="store_true", help="print the whole report (every method, its cells, the rules)")
@@ -131,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
     for extra in args.also:
         ev = with_rows(ev, _load_any(extra))
     report = format_frontier(ev, original, args.target_length)
+    if args.battery:
+        from ropescale.evals.battery_evidence import battery_folders
+        from ropescale.evals.frontier_battery import battery_section
+
+        folders = battery_folders(ev.model, args.battery)[: len(args.battery)]  # the named ones, not the shipped
+        report += "\n" + "\n".join(battery_section(ev, folders, original, args.target_length))
     from ropescale._lock import writing
 
     with writing(results.parent / "frontier.md", "frontier report"):

@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=None,
         metavar="PATH",
-        help="results.json (or its folder) to draw the trade-offs from, repeatable "
-        "(default: runs/*/results.json and benchmarks/results/*.json here)",
+        help="results.json (or its folder) to draw the trade-offs from, or a folder of `ropescale eval ruler` "
+        "(the battery: line), repeatable (default: runs/*/results.json and benchmarks/results/*.json here; the "
+        "RULER cells shipped in evals/measured/ruler/)",
     )
     p.add_argument(
         "--serve-with",
@@ -76,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
         from ropescale.evals.serving import engines_for
 
         engines = engines_for(args.serve_with)
-    evidence = find_evidence(args.model, args.results)
+    from ropescale.evals.battery_evidence import battery_folders, is_battery
+
+    ruler = [p for p in args.results or [] if is_battery(p)]
+    evidence = find_evidence(args.model, [p for p in args.results or [] if p not in ruler] or None)
+    battery = battery_folders(args.model, ruler)
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
@@ -105,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             else ""
         ),
         serving=serving,
+        battery=battery,
     )
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]

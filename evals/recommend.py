@@ -74,6 +74,9 @@ class Recommendation:
     serve: str | None = None  # --serve-with: what the engine serves of the candidates
     caveats: list[str] = field(default_factory=list)  # what the user must know before running it
     measured: str | None = None  # the fine-tune measured on this model (the extension experiment), if shipped
+    alternative: tuple[str, float, dict[str, Any]] | None = None  # the portable method beside it: (name, ×, params)
+    battery: str | None = None  # the RULER battery's line (evals/battery_evidence.py), where it has cells
+    battery_record: dict[str, Any] | None = None  # the same, every row, for --json and --verbose
     reasons: list[str] = field(default_factory=list)
     tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
     commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
@@ -93,6 +96,7 @@ def recommend(
     train_recipe: str | None = None,
     patch_flags: str = "",
     serving: Any = None,
+    battery: list[Any] | None = None,
 ) -> Recommendation:
     """Apply the rule of this module; trade-offs are read off ``evidence`` (first source that has them).
 
@@ -108,8 +112,14 @@ def recommend(
         serving: a :class:`~.serving.Serving` (``--serve-with``): only methods that engine keeps from the
             saved checkpoint are recommended; where it keeps none of the candidates, ``method`` is None
             and ``why`` says what it does serve.
+        battery: RULER battery folders (:func:`.battery_evidence.battery_folders`; default: the shipped ones of
+            ``model``): the ``battery:`` line, which never changes the choice.
     """
+    from ropescale.evals.battery_evidence import battery_folders, battery_line
+
     rec = _recommend(model, original_context, target_length, budget, evidence, train_recipe, patch_flags, serving)
+    folders = battery if battery is not None else battery_folders(model)
+    rec.battery, rec.battery_record = battery_line(rec, folders)
     if serving is not None and rec.method is not None:
         kept = f"{serving.value} keeps {rec.method} ×{rec.factor:g} as `ropescale patch` saves it (`ropescale doctor`)"
         rec.serve = kept + (f"; {rec.serve}" if rec.serve else "")
@@ -160,11 +170,13 @@ def _recommend(
         )
 
     out, patch = patch_command(method)
+    rule = (method, rec.factor, {})
     if budget == "training-free":
         own = [ev for ev in evidence if same_model(ev.model, model) and ev.budget != "fine-tune"]
         if serving is not None:
             own = served_rows(rec, own, serving)
         if _from_frontier(rec, own, patch_command, patch):
+            rec.alternative = rule
             return rec
         if s <= TRAINING_FREE_LIMIT:
             rec.reasons.append(
@@ -185,6 +197,7 @@ def _recommend(
         rec.commands.append(("training-free", patch))
         if serving is None or serving.serves("yarn", target_length):
             rec.commands.append(("alternative", patch_command("yarn")[1]))
+            rec.alternative = ("yarn", factor_for_target("yarn", target_length, original_context), {})
     elif budget == "training-free":
         rec.why = (
             f"s = {s:.3g}: YaRN keeps the fast rotary pairs as trained and interpolates only the slow ones, "
@@ -383,6 +396,8 @@ def format_short(rec: Recommendation) -> str:
     lines += wrap("why:", rec.why)
     if rec.retrieval:
         lines += wrap("retrieval:", rec.retrieval)
+    if rec.battery:
+        lines += wrap("battery:", rec.battery)
     for other in rec.also:
         lines += wrap("also:", other)
     if rec.serve:
@@ -422,6 +437,7 @@ def to_record(rec: Recommendation) -> dict[str, Any]:
         "why": rec.why,
         "perplexity": rec.perplexity,
         "retrieval": rec.retrieval,
+        "battery": rec.battery_record,
         "also": rec.also,
         "serve": rec.serve,
         "caveats": rec.caveats,
@@ -456,6 +472,10 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
         lines += [f"  - {t}" for t, _ in rec.tradeoffs] or [
             f"  - no measurements of {rec.method} found; run `ropescale eval suite` to measure it"
         ]
+    if rec.battery_record:
+        from ropescale.evals.battery_evidence import battery_table
+
+        lines += ["", "battery: " + rec.battery_record["line"], *battery_table(rec.battery_record)]
     if rec.commands:
         width = max(len(what) for what, _ in rec.commands) + 1
         lines += ["", "run:"] + [f"  {what + ':':<{width}} {cmd}" for what, cmd in rec.commands]

@@ -18,6 +18,9 @@ from ropescale.evals.ruler.measures import (
 from ropescale.evals.ruler.run import load_cells
 from ropescale.markdown import table as md_table
 
+#: a task whose unscaled base (0-100) is below this is beyond the model at any length: reported, not counted
+BEYOND_FLOOR = 30.0
+
 
 def summarize(cells: list[dict[str, Any]], model: str | None = None) -> dict[str, Any]:
     """Scores (0-100) of ``cells`` (:func:`.run.load_cells`) as ``{label: {task: {length: ...}}}``
@@ -42,7 +45,7 @@ def summarize(cells: list[dict[str, Any]], model: str | None = None) -> dict[str
             row: dict[str, Any] = {"effective_length_ruler": effective_length_absolute(scores)}
             base = unscaled.get(task)
             if context is not None:
-                length, why = effective_length_relative(scores, context, base=base, floor=30.0)
+                length, why = effective_length_relative(scores, context, base=base, floor=BEYOND_FLOOR)
                 row.update(effective_length_relative=length, relative_note=why, base="unscaled" if base else "own")
             if base and context is not None:
                 kept = retention(scores, base, context)
@@ -122,4 +125,4 @@ def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "scores": scores}
 
 
-__all__ = ["markdown", "summarize", "write_report"]
+__all__ = ["BEYOND_FLOOR", "markdown", "summarize", "write_report"]

@@ -172,17 +172,35 @@ def _original_context(model: Any) -> int:
 
 def load_cells(output: str | Path) -> list[dict[str, Any]]:
     """Every cell file of ``output`` (any scaling), with its :class:`RulerCell` under ``"result"``."""
-    out = []
-    for path in sorted((Path(output) / "cells").glob("*.json")):
+    return read_cells(sorted((Path(output) / "cells").glob("*.json")))[0]
+
+
+def read_cells(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The cell files among ``paths`` (each with its :class:`RulerCell` under ``"result"`` and its file
+    under ``"path"``) and, for every other file, one line saying why it was skipped: not JSON, not a
+    cell, or a cell of a schema this ropescale does not read (a newer one wrote it)."""
+    out, skipped = [], []
+    for path in paths:
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{path}: not readable as JSON ({exc.__class__.__name__})")
             continue
-        if record.get("schema") != SCHEMA:
+        named = record.get("schema") if isinstance(record, dict) else None
+        if named != SCHEMA:
+            why = (
+                "not a RULER cell file" if not str(named or "").startswith("ropescale.ruler.cell/") else "a newer one?"
+            )
+            skipped.append(f"{path}: schema {named!r}, this ropescale reads {SCHEMA} ({why})")
             continue
-        record["result"] = RulerCell.from_dict(record["cell"])
+        try:
+            record["result"] = RulerCell.from_dict(record["cell"])
+        except (KeyError, TypeError) as exc:
+            skipped.append(f"{path}: a {SCHEMA} file without a complete cell ({exc})")
+            continue
+        record["path"] = str(path)
         out.append(record)
-    return out
+    return out, skipped
 
 
-__all__ = ["SCHEMA", "RulerRun", "Scaling", "cell_name", "load_cells"]
+__all__ = ["SCHEMA", "RulerRun", "Scaling", "cell_name", "load_cells", "read_cells"]
