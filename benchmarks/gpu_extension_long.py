@@ -77,16 +77,15 @@ def countable_tasks(folder: Path | None = None, floor: float = FLOOR) -> tuple[l
     """
     from ropescale.evals.extension_ruler import BATTERY
     from ropescale.evals.ruler.measures import base_score
-    from ropescale.evals.ruler.run import load_cells
+    from ropescale.evals.ruler.record import load_cells
 
     folder = BASE_CELLS if folder is None else folder
     scores: dict[str, dict[int, float]] = {}
     context = {}
     for cell in load_cells(folder) if folder.is_dir() else []:
-        if cell.get("unscaled") and cell["fingerprint"]["model"] == "smollm2-135m":
-            result = cell["result"]
-            scores.setdefault(result.task, {})[result.length] = result.score
-            context[result.task] = cell["original_context"]
+        if cell.unscaled and cell.model == "smollm2-135m":
+            scores.setdefault(cell.task, {})[cell.length] = cell.score
+            context[cell.task] = cell.original_context
     beyond = {}
     for task, by_length in scores.items():
         base = base_score(by_length, context[task])

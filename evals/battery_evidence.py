@@ -7,7 +7,7 @@ model (``fingerprint.model``); each cell is then a row by its requested scaling 
 scaling_requested``: method, factor, parameters), so a folder may hold several factors. Cells of another
 model in the same folder (a fine-tuned export, its control) are rows labelled with that checkpoint's name,
 never candidates and never the unscaled base. A file that is not a cell this ropescale reads (a newer
-schema) is skipped and said (:func:`~.ruler.run.read_cells`).
+schema) is skipped and said (:func:`~.ruler.record.read_cells`).
 
 Scores, retention at ≤ L and effective length come from :func:`~.ruler.report.summarize` against the
 unscaled model's cells of the same folder; past L a cell is quoted as a share of that base (the unscaled
@@ -18,7 +18,7 @@ mean at ≤ L, :func:`~.ruler.measures.base_score`), and a task whose base is be
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,35 +116,33 @@ def _cell_files(folder: Path) -> list[Path]:
 def read_folder(folder: str | Path, model: str) -> Folder | None:
     """The cells of ``model`` in ``folder`` (and the checkpoints beside them); None when it has none."""
     from ropescale.evals.evidence import _method_name
+    from ropescale.evals.ruler.record import read_cells
     from ropescale.evals.ruler.report import summarize
-    from ropescale.evals.ruler.run import read_cells
 
     folder = Path(folder)
     records, skipped = read_cells(_cell_files(folder))
-    ours = {id(r) for r in records if same_model(str(r["fingerprint"].get("model")), model)}
+    ours = {id(r) for r in records if same_model(r.model, model)}
     if not ours:
         return None
     rows: dict[str, Row] = {}
     cells = []
     for record in records:
-        name = str(record["fingerprint"].get("model"))
-        asked = record["fingerprint"].get("scaling_requested") or {}
-        if id(record) in ours and record.get("unscaled"):
-            row = Row(record["label"], "unscaled")
-        elif id(record) in ours and asked.get("method") is not None:
-            factor = asked.get("factor")
+        asked = record.fingerprint.scaling_requested
+        if id(record) in ours and record.unscaled:
+            row = Row(record.label, "unscaled")
+        elif id(record) in ours and asked.method is not None:
             row = Row(
-                record["label"],
+                record.label,
                 "method",
-                _method_name(str(asked["method"])) or str(asked["method"]),
-                None if factor is None else float(factor),
-                dict(asked.get("params") or {}),
+                _method_name(asked.method) or asked.method,
+                None if asked.factor is None else float(asked.factor),
+                dict(asked.params),
             )
         else:  # another model's cells (a fine-tune, its control) or the model as saved: named, not a candidate
-            unscaled = " unscaled" if record.get("unscaled") else ""
-            checkpoint = f"{Path(name).name or name}{unscaled}"
+            unscaled = " unscaled" if record.unscaled else ""
+            checkpoint = f"{Path(record.model).name or record.model}{unscaled}"
             row = Row(f"checkpoint:{checkpoint}", "checkpoint", checkpoint=checkpoint)
-            record = {**record, "label": row.label, "unscaled": False}
+            record = replace(record, label=row.label, unscaled=False)
         rows[row.label] = row
         cells.append(record)
     shipped = folder.resolve().parent == BATTERY_DIR.resolve()
@@ -155,7 +153,7 @@ def read_folder(folder: str | Path, model: str) -> Folder | None:
 def is_battery(path: str | Path) -> bool:
     """Whether ``--results PATH`` names a RULER battery (a folder with ``cells/``, a folder of cell files,
     or the ``results.json`` ``ropescale eval ruler`` writes beside them)."""
-    from ropescale.evals.ruler.run import SCHEMA
+    from ropescale.evals.ruler.record import SCHEMA
 
     path = Path(path)
     if path.is_file():
@@ -183,10 +181,10 @@ def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[F
         folder = Path(p).parent if Path(p).is_file() else Path(p)
         got = read_folder(folder, model)
         if got is None:
-            from ropescale.evals.ruler.run import read_cells
+            from ropescale.evals.ruler.record import read_cells
 
             records, skipped = read_cells(_cell_files(folder))
-            models = sorted({str(r["fingerprint"].get("model")) for r in records})
+            models = sorted({r.model for r in records})
             why = (
                 f"its cells are of {', '.join(models)}"
                 if models

@@ -76,14 +76,13 @@ def _emma(data: str) -> str:
 
 def ruler_scores(out: str | Path) -> dict[str, dict[str, dict[int, float]]]:
     """``{role: {task: {length: score 0-1}}}`` of the complete cells under ``OUTPUT/ruler/``."""
-    from ropescale.evals.ruler.run import load_cells
+    from ropescale.evals.ruler.record import load_cells
 
     scores: dict[str, dict[str, dict[int, float]]] = {}
     for role, folder in FOLDERS.items():
         for record in load_cells(Path(out) / "ruler" / folder):
-            cell = record["result"]
-            if cell.records and len(cell.records) == cell.samples:
-                scores.setdefault(role, {}).setdefault(cell.task, {})[cell.length] = cell.score
+            if record.complete:
+                scores.setdefault(role, {}).setdefault(record.task, {})[record.length] = record.score
     return scores
 
 

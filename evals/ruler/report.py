@@ -15,28 +15,28 @@ from ropescale.evals.ruler.measures import (
     retention,
     worst_retention,
 )
-from ropescale.evals.ruler.run import load_cells
+from ropescale.evals.ruler.record import CellRecord, load_cells
 from ropescale.markdown import table as md_table
 
 #: a task whose unscaled base (0-100) is below this is beyond the model at any length: reported, not counted
 BEYOND_FLOOR = 30.0
 
 
-def summarize(cells: list[dict[str, Any]], model: str | None = None) -> dict[str, Any]:
-    """Scores (0-100) of ``cells`` (:func:`.run.load_cells`) as ``{label: {task: {length: ...}}}``
+def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, Any]:
+    """Scores (0-100) of ``cells`` (:func:`.record.load_cells`) as ``{label: {task: {length: ...}}}``
     and the measures against the unscaled model's cells, when there are any."""
     if model is not None:
-        cells = [c for c in cells if c["fingerprint"]["model"] == str(model)]
+        cells = [c for c in cells if c.model == str(model)]
     table: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     unscaled: dict[str, dict[int, float]] = {}
     context = None
     for c in cells:
-        r = c["result"]
+        r = c.result
         lo, hi = r.interval
         entry = {"score": 100 * r.score, "interval": [100 * lo, 100 * hi], "samples": r.samples, "seed": r.seed}
-        table.setdefault(c["label"], {}).setdefault(r.task, {})[r.length] = entry
-        context = c.get("original_context", context)
-        if c.get("unscaled"):
+        table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
+        context = c.original_context
+        if c.unscaled:
             unscaled.setdefault(r.task, {})[r.length] = 100 * r.score
     measures: dict[str, dict[str, Any]] = {}
     for label, tasks in table.items():

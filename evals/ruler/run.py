@@ -3,50 +3,21 @@
 Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when
 their file records the same model, scaling request, samples, seed and runtime; a cell cut short
 resumes at its first undecoded prompt (a journal beside it). Runs of other methods into the same
-folder add their cells, and the report (:mod:`.report`) compares them with the unscaled model's.
+folder add their cells, and the report (:mod:`.report`) compares them with the unscaled model's. A
+cell file is a :class:`~.record.CellRecord` (:mod:`.record`: its layout, writing and reading).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropescale._io import atomic_write_json
-from ropescale.evals.ruler.cell import RulerCell, run_ruler_cell
+from ropescale.evals.ruler.cell import run_ruler_cell
+from ropescale.evals.ruler.record import SCHEMA, CellFingerprint, CellRecord, Scaling, load_cells, read_cells
 from ropescale.evals.ruler.tasks import RulerTask, essay_haystack
-
-#: version of a cell file's layout
-SCHEMA = "ropescale.ruler.cell/1"
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """What the user asked for: a method (None: the checkpoint's own scaling, as saved), its factor
-    and parameters."""
-
-    method: str | None
-    factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        name = self.method or "as-saved"
-        if self.factor is not None and name.lower() not in ("none", "default"):
-            name += f"-x{self.factor:g}"
-        if self.params:
-            name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
-        return name
-
-    @property
-    def unscaled(self) -> bool:
-        return (self.method or "").lower() in ("none", "default")
-
-    def request(self) -> dict[str, Any]:
-        return {"method": self.method, "factor": self.factor, "params": dict(self.params)}
 
 
 def cell_name(scaling: Scaling, task: str, length: int) -> str:
@@ -74,18 +45,10 @@ class RulerRun:
         self.runtime, self.essay_text = runtime, essay_text
         self.cells_dir = self.output / "cells"
 
-    def fingerprint(self, task: str, length: int) -> dict[str, Any]:
+    def fingerprint(self, task: str, length: int) -> CellFingerprint:
         """What a cell's file must record for the cell to count as done."""
         runtime = {k: v for k, v in self.runtime.to_dict().items() if k != "attention"} if self.runtime else {}
-        return {
-            "model": str(self.model),
-            "scaling_requested": self.scaling.request(),
-            "task": task,
-            "length": length,
-            "samples": self.samples,
-            "seed": self.seed,
-            "runtime": runtime,
-        }
+        return CellFingerprint(str(self.model), self.scaling, task, length, self.samples, self.seed, runtime)
 
     def path(self, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_name(self.scaling, task, length)}.json"
@@ -96,7 +59,7 @@ class RulerRun:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return False
-        ours = json.loads(json.dumps(self.fingerprint(task, length)))
+        ours = json.loads(json.dumps(self.fingerprint(task, length).to_json()))
         return record.get("schema") == SCHEMA and record.get("fingerprint") == ours
 
     def pending(self) -> list[tuple[RulerTask, int]]:
@@ -134,23 +97,22 @@ class RulerRun:
         runtime = {**(self.runtime.to_dict() if self.runtime else {}), "attention": attention_kernel(model)}
         for task, length in todo:
             fingerprint = self.fingerprint(task.name, length)
-            journal = PromptJournal(self.path(task.name, length).with_suffix(".partial.jsonl"), fingerprint)
+            journal = PromptJournal(self.path(task.name, length).with_suffix(".partial.jsonl"), fingerprint.to_json())
             cell = run_ruler_cell(
                 model, tokenizer, task, length, self.samples, self.seed, essay, journal=journal, progress=self.progress
             )
-            record = {
-                "schema": SCHEMA,
-                "fingerprint": fingerprint,
-                "label": s.label,
-                "unscaled": s.unscaled,
-                "scaling": describe(model),  # what the loaded model ran: the method and its resolved parameters
-                "rope_parameters": _rope_parameters(model),  # as the config holds them (a checkpoint as saved too)
-                "lm_eval_version": _lm_eval_version(),
-                "runtime": runtime,
-                "original_context": _original_context(model),
-                "cell": cell.to_dict(),
-            }
-            atomic_write_json(self.path(task.name, length), record)
+            record = CellRecord(
+                fingerprint,
+                label=s.label,
+                unscaled=s.unscaled,
+                scaling=describe(model),  # what the loaded model ran: the method and its resolved parameters
+                rope_parameters=_rope_parameters(model),  # as the config holds them (a checkpoint as saved too)
+                lm_eval_version=_lm_eval_version(),
+                runtime=runtime,
+                original_context=_original_context(model),
+                result=cell,
+            )
+            atomic_write_json(self.path(task.name, length), record.to_json())
             journal.remove()
 
 
@@ -170,37 +132,13 @@ def _original_context(model: Any) -> int:
     return trained_context(model.config)
 
 
-def load_cells(output: str | Path) -> list[dict[str, Any]]:
-    """Every cell file of ``output`` (any scaling), with its :class:`RulerCell` under ``"result"``."""
-    return read_cells(sorted((Path(output) / "cells").glob("*.json")))[0]
-
-
-def read_cells(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The cell files among ``paths`` (each with its :class:`RulerCell` under ``"result"`` and its file
-    under ``"path"``) and, for every other file, one line saying why it was skipped: not JSON, not a
-    cell, or a cell of a schema this ropescale does not read (a newer one wrote it)."""
-    out, skipped = [], []
-    for path in paths:
-        try:
-            record = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            skipped.append(f"{path}: not readable as JSON ({exc.__class__.__name__})")
-            continue
-        named = record.get("schema") if isinstance(record, dict) else None
-        if named != SCHEMA:
-            why = (
-                "not a RULER cell file" if not str(named or "").startswith("ropescale.ruler.cell/") else "a newer one?"
-            )
-            skipped.append(f"{path}: schema {named!r}, this ropescale reads {SCHEMA} ({why})")
-            continue
-        try:
-            record["result"] = RulerCell.from_dict(record["cell"])
-        except (KeyError, TypeError) as exc:
-            skipped.append(f"{path}: a {SCHEMA} file without a complete cell ({exc})")
-            continue
-        record["path"] = str(path)
-        out.append(record)
-    return out, skipped
-
-
-__all__ = ["SCHEMA", "RulerRun", "Scaling", "cell_name", "load_cells", "read_cells"]
+__all__ = [
+    "SCHEMA",
+    "CellFingerprint",
+    "CellRecord",
+    "RulerRun",
+    "Scaling",
+    "cell_name",
+    "load_cells",
+    "read_cells",
+]

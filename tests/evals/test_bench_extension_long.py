@@ -212,22 +212,18 @@ def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, m
 def _base_cell(folder, task: str, length: int, correct: int, samples: int = 30) -> None:
     """An unscaled model's RULER cell file as ``ropescale eval ruler`` writes it."""
     from ropescale.evals.ruler.cell import RulerCell, RulerRecord
-    from ropescale.evals.ruler.run import SCHEMA
+    from ropescale.evals.ruler.record import CellFingerprint, CellRecord, Scaling
 
     cell = RulerCell(task, length, samples, 0, 128, task, "-")
     cell.records = [
         RulerRecord(i, length, ["1"], "1" if i < correct else "", float(i < correct)) for i in range(samples)
     ]
-    record = {
-        "schema": SCHEMA,
-        "fingerprint": {"model": "smollm2-135m", "task": task, "length": length},
-        "unscaled": True,
-        "original_context": 8192,
-        "cell": cell.to_dict(),
-    }
+    scaling = Scaling("none")
+    fingerprint = CellFingerprint("smollm2-135m", scaling, task, length, samples, 0, {"device": "cpu"})
+    record = CellRecord(fingerprint, "none", True, {}, None, "0.4.13", {"device": "cpu"}, 8192, cell)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cells").mkdir(exist_ok=True)
-    (folder / "cells" / f"none__{task}__{length}.json").write_text(json.dumps(record))
+    (folder / "cells" / f"none__{task}__{length}.json").write_text(json.dumps(record.to_json()))
 
 
 def test_the_gpu_script_leaves_out_the_tasks_the_unscaled_model_cannot_do(tmp_path, monkeypatch, capsys):

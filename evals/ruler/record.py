@@ -1,0 +1,246 @@
+"""A RULER cell file as one typed record: what ``ropescale eval ruler`` writes and every reader reads.
+
+:class:`~.run.RulerRun` writes one :class:`CellRecord` per cell (:meth:`CellRecord.to_json`, schema
+:data:`SCHEMA`); :func:`read_cells` reads them back, skipping with its reason any file that is not one
+(not JSON, another schema, a key missing or of the wrong type). The report (:mod:`.report`),
+``recommend``'s battery line (:mod:`ropescale.evals.battery_evidence`) and the extension experiment
+(:mod:`ropescale.evals.extension_ruler`) read the record's attributes, never the file's keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ropescale.evals.ruler.cell import RulerCell
+
+#: version of a cell file's layout
+SCHEMA = "ropescale.ruler.cell/1"
+
+
+class CellFileError(ValueError):
+    """A file that is not a :data:`SCHEMA` cell file this ropescale reads; the message says why."""
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """What the user asked for: a method (None: the checkpoint's own scaling, as saved), its factor
+    and parameters."""
+
+    method: str | None
+    factor: float | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        name = self.method or "as-saved"
+        if self.factor is not None and name.lower() not in ("none", "default"):
+            name += f"-x{self.factor:g}"
+        if self.params:
+            name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
+        return name
+
+    @property
+    def unscaled(self) -> bool:
+        return (self.method or "").lower() in ("none", "default")
+
+    def request(self) -> dict[str, Any]:
+        return {"method": self.method, "factor": self.factor, "params": dict(self.params)}
+
+
+def _take(data: Any, key: str, kinds: tuple[type, ...], what: str, where: str = "") -> Any:
+    """``data[key]`` when it is one of ``kinds`` (a bool is no number), else :class:`CellFileError`."""
+    if key not in data:
+        raise CellFileError(f"{where}{key} = (missing)")
+    value = data[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise CellFileError(f"{where}{key} = {value!r}: must be {what}")
+    return value
+
+
+def _keys(data: dict[str, Any], known: list[str], where: str) -> None:
+    unknown = sorted(set(data) - set(known))
+    if unknown:  # a key this layout does not have would not survive to_json: a newer writer's, unsaid
+        raise CellFileError(f"{where}{unknown[0]} = {data[unknown[0]]!r}: not a key of {SCHEMA}")
+
+
+@dataclass(frozen=True)
+class CellFingerprint:
+    """What a cell's file must record for the cell to count as done (:meth:`~.run.RulerRun.is_done`
+    compares it whole): the model, the scaling asked for, the cell and the runtime's settings (all but
+    its attention kernel, which the record's ``runtime`` adds)."""
+
+    model: str
+    scaling_requested: Scaling
+    task: str
+    length: int
+    samples: int
+    seed: int
+    runtime: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "scaling_requested": self.scaling_requested.request(),
+            "task": self.task,
+            "length": self.length,
+            "samples": self.samples,
+            "seed": self.seed,
+            "runtime": self.runtime,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> CellFingerprint:
+        if not isinstance(data, dict):
+            raise CellFileError(f"fingerprint = {data!r}: must be an object")
+        _keys(data, list(cls.__dataclass_fields__), "fingerprint.")
+        asked = _take(data, "scaling_requested", (dict,), "an object", "fingerprint.")
+        _keys(asked, ["method", "factor", "params"], "fingerprint.scaling_requested.")
+        where = "fingerprint.scaling_requested."
+        scaling = Scaling(
+            _take(asked, "method", (str, type(None)), "a method name or null", where),
+            _take(asked, "factor", (int, float, type(None)), "a number or null", where),
+            _take(asked, "params", (dict,), "an object", where),
+        )
+        return cls(
+            _take(data, "model", (str,), "a string", "fingerprint."),
+            scaling,
+            _take(data, "task", (str,), "a string", "fingerprint."),
+            _take(data, "length", (int,), "an integer", "fingerprint."),
+            _take(data, "samples", (int,), "an integer", "fingerprint."),
+            _take(data, "seed", (int,), "an integer", "fingerprint."),
+            _take(data, "runtime", (dict,), "an object", "fingerprint."),
+        )
+
+
+#: a cell file's keys, in the order they are described
+_KEYS = [
+    "schema",
+    "fingerprint",
+    "label",
+    "unscaled",
+    "scaling",
+    "rope_parameters",
+    "lm_eval_version",
+    "runtime",
+    "original_context",
+    "cell",
+]
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """One cell file: its fingerprint, the scaling's label, whether it is the unscaled model, what the
+    loaded model ran (``scaling``: :func:`~ropescale.patching.model.describe`; ``rope_parameters``: as its
+    config holds them), lm-eval's version, the runtime (with its attention kernel), the trained context L
+    and the cell itself (``result``). ``path``: the file it was read from (None: built in memory)."""
+
+    fingerprint: CellFingerprint
+    label: str
+    unscaled: bool
+    scaling: dict[str, Any]
+    rope_parameters: dict[str, Any] | None
+    lm_eval_version: str
+    runtime: dict[str, Any]
+    original_context: int
+    result: RulerCell
+    path: Path | None = None
+    #: the cell as its file holds it, written back as it was (cells written before RulerCell's ``stop``
+    #: lack it, and ``RulerCell.to_dict`` would add it); None for a record built in memory
+    cell_json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def model(self) -> str:
+        return self.fingerprint.model
+
+    @property
+    def task(self) -> str:
+        return self.result.task
+
+    @property
+    def length(self) -> int:
+        return self.result.length
+
+    @property
+    def score(self) -> float:
+        """The cell's mean score, 0-1."""
+        return self.result.score
+
+    @property
+    def complete(self) -> bool:
+        """Every sample decoded and scored."""
+        return bool(self.result.records) and len(self.result.records) == self.result.samples
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the cell's file, as :class:`~.run.RulerRun` writes it."""
+        return {
+            "schema": SCHEMA,
+            "fingerprint": self.fingerprint.to_json(),
+            "label": self.label,
+            "unscaled": self.unscaled,
+            "scaling": self.scaling,
+            "rope_parameters": self.rope_parameters,
+            "lm_eval_version": self.lm_eval_version,
+            "runtime": self.runtime,
+            "original_context": self.original_context,
+            "cell": self.result.to_dict() if self.cell_json is None else self.cell_json,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, path: str | Path | None = None) -> CellRecord:
+        """The record of a cell file's JSON object; :class:`CellFileError` (why) for anything else: another
+        schema, a key missing, unknown or of the wrong type, a cell that is not complete."""
+        named = data.get("schema") if isinstance(data, dict) else None
+        if named != SCHEMA:
+            why = (
+                "not a RULER cell file" if not str(named or "").startswith("ropescale.ruler.cell/") else "a newer one?"
+            )
+            raise CellFileError(f"schema {named!r}, this ropescale reads {SCHEMA} ({why})")
+        _keys(data, _KEYS, "")
+        raw = _take(data, "cell", (dict,), "an object")
+        try:
+            result = RulerCell.from_dict(raw)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CellFileError(f"a {SCHEMA} file without a complete cell ({exc})") from None
+        return cls(
+            CellFingerprint.from_json(data.get("fingerprint")),
+            _take(data, "label", (str,), "a string"),
+            _take(data, "unscaled", (bool,), "true or false"),
+            _take(data, "scaling", (dict,), "an object"),
+            _take(data, "rope_parameters", (dict, type(None)), "an object or null"),
+            _take(data, "lm_eval_version", (str,), "a string"),
+            _take(data, "runtime", (dict,), "an object"),
+            _take(data, "original_context", (int,), "an integer"),
+            result,
+            None if path is None else Path(path),
+            raw,
+        )
+
+
+def read_cells(paths: list[Path]) -> tuple[list[CellRecord], list[str]]:
+    """The cell files among ``paths`` as records and, for every other file, one line saying why it was
+    skipped: not JSON, not a cell, a cell of a schema this ropescale does not read (a newer one wrote
+    it), or a key missing or of the wrong type."""
+    out, skipped = [], []
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            skipped.append(f"{path}: not readable as JSON ({exc.__class__.__name__})")
+            continue
+        try:
+            out.append(CellRecord.from_json(data, path))
+        except CellFileError as exc:
+            skipped.append(f"{path}: {exc}")
+    return out, skipped
+
+
+def load_cells(output: str | Path) -> list[CellRecord]:
+    """Every cell file of ``output`` (any scaling) under ``OUTPUT/cells/``, as records."""
+    return read_cells(sorted((Path(output) / "cells").glob("*.json")))[0]
+
+
+__all__ = ["SCHEMA", "CellFileError", "CellFingerprint", "CellRecord", "Scaling", "load_cells", "read_cells"]
