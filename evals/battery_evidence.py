@@ -108,19 +108,14 @@ class Folder:
         return None
 
 
-def _cell_files(folder: Path) -> list[Path]:
-    inner = folder / "cells"
-    return sorted((inner if inner.is_dir() else folder).glob("*.json"))
-
-
 def read_folder(folder: str | Path, model: str) -> Folder | None:
     """The cells of ``model`` in ``folder`` (and the checkpoints beside them); None when it has none."""
     from ropescale.evals.evidence import _method_name
-    from ropescale.evals.ruler.record import read_cells
+    from ropescale.evals.ruler.record import cell_files, read_cells
     from ropescale.evals.ruler.report import summarize
 
     folder = Path(folder)
-    records, skipped = read_cells(_cell_files(folder))
+    records, skipped = read_cells(cell_files(folder))
     ours = {id(r) for r in records if same_model(r.model, model)}
     if not ours:
         return None
@@ -165,7 +160,9 @@ def is_battery(path: str | Path) -> bool:
         return False
     if (path / "cells").is_dir():
         return True
-    for f in _cell_files(path)[:1]:
+    from ropescale.evals.ruler.record import cell_files
+
+    for f in cell_files(path)[:1]:
         try:
             return json.loads(f.read_text()).get("schema") == SCHEMA
         except (OSError, ValueError, AttributeError):
@@ -181,9 +178,9 @@ def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[F
         folder = Path(p).parent if Path(p).is_file() else Path(p)
         got = read_folder(folder, model)
         if got is None:
-            from ropescale.evals.ruler.record import read_cells
+            from ropescale.evals.ruler.record import cell_files, read_cells
 
-            records, skipped = read_cells(_cell_files(folder))
+            records, skipped = read_cells(cell_files(folder))
             models = sorted({r.model for r in records})
             why = (
                 f"its cells are of {', '.join(models)}"

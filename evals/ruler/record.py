@@ -238,9 +238,25 @@ def read_cells(paths: list[Path]) -> tuple[list[CellRecord], list[str]]:
     return out, skipped
 
 
+def cell_files(folder: str | Path) -> list[Path]:
+    """The cell files of a run's folder (``FOLDER/cells/*.json``) or of a shipped one (``FOLDER/*.json``,
+    as in ``evals/measured/ruler/``)."""
+    inner = Path(folder) / "cells"
+    return sorted((inner if inner.is_dir() else Path(folder)).glob("*.json"))
+
+
 def load_cells(output: str | Path) -> list[CellRecord]:
-    """Every cell file of ``output`` (any scaling) under ``OUTPUT/cells/``, as records."""
-    return read_cells(sorted((Path(output) / "cells").glob("*.json")))[0]
+    """Every cell file of ``output`` (any scaling; a run's folder or a shipped one), as records."""
+    return read_cells(cell_files(output))[0]
 
 
-__all__ = ["SCHEMA", "CellFileError", "CellFingerprint", "CellRecord", "Scaling", "load_cells", "read_cells"]
+__all__ = [
+    "SCHEMA",
+    "CellFileError",
+    "cell_files",
+    "CellFingerprint",
+    "CellRecord",
+    "Scaling",
+    "load_cells",
+    "read_cells",
+]

@@ -210,7 +210,8 @@ def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, m
 
 
 def _base_cell(folder, task: str, length: int, correct: int, samples: int = 30) -> None:
-    """An unscaled model's RULER cell file as ``ropescale eval ruler`` writes it."""
+    """An unscaled model's RULER cell file as ``ropescale eval ruler`` writes it, in a shipped folder's
+    layout (evals/measured/ruler/*/: the files without the run's ``cells/``)."""
     from ropescale.evals.ruler.cell import RulerCell, RulerRecord
     from ropescale.evals.ruler.record import CellFingerprint, CellRecord, Scaling
 
@@ -222,8 +223,7 @@ def _base_cell(folder, task: str, length: int, correct: int, samples: int = 30) 
     fingerprint = CellFingerprint("smollm2-135m", scaling, task, length, samples, 0, {"device": "cpu"})
     record = CellRecord(fingerprint, "none", True, {}, None, "0.4.13", {"device": "cpu"}, 8192, cell)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "cells").mkdir(exist_ok=True)
-    (folder / "cells" / f"none__{task}__{length}.json").write_text(json.dumps(record.to_json()))
+    (folder / f"none__{task}__{length}.json").write_text(json.dumps(record.to_json()))
 
 
 def test_the_gpu_script_leaves_out_the_tasks_the_unscaled_model_cannot_do(tmp_path, monkeypatch, capsys):
