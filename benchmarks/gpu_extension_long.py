@@ -24,10 +24,16 @@ model and the control at 8k), decoded greedily until the answer is complete or 1
 about 1 s a prompt at 32k for a 135M model. An H200 is about as fast for a model this small. Not yet run
 on a GPU.
 
-RULER's tasks: by default the battery's six but those the unscaled model cannot do (its score at ≤ L
-below 0.3 in the CPU cells shipped in evals/measured/ruler/smollm2-135m-x4-cpu/): issue 40's goal
-reports such a task and does not count it, so the GPU does not decode it (the script names each one it
-leaves out). ``--ruler-tasks all`` runs the six.
+RULER's tasks: by default those the unscaled model can do, from its CPU cells shipped in
+evals/measured/ruler/smollm2-135m-x4-cpu/ (the battery's six and the ``[austen]`` variants measured there;
+at 4k: ``niah_single_1`` and the five ``[austen]`` needle tasks). A task the unscaled model scores below
+0.3 at ≤ L (``niah_multikey_2/3``, ``vt``, ``cwe``, ``fwe``) is beyond it: issue 40's goal reports it and
+does not count it, so the GPU does not decode it (the script names each one it leaves out).
+``--ruler-tasks all`` runs the battery's six. With the six countable tasks the x4 experiment is estimated
+at ~22 min, above a 15-minute device lease: there, ``--ruler-tasks
+niah_single_1,niah_single_2[austen],niah_multikey_1[austen]`` (one task per skill: a needle in a
+repeated haystack, in prose, among distractor keys) brings it to ~15 min at the estimate's 1 s a prompt,
+less where answers stop early.
 
 On a machine lent with a per-command time limit (10 minutes) and a warm period between commands, run
 the experiment into an ignored folder that stays between commands and copy what came out each time::
@@ -69,7 +75,10 @@ def estimate_minutes(factor: int, tasks: int = 6) -> float:
 
 
 def countable_tasks(folder: Path | None = None, floor: float = FLOOR) -> tuple[list[str], dict[str, float]]:
-    """The battery's tasks to decode, and those left out with the unscaled model's score.
+    """The RULER tasks to decode, and those left out with the unscaled model's score.
+
+    The candidates are the battery's six and every other task the unscaled model has a cell of in
+    ``folder`` (the ``[austen]`` variants: the essay-haystack tasks on held-out *Emma*).
 
     A task whose unscaled score (the mean of its cells at lengths ≤ L in ``folder``) is below
     ``floor`` is beyond the model at any length: the goal reports it and does not count it, so the
@@ -91,7 +100,8 @@ def countable_tasks(folder: Path | None = None, floor: float = FLOOR) -> tuple[l
         base = base_score(by_length, context[task])
         if base is not None and base < floor:
             beyond[task] = base
-    return [t for t in BATTERY if t not in beyond], beyond
+    candidates = list(BATTERY) + sorted(t for t in scores if t not in BATTERY)  # e.g. the [austen] variants
+    return [t for t in candidates if t not in beyond], beyond
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -234,14 +234,17 @@ def test_the_gpu_script_leaves_out_the_tasks_the_unscaled_model_cannot_do(tmp_pa
     _base_cell(cells, "niah_multikey_2", 8192, 4)
     _base_cell(cells, "vt", 4096, 9)  # exactly 0.3: kept
     _base_cell(cells, "fwe", 16384, 0)  # beyond L only: says nothing about <= L, kept
+    _base_cell(cells, "niah_single_2[austen]", 4096, 29)  # a task beyond the six, measured: a candidate
+    _base_cell(cells, "niah_single_3[austen]", 4096, 2)  # ... and one beyond the model
     tasks, beyond = gpu.countable_tasks(cells)
-    assert tasks == ["niah_single_1", "niah_multikey_3", "vt", "cwe", "fwe"]
-    assert list(beyond) == ["niah_multikey_2"] and beyond["niah_multikey_2"] == pytest.approx(0.1)
+    assert tasks == ["niah_single_1", "niah_multikey_3", "vt", "cwe", "fwe", "niah_single_2[austen]"]
+    assert sorted(beyond) == ["niah_multikey_2", "niah_single_3[austen]"]
+    assert beyond["niah_multikey_2"] == pytest.approx(0.1)
     monkeypatch.setattr(gpu, "BASE_CELLS", cells)
     assert gpu.main(["--estimate", "--factors", "4"]) == 0
     out = capsys.readouterr().out
     assert "RULER niah_multikey_2: not run (the unscaled model scores 10% at <= L" in out
-    assert f"({5 * 30 * 5} RULER prompts)" in out
+    assert f"({6 * 30 * 5} RULER prompts)" in out
     assert gpu.main(["--estimate", "--factors", "4", "--ruler-tasks", "all"]) == 0
     assert f"({6 * 30 * 5} RULER prompts)" in capsys.readouterr().out
     ran = []
@@ -249,4 +252,4 @@ def test_the_gpu_script_leaves_out_the_tasks_the_unscaled_model_cannot_do(tmp_pa
     monkeypatch.setitem(sys.modules, "bench_extension", type(sys)("bench_extension"))
     sys.modules["bench_extension"].main = lambda argv: ran.append(argv) or 0
     assert gpu.main(["--factors", "4", "--output", str(tmp_path / "out")]) == 0
-    assert ran[0][ran[0].index("--ruler-tasks") + 1] == "niah_single_1,niah_multikey_3,vt,cwe,fwe"
+    assert ran[0][ran[0].index("--ruler-tasks") + 1] == "niah_single_1,niah_multikey_3,vt,cwe,fwe,niah_single_2[austen]"
