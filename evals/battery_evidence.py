@@ -254,6 +254,8 @@ def _holds_text(comparisons: list[dict[str, Any]], target: int) -> str | None:
     if not near:
         return None
     c = near[-1]
+    if len(c["tasks"]) < 2:  # over one task the method lines above already say it (--verbose keeps it)
+        return None
     best, others = c["holds"], [(m, v) for m, v in c["worst"].items() if m not in c["holds"]]
     tasks = ", ".join(c["tasks"]) if len(c["tasks"]) <= 3 else f"{len(c['tasks'])} tasks"
     return (
@@ -301,8 +303,10 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str,
     if home.beyond():
         at = {"/".join(_k(n) for n in base[t][1]) for t in home.beyond()}
         if len(at) == 1:
-            listed = [f"{t} {base[t][0]:.0f} %" for t in home.beyond()]
-            parts.append(f"beyond the model at any length (base at {at.pop()}): " + ", ".join(listed))
+            from ropescale.evals.ruler.report import BEYOND_FLOOR
+
+            # the short answer names them; --verbose has each base score
+            parts.append(f"beyond the model (< {BEYOND_FLOOR:.0f} % at {at.pop()}): " + ", ".join(home.beyond()))
         else:
             listed = [f"{t} (base {base[t][0]:.0f} % at {'/'.join(_k(n) for n in base[t][1])})" for t in home.beyond()]
             parts.append("beyond the model at any length: " + ", ".join(listed))

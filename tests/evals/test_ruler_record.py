@@ -32,7 +32,7 @@ def test_every_shipped_cell_file_round_trips_byte_for_byte(path, tmp_path):
     assert record.to_json() == data
     atomic_write_json(tmp_path / "again.json", record.to_json())  # as RulerRun writes a cell
     assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
-    assert (record.model, record.task, record.length) == ("smollm2-135m", "niah_single_1", data["cell"]["length"])
+    assert (record.model, record.task, record.length) == ("smollm2-135m", data["cell"]["task"], data["cell"]["length"])
     assert record.score == data["cell"]["score"] and record.path == path and record.complete
 
 
