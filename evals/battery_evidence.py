@@ -249,12 +249,12 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
     return out
 
 
-def _holds_text(comparisons: list[dict[str, Any]], target: int) -> str | None:
+def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] = frozenset()) -> str | None:
     near = [c for c in comparisons if c["length"] <= target] or comparisons[:1]
     if not near:
         return None
     c = near[-1]
-    if len(c["tasks"]) < 2:  # over one task the method lines above already say it (--verbose keeps it)
+    if set(c["worst"]) <= shown:  # every method compared is in the line already, each task with it (--verbose keeps it)
         return None
     best, others = c["holds"], [(m, v) for m, v in c["worst"].items() if m not in c["holds"]]
     tasks = ", ".join(c["tasks"]) if len(c["tasks"]) <= 3 else f"{len(c['tasks'])} tasks"
@@ -296,7 +296,8 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str,
     if fine_tune:
         parts += [_fragment(home, r, target, False) for r in home.rows.values() if r.kind == "checkpoint"]
     comparisons = holds(home)
-    said = _holds_text(comparisons, target)
+    shown = {home.title(hit[1]) for hit in hits if hit and hit[0] is home}
+    said = _holds_text(comparisons, target, shown)
     if said and not fine_tune:  # which training-free method holds is not the fine-tune's question
         parts.append(said)
     base = home.base()
