@@ -17,7 +17,7 @@ Nothing here imports torch: the command line builds its parsers from these field
 from __future__ import annotations
 
 import numbers
-from dataclasses import MISSING, Field, dataclass, fields
+from dataclasses import MISSING, Field, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -114,6 +114,19 @@ def flag_type(parse: Any, name: str) -> Any:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
+
+
+def result_json(result: Any) -> dict[str, Any]:
+    """A typed result (a dataclass with an ``extra`` field) as its JSON: the keys it was read with that
+    it does not name, then its fields."""
+    return {**result.extra, **{k: v for k, v in asdict(result).items() if k != "extra"}}
+
+
+def result_values(cls: type, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``data`` split for ``cls(**named, extra=extra)``: the values of its fields found in ``data``, and the
+    rest, kept as it was (a result written by another version keeps what this one does not name)."""
+    named = {f.name for f in fields(cls)} - {"extra"}
+    return {k: data[k] for k in named if k in data}, {k: v for k, v in data.items() if k not in named}
 
 
 @dataclass

@@ -16,11 +16,20 @@ key tokens. A key token depends on the evaluator and the data only, never on the
 from __future__ import annotations
 
 import numbers
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from ropescale import options
-from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, positive_int, setting
+from ropescale.evals.task_base import (
+    CellContext,
+    SuiteError,
+    Task,
+    flag_type,
+    positive_int,
+    result_json,
+    result_values,
+    setting,
+)
 
 #: ``--trunc-len`` and ``--internal``'s defaults, the authors' (:data:`.longppl.TRUNC_LEN`, which imports
 #: torch; a test ties the two)
@@ -121,14 +130,14 @@ class LongPPLCell:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.extra, **{k: v for k, v in asdict(self).items() if k != "extra"}}
+        return result_json(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LongPPLCell:
         if not isinstance(data, dict) or not {"longppl", "ppl"} <= set(data):
             raise ValueError("a LongPPL result needs 'longppl' and 'ppl'")
-        named = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{k: data[k] for k in named if k in data}, extra={k: v for k, v in data.items() if k not in named})
+        named, extra = result_values(cls, data)
+        return cls(**named, extra=extra)
 
 
 class LongPPL(Task):

@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ropescale import options
-from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, one_of, optional_positive_int, setting
+from ropescale.evals.task_base import (
+    CellContext,
+    SuiteError,
+    Task,
+    flag_type,
+    one_of,
+    optional_positive_int,
+    result_json,
+    result_values,
+    setting,
+)
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
@@ -55,14 +65,14 @@ class PerplexityCell:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.extra, **{k: v for k, v in asdict(self).items() if k != "extra"}}
+        return result_json(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PerplexityCell:
         if not isinstance(data, dict) or "ppl" not in data:
             raise ValueError("a perplexity result needs 'ppl'")
-        named = {f.name for f in fields(cls)} - {"extra"}
-        return cls(**{k: data[k] for k in named if k in data}, extra={k: v for k, v in data.items() if k not in named})
+        named, extra = result_values(cls, data)
+        return cls(**named, extra=extra)
 
 
 class Perplexity(Task):

@@ -4,11 +4,20 @@ prompt; a cell's result is the accuracy grid over depths with every trial's reco
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.task_base import CellContext, SuiteError, Task, positive_int, setting, unit_list
+from ropescale.evals.task_base import (
+    CellContext,
+    SuiteError,
+    Task,
+    positive_int,
+    result_json,
+    result_values,
+    setting,
+    unit_list,
+)
 
 
 def depths(text: Any, name: str = "--depths") -> tuple[float, ...]:
@@ -117,19 +126,18 @@ class RetrievalCell:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        named = {k: v for k, v in asdict(self).items() if k != "extra"}
+        out = result_json(self)
         if self.threshold is None:
-            named.pop("threshold")  # cells written before thresholds were recorded
-        return {**self.extra, **named}
+            out.pop("threshold")  # cells written before thresholds were recorded
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RetrievalCell:
         if not isinstance(data, dict) or not {"depths", "accuracy"} <= set(data):
             raise ValueError("a retrieval result needs 'depths' and 'accuracy'")
-        named = {f.name for f in fields(cls)} - {"extra"}
-        values = {k: data[k] for k in named if k in data}
+        values, extra = result_values(cls, data)
         values.setdefault("trials", 1)
-        return cls(**values, extra={k: v for k, v in data.items() if k not in named})
+        return cls(**values, extra=extra)
 
 
 class Retrieval(Task):
