@@ -60,8 +60,6 @@ PAIR_MIN, TOKENIZE_MIN, RULER_S = {4: 5.0, 8: 6.0}, 1.0, 1.0
 SAMPLES = 30
 #: the unscaled model's RULER cells, measured on a CPU (docs/experiments/2026-11-28-battery-x4-cpu.md)
 BASE_CELLS = ROOT / "evals" / "measured" / "ruler" / "smollm2-135m-x4-cpu"
-#: a base score below this (0-1) at every length ≤ L: the task is beyond the model (issue 40's goal)
-FLOOR = 0.3
 
 
 def ruler_prompts(factor: int, tasks: int = 6) -> int:
@@ -74,33 +72,25 @@ def estimate_minutes(factor: int, tasks: int = 6) -> float:
     return PAIR_MIN[factor] + 2 * TOKENIZE_MIN + ruler_prompts(factor, tasks) * RULER_S / 60
 
 
-def countable_tasks(folder: Path | None = None, floor: float = FLOOR) -> tuple[list[str], dict[str, float]]:
-    """The RULER tasks to decode, and those left out with the unscaled model's score.
+def countable_tasks(folder: Path | None = None) -> tuple[list[str], dict[str, float]]:
+    """The RULER tasks to decode, and those left out with the unscaled model's score (0-1).
 
     The candidates are the battery's six and every other task the unscaled model has a cell of in
     ``folder`` (the ``[austen]`` variants: the essay-haystack tasks on held-out *Emma*).
 
-    A task whose unscaled score (the mean of its cells at lengths ≤ L in ``folder``) is below
-    ``floor`` is beyond the model at any length: the goal reports it and does not count it, so the
-    GPU does not decode it. A task with no such cell is kept (nothing says it is beyond the model).
+    A task whose unscaled score (the mean of its cells at lengths ≤ L in ``folder``) is below 30 % is
+    beyond the model at any length (``recommend``'s rule, :meth:`~ropescale.evals.battery_evidence.Folder.beyond`):
+    the goal reports it and does not count it, so the GPU does not decode it. A task with no such cell
+    is kept (nothing says it is beyond the model).
     """
+    from ropescale.evals.battery_evidence import read_folder
     from ropescale.evals.extension_ruler import BATTERY
-    from ropescale.evals.ruler.measures import base_score
-    from ropescale.evals.ruler.record import load_cells
 
     folder = BASE_CELLS if folder is None else folder
-    scores: dict[str, dict[int, float]] = {}
-    context = {}
-    for cell in load_cells(folder) if folder.is_dir() else []:
-        if cell.unscaled and cell.model == "smollm2-135m":
-            scores.setdefault(cell.task, {})[cell.length] = cell.score
-            context[cell.task] = cell.original_context
-    beyond = {}
-    for task, by_length in scores.items():
-        base = base_score(by_length, context[task])
-        if base is not None and base < floor:
-            beyond[task] = base
-    candidates = list(BATTERY) + sorted(t for t in scores if t not in BATTERY)  # e.g. the [austen] variants
+    cells = read_folder(folder, "smollm2-135m") if folder.is_dir() else None
+    base = cells.base() if cells else {}
+    beyond = {task: base[task][0] / 100 for task in cells.beyond()} if cells else {}
+    candidates = list(BATTERY) + sorted(t for t in base if t not in BATTERY)  # e.g. the [austen] variants
     return [t for t in candidates if t not in beyond], beyond
 
 
