@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.cell_record import CELL_REMEDY, NewerCellError, SuiteCell
 from ropescale.evals.suite_checks import SuiteError
 from ropescale.models.integrity import read_json_file
 from ropescale.models.runtime import runtime_text, same_runtime
-
-CELL_REMEDY = "remove it and run the suite again to recompute that cell"
 
 
 def cell_record(
@@ -33,25 +32,14 @@ def cell_record(
     task: str,
     length: int,
     runtime: dict[str, str],
-    result: dict[str, Any],
+    result: Any,
     measured: dict[str, Any] | None = None,
     scaling: dict[str, Any] | None = None,
 ) -> dict:
-    """A cell file's content: which method, task and length, on which runtime, what it measured
-    (model, data, protocol: :meth:`SuiteRunner.measured`), the scaling it ran (:func:`scaling_run`),
-    and its result."""
-    return {
-        **({"measured": measured} if measured is not None else {}),
-        "method": entry.label,
-        "method_name": entry.method,
-        "factor": entry.factor,
-        "params": entry.params,
-        **({"scaling": scaling} if scaling is not None else {}),
-        "task": task,
-        "length": length,
-        "runtime": runtime,
-        "result": result,
-    }
+    """A cell file's content (:meth:`.cell_record.SuiteCell.to_json` of :meth:`~.cell_record.SuiteCell.of`):
+    which method, task and length, on which runtime, what it measured (model, data, protocol:
+    :meth:`SuiteRunner.measured`), the scaling it ran (:func:`scaling_run`), and its result."""
+    return SuiteCell.of(entry, task, length, runtime, result, measured, scaling).to_json()
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,14 +79,14 @@ def scaling_run(model: str, entry: Any) -> dict[str, Any] | None:
     return _scaling_run(str(model), entry.method, entry.factor, json.dumps(entry.params, sort_keys=True))
 
 
-def same_scaling(record: dict[str, Any], ours: dict[str, Any] | None, entry: Any) -> bool:
+def same_scaling(cell: SuiteCell, ours: dict[str, Any] | None, entry: Any) -> bool:
     """Whether a cell ran the scaling a cell of ``entry`` runs now (``ours``: :func:`scaling_run`). A cell
     written before cells recorded it ran the method's defaults with the entry's parameters (a saved
     checkpoint's own parameters were not kept then): it counts only where those are what runs now."""
     if ours is None:
         return True
-    if isinstance(record.get("scaling"), dict):  # a cell records more (factor, attention factor, as)
-        return {k: record["scaling"].get(k) for k in ("method", "params")} == ours
+    if cell.scaling is not None:  # a cell records more (factor, attention factor, as)
+        return {k: cell.scaling.get(k) for k in ("method", "params")} == ours
     from ropescale.methods import get_method
 
     params = {k: v for k, v in entry.params.items() if k != "kv_consistent"}
@@ -132,6 +120,8 @@ def check_measured(runner: Any) -> None:
 
     Raises:
         SuiteError: ``results folder 'D' holds C.json, measured with another model.fingerprint: 'a…' -> 'b…'; ...``
+        CellFileError: a cell file the suite does not run (the report would read it) is damaged; any
+            cell file names a ``schema`` (a newer ropescale wrote it: recomputing would overwrite it).
     """
     from ropescale.evals import task_table
 
@@ -140,22 +130,26 @@ def check_measured(runner: Any) -> None:
     ours = {runner.cell_path(*cell) for cell in runner.suite.cells()}
     for path in sorted(runner.cells_dir.glob("*.json")):
         try:
-            record = json.loads(path.read_text())
-        except ValueError:
-            continue  # a damaged cell is recomputed (is_done) or ignored by the report
-        if not isinstance(record, dict) or record.get("task") not in task_table.TABLE:
+            cell = SuiteCell.read(path)
+        except NewerCellError:
+            raise  # recomputing it would overwrite what a newer ropescale measured
+        except RopescaleError:  # damaged, or not a cell file
+            if path in ours:
+                continue  # recomputed (is_done)
+            raise  # the report would read it: named now, before anything is written
+        if cell.task not in task_table.TABLE:
             continue
-        if "measured" not in record:
+        if cell.measured is None:
             if path in ours:
                 continue
             raise SuiteError(
                 f"results folder '{runner.output}' holds {path.name}, written without a record of its model and "
                 "data; give another --output, or remove that cell"
             )
-        task = record["task"]
+        task, recorded = cell.task, cell.measured.to_json()
         ours_now = json.loads(json.dumps(runner.measured(task)))  # as it reads back
-        if not task_table.same_measured(record["measured"], ours_now, task):
-            old, new = task_table.canonical(record["measured"], task), task_table.canonical(ours_now, task)
+        if not task_table.same_measured(recorded, ours_now, task):
+            old, new = task_table.canonical(recorded, task), task_table.canonical(ours_now, task)
             raise SuiteError(
                 f"results folder '{runner.output}' holds {path.name}, measured with a different "
                 f"{difference(old, new)}; give another --output, or remove the folder "

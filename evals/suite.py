@@ -48,7 +48,8 @@ import yaml
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale._yaml import DuplicateKeyError, safe_load
 from ropescale.evals import task_table
-from ropescale.evals.cell_keys import cell_id, cell_record, same_scaling, scaling_run
+from ropescale.evals.cell_keys import cell_id, same_scaling, scaling_run
+from ropescale.evals.cell_record import SuiteCell
 from ropescale.evals.saved import check_file_names, is_saved
 from ropescale.evals.suite_checks import check_against_model, check_raw, entry_kernel
 from ropescale.evals.task_base import CellContext, SuiteError, suite_meta
@@ -373,12 +374,14 @@ class SuiteRunner:
 
     def is_done(self, entry: MethodEntry, task: str, length: int) -> bool:
         """A cell counts as done only if its file records the same method settings."""
+        from ropescale.errors import RopescaleError
+
         path = self.cell_path(entry, task, length)
         if not path.is_file():
             return False
         try:
-            record = json.loads(path.read_text())
-        except ValueError:
+            cell = SuiteCell.read(path)
+        except RopescaleError:  # damaged, or not a cell of this layout: recomputed
             return False
         # a cell computed elsewhere (another dtype or kernel: a GPU run resumed on the CPU, bf16 on AMX
         # resumed on AVX512-BF16) is redone; cells written before runtimes (or bf16 kernels) were
@@ -386,11 +389,10 @@ class SuiteRunner:
         ours = self.runtime_for(entry)
         measured = json.loads(json.dumps(self.measured(task)))  # as it reads back
         return (
-            (record.get("method_name"), record.get("factor"), record.get("params"))
-            == (entry.method, entry.factor, entry.params)
-            and same_runtime(record.get("runtime", ours), ours)
-            and task_table.same_measured(record.get("measured"), measured, task)
-            and same_scaling(record, scaling_run(self.suite.model, entry), entry)
+            cell.runs(entry)
+            and same_runtime(ours if cell.runtime is None else cell.runtime, ours)
+            and task_table.same_measured(None if cell.measured is None else cell.measured.to_json(), measured, task)
+            and same_scaling(cell, scaling_run(self.suite.model, entry), entry)
         )
 
     def journal(self, entry: MethodEntry, task: str, length: int, part: str = ""):
@@ -418,7 +420,10 @@ class SuiteRunner:
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
 
-        partial = [cell_record(e, t, n, self.runtime_for(e), r, self.measured(t)) for e, t, n, r in partial_cells(self)]
+        partial = [
+            SuiteCell.of(e, t, n, self.runtime_for(e), r, self.measured(t)).to_json()
+            for e, t, n, r in partial_cells(self)
+        ]
         return write_report(self.suite, self.output, partial=partial)
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -479,8 +484,8 @@ class SuiteRunner:
                 # what ran, read back from the model (not from the request), and how it relates to the saved one
                 ran = scaling_of(model)
                 scaling = {**ran, "as": scaling_origin(entry, self.suite.carries, key(ran) == loaded)}
-                record = cell_record(entry, task, length, runtime, result, self.measured(task), scaling)
-                atomic_write_json(self.cell_path(entry, task, length), record)
+                cell = SuiteCell.of(entry, task, length, runtime, result, self.measured(task), scaling)
+                atomic_write_json(self.cell_path(entry, task, length), cell.to_json())
                 for journal in self._journals:
                     journal.remove()
                 bar.update(1)
@@ -497,8 +502,8 @@ class SuiteRunner:
         }
 
     # -- cells -----------------------------------------------------------------------------------
-    def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> dict[str, Any]:
-        """One cell through its task's row; the result as its cell file holds it."""
+    def _run_cell(self, model, tokenizer, entry: MethodEntry, task: str, length: int) -> Any:
+        """One cell through its task's row: its typed result (the row's ``result`` class)."""
         self._journals = []
 
         def journal_for(part: str):
@@ -507,7 +512,7 @@ class SuiteRunner:
             return journal
 
         ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self.progress, journal_for)
-        return task_table.get(task).run_cell(ctx, self.suite.settings(task), length).to_json()
+        return task_table.get(task).run_cell(ctx, self.suite.settings(task), length)
 
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""A suite's cell file as one typed record (evals/cell_record.py): every cell main's suite wrote reads
+and writes back byte for byte, older layouts load with their defaults, and a damaged or newer file is
+refused in one line naming the file and the key (or the version).
+
+``tests/data/suite_cells/cells/`` was written by ``ropescale eval suite`` (commit 67e1bd4, before the
+record existed) on the tiny Llama of ``tests/evals/conftest.py``: perplexity, passkey, needle and
+LongPPL cells of ``none``, ``yarn`` x4 and ``linear`` x4 (paths renamed ``tiny-llama`` and ``text.txt``).
+Four ``linear`` cells were cut to what earlier writers wrote: no ``runtime``, ``measured`` nor
+``scaling`` (2737d10: ``linear__passkey__128``, ``linear__perplexity__64``), no ``measured`` nor
+``scaling`` (5b5deca: ``linear__perplexity__200``), no ``scaling`` (722f1d1: ``linear__passkey__300``);
+``saved__perplexity__64`` is a ``saved`` row's cell (the scaling read back from a YaRN checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ropescale.errors import RopescaleError
+from ropescale.evals.cell_record import CELL_REMEDY, SCHEMA, CellFileError, NewerCellError, SuiteCell, load_cells
+from ropescale.evals.suite import MethodEntry
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "suite_cells"
+CELLS = sorted((DATA / "cells").glob("*.json"))
+
+
+def dump(obj) -> str:
+    """As the suite writes a cell (``ropescale._io.atomic_write_json``)."""
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize("path", CELLS, ids=[p.stem for p in CELLS])
+def test_every_cell_reads_and_writes_back_byte_for_byte(path):
+    cell = SuiteCell.read(path)
+    assert dump(cell.to_json()) == path.read_text(encoding="utf-8")
+    kind = {"perplexity": "PerplexityCell", "passkey": "RetrievalCell", "needle": "RetrievalCell"}
+    assert type(cell.result).__name__ == kind.get(cell.task, "LongPPLCell")
+    # the writer's own path: the record of the entry and the typed result, as the suite builds it now
+    entry = MethodEntry(cell.label, cell.method_name, cell.factor, cell.params)
+    measured = None if cell.measured is None else cell.measured.to_json()
+    built = SuiteCell.of(entry, cell.task, cell.length, cell.runtime, cell.result, measured, cell.scaling)
+    assert dump(built.to_json()) == path.read_text(encoding="utf-8") and built == replace(cell, path=None)
+
+
+def test_older_layouts_load_with_what_their_keys_meant():
+    cells = {c.path.stem: c for c in load_cells(DATA)}
+    assert len(cells) == len(CELLS) == 19
+    oldest = cells["linear__passkey__128"]
+    assert (oldest.runtime, oldest.measured, oldest.scaling) == (None, None, None)
+    assert oldest.result.depths == [0.0, 1.0] and oldest.result.trials == 2
+    assert cells["linear__perplexity__200"].runtime == cells["none__perplexity__200"].runtime
+    assert cells["linear__perplexity__200"].measured is None
+    assert cells["linear__passkey__300"].measured.protocol["task"] == "passkey"
+    assert cells["linear__passkey__300"].scaling is None
+    fresh = cells["yarn__perplexity__64"]
+    assert fresh.factor == 4 and fresh.scaling["method"] == "yarn" and fresh.result.ppl > 1
+    assert fresh.runs(MethodEntry("yarn", "yarn", 4)) and not fresh.runs(MethodEntry("yarn", "yarn", 2))
+
+
+def _damaged(tmp_path, change) -> Path:
+    data = json.loads((DATA / "cells" / "yarn__passkey__128.json").read_text())
+    change(data)
+    path = tmp_path / "cells" / "yarn__passkey__128.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda d: d.pop("task"), "task = (missing)"),
+        (lambda d: d.pop("method_name"), "method_name = (missing)"),
+        (lambda d: d.update(factor="x4"), "factor = 'x4': must be a number or null"),
+        (lambda d: d.update(length=True), "length = True: must be a length in tokens"),
+        (lambda d: d.update(params=None), "params = None: must be an object"),
+        (lambda d: d.update(extra=1), f"extra = 1: not a key of {SCHEMA}"),
+        (lambda d: d.update(runtime={"device": 0}), "runtime = {'device': 0}: must map names to strings"),
+        (lambda d: d["measured"].pop("protocol"), "measured.protocol = (missing)"),
+        (lambda d: d.update(scaling="yarn"), "scaling = 'yarn': must be an object"),
+        (lambda d: d["result"].pop("accuracy"), "not a passkey result (a retrieval result needs 'depths' and"),
+    ],
+)
+def test_a_damaged_cell_is_refused_in_one_line_naming_the_file_and_the_key(tmp_path, change, said):
+    path = _damaged(tmp_path, change)
+    with pytest.raises(CellFileError) as caught:
+        SuiteCell.read(path)
+    message = str(caught.value)
+    assert message.startswith(f"cell file '{path}': ") and said in message and message.endswith(CELL_REMEDY)
+    assert "\n" not in message and not isinstance(caught.value, NewerCellError)
+
+
+def test_a_cell_naming_a_schema_is_refused_naming_the_version(tmp_path):
+    path = _damaged(tmp_path, lambda d: d.update(schema="ropescale.suite.cell/2"))
+    with pytest.raises(
+        NewerCellError, match=r"has schema 'ropescale.suite.cell/2'; this ropescale reads .* upgrade it"
+    ):
+        SuiteCell.read(path)
+
+
+def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(tmp_path):
+    """A damaged cell the suite runs is recomputed (``is_done`` is False); one it does not run would be
+    read by the report, so the run stops first naming it; a newer ropescale's cell is never overwritten."""
+    from ropescale.evals.cell_keys import check_measured
+    from ropescale.evals.suite import SuiteRunner, suite_from_dict
+
+    suite = suite_from_dict({"name": "t", "model": "unused", "methods": ["none"], "passkey": {"lengths": [128]}})
+    runner = SuiteRunner(suite, tmp_path)
+    ours = runner.cell_path(suite.methods[0], "passkey", 128)
+    ours.parent.mkdir()
+    ours.write_text(json.dumps({"method": "none", "task": "passkey"}))
+    assert not runner.is_done(suite.methods[0], "passkey", 128)
+    check_measured(runner)  # ours: recomputed, not refused
+    stray = _damaged(tmp_path, lambda d: d.update(factor="x4"))
+    with pytest.raises(RopescaleError, match="yarn__passkey__128.json': factor = 'x4'"):
+        check_measured(runner)
+    stray.unlink()
+    ours.write_text(json.dumps({"schema": "ropescale.suite.cell/2"}))
+    with pytest.raises(NewerCellError, match="ropescale.suite.cell/2"):
+        check_measured(runner)
