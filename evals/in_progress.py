@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ropescale.evals.cell_record import SuiteCell
 
-def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
-    """``(entry, task, length, result flagged "partial")`` of the unfinished cells whose journals
-    hold some prompts: what a run cut short has so far. Reads the tokenizer, never the weights; the
-    journals are only read. ``runner``: a :class:`.suite.SuiteRunner`."""
+
+def partial_cells(runner: Any) -> list[SuiteCell]:
+    """The records of the unfinished cells whose journals hold some prompts, each result flagged
+    ``partial``: what a run cut short has so far. Reads the tokenizer, never the weights; the journals
+    are only read. ``runner``: a :class:`.suite.SuiteRunner`."""
     from ropescale.evals import task_table
     from ropescale.models.loading import load_tokenizer
 
@@ -27,5 +29,5 @@ def partial_cells(runner: Any) -> list[tuple[Any, str, int, dict[str, Any]]]:
         settings = runner.suite.settings(task)
         result = task_table.get(task).partial(runner, entry, length, settings, tokenizer)
         if result is not None:
-            records.append((entry, task, length, result))
+            records.append(SuiteCell.of(entry, task, length, runner.runtime_for(entry), result, runner.measured(task)))
     return records

@@ -4,33 +4,33 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.evals.cell_record import SuiteCell, load_cells
 from ropescale.evals.report_cells import NOT_RUN, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
 
 _plot_grids = plot_grids  # the name tests and older callers import
 
 
-def _load_cells(output: Path) -> list[dict[str, Any]]:
-    """Every cell file of a results folder; a damaged one (a copy cut short) is named, not a parser position."""
-    from ropescale.evals.cell_keys import CELL_REMEDY
-    from ropescale.models.integrity import read_json_file
-
-    return [read_json_file(p, "cell file", CELL_REMEDY) for p in sorted((output / "cells").glob("*.json"))]
+def _load_cells(output: Path) -> list[SuiteCell]:
+    """Every cell file of a results folder, as records; a damaged one (a copy cut short, a key missing or of
+    the wrong type) or a newer one is named in one line (:func:`.cell_record.load_cells`)."""
+    return load_cells(output)
 
 
 @dataclass
 class TaskTable:
-    """One task of a suite, computed: every method's result per length (and, for retrieval tasks, its
+    """One task of a suite, computed: every method's cell per length (and, for retrieval tasks, its
     statistics per length). Rendering and plotting read it; nothing here formats text."""
 
     task: str
     settings: dict[str, Any]
     lengths: list[int]
-    table: dict[str, dict[int, dict[str, Any]]]  # label -> length -> cell result
+    cells: dict[str, dict[int, SuiteCell]]  # label -> length -> cell
     stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
     kind: Any = None  # the task's row in .task_table: how it renders, plots, and what it measures
 
@@ -38,35 +38,45 @@ class TaskTable:
     def retrieval(self) -> bool:
         return self.kind.retrieval
 
+    @cached_property
+    def table(self) -> dict[str, dict[int, dict[str, Any]]]:
+        """label -> length -> the cell's result as its file holds it (what ``results.json`` and the
+        task rows' renderers read)."""
+        return {label: {n: cell.result_json for n, cell in rows.items()} for label, rows in self.cells.items()}
 
-def collect(suite, cells: list[dict[str, Any]]) -> list[TaskTable]:
+
+def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:
     """Compute: the suite's cells arranged per task, method and length, with retrieval statistics."""
     labels = [m.label for m in suite.methods]
     tables = []
     for task in suite.tasks():
         settings = suite.block(task)
-        table: dict[str, dict[int, dict[str, Any]]] = {label: {} for label in labels}
+        by_label: dict[str, dict[int, SuiteCell]] = {label: {} for label in labels}
         for cell in cells:
-            if cell["task"] == task and cell["method"] in table:
-                table[cell["method"]][cell["length"]] = cell["result"]
-        tt = TaskTable(task, settings, settings["lengths"], table, kind=suite.kind(task))
+            if cell.task == task and cell.label in by_label:
+                by_label[cell.label][cell.length] = cell
+        tt = TaskTable(task, settings, settings["lengths"], by_label, kind=suite.kind(task))
         if tt.retrieval:
+            table = tt.table
             tt.stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
         tables.append(tt)
     return tables
 
 
-def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = None) -> dict[str, Any]:
     """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary.
 
     ``partial``: records of unfinished retrieval cells (:func:`.in_progress.partial_cells`),
     shown with their prompts so far and marked in progress; they do not count as finished.
+
+    Raises:
+        CellFileError: a cell file this ropescale does not read (:func:`.cell_record.load_cells`).
     """
     output = Path(output)
     finished = _load_cells(output)
     cells = finished + list(partial or [])
     entries = {m.label: m for m in suite.methods}
-    runtimes = sorted({json.dumps(c["runtime"], sort_keys=True) for c in cells if "runtime" in c})
+    runtimes = sorted({json.dumps(c.runtime, sort_keys=True) for c in cells if c.runtime is not None})
     tables = collect(suite, cells)  # compute
     from ropescale.evals.results_schema import stamp
 
@@ -93,7 +103,7 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     flags, flag_lines = short_context_regressions(suite, summary)
     summary["regressions"] = flags
     plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods], plot_context(suite)) if p]
-    done = sum(1 for c in finished if c["method"] in entries and entries[c["method"]].runs(c["task"], c["length"]))
+    done = sum(1 for c in finished if c.label in entries and entries[c.label].runs(c.task, c.length))
     total = len(suite.cells())
     lines = render(suite, tables, runtimes, flag_lines, [str(Path(p).relative_to(output)) for p in plots], done, total)
     summary["plots"] = plots
@@ -105,13 +115,13 @@ def write_report(suite, output: str | Path, partial: list[dict[str, Any]] | None
     return summary
 
 
-def _ran(entry, cells: list[dict[str, Any]]) -> dict[str, Any]:
+def _ran(entry, cells: list[SuiteCell]) -> dict[str, Any]:
     """What a label ran: its entry, or for ``saved`` the scaling its cells read back from the model
     (``{"method": "yarn", "factor": 4.0, "params": {...}, "as": "saved"}``; ``saved`` before any cell)."""
     if entry.method == "saved":
         for cell in cells:
-            scaling = cell.get("scaling")
-            if cell.get("method") == entry.label and isinstance(scaling, dict) and scaling.get("method"):
+            scaling = cell.scaling
+            if cell.label == entry.label and scaling is not None and scaling.get("method"):
                 params = {k: v for k, v in (scaling.get("params") or {}).items() if k != "factor" and v is not None}
                 return {"method": scaling["method"], "factor": scaling.get("factor"), "params": params, "as": "saved"}
     return {"method": entry.method, "factor": entry.factor, "params": dict(entry.params)}

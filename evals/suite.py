@@ -420,11 +420,7 @@ class SuiteRunner:
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
 
-        partial = [
-            SuiteCell.of(e, t, n, self.runtime_for(e), r, self.measured(t)).to_json()
-            for e, t, n, r in partial_cells(self)
-        ]
-        return write_report(self.suite, self.output, partial=partial)
+        return write_report(self.suite, self.output, partial=partial_cells(self))
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
         return [c for c in self.suite.cells() if not self.is_done(*c)]

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ropescale.evals.cell_record import SuiteCell
 from ropescale.evals.report import write_report
 from ropescale.evals.suite import cell_id, suite_from_dict
 from tests.conftest import squeezed
@@ -21,7 +22,7 @@ def write_cells(out, suite, results) -> None:
     entries = {m.label: m for m in suite.methods}
     (out / "cells").mkdir(parents=True, exist_ok=True)
     for (label, task, length), result in results.items():
-        record = {"method": label, "task": task, "length": length, "result": result}
+        record = SuiteCell.of(entries[label], task, length, None, result).to_json()
         (out / "cells" / f"{cell_id(entries[label], task, length)}.json").write_text(json.dumps(record))
 
 

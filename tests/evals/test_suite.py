@@ -261,6 +261,7 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys, monkeypatch):
 def test_report_context_uses_each_results_threshold(tmp_path):
     """A length counts towards the context column when it reaches its own result's threshold: 0.85
     passes passkey's 0.8 but not RULER's 0.856."""
+    from ropescale.evals.cell_record import SuiteCell
     from ropescale.evals.report import write_report
     from ropescale.evals.suite import MethodEntry, cell_id
 
@@ -275,12 +276,8 @@ def test_report_context_uses_each_results_threshold(tmp_path):
     )
     for task, threshold in (("passkey", 0.8), ("needle", 0.856)):
         for length, acc in ((100, 1.0), (200, 0.85)):
-            record = {
-                "method": "none",
-                "task": task,
-                "length": length,
-                "result": {"depths": [0.5], "accuracy": [[acc]], "threshold": threshold},
-            }
+            result = {"depths": [0.5], "accuracy": [[acc]], "threshold": threshold}
+            record = SuiteCell.of(MethodEntry("none", "none"), task, length, None, result).to_json()
             path = tmp_path / "cells" / f"{cell_id(MethodEntry('none', 'none'), task, length)}.json"
             path.parent.mkdir(exist_ok=True)
             path.write_text(json.dumps(record))

@@ -121,3 +121,57 @@ def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(
     ours.write_text(json.dumps({"schema": "ropescale.suite.cell/2"}))
     with pytest.raises(NewerCellError, match="ropescale.suite.cell/2"):
         check_measured(runner)
+
+
+# -- the report reads the records: results.json and report.md unchanged ---------------------------------
+def _golden_suite(model_dir):
+    from ropescale.evals.suite import suite_from_dict
+
+    methods = [
+        {"method": "saved"},
+        {"method": "none"},
+        {"method": "yarn", "factor": 4},
+        {"method": "linear", "factor": 4},
+    ]
+    return suite_from_dict(
+        {
+            "name": "golden",
+            "model": str(model_dir),
+            "device": "cpu",
+            "dtype": "float32",
+            "data": "text.txt",
+            "methods": methods,
+            "perplexity": {"lengths": [64, 200], "mode": "nonoverlap", "max_tokens": 400},
+            "passkey": {"lengths": [128, 300], "depths": [0.0, 1.0], "trials": 2},
+            "needle": {"lengths": [300], "depths": [0.5], "trials": 2},
+            "longppl": {"lengths": [200], "trunc_len": 64, "internal": 32},
+        }
+    )
+
+
+@pytest.mark.parametrize("partial", [False, True], ids=["finished", "in-progress"])
+def test_results_json_and_the_report_are_what_main_wrote_for_the_same_cells(model_dir, tmp_path, partial):
+    """``results.json`` and ``report.md`` of the fixture's cells, byte for byte as main's code
+    (67e1bd4) wrote them from the same files (``tests/data/suite_cells/results*.json``, ``report*.md``;
+    the folder and the model's paths read ``OUT`` and ``MODEL``). ``in-progress``: with the ``saved``
+    row's unfinished passkey cell at 128 (``partial.json``) shown as ``--report-only`` shows it."""
+    import shutil
+
+    from ropescale.evals.report import write_report
+
+    out = tmp_path / "out"
+    shutil.copytree(DATA / "cells", out / "cells")
+    cells = [SuiteCell.from_json(json.loads((DATA / "partial.json").read_text()))] if partial else None
+    write_report(_golden_suite(model_dir), out, partial=cells)
+    suffix = "-partial" if partial else ""
+    for name, golden in (("results.json", f"results{suffix}.json"), ("report.md", f"report{suffix}.md")):
+        written = (out / name).read_text(encoding="utf-8").replace(str(out), "OUT").replace(str(model_dir), "MODEL")
+        assert written == (DATA / golden).read_text(encoding="utf-8"), name
+
+
+def test_the_report_refuses_a_damaged_cell_in_one_line(model_dir, tmp_path):
+    from ropescale.evals.report import write_report
+
+    _damaged(tmp_path, lambda d: d.pop("length"))
+    with pytest.raises(CellFileError, match=r"yarn__passkey__128.json': length = \(missing\); remove it"):
+        write_report(_golden_suite(model_dir), tmp_path)

@@ -89,6 +89,7 @@ def test_a_longppl_block_runs_in_a_suite_as_eval_longppl_reports_it(model_dir, l
 
 
 def test_the_report_names_another_evaluator_and_a_cell_without_key_tokens(model_dir, tmp_path):
+    from ropescale.evals.cell_record import SuiteCell
     from ropescale.evals.report import write_report
 
     raw = _suite(model_dir, tmp_path / "doc.txt", evaluator="org/judge", evaluator_method="yarn", evaluator_factor=2)
@@ -98,9 +99,9 @@ def test_the_report_names_another_evaluator_and_a_cell_without_key_tokens(model_
     assert "Key tokens chosen by org/judge with yarn-x2:" in report and "| none | — |" in report
     judge = longppl_run.evaluator_record("m", None, None, 64, 32)
     (tmp_path / "cells").mkdir()
-    record = {"method": "none", "task": "longppl", "length": 200}
     result = {"longppl": None, "ppl": 3.0, "key_tokens": 0, "tokens": 200, "evaluator": judge}
-    (tmp_path / "cells" / "none__longppl__200.json").write_text(json.dumps({**record, "result": result}))
+    record = SuiteCell.of(suite.methods[0], "longppl", 200, None, result).to_json()
+    (tmp_path / "cells" / "none__longppl__200.json").write_text(json.dumps(record))
     report = squeezed(write_report(suite, tmp_path)["markdown"])
     assert "the evaluated model itself, unscaled (default)" in report and "| none | n/a (no key tokens) |" in report
 
