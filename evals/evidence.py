@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ropescale.errors import RopescaleError
+from ropescale.evals.results_schema import Ran, ResultsSummary
 from ropescale.evals.results_schema import version as schema_version
 from ropescale.models.runtime import runtime_text, same_runtime
 
@@ -142,74 +141,44 @@ def read_results(path: str | Path) -> Evidence:
         summary = json.loads(text)
     except ValueError as exc:
         raise RopescaleError(f"results file '{path}' is not JSON ({exc})") from None
-    schema_version(summary, path)  # a newer version is refused, not read as the old shape
-    if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
-        raise RopescaleError(
-            f"results file '{path}' is not a results.json written by ropescale eval (it has no 'tasks' object)"
-        )
-    entries: dict[str, dict[str, Any]] = {}
-    suite_file = path.with_name("suite.yaml")
-    if isinstance(summary.get("methods"), dict):  # what each label ran, as the runner recorded it
-        entries = {str(k): v for k, v in summary["methods"].items() if isinstance(v, dict) and v.get("method")}
-    elif suite_file.is_file():  # results written before they recorded it
-        try:
-            suite = yaml.safe_load(suite_file.read_text()) or {}
-            entries = {str(m.get("label") or m["method"]): m for m in suite.get("methods") or [] if isinstance(m, dict)}
-        except (OSError, yaml.YAMLError, KeyError):
-            entries = {}
-    tasks = summary["tasks"]
-    labels = list(dict.fromkeys(lb for task in tasks.values() if isinstance(task, dict) for lb in task))
+    summary = ResultsSummary.from_json(summary, path)  # a newer version is refused, not read as the old shape
     rows = []
-    for label in labels:
-        entry = entries.get(label) or {"method": label}
-        method = _method_name(str(entry.get("method")))
+    for label in summary.labels:
+        ran = (summary.methods or {}).get(label) or Ran(label)
+        method = _method_name(ran.method)
         if method is None:  # a label whose method nothing records: no row, not a guess
             continue
-        ppl = {
-            int(n): float(r["ppl"])
-            for n, r in (tasks.get("perplexity", {}).get(label) or {}).items()
-            if isinstance(r, dict) and r.get("ppl") is not None
-        }
+        ppl = {n: float(r.ppl) for n, r in summary.results("perplexity", label).items() if r.ppl is not None}
         passkey, trials = {}, {}
-        for n, r in (tasks.get("passkey", {}).get(label) or {}).items():
-            grid = [v for row in (r.get("accuracy") or []) for v in row] if isinstance(r, dict) else []
+        for n, r in summary.results("passkey", label).items():
+            grid = [v for row in r.accuracy or [] for v in row]
             if grid:
                 # pooled over the cell's prompts; the mean of the depths' accuracies only where a cell
                 # predates the pooled figure (equal for a finished cell, not for one in progress)
-                pooled = (r.get("length_accuracy") or {}).get(str(n))
-                passkey[int(n)] = float(pooled) if pooled is not None else sum(grid) / len(grid)
-                count = (r.get("length_trials") or {}).get(str(n), len(r.get("depths") or []) * int(r.get("trials", 0)))
+                pooled = (r.length_accuracy or {}).get(str(n))
+                passkey[n] = float(pooled) if pooled is not None else sum(grid) / len(grid)
+                count = (r.length_trials or {}).get(str(n), len(r.depths or []) * int(r.trials))
                 if count:
-                    trials[int(n)] = int(count)
-        factor = entry.get("factor")
-        rows.append(
-            Measured(
-                label,
-                method,
-                float(factor) if factor is not None else None,
-                dict(entry.get("params") or {}),
-                ppl,
-                passkey,
-                trials,
-            )
-        )
-    done, total = summary.get("cells_finished"), summary.get("cells_total")
+                    trials[n] = int(count)
+        rows.append(Measured(label, method, ran.factor, ran.params, ppl, passkey, trials))
+    done, total = summary.cells_finished, summary.cells_total
     partial = f", {done}/{total} cells" if done is not None and done != total else ""
+    name = summary.suite if summary.suite is not None else path.parent.name
     return Evidence(
         str(path),
-        str(summary.get("model", "?")),
-        f"{summary.get('suite', path.parent.name)} suite, dtype {summary.get('dtype', '?')}{partial}",
+        summary.model if summary.model is not None else "?",
+        f"{name} suite, dtype {summary.dtype if summary.dtype is not None else '?'}{partial}",
         tuple(r for r in rows if r.ppl or r.passkey),
         passkey_jitter=_jitter(summary, path.parent),
     )
 
 
-def _jitter(summary: dict[str, Any], folder: Path) -> float:
+def _jitter(summary: ResultsSummary, folder: Path) -> float:
     """The passkey placement of a results file: as recorded, else as its cells say (fixed when they disagree)."""
     from .cell_keys import cells_jitter
 
-    if isinstance(summary.get("passkey_jitter"), int | float):
-        return float(summary["passkey_jitter"])
+    if summary.passkey_jitter is not None:
+        return summary.passkey_jitter
     try:
         return cells_jitter([folder])
     except RopescaleError:

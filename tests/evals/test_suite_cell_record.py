@@ -175,3 +175,39 @@ def test_the_report_refuses_a_damaged_cell_in_one_line(model_dir, tmp_path):
     _damaged(tmp_path, lambda d: d.pop("length"))
     with pytest.raises(CellFileError, match=r"yarn__passkey__128.json': length = \(missing\); remove it"):
         write_report(_golden_suite(model_dir), tmp_path)
+
+
+# -- results.json read back typed (evidence.read_results) ----------------------------------------------
+def test_results_json_reads_back_as_a_typed_summary_and_the_same_evidence(tmp_path):
+    from ropescale.evals.evidence import read_results
+    from ropescale.evals.results_schema import Ran, ResultsSummary
+    from ropescale.evals.task_perplexity import PerplexityCell
+    from ropescale.evals.task_retrieval import RetrievalCell
+
+    data = json.loads((DATA / "results.json").read_text())
+    summary = ResultsSummary.from_json(data, DATA / "results.json")
+    assert summary.version == 2 and summary.labels == ("linear", "none", "saved", "yarn")
+    assert summary.methods["saved"] == Ran("yarn", 4.0, {"original_max_position_embeddings": 256})
+    assert summary.methods["none"] == Ran("none") and summary.methods["yarn"] == Ran("yarn", 4.0)
+    assert isinstance(summary.results("passkey", "none")[128], RetrievalCell)
+    assert isinstance(summary.results("perplexity", "saved")[64], PerplexityCell)
+    assert summary.results("passkey", "saved") == {} and (summary.cells_finished, summary.cells_total) == (19, 24)
+
+    ev = read_results(DATA / "results.json")
+    assert ev.note == "golden suite, dtype float32, 19/24 cells" and ev.model == "MODEL" and ev.passkey_jitter == 0.125
+    rows = {r.label: r for r in ev.rows}
+    assert (rows["saved"].method, rows["saved"].factor, sorted(rows["saved"].ppl)) == ("yarn", 4.0, [64])
+    assert rows["none"].method == "default" and rows["none"].passkey_trials == {128: 4, 300: 4}
+    assert rows["yarn"].ppl[64] == data["tasks"]["perplexity"]["yarn"]["64"]["ppl"]
+    # a passkey result that does not say its trials counts none (no interval is made up for it)
+    for by_length in data["tasks"]["passkey"].values():
+        for result in by_length.values():
+            del result["trials"], result["length_trials"]
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    assert all(
+        not r.passkey_trials and r.passkey for r in read_results(tmp_path / "results.json").rows if r.label != "saved"
+    )
+    data["schema"] = "ropescale.results/9"
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    with pytest.raises(RopescaleError, match="has schema 'ropescale.results/9'"):
+        read_results(tmp_path / "results.json")
