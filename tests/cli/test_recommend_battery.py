@@ -6,6 +6,7 @@ another schema skipped with its reason. Cells are written here in the format ``r
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.cli.test_patch_cli import assert_one_line_error, run
@@ -169,12 +170,13 @@ def test_the_shipped_cells_give_the_battery_line(capsys, tmp_path, monkeypatch):
     assert battery.startswith(
         "battery: not measured for self_extend ×2 or dynamic_ntk ×2 at 16k (cells: self_extend ×4"
     )
-    assert "niah_single_1 16k 30/30" in battery and "(evals/measured/ruler/smollm2-135m-x4-cpu" in battery
+    # the shipped self_extend ×4 cells past L, whichever task is the worst as cells are added
+    assert re.search(r"self_extend ×4 .*16k .*\d+/30 \(\d+ % of base\)", battery), battery
+    assert "(evals/measured/ruler/smollm2-135m-x4-cpu" in battery
     code, out, err = run(capsys, "recommend", "--model", MODEL, "--target-length", "32k", "--json")
     record = json.loads(out)
-    assert record["method"] == "self_extend" and record["battery"]["line"].startswith(
-        "self_extend ×4 niah_single_1 16k 30/30"
-    )
+    assert record["method"] == "self_extend" and record["battery"]["line"].startswith("self_extend ×4 ")
+    assert re.match(r"self_extend ×4 [^;]*16k [^;]*\d+/30 \(\d+ % of base\)", record["battery"]["line"])
     sources = [f["source"] for f in record["battery"]["folders"]]
     assert "evals/measured/ruler/smollm2-135m-x4-cpu" in sources
 
