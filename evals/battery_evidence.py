@@ -227,8 +227,12 @@ def _fragment(folder: Folder, row: Row, target: int, params: bool) -> str:
 
 def holds(folder: Folder) -> list[dict[str, Any]]:
     """Per length past L where two or more methods have cells: over the tasks the model can do that every
-    one of them measured there, each method's worst score as % of the base, and the method(s) whose worst is
-    highest (the one that holds across tasks)."""
+    one of them measured there, each method's worst score as % of the base, and the method(s) that hold
+    across tasks: the highest worst, when it keeps the relative effective-length share (85 % of base) on
+    every task. Below that share on some task for every method, none holds (empty ``holds``): the highest
+    worst of methods that all fail is a comparison of two losses at 30 prompts, not a method that holds."""
+    from ropescale.evals.ruler.measures import RELATIVE_SHARE
+
     base, beyond, L = folder.base(), set(folder.beyond()), folder.context or 0
     methods = [r for r in folder.rows.values() if r.kind == "method"]
     lengths = sorted({n for r in methods for by in folder.scores(r.label).values() for n in by if n > L})
@@ -245,7 +249,8 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
             for r in there
         }
         top = max(worst.values())
-        out.append({"length": n, "tasks": tasks, "worst": worst, "holds": [m for m, v in worst.items() if v == top]})
+        held = [m for m, v in worst.items() if v == top and v >= 100 * RELATIVE_SHARE - 1e-9]
+        out.append({"length": n, "tasks": tasks, "worst": worst, "holds": held})
     return out
 
 
@@ -258,6 +263,12 @@ def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] 
         return None
     best, others = c["holds"], [(m, v) for m, v in c["worst"].items() if m not in c["holds"]]
     tasks = ", ".join(c["tasks"]) if len(c["tasks"]) <= 3 else f"{len(c['tasks'])} tasks"
+    if not best:
+        return (
+            f"none holds across tasks at {_k(c['length'])} (85 % of base on each; worst "
+            + ", ".join(f"{m} {v:.0f} %" for m, v in others)
+            + f"; over {tasks})"
+        )
     return (
         f"holds across tasks at {_k(c['length'])}: {' and '.join(best)} (worst {c['worst'][best[0]]:.0f} % of base"
         + "".join(f"; {m} {v:.0f} %" for m, v in others)
@@ -382,9 +393,8 @@ def _holds_lines(comparisons: list[dict[str, Any]]) -> list[str]:
     lines = []
     for c in comparisons:
         worst = ", ".join(f"{m} {v:.0f} %" for m, v in c["worst"].items())
-        lines.append(
-            f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {' and '.join(c['holds'])} (worst: {worst})"
-        )
+        who = " and ".join(c["holds"]) or "none (85 % of base on each task)"
+        lines.append(f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {who} (worst: {worst})")
     return lines
 
 

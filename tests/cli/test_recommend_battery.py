@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.cli.test_patch_cli import assert_one_line_error, run
 
 MODEL = "smollm2-135m"
@@ -70,6 +72,28 @@ def test_a_task_beyond_the_model_is_listed_as_such_not_counted(tmp_path):
     assert "beyond the model (< 30 % at 4k): vt" in rec.battery
     assert "vt 16k" not in rec.battery  # reported as beyond, not quoted as the method's loss
     assert rec.battery_record["folders"][0]["beyond_the_model"] == ["vt"]
+
+
+def test_no_method_holds_when_each_loses_a_task(tmp_path):
+    """The highest worst task is no method that holds when it is below 85 % of the base: two methods that
+    both lose a task (self_extend 15 % on one, yarn 28 % on another) are said to hold neither, in the short
+    answer and in --verbose (the shipped ×4 cells at 16k are such a case)."""
+    for task in ("niah_single_1", "cwe"):
+        write_cell(tmp_path, task, 4096, 20)
+    se = {"group_size": 8, "window": 1024}
+    write_cell(tmp_path, "niah_single_1", 16384, 20, "self_extend", 4, se)
+    write_cell(tmp_path, "cwe", 16384, 3, "self_extend", 4, se)  # 15 % of base
+    write_cell(tmp_path, "niah_single_1", 16384, 6, "yarn", 4)  # 30 % of base: the higher worst
+    write_cell(tmp_path, "cwe", 16384, 20, "yarn", 4)
+    rec = _recommend(tmp_path)
+    assert rec.battery_record["holds"][0]["holds"] == []
+    assert rec.battery_record["holds"][0]["worst"] == pytest.approx({"self_extend ×4": 15.0, "yarn ×4": 30.0})
+    from ropescale.evals.recommend import format_recommendation
+
+    assert "holds across tasks at 16k (cwe, niah_single_1): none (85 % of base on each task)" in (
+        format_recommendation(rec)
+    )
+    assert "holds across tasks at 16k: yarn" not in rec.battery
 
 
 def test_the_method_that_holds_across_tasks_is_named_and_the_choice_stays(tmp_path):
