@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.json_fields import only_known, take
 
 #: the layout of a suite's cell file; version 1 (every cell written so far) names no ``schema``
 SCHEMA = "ropescale.suite.cell/1"
@@ -45,13 +46,7 @@ def _short(value: Any) -> str:
 
 
 def _take(data: JSON, key: str, kinds: tuple[type, ...], what: str, where: str = "") -> Any:
-    """``data[key]`` when it is one of ``kinds`` (a bool is no number), else :class:`CellFileError`."""
-    if key not in data:
-        raise CellFileError(f"{where}{key} = (missing)")
-    value = data[key]
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise CellFileError(f"{where}{key} = {_short(value)}: must be {what}")
-    return value
+    return take(data, key, kinds, what, where, error=CellFileError, show=_short)
 
 
 def _optional(data: JSON, key: str, kinds: tuple[type, ...], what: str) -> Any:
@@ -59,9 +54,7 @@ def _optional(data: JSON, key: str, kinds: tuple[type, ...], what: str) -> Any:
 
 
 def _known(data: JSON, known: tuple[str, ...], where: str = "") -> None:
-    unknown = sorted(set(data) - set(known))
-    if unknown:  # a key this layout does not have would not survive to_json: a newer writer's, unsaid
-        raise CellFileError(f"{where}{unknown[0]} = {_short(data[unknown[0]])}: not a key of {SCHEMA}")
+    only_known(data, known, SCHEMA, where, error=CellFileError, show=_short)
 
 
 @dataclass(frozen=True)

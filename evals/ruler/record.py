@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ropescale.evals.json_fields import only_known, take
 from ropescale.evals.ruler.cell import RulerCell
 
 #: version of a cell file's layout
@@ -52,19 +53,11 @@ class Scaling:
 
 
 def _take(data: Any, key: str, kinds: tuple[type, ...], what: str, where: str = "") -> Any:
-    """``data[key]`` when it is one of ``kinds`` (a bool is no number), else :class:`CellFileError`."""
-    if key not in data:
-        raise CellFileError(f"{where}{key} = (missing)")
-    value = data[key]
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise CellFileError(f"{where}{key} = {value!r}: must be {what}")
-    return value
+    return take(data, key, kinds, what, where, error=CellFileError)
 
 
 def _keys(data: dict[str, Any], known: list[str], where: str) -> None:
-    unknown = sorted(set(data) - set(known))
-    if unknown:  # a key this layout does not have would not survive to_json: a newer writer's, unsaid
-        raise CellFileError(f"{where}{unknown[0]} = {data[unknown[0]]!r}: not a key of {SCHEMA}")
+    only_known(data, known, SCHEMA, where, error=CellFileError)
 
 
 @dataclass(frozen=True)
