@@ -84,9 +84,10 @@ class Folder:
         return out
 
     def beyond(self) -> list[str]:
+        from ropescale.evals.ruler.measures import reaches
         from ropescale.evals.ruler.report import BEYOND_FLOOR
 
-        return sorted(t for t, (b, _) in self.base().items() if b < BEYOND_FLOOR)
+        return sorted(t for t, (b, _) in self.base().items() if not reaches(b, BEYOND_FLOOR))
 
     def of_base(self, task: str, score: float) -> float | None:
         b = self.base().get(task)
@@ -231,7 +232,7 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
     across tasks: the highest worst, when it keeps the relative effective-length share (85 % of base) on
     every task. Below that share on some task for every method, none holds (empty ``holds``): the highest
     worst of methods that all fail is a comparison of two losses at 30 prompts, not a method that holds."""
-    from ropescale.evals.ruler.measures import RELATIVE_SHARE
+    from ropescale.evals.ruler.measures import RELATIVE_SHARE, reaches
 
     base, beyond, L = folder.base(), set(folder.beyond()), folder.context or 0
     methods = [r for r in folder.rows.values() if r.kind == "method"]
@@ -249,7 +250,7 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
             for r in there
         }
         top = max(worst.values())
-        held = [m for m, v in worst.items() if v == top and v >= 100 * RELATIVE_SHARE - 1e-9]
+        held = [m for m, v in worst.items() if v == top and reaches(v, 100 * RELATIVE_SHARE)]
         out.append({"length": n, "tasks": tasks, "worst": worst, "holds": held})
     return out
 

@@ -29,6 +29,12 @@ RELATIVE_SHARE = 0.85
 RETENTION_BAR = 98.5
 
 
+def reaches(value: float, bar: float) -> bool:
+    """``value >= bar`` up to rounding: a base that is exactly the floor as a fraction of counts (the
+    mean of 25/30, 1/30 and 1/30 is 30 %, computed 29.999999999999996) reaches it."""
+    return value >= bar - 1e-9 * max(1.0, abs(bar))
+
+
 def retention(
     scores: Mapping[int, float], baseline: Mapping[int, float], original_context: int, higher_is_better: bool = True
 ) -> dict[int, float | None]:
@@ -89,9 +95,9 @@ def effective_length_relative(
     ref = base_score(base if base is not None else scores, original_context)
     if ref is None:
         return None, f"no score at a length ≤ {original_context} to compare with"
-    if floor is not None and ref < floor:
+    if floor is not None and not reaches(ref, floor):
         return None, f"base score {ref:.3g} < {floor:g}: beyond the model at any length (not counted)"
-    passing = [n for n, s in scores.items() if s >= share * ref]
+    passing = [n for n, s in scores.items() if reaches(s, share * ref)]
     if not passing:
         return None, f"no length reaches {share:.0%} of the base score {ref:.3g}"
     return max(passing), ""
@@ -103,6 +109,7 @@ __all__ = [
     "base_score",
     "effective_length_absolute",
     "effective_length_relative",
+    "reaches",
     "retention",
     "worst_retention",
 ]

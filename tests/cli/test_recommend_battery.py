@@ -96,6 +96,18 @@ def test_no_method_holds_when_each_loses_a_task(tmp_path):
     assert "holds across tasks at 16k: yarn" not in rec.battery
 
 
+def test_a_task_whose_base_is_exactly_the_floor_is_counted(tmp_path):
+    """A base of exactly 30 % (the mean of 20/30, 1/30 and 6/30 at 2k, 4k and 8k, which floating point sums to
+    29.999999999999996) is countable: recommend quotes the method's loss on it instead of calling the task
+    beyond the model (the shipped UUID task's base, 13/30 at 4k and 5/30 at 8k, is 30 % too)."""
+    for length, hits in ((2048, 20), (4096, 1), (8192, 6)):
+        write_cell(tmp_path, "niah_single_3", length, hits)
+    write_cell(tmp_path, "niah_single_3", 16384, 2, "yarn", 4)
+    rec = _recommend(tmp_path)
+    assert rec.battery_record["folders"][0]["beyond_the_model"] == []
+    assert "niah_single_3 16k 2/30 (22 % of base)" in rec.battery
+
+
 def test_the_method_that_holds_across_tasks_is_named_and_the_choice_stays(tmp_path):
     for task, hits in (("niah_single_1", 30), ("cwe", 20)):
         write_cell(tmp_path, task, 4096, hits)

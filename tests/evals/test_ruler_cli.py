@@ -156,3 +156,12 @@ def test_effective_length_relative():
     assert length is None and "beyond the model" in why
     assert effective_length_relative({8192: 50.0}, 2048)[1].startswith("no score at a length")
     assert effective_length_relative({2048: 50.0, 8192: 10.0}, 2048, floor=None) == (2048, "")
+
+
+def test_a_base_exactly_at_the_floor_is_counted():
+    """The mean of 25/30, 1/30 and 1/30 is 30 %, computed 29.999999999999996: the task is at the floor
+    (the goal counts a base >= 0.3), not beyond the model; a score of exactly 85 % of it passes."""
+    base = {1024: 100 * 25 / 30, 2048: 100 * 1 / 30, 4096: 100 * 1 / 30}
+    assert base_score(base, 4096) < 30.0  # the rounding this guards against
+    length, why = effective_length_relative({**base, 16384: 25.5}, 4096, floor=30.0)
+    assert (length, why) == (16384, "")
