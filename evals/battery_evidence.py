@@ -255,6 +255,20 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
     return out
 
 
+def _share() -> str:
+    """The relative effective-length share as the messages say it: ``85 %``."""
+    from ropescale.evals.ruler.measures import RELATIVE_SHARE  # not at import: it would load lm-eval's world
+
+    return f"{100 * RELATIVE_SHARE:.0f} %"
+
+
+def _floor() -> str:
+    """The beyond-the-model floor as the messages say it: ``30 %``."""
+    from ropescale.evals.ruler.report import BEYOND_FLOOR
+
+    return f"{BEYOND_FLOOR:.0f} %"
+
+
 def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] = frozenset()) -> str | None:
     near = [c for c in comparisons if c["length"] <= target] or comparisons[:1]
     if not near:
@@ -266,7 +280,7 @@ def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] 
     tasks = ", ".join(c["tasks"]) if len(c["tasks"]) <= 3 else f"{len(c['tasks'])} tasks"
     if not best:
         return (
-            f"none holds across tasks at {_k(c['length'])} (85 % of base on each; worst "
+            f"none holds across tasks at {_k(c['length'])} ({_share()} of base on each; worst "
             + ", ".join(f"{m} {v:.0f} %" for m, v in others)
             + f"; over {tasks})"
         )
@@ -364,7 +378,7 @@ def battery_table(record: dict[str, Any]) -> list[str]:
         twidth = max([len(t) for r in f["rows"] for t in r["tasks"]] + [4])
         lines += ["", f"battery: {f['source']} (RULER score %, n, and % of the unscaled base at ≤ L)"]
         head = f"  {'scaling':<{width}}  {'task':<{twidth}}" + "".join(f"{_k(n):>20}" for n in lengths)
-        lines.append(head + f"{'effective (85 % of base)':>26}{'worst retention ≤ L':>21}")
+        lines.append(head + f"{f'effective ({_share()} of base)':>26}{'worst retention ≤ L':>21}")
         for r in f["rows"]:
             for task, by in r["tasks"].items():
                 cells = []
@@ -383,7 +397,7 @@ def battery_table(record: dict[str, Any]) -> list[str]:
                 )
         if f["beyond_the_model"]:
             lines.append(
-                f"  beyond the model at any length (base < 30 %, not counted): {', '.join(f['beyond_the_model'])}"
+                f"  beyond the model at any length (base < {_floor()}, not counted): {', '.join(f['beyond_the_model'])}"
             )
         lines += [f"  skipped: {s}" for s in f["skipped"]]
         lines += _holds_lines(f["holds"])
@@ -394,7 +408,7 @@ def _holds_lines(comparisons: list[dict[str, Any]]) -> list[str]:
     lines = []
     for c in comparisons:
         worst = ", ".join(f"{m} {v:.0f} %" for m, v in c["worst"].items())
-        who = " and ".join(c["holds"]) or "none (85 % of base on each task)"
+        who = " and ".join(c["holds"]) or f"none ({_share()} of base on each task)"
         lines.append(f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {who} (worst: {worst})")
     return lines
 

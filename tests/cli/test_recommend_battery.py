@@ -96,6 +96,26 @@ def test_no_method_holds_when_each_loses_a_task(tmp_path):
     assert "holds across tasks at 16k: yarn" not in rec.battery
 
 
+def test_the_short_answer_says_none_holds_when_a_third_method_fails_too(tmp_path):
+    """With a method the line does not show (ntk beside yarn and its alternative), the short answer's battery
+    line carries the comparison itself: none holds, each method's worst, the tasks compared."""
+    for task in ("niah_single_1", "cwe"):
+        write_cell(tmp_path, task, 4096, 20)
+    se = {"group_size": 8, "window": 1024}
+    write_cell(tmp_path, "niah_single_1", 16384, 20, "self_extend", 4, se)
+    write_cell(tmp_path, "cwe", 16384, 3, "self_extend", 4, se)  # 15 % of base
+    write_cell(tmp_path, "niah_single_1", 16384, 6, "yarn", 4)  # 30 %
+    write_cell(tmp_path, "cwe", 16384, 20, "yarn", 4)
+    write_cell(tmp_path, "niah_single_1", 16384, 10, "ntk", 4)  # 50 %: the highest worst, still a loss
+    write_cell(tmp_path, "cwe", 16384, 20, "ntk", 4)
+    rec = _recommend(tmp_path)
+    assert (
+        "none holds across tasks at 16k (85 % of base on each; worst ntk ×4 50 %, self_extend ×4 15 %, yarn ×4 30 %;"
+        " over cwe, niah_single_1)" in _flat(rec.battery)
+    )
+    assert "holds across tasks at 16k: ntk" not in rec.battery
+
+
 def test_a_task_whose_base_is_exactly_the_floor_is_counted(tmp_path):
     """A base of exactly 30 % (the mean of 20/30, 1/30 and 6/30 at 2k, 4k and 8k, which floating point sums to
     29.999999999999996) is countable: recommend quotes the method's loss on it instead of calling the task
