@@ -40,9 +40,22 @@ class TaskTable:
 
     @cached_property
     def table(self) -> dict[str, dict[int, dict[str, Any]]]:
-        """label -> length -> the cell's result as its file holds it (what ``results.json`` and the
-        task rows' renderers read)."""
+        """label -> length -> the cell's result as its file holds it (what ``results.json`` writes)."""
         return {label: {n: cell.result_json for n, cell in rows.items()} for label, rows in self.cells.items()}
+
+    @cached_property
+    def results(self) -> dict[str, dict[int, Any]]:
+        """label -> length -> the cell's typed result, an instance of the task's ``result`` (what the task
+        rows' renderers and plots read, by attribute). Anything else (a raw dict) is refused naming the cell."""
+        want = self.kind.result
+        for label, rows in self.cells.items():
+            for n, cell in rows.items():
+                if not isinstance(cell.result, want):
+                    raise TypeError(
+                        f"{self.task} cell of '{label}' at {n}: the result is a {type(cell.result).__name__}, "
+                        f"not the task's {want.__name__}"
+                    )
+        return {label: {n: cell.result for n, cell in rows.items()} for label, rows in self.cells.items()}
 
 
 def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:

@@ -58,37 +58,43 @@ def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
 
 
 def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
-    by_label, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
-    r0 = next((r for rows in by_label.values() for r in rows.values()), {})
-    mode = r0.get("mode", settings.get("mode", "yarn"))
+    """The perplexity section, from the cells' :class:`~.task_perplexity.PerplexityCell` results."""
+    results, lengths, settings, task = tt.results, tt.lengths, tt.settings, tt.task
+    r0 = next((r for rows in results.values() for r in rows.values()), None)
+    mode = settings.get("mode", "yarn") if r0 is None else r0.mode
+    stride = "?" if r0 is None or r0.stride is None else r0.stride
     lines = [
         "## Perplexity",
         "",
         "Convention: "
-        + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
+        + PPL_CONVENTIONS.get(mode, mode).format(stride=stride)
         + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
         "",
         "Token-weighted perplexity (lower is better):",
         "",
     ]
 
-    def rows(key: str) -> list[list[str]]:
+    def rows(show) -> list[list[str]]:
         return [
             [
                 label,
                 *(
-                    fmt(by_label[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN
+                    fmt(show(results[label][n]) if n in results[label] else None)
+                    if entries[label].runs(task, n)
+                    else NOT_RUN
                     for n in lengths
                 ),
             ]
             for label in labels
         ]
 
-    lines += length_table(lengths, rows("ppl"))
+    lines += length_table(lengths, rows(lambda r: r.ppl))
     if mode != "nonoverlap":
         lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", ""]
-        lines += length_table(lengths, rows("mean_window_ppl"))
-    scored = {n: max((by_label[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+        lines += length_table(lengths, rows(lambda r: r.mean_window_ppl))
+    scored = {
+        n: max((results[lb][n].tokens_scored if n in results[lb] else 0 for lb in labels), default=0) for n in lengths
+    }
     return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
 
 
@@ -202,9 +208,10 @@ def mean_accuracy(result: dict[str, Any]) -> float:
     return sum(values) / len(values)
 
 
-def plot_ppl(output: Path, table, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
-    """Perplexity against length, titled with the model and factor, the trained context L dashed."""
-    curves = {label: {n: table[label][n]["ppl"] for n in lengths if n in table[label]} for label in labels}
+def plot_ppl(output: Path, results, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
+    """Perplexity against length, titled with the model and factor, the trained context L dashed
+    (``results``: label -> length -> :class:`~.task_perplexity.PerplexityCell`)."""
+    curves = {label: {n: results[label][n].ppl for n in lengths if n in results[label]} for label in labels}
     path = plot_perplexity_curves(
         curves,
         lengths,

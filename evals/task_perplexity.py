@@ -131,7 +131,7 @@ class Perplexity(Task):
     ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_ppl
 
-        return [plot_ppl(output, table.table, labels, table.lengths, **(context or {}))]
+        return [plot_ppl(output, table.results, labels, table.lengths, **(context or {}))]
 
 
 PERPLEXITY = Perplexity()
