@@ -70,8 +70,8 @@ def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:
                 by_label[cell.label][cell.length] = cell
         tt = TaskTable(task, settings, settings["lengths"], by_label, kind=suite.kind(task))
         if tt.retrieval:
-            table = tt.table
-            tt.stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
+            results = tt.results
+            tt.stats = {label: {n: retrieval_stats(results[label][n], n) for n in results[label]} for label in labels}
         tables.append(tt)
     return tables
 

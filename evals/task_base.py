@@ -206,13 +206,14 @@ class Task:
         return None
 
     # -- reading and reporting ---------------------------------------------------------------------
-    def value(self, result: dict[str, Any], length: int) -> float | None:
-        """The cell's number (``metric``) from its JSON result at ``length``."""
-        value = result.get(self.metric)
+    def value(self, result: Any, length: int) -> float | None:
+        """The cell's number (``metric``) from its typed result (an instance of ``result``) at ``length``."""
+        value = getattr(result, self.metric, None)
         return float(value) if isinstance(value, numbers.Real) else None
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        """The report's section of this task (``table``: a :class:`.report.TaskTable`)."""
+        """The report's section of this task (``table``: a :class:`.report.TaskTable`, whose ``results``
+        hold each cell's typed result; ``entries``: label -> the suite's method entry)."""
         from ropescale.evals.report_cells import render_values
 
         return render_values(self, table, labels, entries)

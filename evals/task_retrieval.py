@@ -125,6 +125,21 @@ class RetrievalCell:
     length_trials: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def partial(self) -> dict[str, int] | None:
+        """A cell in progress: ``{"prompts": decoded, "of": total}`` (:meth:`Passkey.partial`); None when finished."""
+        return self.extra.get("partial")
+
+    @property
+    def cell_trials(self) -> list[list[int]] | None:
+        """The trials decoded at each depth (one row: the length), where the cell recorded them."""
+        return self.extra.get("cell_trials")
+
+    @property
+    def length_interval(self) -> dict[str, list[float]]:
+        """The 95% Wilson interval per length (keys are strings), where the cell recorded it."""
+        return self.extra.get("length_interval", {})
+
     def to_json(self) -> dict[str, Any]:
         out = result_json(self)
         if self.threshold is None:
@@ -146,7 +161,7 @@ class Retrieval(Task):
     higher_is_better = True
     retrieval = True
 
-    def value(self, result: dict[str, Any], length: int) -> float | None:
+    def value(self, result: RetrievalCell, length: int) -> float | None:
         from ropescale.evals.report_cells import retrieval_stats
 
         return retrieval_stats(result, length)["accuracy"]
@@ -162,10 +177,10 @@ class Retrieval(Task):
     #: what the trials at one fixed depth differ in (the report's placement line)
     differ = "the key"
 
-    def placement(self, settings: Any, table: dict[str, dict[int, Any]]) -> str:
+    def placement(self, settings: Any, results: dict[str, dict[int, RetrievalCell]]) -> str:
         from ropescale.evals.report_cells import placement_line
 
-        return placement_line(settings, table, self.differ)
+        return placement_line(settings, results, self.differ)
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         from ropescale.evals.report_cells import render_retrieval
@@ -177,7 +192,7 @@ class Retrieval(Task):
     ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
-        return list(plot_grids(output, self.name, table.table, labels, table.lengths))
+        return list(plot_grids(output, self.name, table.results, labels, table.lengths))
 
 
 class Passkey(Retrieval):
