@@ -10,7 +10,7 @@ from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.cell_record import SuiteCell, load_cells
-from ropescale.evals.report_cells import NOT_RUN, fmt, plot_grids, retrieval_stats
+from ropescale.evals.report_cells import NOT_RUN, RetrievalStats, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
 
 _plot_grids = plot_grids  # the name tests and older callers import
@@ -31,7 +31,7 @@ class TaskTable:
     settings: dict[str, Any]
     lengths: list[int]
     cells: dict[str, dict[int, SuiteCell]]  # label -> length -> cell
-    stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
+    stats: dict[str, dict[int, RetrievalStats]] | None = None  # retrieval: label -> length -> statistics
     kind: Any = None  # the task's row in .task_table: how it renders, plots, and what it measures
 
     @property
@@ -111,7 +111,7 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
         summary["tasks"][tt.task] = {label: {str(n): r for n, r in rows.items()} for label, rows in tt.table.items()}
         if tt.stats is not None:
             summary.setdefault("statistics", {})[tt.task] = {
-                label: {str(n): st for n, st in rows.items()} for label, rows in tt.stats.items()
+                label: {str(n): st.to_json() for n, st in rows.items()} for label, rows in tt.stats.items()
             }
     flags, flag_lines = short_context_regressions(suite, summary)
     summary["regressions"] = flags

@@ -8,6 +8,7 @@ files or knows a task by name.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
     ]
     rows = []
     for label in labels:
-        accs = {n: st["accuracy"] for n, st in stats[label].items()}
+        accs = {n: st.accuracy for n, st in stats[label].items()}
         ok = [  # a cell in progress says nothing yet about the context
             n for n, a in accs.items() if a >= threshold(kind, results[label][n]) and not results[label][n].partial
         ]
@@ -172,7 +173,26 @@ def threshold(kind, result: Any) -> float:
     return kind.threshold()  # cells written without a threshold: the engine's default
 
 
-def retrieval_stats(result: Any, length: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RetrievalStats:
+    """A retrieval cell's statistics at one length: accuracy, trials, successes (accuracy × trials) and
+    the 95% Wilson interval (``results.json``'s ``statistics``, :meth:`to_json`)."""
+
+    accuracy: float
+    trials: int
+    successes: float
+    wilson95: tuple[float, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "accuracy": self.accuracy,
+            "trials": self.trials,
+            "successes": self.successes,
+            "wilson95": [*self.wilson95],
+        }
+
+
+def retrieval_stats(result: Any, length: int) -> RetrievalStats:
     """Accuracy, trials, successes and the 95% Wilson interval of a passkey/needle cell (its
     :class:`~.task_retrieval.RetrievalCell`).
 
@@ -192,18 +212,18 @@ def retrieval_stats(result: Any, length: int) -> dict[str, Any]:
         trials = len(result.depths) * int(result.trials)
         accuracy = mean_accuracy(result)
     low, high = result.length_interval.get(key) or wilson_interval(accuracy * trials, trials)
-    return {"accuracy": accuracy, "trials": trials, "successes": accuracy * trials, "wilson95": [low, high]}
+    return RetrievalStats(accuracy, trials, accuracy * trials, (low, high))
 
 
-def fmt_retrieval(stat: dict[str, Any] | None, result: Any = None) -> str:
+def fmt_retrieval(stat: RetrievalStats | None, result: Any = None) -> str:
     if stat is None:
         return "—"
-    k, n = stat["successes"], stat["trials"]
+    k, n = stat.successes, stat.trials
     count = f"{round(k)}/{n}" if abs(k - round(k)) < 1e-9 else f"n={n}"
-    low, high = stat["wilson95"]
+    low, high = stat.wilson95
     partial = None if result is None else result.partial
     running = f" (in progress: {partial['prompts']} of {partial['of']} prompts)" if partial else ""
-    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
+    return f"{stat.accuracy:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
 
 
 def mean_accuracy(result: Any) -> float:
@@ -260,6 +280,7 @@ def plot_grids(output: Path, task: str, results, labels, lengths) -> list[str]:
 __all__ = [
     "NOT_RUN",
     "PPL_CONVENTIONS",
+    "RetrievalStats",
     "fmt",
     "fmt_retrieval",
     "length_table",

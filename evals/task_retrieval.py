@@ -164,7 +164,7 @@ class Retrieval(Task):
     def value(self, result: RetrievalCell, length: int) -> float | None:
         from ropescale.evals.report_cells import retrieval_stats
 
-        return retrieval_stats(result, length)["accuracy"]
+        return retrieval_stats(result, length).accuracy
 
     def threshold(self) -> float:
         """The accuracy a length needs to count towards the context, for cells that did not record one."""
