@@ -10,7 +10,7 @@ from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.cell_record import SuiteCell, load_cells
-from ropescale.evals.report_cells import NOT_RUN, RetrievalStats, fmt, plot_grids, retrieval_stats
+from ropescale.evals.report_cells import NOT_RUN, PlotContext, RetrievalStats, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
 
 _plot_grids = plot_grids  # the name tests and older callers import
@@ -141,7 +141,7 @@ def _ran(entry, cells: list[SuiteCell]) -> dict[str, Any]:
 
 
 def plot_tables(
-    output: Path, tables: list[TaskTable], labels: list[str], context: dict[str, Any] | None = None
+    output: Path, tables: list[TaskTable], labels: list[str], context: PlotContext | None = None
 ) -> list[str | None]:
     """Plot: perplexity against length, one accuracy grid per method and retrieval task. ``context`` is
     what a plot names beside the numbers (:func:`plot_context`)."""
@@ -151,7 +151,7 @@ def plot_tables(
     return plots
 
 
-def plot_context(suite) -> dict[str, Any]:
+def plot_context(suite) -> PlotContext:
     """What the suite's plots name: the model, the factor when every scaled method shares one, and the
     trained context L (a dashed line), when its config can be read here."""
     factors = {float(m.factor) for m in suite.methods if m.factor and float(m.factor) != 1.0}

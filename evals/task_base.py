@@ -19,10 +19,15 @@ from __future__ import annotations
 import numbers
 from dataclasses import MISSING, Field, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ropescale.errors import RopescaleError
 from ropescale.options import option
+
+if TYPE_CHECKING:
+    from ropescale.evals.report import TaskTable
+    from ropescale.evals.report_cells import PlotContext
+    from ropescale.evals.suite import MethodEntry
 
 
 class SuiteError(RopescaleError):
@@ -211,7 +216,7 @@ class Task:
         value = getattr(result, self.metric, None)
         return float(value) if isinstance(value, numbers.Real) else None
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
         """The report's section of this task (``table``: a :class:`.report.TaskTable`, whose ``results``
         hold each cell's typed result; ``entries``: label -> the suite's method entry)."""
         from ropescale.evals.report_cells import render_values
@@ -219,7 +224,7 @@ class Task:
         return render_values(self, table, labels, entries)
 
     def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
     ) -> list[str | None]:
         return []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale import options
 from ropescale.evals.task_base import (
@@ -19,6 +19,11 @@ from ropescale.evals.task_base import (
     result_values,
     setting,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.report import TaskTable
+    from ropescale.evals.report_cells import PlotContext
+    from ropescale.evals.suite import MethodEntry
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
@@ -121,13 +126,13 @@ class Perplexity(Task):
         out.pop("window_document", None)
         return PerplexityCell.from_json(out)
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
         from ropescale.evals.report_cells import render_perplexity
 
         return render_perplexity(table, labels, entries)
 
     def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
     ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_ppl
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale.evals.task_base import (
     CellContext,
@@ -18,6 +18,11 @@ from ropescale.evals.task_base import (
     setting,
     unit_list,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.report import TaskTable
+    from ropescale.evals.report_cells import PlotContext
+    from ropescale.evals.suite import MethodEntry
 
 
 def depths(text: Any, name: str = "--depths") -> tuple[float, ...]:
@@ -182,13 +187,13 @@ class Retrieval(Task):
 
         return placement_line(settings, results, self.differ)
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
         from ropescale.evals.report_cells import render_retrieval
 
         return render_retrieval(table, labels, entries)
 
     def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
+        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
     ) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
