@@ -73,16 +73,16 @@ def render_values(kind, tt: TaskTable, labels: list[str], entries: dict[str, Met
 
 def render_perplexity(tt: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
     """The perplexity section, from the cells' :class:`~.task_perplexity.PerplexityCell` results."""
-    results, lengths, settings, task = tt.results, tt.lengths, tt.settings, tt.task
+    results, lengths, settings, task = tt.results, tt.lengths, tt.kind.read(tt.settings), tt.task
     r0 = next((r for rows in results.values() for r in rows.values()), None)
-    mode = settings.get("mode", "yarn") if r0 is None else r0.mode
+    mode = settings.mode if r0 is None else r0.mode
     stride = "?" if r0 is None or r0.stride is None else r0.stride
     lines = [
         "## Perplexity",
         "",
         "Convention: "
         + PPL_CONVENTIONS.get(mode, mode).format(stride=stride)
-        + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
+        + f"; BOS before every window; up to {settings.max_tokens or 'four windows of'} tokens scored per cell.",
         "",
         "Token-weighted perplexity (lower is better):",
         "",
