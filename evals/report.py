@@ -113,7 +113,7 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
             summary.setdefault("statistics", {})[tt.task] = {
                 label: {str(n): st.to_json() for n, st in rows.items()} for label, rows in tt.stats.items()
             }
-    flags, flag_lines = short_context_regressions(suite, summary)
+    flags, flag_lines = short_context_regressions(suite, tables)
     summary["regressions"] = flags
     plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods], plot_context(suite)) if p]
     done = sum(1 for c in finished if c.label in entries and entries[c.label].runs(c.task, c.length))
@@ -205,8 +205,9 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
 PPL_MARGIN = 0.02
 
 
-def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Methods that lose what the unscaled model has at short contexts.
+def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Methods that lose what the unscaled model has at short contexts, read from the suite's tables
+    (the retrieval tasks' statistics, the perplexity cells' typed results).
 
     Flagged: retrieval (passkey, needle) at the shortest length both ran, when the 95% interval of
     the accuracy difference (unscaled − method; Newcombe's, from both cells' Wilson intervals) lies
@@ -227,21 +228,23 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]
     flags: list[dict[str, Any]] = []
     trained = _trained_context(suite.model)
-    ppl = summary["tasks"].get("perplexity", {})
+    ppl = next((tt.results for tt in tables if tt.task == "perplexity"), {})
     for m in suite.methods:
         if m is base:
             continue
-        for task in summary.get("statistics", {}):  # the retrieval tasks
-            stats = summary["statistics"][task]
-            both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})), key=int)
+        for tt in tables:
+            if tt.stats is None:  # not a retrieval task
+                continue
+            stats = tt.stats
+            both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})))
             if both:
                 ref, got = stats[base.label][both[0]], stats[m.label][both[0]]
-                gap = difference_interval(ref["successes"], ref["trials"], got["successes"], got["trials"])
+                gap = difference_interval(ref.successes, ref.trials, got.successes, got.trials)
                 if gap[0] > 0:  # the unscaled model is better beyond both cells' noise
-                    flags.append(_flag(m.label, task, both[0], got["accuracy"], ref["accuracy"], gap))
-        for n in sorted(set(ppl.get(base.label, {})) & set(ppl.get(m.label, {})), key=int):
-            if trained is not None and int(n) <= trained:
-                got, ref = ppl[m.label][n]["ppl"], ppl[base.label][n]["ppl"]
+                    flags.append(_flag(m.label, tt.task, both[0], got.accuracy, ref.accuracy, gap))
+        for n in sorted(set(ppl.get(base.label, {})) & set(ppl.get(m.label, {}))):
+            if trained is not None and n <= trained:
+                got, ref = ppl[m.label][n].ppl, ppl[base.label][n].ppl
                 if got > ref * (1 + PPL_MARGIN):
                     flags.append(_flag(m.label, "perplexity", n, got, ref))
     context = f"{trained:,}" if trained else "(unknown)"
@@ -266,7 +269,7 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
     return flags, lines + [""]
 
 
-def _flag(method: str, task: str, length: str, value: float, baseline: float, interval=None) -> dict[str, Any]:
+def _flag(method: str, task: str, length: int, value: float, baseline: float, interval=None) -> dict[str, Any]:
     flag = {"method": method, "task": task, "length": int(length), "value": value, "baseline": baseline}
     if interval is not None:
         flag["interval"] = list(interval)
