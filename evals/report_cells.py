@@ -10,15 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
 from ropescale.markdown import table as md_table
 from ropescale.plots.curves import plot_perplexity_curves
 from ropescale.plots.grids import plot_accuracy_grid
-
-if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
-    from ropescale.evals.suite import MethodEntry
 
 PPL_CONVENTIONS = {
     "yarn": "sliding window, stride {stride}: each token scored once with up to a window of context "
@@ -51,7 +47,7 @@ def length_table(lengths: list[int], rows: list[list[str]], extra: tuple[str, ..
     return md_table(["method", *(f"{n:,}" for n in lengths), *extra], rows).splitlines()
 
 
-def render_values(kind, tt: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
     """A task's section from its row alone: its ``metric`` per method and length (a task with no
     renderer of its own, :meth:`.task_base.Task.render`)."""
     better = "higher" if kind.higher_is_better else "lower"
@@ -71,7 +67,7 @@ def render_values(kind, tt: TaskTable, labels: list[str], entries: dict[str, Met
     return lines + length_table(tt.lengths, rows) + [""]
 
 
-def render_perplexity(tt: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
     """The perplexity section, from the cells' :class:`~.task_perplexity.PerplexityCell` results."""
     results, lengths, settings, task = tt.results, tt.lengths, tt.kind.read(tt.settings), tt.task
     r0 = next((r for rows in results.values() for r in rows.values()), None)
@@ -112,7 +108,7 @@ def render_perplexity(tt: TaskTable, labels: list[str], entries: dict[str, Metho
     return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
 
 
-def render_retrieval(tt: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
     """A retrieval section (passkey, needle), from the cells' :class:`~.task_retrieval.RetrievalCell` results."""
     results, lengths, task, stats, kind = tt.results, tt.lengths, tt.task, tt.stats or {}, tt.kind
     settings = kind.read(tt.settings)

@@ -25,9 +25,7 @@ from ropescale.errors import RopescaleError
 from ropescale.options import option
 
 if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
     from ropescale.evals.report_cells import PlotContext
-    from ropescale.evals.suite import MethodEntry
 
 
 class SuiteError(RopescaleError):
@@ -216,16 +214,14 @@ class Task:
         value = getattr(result, self.metric, None)
         return float(value) if isinstance(value, numbers.Real) else None
 
-    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """The report's section of this task (``table``: a :class:`.report.TaskTable`, whose ``results``
         hold each cell's typed result; ``entries``: label -> the suite's method entry)."""
         from ropescale.evals.report_cells import render_values
 
         return render_values(self, table, labels, entries)
 
-    def plot(
-        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         return []
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ropescale import options
 from ropescale.evals.task_base import (
@@ -30,10 +30,6 @@ from ropescale.evals.task_base import (
     result_values,
     setting,
 )
-
-if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
-    from ropescale.evals.suite import MethodEntry
 
 #: ``--trunc-len`` and ``--internal``'s defaults, the authors' (:data:`.longppl.TRUNC_LEN`, which imports
 #: torch; a test ties the two)
@@ -206,7 +202,7 @@ class LongPPL(Task):
         ]
         return LongPPLCell.from_json({**combine(docs), "evaluator": data["judge"]})
 
-    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """LongPPL, perplexity and the key-token counts per method and length (the cells' :class:`LongPPLCell`)."""
         from ropescale.evals.longppl_run import evaluator_record, evaluator_text
         from ropescale.evals.report_cells import NOT_RUN, fmt, length_table

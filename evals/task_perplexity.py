@@ -21,9 +21,7 @@ from ropescale.evals.task_base import (
 )
 
 if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
     from ropescale.evals.report_cells import PlotContext
-    from ropescale.evals.suite import MethodEntry
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
@@ -126,14 +124,12 @@ class Perplexity(Task):
         out.pop("window_document", None)
         return PerplexityCell.from_json(out)
 
-    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         from ropescale.evals.report_cells import render_perplexity
 
         return render_perplexity(table, labels, entries)
 
-    def plot(
-        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         from ropescale.evals.report_cells import plot_ppl
 
         return [plot_ppl(output, table.results, labels, table.lengths, **(context or {}))]

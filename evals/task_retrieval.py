@@ -20,9 +20,7 @@ from ropescale.evals.task_base import (
 )
 
 if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
     from ropescale.evals.report_cells import PlotContext
-    from ropescale.evals.suite import MethodEntry
 
 
 def depths(text: Any, name: str = "--depths") -> tuple[float, ...]:
@@ -187,14 +185,12 @@ class Retrieval(Task):
 
         return placement_line(settings, results, self.differ)
 
-    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         from ropescale.evals.report_cells import render_retrieval
 
         return render_retrieval(table, labels, entries)
 
-    def plot(
-        self, output: Path, table: TaskTable, labels: list[str], context: PlotContext | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
         return list(plot_grids(output, self.name, table.results, labels, table.lengths))

@@ -13,14 +13,10 @@ keeps its own folder layout (one file per task) and reads the same settings' fla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ropescale import options
 from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, optional_int, positive_int, setting
-
-if TYPE_CHECKING:
-    from ropescale.evals.report import TaskTable
-    from ropescale.evals.suite import MethodEntry
 
 DEFAULT_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
 
@@ -144,7 +140,7 @@ class Ruler(Task):
             )
         return battery
 
-    def render(self, table: TaskTable, labels: list[str], entries: dict[str, MethodEntry]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """The battery's mean score per method and length, then each task's (the cells' :class:`RulerBattery`:
         scores recomputed from the records, as its file's ``score`` was when it was written)."""
         from ropescale.evals.report_cells import NOT_RUN, length_table
