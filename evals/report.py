@@ -10,7 +10,7 @@ from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.cell_record import SuiteCell, load_cells
-from ropescale.evals.report_cells import NOT_RUN, fmt, plot_grids, retrieval_stats
+from ropescale.evals.report_cells import NOT_RUN, PlotContext, RetrievalStats, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
 
 _plot_grids = plot_grids  # the name tests and older callers import
@@ -31,7 +31,7 @@ class TaskTable:
     settings: dict[str, Any]
     lengths: list[int]
     cells: dict[str, dict[int, SuiteCell]]  # label -> length -> cell
-    stats: dict[str, dict[int, dict[str, Any]]] | None = None  # retrieval: label -> length -> statistics
+    stats: dict[str, dict[int, RetrievalStats]] | None = None  # retrieval: label -> length -> statistics
     kind: Any = None  # the task's row in .task_table: how it renders, plots, and what it measures
 
     @property
@@ -40,9 +40,22 @@ class TaskTable:
 
     @cached_property
     def table(self) -> dict[str, dict[int, dict[str, Any]]]:
-        """label -> length -> the cell's result as its file holds it (what ``results.json`` and the
-        task rows' renderers read)."""
+        """label -> length -> the cell's result as its file holds it (what ``results.json`` writes)."""
         return {label: {n: cell.result_json for n, cell in rows.items()} for label, rows in self.cells.items()}
+
+    @cached_property
+    def results(self) -> dict[str, dict[int, Any]]:
+        """label -> length -> the cell's typed result, an instance of the task's ``result`` (what the task
+        rows' renderers and plots read, by attribute). Anything else (a raw dict) is refused naming the cell."""
+        want = self.kind.result
+        for label, rows in self.cells.items():
+            for n, cell in rows.items():
+                if not isinstance(cell.result, want):
+                    raise TypeError(
+                        f"{self.task} cell of '{label}' at {n}: the result is a {type(cell.result).__name__}, "
+                        f"not the task's {want.__name__}"
+                    )
+        return {label: {n: cell.result for n, cell in rows.items()} for label, rows in self.cells.items()}
 
 
 def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:
@@ -57,8 +70,8 @@ def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:
                 by_label[cell.label][cell.length] = cell
         tt = TaskTable(task, settings, settings["lengths"], by_label, kind=suite.kind(task))
         if tt.retrieval:
-            table = tt.table
-            tt.stats = {label: {n: retrieval_stats(table[label][n], n) for n in table[label]} for label in labels}
+            results = tt.results
+            tt.stats = {label: {n: retrieval_stats(results[label][n], n) for n in results[label]} for label in labels}
         tables.append(tt)
     return tables
 
@@ -98,9 +111,9 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
         summary["tasks"][tt.task] = {label: {str(n): r for n, r in rows.items()} for label, rows in tt.table.items()}
         if tt.stats is not None:
             summary.setdefault("statistics", {})[tt.task] = {
-                label: {str(n): st for n, st in rows.items()} for label, rows in tt.stats.items()
+                label: {str(n): st.to_json() for n, st in rows.items()} for label, rows in tt.stats.items()
             }
-    flags, flag_lines = short_context_regressions(suite, summary)
+    flags, flag_lines = short_context_regressions(suite, tables)
     summary["regressions"] = flags
     plots = [p for p in plot_tables(output, tables, [m.label for m in suite.methods], plot_context(suite)) if p]
     done = sum(1 for c in finished if c.label in entries and entries[c.label].runs(c.task, c.length))
@@ -128,7 +141,7 @@ def _ran(entry, cells: list[SuiteCell]) -> dict[str, Any]:
 
 
 def plot_tables(
-    output: Path, tables: list[TaskTable], labels: list[str], context: dict[str, Any] | None = None
+    output: Path, tables: list[TaskTable], labels: list[str], context: PlotContext | None = None
 ) -> list[str | None]:
     """Plot: perplexity against length, one accuracy grid per method and retrieval task. ``context`` is
     what a plot names beside the numbers (:func:`plot_context`)."""
@@ -138,7 +151,7 @@ def plot_tables(
     return plots
 
 
-def plot_context(suite) -> dict[str, Any]:
+def plot_context(suite) -> PlotContext:
     """What the suite's plots name: the model, the factor when every scaled method shares one, and the
     trained context L (a dashed line), when its config can be read here."""
     factors = {float(m.factor) for m in suite.methods if m.factor and float(m.factor) != 1.0}
@@ -192,8 +205,9 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
 PPL_MARGIN = 0.02
 
 
-def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Methods that lose what the unscaled model has at short contexts.
+def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Methods that lose what the unscaled model has at short contexts, read from the suite's tables
+    (the retrieval tasks' statistics, the perplexity cells' typed results).
 
     Flagged: retrieval (passkey, needle) at the shortest length both ran, when the 95% interval of
     the accuracy difference (unscaled − method; Newcombe's, from both cells' Wilson intervals) lies
@@ -214,21 +228,23 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]
     flags: list[dict[str, Any]] = []
     trained = _trained_context(suite.model)
-    ppl = summary["tasks"].get("perplexity", {})
+    ppl = next((tt.results for tt in tables if tt.task == "perplexity"), {})
     for m in suite.methods:
         if m is base:
             continue
-        for task in summary.get("statistics", {}):  # the retrieval tasks
-            stats = summary["statistics"][task]
-            both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})), key=int)
+        for tt in tables:
+            if tt.stats is None:  # not a retrieval task
+                continue
+            stats = tt.stats
+            both = sorted(set(stats.get(base.label, {})) & set(stats.get(m.label, {})))
             if both:
                 ref, got = stats[base.label][both[0]], stats[m.label][both[0]]
-                gap = difference_interval(ref["successes"], ref["trials"], got["successes"], got["trials"])
+                gap = difference_interval(ref.successes, ref.trials, got.successes, got.trials)
                 if gap[0] > 0:  # the unscaled model is better beyond both cells' noise
-                    flags.append(_flag(m.label, task, both[0], got["accuracy"], ref["accuracy"], gap))
-        for n in sorted(set(ppl.get(base.label, {})) & set(ppl.get(m.label, {})), key=int):
-            if trained is not None and int(n) <= trained:
-                got, ref = ppl[m.label][n]["ppl"], ppl[base.label][n]["ppl"]
+                    flags.append(_flag(m.label, tt.task, both[0], got.accuracy, ref.accuracy, gap))
+        for n in sorted(set(ppl.get(base.label, {})) & set(ppl.get(m.label, {}))):
+            if trained is not None and n <= trained:
+                got, ref = ppl[m.label][n].ppl, ppl[base.label][n].ppl
                 if got > ref * (1 + PPL_MARGIN):
                     flags.append(_flag(m.label, "perplexity", n, got, ref))
     context = f"{trained:,}" if trained else "(unknown)"
@@ -253,7 +269,7 @@ def short_context_regressions(suite, summary: dict[str, Any]) -> tuple[list[dict
     return flags, lines + [""]
 
 
-def _flag(method: str, task: str, length: str, value: float, baseline: float, interval=None) -> dict[str, Any]:
+def _flag(method: str, task: str, length: int, value: float, baseline: float, interval=None) -> dict[str, Any]:
     flag = {"method": method, "task": task, "length": int(length), "value": value, "baseline": baseline}
     if interval is not None:
         flag["interval"] = list(interval)

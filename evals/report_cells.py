@@ -8,8 +8,9 @@ files or knows a task by name.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ropescale.markdown import table as md_table
 from ropescale.plots.curves import plot_perplexity_curves
@@ -24,6 +25,15 @@ PPL_CONVENTIONS = {
 
 
 NOT_RUN = "n/r"
+
+
+class PlotContext(TypedDict):
+    """What a suite's plots name beside the numbers (:func:`.report.plot_context`): the model, the factor when
+    every scaled method shares one, and the trained context L (a dashed line; None where it cannot be read)."""
+
+    model: str
+    factor: float | None
+    trained_context: int | None
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
@@ -46,7 +56,7 @@ def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
         [
             label,
             *(
-                (fmt(kind.value(tt.table[label][n], n)) if n in tt.table[label] else "—")
+                (fmt(kind.value(tt.results[label][n], n)) if n in tt.results[label] else "—")
                 if entries[label].runs(tt.task, n)
                 else NOT_RUN
                 for n in tt.lengths
@@ -58,44 +68,51 @@ def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
 
 
 def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
-    by_label, lengths, settings, task = tt.table, tt.lengths, tt.settings, tt.task
-    r0 = next((r for rows in by_label.values() for r in rows.values()), {})
-    mode = r0.get("mode", settings.get("mode", "yarn"))
+    """The perplexity section, from the cells' :class:`~.task_perplexity.PerplexityCell` results."""
+    results, lengths, settings, task = tt.results, tt.lengths, tt.kind.read(tt.settings), tt.task
+    r0 = next((r for rows in results.values() for r in rows.values()), None)
+    mode = settings.mode if r0 is None else r0.mode
+    stride = "?" if r0 is None or r0.stride is None else r0.stride
     lines = [
         "## Perplexity",
         "",
         "Convention: "
-        + PPL_CONVENTIONS.get(mode, mode).format(stride=r0.get("stride", "?"))
-        + f"; BOS before every window; up to {settings.get('max_tokens') or 'four windows of'} tokens scored per cell.",
+        + PPL_CONVENTIONS.get(mode, mode).format(stride=stride)
+        + f"; BOS before every window; up to {settings.max_tokens or 'four windows of'} tokens scored per cell.",
         "",
         "Token-weighted perplexity (lower is better):",
         "",
     ]
 
-    def rows(key: str) -> list[list[str]]:
+    def rows(show) -> list[list[str]]:
         return [
             [
                 label,
                 *(
-                    fmt(by_label[label].get(n, {}).get(key)) if entries[label].runs(task, n) else NOT_RUN
+                    fmt(show(results[label][n]) if n in results[label] else None)
+                    if entries[label].runs(task, n)
+                    else NOT_RUN
                     for n in lengths
                 ),
             ]
             for label in labels
         ]
 
-    lines += length_table(lengths, rows("ppl"))
+    lines += length_table(lengths, rows(lambda r: r.ppl))
     if mode != "nonoverlap":
         lines += ["", "Mean over windows, exp(mean window NLL) as in the YaRN paper:", ""]
-        lines += length_table(lengths, rows("mean_window_ppl"))
-    scored = {n: max((by_label[lb].get(n, {}).get("tokens_scored", 0) for lb in labels), default=0) for n in lengths}
+        lines += length_table(lengths, rows(lambda r: r.mean_window_ppl))
+    scored = {
+        n: max((results[lb][n].tokens_scored if n in results[lb] else 0 for lb in labels), default=0) for n in lengths
+    }
     return lines + ["", "Tokens scored per cell: " + ", ".join(f"{n:,}: {scored[n]:,}" for n in lengths), ""]
 
 
 def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
-    table, lengths, task, stats, kind = tt.table, tt.lengths, tt.task, tt.stats or {}, tt.kind
+    """A retrieval section (passkey, needle), from the cells' :class:`~.task_retrieval.RetrievalCell` results."""
+    results, lengths, task, stats, kind = tt.results, tt.lengths, tt.task, tt.stats or {}, tt.kind
     settings = kind.read(tt.settings)
-    thresholds = sorted({threshold(kind, r) for rows in table.values() for r in rows.values()})
+    thresholds = sorted({threshold(kind, r) for rows in results.values() for r in rows.values()})
     at_least = " / ".join(f"{t:g}" for t in thresholds)
     context_rule = f" Context: the largest length with accuracy ≥ {at_least}." if thresholds else ""
     lines = [
@@ -107,24 +124,25 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
     ]
     rows = []
     for label in labels:
-        accs = {n: st["accuracy"] for n, st in stats[label].items()}
+        accs = {n: st.accuracy for n, st in stats[label].items()}
         ok = [  # a cell in progress says nothing yet about the context
-            n for n, a in accs.items() if a >= threshold(kind, table[label][n]) and not table[label][n].get("partial")
+            n for n, a in accs.items() if a >= threshold(kind, results[label][n]) and not results[label][n].partial
         ]
         cells = (
-            fmt_retrieval(stats[label].get(n), table[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
+            fmt_retrieval(stats[label].get(n), results[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
             for n in lengths
         )
         rows.append([label, *cells, str(max(ok)) if ok else "—"])
     lines += length_table(lengths, rows, extra=("context",))
-    placement = kind.placement(settings, table)
+    placement = kind.placement(settings, results)
     return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
 
 
-def placement_line(settings: Any, table: dict[str, dict[int, Any]], differ: str = "the key") -> str:
+def placement_line(settings: Any, results: dict[str, dict[int, Any]], differ: str = "the key") -> str:
     """How independent a retrieval cell's trials are: the placement, and how often the trials of one
-    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`); ``differ``:
-    what the trials of one fixed depth differ in (passkey: the key)."""
+    depth answered alike in this table (:func:`~ropescale.evals.proportions.group_agreement`); ``results``:
+    label -> length -> :class:`~.task_retrieval.RetrievalCell`; ``differ``: what the trials of one fixed
+    depth differ in (passkey: the key)."""
     from ropescale.evals.proportions import depth_groups, group_agreement
 
     jitter = settings.jitter or 0
@@ -135,10 +153,10 @@ def placement_line(settings: Any, table: dict[str, dict[int, Any]], differ: str 
     )
     unanimous = groups = 0
     effective: list[float] = []
-    for rows in table.values():
+    for rows in results.values():
         for result in rows.values():
             try:
-                stats = group_agreement(depth_groups(result.get("records", [])))
+                stats = group_agreement(depth_groups(result.records))
             except ValueError:  # one depth, one trial per depth, or a cell in progress
                 continue
             unanimous, groups = unanimous + stats["unanimous"], groups + stats["groups"]
@@ -156,15 +174,36 @@ def placement_line(settings: Any, table: dict[str, dict[int, Any]], differ: str 
     return line + "."
 
 
-def threshold(kind, result: dict[str, Any]) -> float:
-    """The accuracy a length needs to count towards the context: the one its result recorded."""
-    if "threshold" in result:
-        return float(result["threshold"])
+def threshold(kind, result: Any) -> float:
+    """The accuracy a length needs to count towards the context: the one its result (a
+    :class:`~.task_retrieval.RetrievalCell`) recorded."""
+    if result.threshold is not None:
+        return float(result.threshold)
     return kind.threshold()  # cells written without a threshold: the engine's default
 
 
-def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
-    """Accuracy, trials, successes and the 95% Wilson interval of a passkey/needle cell.
+@dataclass(frozen=True)
+class RetrievalStats:
+    """A retrieval cell's statistics at one length: accuracy, trials, successes (accuracy × trials) and
+    the 95% Wilson interval (``results.json``'s ``statistics``, :meth:`to_json`)."""
+
+    accuracy: float
+    trials: int
+    successes: float
+    wilson95: tuple[float, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "accuracy": self.accuracy,
+            "trials": self.trials,
+            "successes": self.successes,
+            "wilson95": [*self.wilson95],
+        }
+
+
+def retrieval_stats(result: Any, length: int) -> RetrievalStats:
+    """Accuracy, trials, successes and the 95% Wilson interval of a passkey/needle cell (its
+    :class:`~.task_retrieval.RetrievalCell`).
 
     Cells written before the intervals were recorded are recomputed from their records (or, lacking
     those, from the accuracy grid and depths × trials).
@@ -172,39 +211,40 @@ def retrieval_stats(result: dict[str, Any], length: int) -> dict[str, Any]:
     from ropescale.evals.proportions import wilson_interval
 
     key = str(length)
-    records = [r for r in result.get("records", []) if r.get("length", length) == length]
-    if key in result.get("length_trials", {}):
-        trials, accuracy = int(result["length_trials"][key]), float(result["length_accuracy"][key])
+    records = [r for r in result.records if r.get("length", length) == length]
+    if key in result.length_trials:
+        trials, accuracy = int(result.length_trials[key]), float(result.length_accuracy[key])
     elif records:
         scores = [float(r["score"]) if "score" in r else float(bool(r["correct"])) for r in records]
         trials, accuracy = len(scores), sum(scores) / len(scores)
     else:
-        trials = len(result.get("depths", [0.5])) * int(result.get("trials", 1))
+        trials = len(result.depths) * int(result.trials)
         accuracy = mean_accuracy(result)
-    low, high = result.get("length_interval", {}).get(key) or wilson_interval(accuracy * trials, trials)
-    return {"accuracy": accuracy, "trials": trials, "successes": accuracy * trials, "wilson95": [low, high]}
+    low, high = result.length_interval.get(key) or wilson_interval(accuracy * trials, trials)
+    return RetrievalStats(accuracy, trials, accuracy * trials, (low, high))
 
 
-def fmt_retrieval(stat: dict[str, Any] | None, result: dict[str, Any] | None = None) -> str:
+def fmt_retrieval(stat: RetrievalStats | None, result: Any = None) -> str:
     if stat is None:
         return "—"
-    k, n = stat["successes"], stat["trials"]
+    k, n = stat.successes, stat.trials
     count = f"{round(k)}/{n}" if abs(k - round(k)) < 1e-9 else f"n={n}"
-    low, high = stat["wilson95"]
-    partial = (result or {}).get("partial")
+    low, high = stat.wilson95
+    partial = None if result is None else result.partial
     running = f" (in progress: {partial['prompts']} of {partial['of']} prompts)" if partial else ""
-    return f"{stat['accuracy']:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
+    return f"{stat.accuracy:.2f} · {count} [{low:.2f}, {high:.2f}]{running}"
 
 
-def mean_accuracy(result: dict[str, Any]) -> float:
-    grid = result.get("accuracy") or [[0.0]]
+def mean_accuracy(result: Any) -> float:
+    grid = result.accuracy or [[0.0]]
     values = [v for row in grid for v in row]
     return sum(values) / len(values)
 
 
-def plot_ppl(output: Path, table, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
-    """Perplexity against length, titled with the model and factor, the trained context L dashed."""
-    curves = {label: {n: table[label][n]["ppl"] for n in lengths if n in table[label]} for label in labels}
+def plot_ppl(output: Path, results, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
+    """Perplexity against length, titled with the model and factor, the trained context L dashed
+    (``results``: label -> length -> :class:`~.task_perplexity.PerplexityCell`)."""
+    curves = {label: {n: results[label][n].ppl for n in lengths if n in results[label]} for label in labels}
     path = plot_perplexity_curves(
         curves,
         lengths,
@@ -216,30 +256,31 @@ def plot_ppl(output: Path, table, labels, lengths, model=None, factor=None, trai
     return None if path is None else str(path)
 
 
-def plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
-    """One heatmap per method: lengths × depths, accuracy in each cell."""
+def plot_grids(output: Path, task: str, results, labels, lengths) -> list[str]:
+    """One heatmap per method: lengths × depths, accuracy in each cell (``results``: label -> length ->
+    :class:`~.task_retrieval.RetrievalCell`)."""
     paths = []
     for label in labels:
-        rows = [n for n in lengths if n in table[label]]
+        rows = [n for n in lengths if n in results[label]]
         if not rows:
             continue
         # the union of the cells' depths: a cell in progress may have sampled only some of them
-        depths = sorted({d for n in rows for d in table[label][n]["depths"]})
+        depths = sorted({d for n in rows for d in results[label][n].depths})
 
         def acc(n: int, d: float) -> float:
-            cell = table[label][n]
-            return cell["accuracy"][0][cell["depths"].index(d)] if d in cell["depths"] else math.nan
+            cell = results[label][n]
+            return cell.accuracy[0][cell.depths.index(d)] if d in cell.depths else math.nan
 
         def said(n: int, d: float) -> str | None:  # a cell in progress: correct / decoded at that depth
-            cell = table[label][n]
-            if not cell.get("partial") or d not in cell["depths"] or "cell_trials" not in cell:
+            cell = results[label][n]
+            if not cell.partial or d not in cell.depths or cell.cell_trials is None:
                 return None
-            k = cell["cell_trials"][0][cell["depths"].index(d)]
+            k = cell.cell_trials[0][cell.depths.index(d)]
             return f"{round(acc(n, d) * k)}/{k}"
 
         grid = [[acc(n, d) for n in rows] for d in depths]  # [depth][length]
         texts = [[said(n, d) for n in rows] for d in depths]
-        running = any(table[label][n].get("partial") for n in rows)
+        running = any(results[label][n].partial for n in rows)
         title = f"{task}: {label}" + (" (cells in progress)" if running else "")
         paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title, texts)))
     return paths
@@ -248,6 +289,8 @@ def plot_grids(output: Path, task: str, table, labels, lengths) -> list[str]:
 __all__ = [
     "NOT_RUN",
     "PPL_CONVENTIONS",
+    "PlotContext",
+    "RetrievalStats",
     "fmt",
     "fmt_retrieval",
     "length_table",

@@ -19,10 +19,13 @@ from __future__ import annotations
 import numbers
 from dataclasses import MISSING, Field, asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ropescale.errors import RopescaleError
 from ropescale.options import option
+
+if TYPE_CHECKING:
+    from ropescale.evals.report_cells import PlotContext
 
 
 class SuiteError(RopescaleError):
@@ -206,20 +209,19 @@ class Task:
         return None
 
     # -- reading and reporting ---------------------------------------------------------------------
-    def value(self, result: dict[str, Any], length: int) -> float | None:
-        """The cell's number (``metric``) from its JSON result at ``length``."""
-        value = result.get(self.metric)
+    def value(self, result: Any, length: int) -> float | None:
+        """The cell's number (``metric``) from its typed result (an instance of ``result``) at ``length``."""
+        value = getattr(result, self.metric, None)
         return float(value) if isinstance(value, numbers.Real) else None
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
-        """The report's section of this task (``table``: a :class:`.report.TaskTable`)."""
+        """The report's section of this task (``table``: a :class:`.report.TaskTable`, whose ``results``
+        hold each cell's typed result; ``entries``: label -> the suite's method entry)."""
         from ropescale.evals.report_cells import render_values
 
         return render_values(self, table, labels, entries)
 
-    def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         return []
 
 

@@ -203,13 +203,13 @@ class LongPPL(Task):
         return LongPPLCell.from_json({**combine(docs), "evaluator": data["judge"]})
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+        """LongPPL, perplexity and the key-token counts per method and length (the cells' :class:`LongPPLCell`)."""
         from ropescale.evals.longppl_run import evaluator_record, evaluator_text
         from ropescale.evals.report_cells import NOT_RUN, fmt, length_table
 
         settings = self.read(table.settings)
-        judge = next(
-            (r["evaluator"] for rows in table.table.values() for r in rows.values() if r.get("evaluator")), None
-        )
+        results = table.results
+        judge = next((r.evaluator for rows in results.values() for r in rows.values() if r.evaluator), None)
         if judge is None:  # no cell yet: the evaluator the settings name
             judge = evaluator_record(
                 "the evaluated model",
@@ -231,7 +231,7 @@ class LongPPL(Task):
                 [
                     label,
                     *(
-                        (show(table.table[label][n]) if n in table.table[label] else "—")
+                        (show(results[label][n]) if n in results[label] else "—")
                         if entries[label].runs(self.name, n)
                         else NOT_RUN
                         for n in table.lengths
@@ -240,15 +240,15 @@ class LongPPL(Task):
                 for label in labels
             ]
 
-        def longppl(r: dict[str, Any]) -> str:
-            return "n/a (no key tokens)" if r.get("longppl") is None else fmt(r["longppl"], 3)
+        def longppl(r: LongPPLCell) -> str:
+            return "n/a (no key tokens)" if r.longppl is None else fmt(r.longppl, 3)
 
         lines += ["LongPPL, perplexity on the key tokens (lower is better):", ""]
         lines += length_table(table.lengths, rows(longppl))
         lines += ["", "Perplexity on every token of the same windows (lower is better):", ""]
-        lines += length_table(table.lengths, rows(lambda r: fmt(r.get("ppl"), 3)))
+        lines += length_table(table.lengths, rows(lambda r: fmt(r.ppl, 3)))
         lines += ["", "Key tokens / tokens scored:", ""]
-        lines += length_table(table.lengths, rows(lambda r: f"{r.get('key_tokens', 0):,} / {r.get('tokens', 0):,}"))
+        lines += length_table(table.lengths, rows(lambda r: f"{r.key_tokens:,} / {r.tokens:,}"))
         return lines + [""]
 
 

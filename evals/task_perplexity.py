@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale import options
 from ropescale.evals.task_base import (
@@ -19,6 +19,9 @@ from ropescale.evals.task_base import (
     result_values,
     setting,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.report_cells import PlotContext
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
@@ -126,12 +129,10 @@ class Perplexity(Task):
 
         return render_perplexity(table, labels, entries)
 
-    def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         from ropescale.evals.report_cells import plot_ppl
 
-        return [plot_ppl(output, table.table, labels, table.lengths, **(context or {}))]
+        return [plot_ppl(output, table.results, labels, table.lengths, **(context or {}))]
 
 
 PERPLEXITY = Perplexity()

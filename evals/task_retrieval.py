@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale.evals.task_base import (
     CellContext,
@@ -18,6 +18,9 @@ from ropescale.evals.task_base import (
     setting,
     unit_list,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.report_cells import PlotContext
 
 
 def depths(text: Any, name: str = "--depths") -> tuple[float, ...]:
@@ -125,6 +128,21 @@ class RetrievalCell:
     length_trials: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def partial(self) -> dict[str, int] | None:
+        """A cell in progress: ``{"prompts": decoded, "of": total}`` (:meth:`Passkey.partial`); None when finished."""
+        return self.extra.get("partial")
+
+    @property
+    def cell_trials(self) -> list[list[int]] | None:
+        """The trials decoded at each depth (one row: the length), where the cell recorded them."""
+        return self.extra.get("cell_trials")
+
+    @property
+    def length_interval(self) -> dict[str, list[float]]:
+        """The 95% Wilson interval per length (keys are strings), where the cell recorded it."""
+        return self.extra.get("length_interval", {})
+
     def to_json(self) -> dict[str, Any]:
         out = result_json(self)
         if self.threshold is None:
@@ -146,10 +164,10 @@ class Retrieval(Task):
     higher_is_better = True
     retrieval = True
 
-    def value(self, result: dict[str, Any], length: int) -> float | None:
+    def value(self, result: RetrievalCell, length: int) -> float | None:
         from ropescale.evals.report_cells import retrieval_stats
 
-        return retrieval_stats(result, length)["accuracy"]
+        return retrieval_stats(result, length).accuracy
 
     def threshold(self) -> float:
         """The accuracy a length needs to count towards the context, for cells that did not record one."""
@@ -162,22 +180,20 @@ class Retrieval(Task):
     #: what the trials at one fixed depth differ in (the report's placement line)
     differ = "the key"
 
-    def placement(self, settings: Any, table: dict[str, dict[int, Any]]) -> str:
+    def placement(self, settings: Any, results: dict[str, dict[int, RetrievalCell]]) -> str:
         from ropescale.evals.report_cells import placement_line
 
-        return placement_line(settings, table, self.differ)
+        return placement_line(settings, results, self.differ)
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         from ropescale.evals.report_cells import render_retrieval
 
         return render_retrieval(table, labels, entries)
 
-    def plot(
-        self, output: Path, table: Any, labels: list[str], context: dict[str, Any] | None = None
-    ) -> list[str | None]:
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
-        return list(plot_grids(output, self.name, table.table, labels, table.lengths))
+        return list(plot_grids(output, self.name, table.results, labels, table.lengths))
 
 
 class Passkey(Retrieval):

@@ -141,9 +141,12 @@ class Ruler(Task):
         return battery
 
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+        """The battery's mean score per method and length, then each task's (the cells' :class:`RulerBattery`:
+        scores recomputed from the records, as its file's ``score`` was when it was written)."""
         from ropescale.evals.report_cells import NOT_RUN, length_table
 
         settings = self.read(table.settings)
+        results: dict[str, dict[int, RulerBattery]] = table.results
         lines = [
             "## RULER",
             "",
@@ -157,7 +160,7 @@ class Ruler(Task):
             [
                 label,
                 *(
-                    (f"{table.table[label][n]['score']:.2f}" if n in table.table[label] else "—")
+                    (f"{results[label][n].score:.2f}" if n in results[label] else "—")
                     if entries[label].runs(self.name, n)
                     else NOT_RUN
                     for n in table.lengths
@@ -170,8 +173,8 @@ class Ruler(Task):
         for label in labels:
             for task in settings.tasks:
                 scores = (
-                    f"{table.table[label][n]['tasks'][task]['score']:.2f}"
-                    if task in table.table[label].get(n, {}).get("tasks", {})
+                    f"{results[label][n].cells[task].score:.2f}"
+                    if n in results[label] and task in results[label][n].cells
                     else "—"
                     for n in table.lengths
                 )

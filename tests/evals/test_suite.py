@@ -375,6 +375,7 @@ def test_prompts_decoded_under_another_scaling_are_not_resumed(suite_dict, tmp_p
 def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
     """A cell in progress may have sampled some depths only: each cell is read at its own depths."""
     from ropescale.evals.report import _plot_grids
+    from ropescale.evals.task_retrieval import RetrievalCell
 
     full = {"depths": [0.0, 0.5, 1.0], "accuracy": [[1.0, 0.5, 0.0]]}
     partial = {"depths": [0.5], "accuracy": [[1.0]], "cell_trials": [[2]], "partial": {"prompts": 2, "of": 3}}
@@ -388,7 +389,8 @@ def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
 
     real, report.plot_accuracy_grid = report.plot_accuracy_grid, fake_plot
     try:
-        _plot_grids(tmp_path, "passkey", {"m": {100: full, 200: partial}}, ["m"], [100, 200])
+        cells = {100: RetrievalCell.from_json(full), 200: RetrievalCell.from_json(partial)}  # as the report reads them
+        _plot_grids(tmp_path, "passkey", {"m": cells}, ["m"], [100, 200])
     finally:
         report.plot_accuracy_grid = real
     assert seen["depths"] == [0.0, 0.5, 1.0] and seen["title"] == "passkey: m (cells in progress)"
