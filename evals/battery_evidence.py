@@ -227,11 +227,14 @@ def _fragment(folder: Folder, row: Row, target: int, params: bool) -> str:
 
 
 def holds(folder: Folder) -> list[dict[str, Any]]:
-    """Per length past L where two or more methods have cells: over the tasks the model can do that every
-    one of them measured there, each method's worst score as % of the base, and the method(s) that hold
-    across tasks: the highest worst, when it keeps the relative effective-length share (85 % of base) on
-    every task. Below that share on some task for every method, none holds (empty ``holds``): the highest
-    worst of methods that all fail is a comparison of two losses at 30 prompts, not a method that holds."""
+    """Per length past L where two or more methods have cells: over the tasks the model can do that two or
+    more of them measured there, each method's worst score as % of the base, and the method(s) that hold
+    across tasks: among the methods measured on every one of those tasks, the highest worst, when it keeps
+    the relative effective-length share (85 % of base) on every task. Below that share on some task for
+    every such method, none holds (empty ``holds``): the highest worst of methods that all fail is a
+    comparison of two losses at 30 prompts, not a method that holds. A method measured on only some of the
+    tasks (a variant tried on one task) is compared on those (``incomplete``: how many) and never holds;
+    it does not shrink the others' comparison to its own tasks."""
     from ropescale.evals.ruler.measures import RELATIVE_SHARE, reaches
 
     base, beyond, L = folder.base(), set(folder.beyond()), folder.context or 0
@@ -239,19 +242,26 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
     lengths = sorted({n for r in methods for by in folder.scores(r.label).values() for n in by if n > L})
     out = []
     for n in lengths:
-        there = [r for r in methods if any(n in by for by in folder.scores(r.label).values())]
-        tasks = sorted(
-            t for t in base if t not in beyond and all(n in folder.scores(r.label).get(t, {}) for r in there)
-        )
-        if len(there) < 2 or not tasks:
+        measured = {
+            r.label: {t for t in base if t not in beyond and n in folder.scores(r.label).get(t, {})} for r in methods
+        }
+        tasks = sorted({t for ts in measured.values() for t in ts if sum(t in m for m in measured.values()) >= 2})
+        there = [r for r in methods if measured[r.label] & set(tasks)]
+        if len(there) < 2:
             continue
         worst = {
-            folder.title(r): min(folder.of_base(t, folder.scores(r.label)[t][n]["score"]) or 0.0 for t in tasks)
+            folder.title(r): min(
+                folder.of_base(t, folder.scores(r.label)[t][n]["score"]) or 0.0 for t in measured[r.label] & set(tasks)
+            )
             for r in there
         }
-        top = max(worst.values())
-        held = [m for m, v in worst.items() if v == top and reaches(v, 100 * RELATIVE_SHARE)]
-        out.append({"length": n, "tasks": tasks, "worst": worst, "holds": held})
+        incomplete = {
+            folder.title(r): len(measured[r.label] & set(tasks)) for r in there if measured[r.label] < set(tasks)
+        }
+        complete = {m: v for m, v in worst.items() if m not in incomplete}
+        top = max(complete.values(), default=None)
+        held = [m for m, v in complete.items() if v == top and reaches(v, 100 * RELATIVE_SHARE)]
+        out.append({"length": n, "tasks": tasks, "worst": worst, "holds": held, "incomplete": incomplete})
     return out
 
 
@@ -274,21 +284,29 @@ def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] 
     if not near:
         return None
     c = near[-1]
-    if set(c["worst"]) <= shown:  # every method compared is in the line already, each task with it (--verbose keeps it)
+    # a method measured on only some tasks is left to --verbose: the short answer compares whole rows
+    compared = [m for m in c["worst"] if m not in c.get("incomplete", {})]
+    if set(compared) <= shown:  # every method compared is in the line already, each task with it (--verbose keeps it)
         return None
-    best, others = c["holds"], [(m, v) for m, v in c["worst"].items() if m not in c["holds"]]
+    best, others = c["holds"], [(m, _worst(c, m)) for m in compared if m not in c["holds"]]
     tasks = ", ".join(c["tasks"]) if len(c["tasks"]) <= 3 else f"{len(c['tasks'])} tasks"
     if not best:
         return (
             f"none holds across tasks at {_k(c['length'])} ({_share()} of base on each; worst "
-            + ", ".join(f"{m} {v:.0f} %" for m, v in others)
+            + ", ".join(f"{m} {v}" for m, v in others)
             + f"; over {tasks})"
         )
     return (
         f"holds across tasks at {_k(c['length'])}: {' and '.join(best)} (worst {c['worst'][best[0]]:.0f} % of base"
-        + "".join(f"; {m} {v:.0f} %" for m, v in others)
+        + "".join(f"; {m} {v}" for m, v in others)
         + f"; over {tasks})"
     )
+
+
+def _worst(c: dict[str, Any], method: str) -> str:
+    """``15 %``, or ``11 % (1 of 4 tasks)`` for a method measured on only some of the tasks compared."""
+    k = c.get("incomplete", {}).get(method)
+    return f"{c['worst'][method]:.0f} %" + ("" if k is None else f" ({k} of {len(c['tasks'])} tasks)")
 
 
 def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str, Any] | None]:
@@ -407,7 +425,7 @@ def battery_table(record: dict[str, Any]) -> list[str]:
 def _holds_lines(comparisons: list[dict[str, Any]]) -> list[str]:
     lines = []
     for c in comparisons:
-        worst = ", ".join(f"{m} {v:.0f} %" for m, v in c["worst"].items())
+        worst = ", ".join(f"{m} {_worst(c, m)}" for m in c["worst"])
         who = " and ".join(c["holds"]) or f"none ({_share()} of base on each task)"
         lines.append(f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {who} (worst: {worst})")
     return lines

@@ -49,6 +49,7 @@ __all__ = [
     "format_recommendation",
     "format_short",
     "to_record",
+    "wrap_field",
 ]
 
 BUDGETS = ("auto", "training-free", "fine-tune")
@@ -375,16 +376,25 @@ def headline(rec: Recommendation) -> str:
     return f"recommendation:  {rec.method} ×{rec.factor:g}{params}{exact}, {how}"
 
 
+def wrap_field(label: str, text: str, width: int = 110) -> list[str]:
+    """``label`` and ``text`` wrapped at ``width`` under an 11-column label, a number kept with its unit and
+    its comparison on one line ("< 30 %" is never cut into "<", "30" and "% at 4k")."""
+    import textwrap
+
+    held = text
+    for joined in (" %", "< ", "> ", "≤ ", "≥ "):
+        held = held.replace(joined, joined.replace(" ", "\u00a0"))
+    lines = textwrap.wrap(
+        held, width, initial_indent=f"{label:<11}", subsequent_indent=" " * 11, break_on_hyphens=False
+    )
+    return [line.replace("\u00a0", " ") for line in lines]
+
+
 def format_short(rec: Recommendation) -> str:
     """What ``ropescale recommend`` prints by default: the answer first, in a few lines — the method
     with its parameters, one line of why (with its numbers and how many prompts back them), what to
     know before running it, the commands, and where the detail is."""
-    import textwrap
-
-    def wrap(label: str, text: str) -> list[str]:
-        return textwrap.wrap(
-            text, 110, initial_indent=f"{label:<11}", subsequent_indent=" " * 11, break_on_hyphens=False
-        )
+    wrap = wrap_field
 
     if rec.method is None and rec.budget == "none" and rec.ratio > 1:  # --serve-with: nothing it serves
         return f"recommendation:  none: {rec.why}"

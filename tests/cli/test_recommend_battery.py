@@ -116,6 +116,42 @@ def test_the_short_answer_says_none_holds_when_a_third_method_fails_too(tmp_path
     assert "holds across tasks at 16k: ntk" not in rec.battery
 
 
+def test_a_variant_measured_on_one_task_does_not_shrink_the_comparison(tmp_path):
+    """A Self-Extend variant tried on one task beside two methods measured on three: the comparison stays over
+    the three tasks, the variant is compared on its one ('1 of 3 tasks') and cannot hold, and the method that
+    keeps 85 % of base on all three still holds (before, every method was compared on the variant's one task)."""
+    for task in ("niah_single_1", "niah_single_2", "cwe"):
+        write_cell(tmp_path, task, 4096, 20)
+    se = {"group_size": 8, "window": 1024}
+    for task, se_hits, yarn_hits in (("niah_single_1", 20, 20), ("niah_single_2", 19, 8), ("cwe", 18, 20)):
+        write_cell(tmp_path, task, 16384, se_hits, "self_extend", 4, se)
+        write_cell(tmp_path, task, 16384, yarn_hits, "yarn", 4)
+    write_cell(tmp_path, "cwe", 16384, 20, "self_extend", 4, {"group_size": 8, "window": 4096})  # 100 % on its one
+    rec = _recommend(tmp_path)
+    (c,) = rec.battery_record["holds"]
+    assert c["tasks"] == ["cwe", "niah_single_1", "niah_single_2"]
+    assert c["holds"] == ["self_extend ×4 (group_size=8, window=1024)"]
+    assert c["incomplete"] == {"self_extend ×4 (group_size=8, window=4096)": 1}
+    from ropescale.evals.recommend import format_recommendation, format_short
+
+    assert "self_extend ×4 (group_size=8, window=4096) 100 % (1 of 3 tasks)" in _flat(format_recommendation(rec))
+    assert "window=4096" not in format_short(rec)  # the short answer compares whole rows; --verbose has the variant
+
+
+@pytest.mark.parametrize("pad", range(12))
+def test_the_short_answer_never_cuts_a_number_from_its_unit(pad):
+    """Wherever the width falls, "(< 30 % at 4k)" and "22 % of base" stay whole on a line (the shipped short
+    answer printed "(< 30" and "% at 4k)" on two lines), and the text is otherwise unchanged."""
+    from ropescale.evals.recommend import wrap_field
+
+    text = "x" * pad + " worst 2/30 (22 % of base); beyond the model (< 30 % at 4k): cwe, fwe, vt"
+    for width in range(40, 60):
+        lines = wrap_field("battery:", text, width)
+        assert " ".join(line[11:] for line in lines) == text
+        assert not any(line.rstrip().endswith(("<", "(<", "22", "30")) for line in lines)
+        assert not any(line[11:].startswith("%") for line in lines)
+
+
 def test_a_task_whose_base_is_exactly_the_floor_is_counted(tmp_path):
     """A base of exactly 30 % (the mean of 20/30, 1/30 and 6/30 at 2k, 4k and 8k, which floating point sums to
     29.999999999999996) is countable: recommend quotes the method's loss on it instead of calling the task
