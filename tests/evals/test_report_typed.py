@@ -17,7 +17,7 @@ import pytest
 from ropescale.evals.cell_record import load_cells
 from ropescale.evals.report import TaskTable, collect
 from ropescale.evals.report_cells import render_values
-from ropescale.evals.suite import suite_from_dict
+from tests.evals.test_suite_cell_record import golden_suite
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "suite_cells"
 
@@ -36,25 +36,7 @@ def golden(tmp_path):
     (tmp_path / "cells").mkdir()
     for path in [*(DATA / "cells").glob("*.json"), DATA / "ruler" / "none__ruler__1024.json"]:
         shutil.copy(path, tmp_path / "cells")
-    methods = [
-        {"method": "saved"},
-        {"method": "none"},
-        {"method": "yarn", "factor": 4},
-        {"method": "linear", "factor": 4},
-    ]
-    suite = suite_from_dict(
-        {
-            "name": "golden",
-            "model": "MODEL",
-            "data": "text.txt",
-            "methods": methods,
-            "perplexity": {"lengths": [64, 200], "mode": "nonoverlap", "max_tokens": 400},
-            "passkey": {"lengths": [128, 300], "depths": [0.0, 1.0], "trials": 2},
-            "needle": {"lengths": [300], "depths": [0.5], "trials": 2},
-            "longppl": {"lengths": [200], "trunc_len": 64, "internal": 32},
-            "ruler": {"lengths": [1024], "tasks": ["niah_single_1", "fwe"], "samples": 1},
-        }
-    )
+    suite = golden_suite("MODEL", ruler={"lengths": [1024], "tasks": ["niah_single_1", "fwe"], "samples": 1})
     return suite, load_cells(tmp_path)
 
 

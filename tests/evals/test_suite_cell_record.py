@@ -131,7 +131,8 @@ def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(
 
 
 # -- the report reads the records: results.json and report.md unchanged ---------------------------------
-def _golden_suite(model_dir):
+def golden_suite(model_dir, **blocks):
+    """The suite the golden cells were written by (``blocks``: more task blocks, e.g. ``ruler``)."""
     from ropescale.evals.suite import suite_from_dict
 
     methods = [
@@ -152,6 +153,7 @@ def _golden_suite(model_dir):
             "passkey": {"lengths": [128, 300], "depths": [0.0, 1.0], "trials": 2},
             "needle": {"lengths": [300], "depths": [0.5], "trials": 2},
             "longppl": {"lengths": [200], "trunc_len": 64, "internal": 32},
+            **blocks,
         }
     )
 
@@ -169,7 +171,7 @@ def test_results_json_and_the_report_are_what_main_wrote_for_the_same_cells(mode
     out = tmp_path / "out"
     shutil.copytree(DATA / "cells", out / "cells")
     cells = [SuiteCell.from_json(json.loads((DATA / "partial.json").read_text()))] if partial else None
-    write_report(_golden_suite(model_dir), out, partial=cells)
+    write_report(golden_suite(model_dir), out, partial=cells)
     suffix = "-partial" if partial else ""
     for name, golden in (("results.json", f"results{suffix}.json"), ("report.md", f"report{suffix}.md")):
         written = (out / name).read_text(encoding="utf-8").replace(str(out), "OUT").replace(str(model_dir), "MODEL")
@@ -181,7 +183,7 @@ def test_the_report_refuses_a_damaged_cell_in_one_line(model_dir, tmp_path):
 
     _damaged(tmp_path, lambda d: d.pop("length"))
     with pytest.raises(CellFileError, match=r"yarn__passkey__128.json': length = \(missing\); remove it"):
-        write_report(_golden_suite(model_dir), tmp_path)
+        write_report(golden_suite(model_dir), tmp_path)
 
 
 # -- results.json read back typed (evidence.read_results) ----------------------------------------------
