@@ -245,19 +245,18 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
         measured = {
             r.label: {t for t in base if t not in beyond and n in folder.scores(r.label).get(t, {})} for r in methods
         }
-        tasks = sorted({t for ts in measured.values() for t in ts if sum(t in m for m in measured.values()) >= 2})
-        there = [r for r in methods if measured[r.label] & set(tasks)]
+        shared = {t for ts in measured.values() for t in ts if sum(t in m for m in measured.values()) >= 2}
+        tasks = sorted(shared)
+        there = [r for r in methods if measured[r.label] & shared]
         if len(there) < 2:
             continue
         worst = {
             folder.title(r): min(
-                folder.of_base(t, folder.scores(r.label)[t][n]["score"]) or 0.0 for t in measured[r.label] & set(tasks)
+                folder.of_base(t, folder.scores(r.label)[t][n]["score"]) or 0.0 for t in measured[r.label] & shared
             )
             for r in there
         }
-        incomplete = {
-            folder.title(r): len(measured[r.label] & set(tasks)) for r in there if measured[r.label] < set(tasks)
-        }
+        incomplete = {folder.title(r): len(measured[r.label] & shared) for r in there if measured[r.label] < shared}
         complete = {m: v for m, v in worst.items() if m not in incomplete}
         top = max(complete.values(), default=None)
         held = [m for m, v in complete.items() if v == top and reaches(v, 100 * RELATIVE_SHARE)]
