@@ -92,6 +92,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         runtime,
         essay,
         progress=not args.no_progress,
+        prompt=args.prompt,
     )
     run.run()
     summary = write_report(args.output, model=args.model)

@@ -109,14 +109,16 @@ class Folder:
         return None
 
 
-def read_folder(folder: str | Path, model: str) -> Folder | None:
-    """The cells of ``model`` in ``folder`` (and the checkpoints beside them); None when it has none."""
+def read_folder(folder: str | Path, model: str, prompt: str = "plain") -> Folder | None:
+    """The cells of ``model`` in ``folder`` (and the checkpoints beside them) whose prompts were of format
+    ``prompt`` (:mod:`~.ruler.prompt`: a chat cell is compared with chat cells only); None when it has none."""
     from ropescale.evals.evidence import _method_name
     from ropescale.evals.ruler.record import cell_files, read_cells
     from ropescale.evals.ruler.report import summarize
 
     folder = Path(folder)
     records, skipped = read_cells(cell_files(folder))
+    records = [r for r in records if r.prompt == prompt]
     ours = {id(r) for r in records if same_model(r.model, model)}
     if not ours:
         return None
@@ -143,7 +145,18 @@ def read_folder(folder: str | Path, model: str) -> Folder | None:
         cells.append(record)
     shipped = folder.resolve().parent == BATTERY_DIR.resolve()
     source = f"evals/measured/ruler/{folder.name}" if shipped else str(folder)
+    source += "" if prompt == "plain" else f" ({prompt} template)"
     return Folder(source, rows, summarize(cells), skipped)
+
+
+def read_folders(folder: str | Path, model: str) -> list[Folder]:
+    """:func:`read_folder` for each prompt format with cells of ``model`` in ``folder`` (plain first)."""
+    from ropescale.evals.ruler.prompt import PROMPTS
+
+    found = [f for f in (read_folder(folder, model, p) for p in PROMPTS) if f is not None]
+    for f in found[1:]:  # the files skipped are said once, with the first
+        f.skipped = []
+    return found
 
 
 def is_battery(path: str | Path) -> bool:
@@ -177,8 +190,8 @@ def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[F
     found = []
     for p in paths or []:
         folder = Path(p).parent if Path(p).is_file() else Path(p)
-        got = read_folder(folder, model)
-        if got is None:
+        got = read_folders(folder, model)
+        if not got:
             from ropescale.evals.ruler.record import cell_files, read_cells
 
             records, skipped = read_cells(cell_files(folder))
@@ -189,9 +202,9 @@ def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[F
                 else (skipped[0] if skipped else "it has no cell files")
             )
             raise RopescaleError(f"RULER folder '{p}' holds no cell of model '{model}' ({why})")
-        found.append(got)
+        found += got
     shipped = sorted(d for d in BATTERY_DIR.glob("*") if d.is_dir()) if BATTERY_DIR.is_dir() else []
-    return found + [f for f in (read_folder(d, model) for d in shipped) if f is not None]
+    return found + [f for d in shipped for f in read_folders(d, model)]
 
 
 def _cell_text(folder: Folder, task: str, entry: dict[str, Any]) -> str:
@@ -440,4 +453,5 @@ __all__ = [
     "holds",
     "is_battery",
     "read_folder",
+    "read_folders",
 ]

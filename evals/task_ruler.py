@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ropescale import options
-from ropescale.evals.task_base import CellContext, SuiteError, Task, flag_type, optional_int, positive_int, setting
+from ropescale.evals.ruler.prompt import PROMPTS
+from ropescale.evals.task_base import (
+    CellContext,
+    SuiteError,
+    Task,
+    flag_type,
+    one_of,
+    optional_int,
+    positive_int,
+    setting,
+)
 
 DEFAULT_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
 
@@ -60,6 +70,15 @@ class RulerSettings:
     )
     seed: int | None = setting(None, "seed of lm-eval's generators (default: the suite's)", check=optional_int)
     haystack: str = setting("austen:Emma", "prose of the [austen] variants: CORPUS:TITLE", check=_check_haystack)
+    prompt: str = setting(
+        "plain",
+        "plain: lm-eval's text as it is (default); chat: in the tokenizer's chat template, as RULER runs "
+        "instruct models (a row of its own, compared with the unscaled model's chat cells)",
+        check=one_of(*PROMPTS),
+        legacy="plain",
+        omit_at_legacy=True,
+        choices=PROMPTS,
+    )
 
 
 @dataclass
@@ -107,8 +126,13 @@ class Ruler(Task):
     help = "RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)"
 
     def prepare(self, suite: Any, settings: RulerSettings, tokenizer: Any) -> Any:
+        from ropescale.evals.ruler.prompt import check_prompt
         from ropescale.evals.ruler.tasks import check_fits, essay_haystack, get_task
 
+        try:
+            check_prompt(settings.prompt, tokenizer, str(suite.model))
+        except ValueError as exc:
+            raise SuiteError(f"ruler.prompt: {exc}") from None
         tasks = [get_task(t) for t in settings.tasks]
         for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
             for length in suite.block(self.name)["lengths"]:
@@ -137,6 +161,7 @@ class Ruler(Task):
                 ctx.data["essay"],
                 journal=ctx.journal(task.name),
                 progress=ctx.progress,
+                prompt=settings.prompt,
             )
         return battery
 

@@ -21,6 +21,7 @@ from ropescale.evals.generation import (
     greedy_generate,
 )
 from ropescale.evals.proportions import wilson_interval
+from ropescale.evals.ruler.prompt import chat_text, check_prompt, starts_with_bos, template_tokens
 from ropescale.evals.ruler.tasks import RulerTask, generate_samples, prompt_text, score
 
 #: fewest samples a cell should have for its interval to mean something (the issue's floor)
@@ -56,6 +57,9 @@ class RulerCell:
     #: when decoding stopped: "answered" (at the first token after which every expected string was
     #: in the output: the score cannot change after it) or "max_new_tokens" (cells before the rule)
     stop: str = "answered"
+    #: how the prompts reached the model (:mod:`.prompt`): "plain" (lm-eval's text) or "chat" (the
+    #: tokenizer's chat template); a plain cell's file leaves the key out, as files before it did
+    prompt: str = "plain"
 
     @property
     def score(self) -> float:
@@ -69,12 +73,16 @@ class RulerCell:
         out = asdict(self)
         out.update(score=self.score, interval=list(self.interval), metric="string_match_all")
         out["records"] = [asdict(r) for r in self.records]
+        if self.prompt == "plain":
+            del out["prompt"]
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RulerCell:
-        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop")}
-        cell = cls(**{k: data[k] for k in keys}, stop=data.get("stop", "max_new_tokens"))
+        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt")}
+        cell = cls(
+            **{k: data[k] for k in keys}, stop=data.get("stop", "max_new_tokens"), prompt=data.get("prompt", "plain")
+        )
         cell.records = [RulerRecord(**r) for r in data["records"]]
         return cell
 
@@ -94,6 +102,7 @@ def run_ruler_cell(
     journal: PromptJournal | None = None,
     progress: bool = False,
     add_bos: bool | None = None,
+    prompt: str = "plain",
 ) -> RulerCell:
     """Generate ``samples`` prompts of ``task`` at ``length`` (lm-eval's generator, :mod:`.tasks`),
     decode each greedily for the task's ``max_new_tokens`` (or until every expected string is in
@@ -109,14 +118,21 @@ def run_ruler_cell(
         essay: the prose haystack's words, for the essay variants.
         journal: where decoded prompts are kept until the cell is written (resuming).
         progress: show a bar.
-        add_bos: prepend BOS; None follows the tokenizer.
+        add_bos: prepend BOS; None follows the tokenizer (and, with ``chat``, never a second one after
+            a template that writes its own).
+        prompt: ``plain`` (lm-eval's text) or ``chat`` (the tokenizer's chat template, :mod:`.prompt`:
+            its tokens come off the length the generator fills, so prompt plus answer still fit).
     """
     check_positive_int("length", length)
     check_positive_int("samples", samples)
+    check_prompt(prompt, tokenizer)
     start = time.time()
-    docs = generate_samples(task, tokenizer, length, samples, seed, essay)
-    head = bos_prefix(tokenizer, add_bos)
-    prompts = [head + encode(tokenizer, prompt_text(task, d)) for d in docs]
+    chat = prompt == "chat"
+    docs = generate_samples(task, tokenizer, length - (template_tokens(tokenizer) if chat else 0), samples, seed, essay)
+    contexts = [chat_text(tokenizer, d["input"], d["gen_prefix"]) if chat else prompt_text(task, d) for d in docs]
+    own_bos = chat and add_bos is None and starts_with_bos(tokenizer, contexts[0])
+    head = [] if own_bos else bos_prefix(tokenizer, add_bos)
+    prompts = [head + encode(tokenizer, text) for text in contexts]
     # Decoding stops once every expected string is in the output: string_match_all cannot change
     # after that (more text only adds matches), so the score is the one of decoding all
     # max_new_tokens, for a fraction of the tokens on the prompts the model answers.
@@ -131,10 +147,12 @@ def run_ruler_cell(
         journal=journal,
         finished=answered,
     )
-    cell = RulerCell(task.name, length, len(docs), seed, task.max_new_tokens, task.lm_eval_task, task.haystack)
-    for doc, prompt, text in zip(docs, prompts, texts):
+    cell = RulerCell(
+        task.name, length, len(docs), seed, task.max_new_tokens, task.lm_eval_task, task.haystack, prompt=prompt
+    )
+    for doc, ids, text in zip(docs, prompts, texts):
         outputs = [str(o) for o in doc["outputs"]]
-        cell.records.append(RulerRecord(int(doc["index"]), len(prompt), outputs, text, score(text, outputs)))
+        cell.records.append(RulerRecord(int(doc["index"]), len(ids), outputs, text, score(text, outputs)))
     cell.elapsed_s = time.time() - start
     return cell
 

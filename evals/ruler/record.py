@@ -64,7 +64,8 @@ def _keys(data: dict[str, Any], known: list[str], where: str) -> None:
 class CellFingerprint:
     """What a cell's file must record for the cell to count as done (:meth:`~.run.RulerRun.is_done`
     compares it whole): the model, the scaling asked for, the cell and the runtime's settings (all but
-    its attention kernel, which the record's ``runtime`` adds)."""
+    its attention kernel, which the record's ``runtime`` adds) and the prompt format (:mod:`.prompt`; a
+    plain cell leaves it out, so the files written before it still count as done)."""
 
     model: str
     scaling_requested: Scaling
@@ -73,6 +74,7 @@ class CellFingerprint:
     samples: int
     seed: int
     runtime: dict[str, Any]
+    prompt: str = "plain"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,7 @@ class CellFingerprint:
             "samples": self.samples,
             "seed": self.seed,
             "runtime": self.runtime,
+            **({} if self.prompt == "plain" else {"prompt": self.prompt}),
         }
 
     @classmethod
@@ -106,7 +109,16 @@ class CellFingerprint:
             _take(data, "samples", (int,), "an integer", "fingerprint."),
             _take(data, "seed", (int,), "an integer", "fingerprint."),
             _take(data, "runtime", (dict,), "an object", "fingerprint."),
+            _prompt(data.get("prompt", "plain")),
         )
+
+
+def _prompt(value: Any) -> str:
+    from ropescale.evals.ruler.prompt import PROMPTS
+
+    if value not in PROMPTS:
+        raise CellFileError(f"fingerprint.prompt = {value!r}: must be one of {', '.join(PROMPTS)}")
+    return value
 
 
 #: a cell file's keys, in the order they are described
@@ -152,6 +164,11 @@ class CellRecord:
     @property
     def task(self) -> str:
         return self.result.task
+
+    @property
+    def prompt(self) -> str:
+        """How the prompts reached the model: ``plain`` or ``chat`` (:mod:`.prompt`)."""
+        return self.fingerprint.prompt
 
     @property
     def length(self) -> int:

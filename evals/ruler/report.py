@@ -28,22 +28,25 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
     if model is not None:
         cells = [c for c in cells if c.model == str(model)]
     table: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
-    unscaled: dict[str, dict[int, float]] = {}
+    # the unscaled base of each prompt format: a row is compared with prompts of its own format only
+    unscaled: dict[str, dict[str, dict[int, float]]] = {}
+    prompt_of: dict[str, str] = {}
     context = None
     for c in cells:
         r = c.result
         lo, hi = r.interval
         entry = {"score": 100 * r.score, "interval": [100 * lo, 100 * hi], "samples": r.samples, "seed": r.seed}
         table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
+        prompt_of[c.label] = c.prompt
         context = c.original_context
         if c.unscaled:
-            unscaled.setdefault(r.task, {})[r.length] = 100 * r.score
+            unscaled.setdefault(c.prompt, {}).setdefault(r.task, {})[r.length] = 100 * r.score
     measures: dict[str, dict[str, Any]] = {}
     for label, tasks in table.items():
         for task, by_length in tasks.items():
             scores = {n: e["score"] for n, e in by_length.items()}
             row: dict[str, Any] = {"effective_length_ruler": effective_length_absolute(scores)}
-            base = unscaled.get(task)
+            base = unscaled.get(prompt_of[label], {}).get(task)
             if context is not None:
                 length, why = effective_length_relative(scores, context, base=base, floor=BEYOND_FLOOR)
                 row.update(effective_length_relative=length, relative_note=why, base="unscaled" if base else "own")
@@ -51,7 +54,13 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
                 kept = retention(scores, base, context)
                 row.update(retention={str(n): v for n, v in kept.items()}, worst_retention=worst_retention(kept))
             measures.setdefault(label, {})[task] = row
-    return {"original_context": context, "scores": table, "measures": measures, "has_unscaled": bool(unscaled)}
+    return {
+        "original_context": context,
+        "scores": table,
+        "measures": measures,
+        "has_unscaled": bool(unscaled),
+        **({"prompts": prompt_of} if set(prompt_of.values()) - {"plain"} else {}),
+    }
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -74,6 +83,9 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     lines = ["## RULER scores (% , 95% Wilson interval, samples per cell)", ""]
     lines += md_table(["scaling", "task", *(str(n) for n in lengths)], rows).splitlines()
+    if summary.get("prompts"):
+        lines += ["", "Rows marked `+chat`: prompts in the model's chat template (`--prompt chat`), compared with the"]
+        lines += ["unscaled model's `+chat` cells only; the other rows are lm-eval's plain text."]
     context = summary["original_context"]
     lines += ["", f"## Effective length and short-context retention (trained context L = {context})", ""]
     if not summary["has_unscaled"]:

@@ -20,8 +20,14 @@ from ropescale.evals.ruler.record import SCHEMA, CellFingerprint, CellRecord, Sc
 from ropescale.evals.ruler.tasks import RulerTask, essay_haystack
 
 
-def cell_name(scaling: Scaling, task: str, length: int) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{scaling.label}__{task}__{length}")
+def row_label(scaling: Scaling, prompt: str = "plain") -> str:
+    """A report row's label: the scaling's, with ``+chat`` for prompts in the chat template (a row of its
+    own, compared with the unscaled model's chat cells only)."""
+    return scaling.label + ("" if prompt == "plain" else f"+{prompt}")
+
+
+def cell_name(scaling: Scaling, task: str, length: int, prompt: str = "plain") -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{row_label(scaling, prompt)}__{task}__{length}")
 
 
 class RulerRun:
@@ -39,19 +45,22 @@ class RulerRun:
         runtime: Any = None,
         essay_text: str | None = None,
         progress: bool = True,
+        prompt: str = "plain",
     ):
         self.model, self.scaling, self.tasks, self.lengths = model, scaling, tasks, lengths
         self.samples, self.seed, self.output, self.progress = samples, seed, Path(output), progress
-        self.runtime, self.essay_text = runtime, essay_text
+        self.runtime, self.essay_text, self.prompt = runtime, essay_text, prompt
         self.cells_dir = self.output / "cells"
 
     def fingerprint(self, task: str, length: int) -> CellFingerprint:
         """What a cell's file must record for the cell to count as done."""
         runtime = {k: v for k, v in self.runtime.to_dict().items() if k != "attention"} if self.runtime else {}
-        return CellFingerprint(str(self.model), self.scaling, task, length, self.samples, self.seed, runtime)
+        return CellFingerprint(
+            str(self.model), self.scaling, task, length, self.samples, self.seed, runtime, self.prompt
+        )
 
     def path(self, task: str, length: int) -> Path:
-        return self.cells_dir / f"{cell_name(self.scaling, task, length)}.json"
+        return self.cells_dir / f"{cell_name(self.scaling, task, length, self.prompt)}.json"
 
     def is_done(self, task: str, length: int) -> bool:
         path = self.path(task, length)
@@ -72,10 +81,12 @@ class RulerRun:
         with output_lock(self.output, "results folder"):
             todo = self.pending()
             if todo:
+                from ropescale.evals.ruler.prompt import check_prompt
                 from ropescale.evals.ruler.tasks import check_fits
                 from ropescale.models.loading import load_tokenizer
 
                 tokenizer = load_tokenizer(self.model)
+                check_prompt(self.prompt, tokenizer, str(self.model))  # a base model asked for chat: before weights
                 for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
                     check_fits(task, tokenizer, length)
                 self._run(todo)
@@ -99,11 +110,20 @@ class RulerRun:
             fingerprint = self.fingerprint(task.name, length)
             journal = PromptJournal(self.path(task.name, length).with_suffix(".partial.jsonl"), fingerprint.to_json())
             cell = run_ruler_cell(
-                model, tokenizer, task, length, self.samples, self.seed, essay, journal=journal, progress=self.progress
+                model,
+                tokenizer,
+                task,
+                length,
+                self.samples,
+                self.seed,
+                essay,
+                journal=journal,
+                progress=self.progress,
+                prompt=self.prompt,
             )
             record = CellRecord(
                 fingerprint,
-                label=s.label,
+                label=row_label(s, self.prompt),
                 unscaled=s.unscaled,
                 scaling=describe(model),  # what the loaded model ran: the method and its resolved parameters
                 rope_parameters=_rope_parameters(model),  # as the config holds them (a checkpoint as saved too)
@@ -139,6 +159,7 @@ __all__ = [
     "RulerRun",
     "Scaling",
     "cell_name",
+    "row_label",
     "load_cells",
     "read_cells",
 ]

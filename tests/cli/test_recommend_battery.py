@@ -17,13 +17,14 @@ MODEL = "smollm2-135m"
 
 
 def write_cell(folder: Path, task: str, length: int, hits: int, method: str | None = "none", factor=None,
-               params=None, model: str = MODEL, samples: int = 30, schema: str | None = None) -> Path:  # fmt: skip
+               params=None, model: str = MODEL, samples: int = 30, schema: str | None = None,
+               prompt: str = "plain") -> Path:  # fmt: skip
     """One cell file as :class:`~ropescale.evals.ruler.run.RulerRun` writes it, from a RulerCell whose first
-    ``hits`` of ``samples`` prompts found their needle."""
+    ``hits`` of ``samples`` prompts found their needle (``prompt``: its prompt format, as ``--prompt``)."""
     from ropescale.evals.ruler.cell import RulerCell, RulerRecord
-    from ropescale.evals.ruler.run import SCHEMA, Scaling, cell_name
+    from ropescale.evals.ruler.run import SCHEMA, Scaling, cell_name, row_label
 
-    cell = RulerCell(task, length, samples, 0, 128, task, "repeat")
+    cell = RulerCell(task, length, samples, 0, 128, task, "repeat", prompt=prompt)
     cell.records = [
         RulerRecord(i, length - 200, ["1234567"], " 1234567." if i < hits else " 7.", float(i < hits))
         for i in range(samples)
@@ -31,10 +32,12 @@ def write_cell(folder: Path, task: str, length: int, hits: int, method: str | No
     scaling = Scaling(method, factor, dict(params or {}))
     fingerprint = {"model": model, "scaling_requested": scaling.request(), "task": task, "length": length,
                    "samples": samples, "seed": 0, "runtime": {"device": "cpu", "dtype": "bfloat16"}}  # fmt: skip
+    if prompt != "plain":
+        fingerprint["prompt"] = prompt
     record = {
         "schema": schema or SCHEMA,
         "fingerprint": fingerprint,
-        "label": scaling.label,
+        "label": row_label(scaling, prompt),
         "unscaled": scaling.unscaled,
         "scaling": {"method": method},
         "rope_parameters": None,
@@ -43,7 +46,7 @@ def write_cell(folder: Path, task: str, length: int, hits: int, method: str | No
         "original_context": 8192,
         "cell": cell.to_dict(),
     }
-    path = folder / "cells" / f"{cell_name(scaling, task, length)}.json"
+    path = folder / "cells" / f"{cell_name(scaling, task, length, prompt)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
     return path
