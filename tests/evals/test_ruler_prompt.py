@@ -80,11 +80,17 @@ def test_a_chat_prompt_has_one_bos_and_fits_its_length_with_the_answer(monkeypat
         seen["prompts"] = prompts
         return [""] * len(prompts)
 
+    def sized(task, tokenizer, length, *args):
+        seen["length"] = length
+        return generate_samples(task, tokenizer, length, *args)
+
     monkeypatch.setattr(cell_module, "greedy_generate", fake_generate)
+    monkeypatch.setattr(cell_module, "generate_samples", sized)
     task = TASKS["niah_single_1"]
     cell = cell_module.run_ruler_cell(None, tok, task, 1024, 3, prompt="chat")
     assert cell.prompt == "chat" and cell.to_dict()["prompt"] == "chat"
-    docs = generate_samples(task, tok, 1024 - template_tokens(tok), 3, 0)  # the generator's length, as RULER's
+    assert seen["length"] == 1024 - template_tokens(tok) and template_tokens(tok) > 10  # RULER's model_template_token
+    docs = generate_samples(task, tok, seen["length"], 3, 0)
     for ids, doc in zip(seen["prompts"], docs):
         text = chat_text(tok, doc["input"], doc["gen_prefix"])
         assert ids[0] == tok.bos_token_id and ids[1] != tok.bos_token_id
