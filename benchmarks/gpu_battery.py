@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_battery.py --output $OUT/battery-x4                 # one H100/H200
     python benchmarks/gpu_battery.py --output runs/battery-x4 --dry-run       # the commands, nothing run
+    python benchmarks/gpu_battery.py --output $OUT/battery-x4 --prompt chat --skip-ppl   # RULER in the chat template
 
 What issue 40's goal is judged on: RULER's offline tasks (lm-eval's generators, 30 samples per cell),
 perplexity of held-out *Emma* and LongPPL, for the unscaled model at and below its trained 8k (the
@@ -98,6 +99,7 @@ def commands(args: argparse.Namespace) -> list[list[str]]:
                 "--output",
                 f"{args.output}/ruler",
                 "--no-progress",
+                *(["--prompt", args.prompt] if args.prompt != "plain" else []),
             ]  # fmt: skip
         )
     return out
@@ -111,6 +113,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lengths", default=",".join(str(n) for n in SHORT + LONG))
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--skip-ppl", action="store_true")
+    ap.add_argument(
+        "--prompt",
+        choices=("plain", "chat"),
+        default="plain",
+        help="RULER's prompts as lm-eval's text (default) or in the model's chat template (rows of their own)",
+    )
     ap.add_argument("--minutes", type=float, default=None, help="start no new call after this many minutes")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     return ap.parse_args(argv)

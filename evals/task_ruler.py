@@ -176,7 +176,8 @@ class Ruler(Task):
             "## RULER",
             "",
             f"Tasks {', '.join(settings.tasks)}, {settings.samples} prompts each per length, as lm-eval generates "
-            "and scores them (string_match_all), decoded greedily on the patched model.",
+            "and scores them (string_match_all), decoded greedily on the patched model"
+            + (", each prompt in the model's chat template (prompt: chat)." if settings.prompt == "chat" else "."),
             "",
             "Mean score over the tasks (higher is better):",
             "",

@@ -38,3 +38,9 @@ def test_a_spent_budget_lists_what_is_left(bench, capsys, monkeypatch):
     assert bench.main(["--minutes", "-1", "--methods", "none,yarn", "--skip-ppl"]) == 3
     out = capsys.readouterr().out
     assert "not started (2)" in out and "--method yarn" in out
+
+
+def test_chat_prompts_reach_every_ruler_call_and_plain_ones_add_no_flag(bench):
+    chat = bench.commands(bench.parse_args(["--prompt", "chat", "--skip-ppl"]))
+    assert chat and all(c[c.index("--prompt") + 1] == "chat" for c in chat)
+    assert all("--prompt" not in c for c in bench.commands(bench.parse_args(["--skip-ppl"])))

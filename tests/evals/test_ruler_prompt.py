@@ -201,3 +201,21 @@ def test_a_cell_file_with_an_unknown_prompt_format_is_refused_with_its_reason(tm
     data["fingerprint"]["prompt"] = "html"
     with pytest.raises(CellFileError, match="fingerprint.prompt = 'html': must be one of plain, chat"):
         CellRecord.from_json(data)
+
+
+def test_a_suite_runs_the_battery_in_the_chat_template_and_says_so(chat_model_dir, tmp_path):
+    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.task_ruler import RulerBattery
+
+    raw = {
+        "name": "battery-chat",
+        "model": chat_model_dir,
+        "device": "cpu",
+        "methods": [{"method": "none"}],
+        "ruler": {"lengths": ["1k"], "tasks": ["niah_single_1"], "samples": 1, "prompt": "chat"},
+    }
+    run_suite(suite_from_dict(raw), tmp_path, progress=False)
+    record = json.loads((tmp_path / "cells" / "none__ruler__1024.json").read_text())
+    assert record["measured"]["protocol"]["prompt"] == "chat"
+    assert RulerBattery.from_json(record["result"]).cells["niah_single_1"].prompt == "chat"
+    assert "each prompt in the model's chat template (prompt: chat)" in (tmp_path / "report.md").read_text()
