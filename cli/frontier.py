@@ -143,7 +143,9 @@ def run(args: argparse.Namespace) -> int:
         from ropescale.evals.battery_evidence import battery_folders
         from ropescale.evals.frontier_battery import battery_section
 
-        folders = battery_folders(ev.model, args.battery)[: len(args.battery)]  # the named ones, not the shipped
+        folders = battery_folders(
+            ev.model, args.battery, shipped=False
+        )  # the named ones (each format), not the shipped
         report += "\n" + "\n".join(battery_section(ev, folders, original, args.target_length))
     from ropescale._lock import writing
 

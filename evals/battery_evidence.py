@@ -184,9 +184,10 @@ def is_battery(path: str | Path) -> bool:
     return False
 
 
-def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[Folder]:
+def battery_folders(model: str, paths: list[str | Path] | None = None, shipped: bool = True) -> list[Folder]:
     """The battery folders of ``model``: those named (``--results``; each must hold cells of it, or one
-    line says why), then the shipped ones that do."""
+    line says why), then, with ``shipped``, the shipped ones that do. A folder holding cells of both prompt
+    formats gives two (:func:`read_folders`)."""
     found = []
     for p in paths or []:
         folder = Path(p).parent if Path(p).is_file() else Path(p)
@@ -203,8 +204,9 @@ def battery_folders(model: str, paths: list[str | Path] | None = None) -> list[F
             )
             raise RopescaleError(f"RULER folder '{p}' holds no cell of model '{model}' ({why})")
         found += got
-    shipped = sorted(d for d in BATTERY_DIR.glob("*") if d.is_dir()) if BATTERY_DIR.is_dir() else []
-    return found + [f for d in shipped for f in read_folders(d, model)]
+    if not shipped or not BATTERY_DIR.is_dir():
+        return found
+    return found + [f for d in sorted(d for d in BATTERY_DIR.glob("*") if d.is_dir()) for f in read_folders(d, model)]
 
 
 def _cell_text(folder: Folder, task: str, entry: dict[str, Any]) -> str:

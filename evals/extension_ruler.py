@@ -81,7 +81,7 @@ def ruler_scores(out: str | Path) -> dict[str, dict[str, dict[int, float]]]:
     scores: dict[str, dict[str, dict[int, float]]] = {}
     for role, folder in FOLDERS.items():
         for record in load_cells(Path(out) / "ruler" / folder):
-            if record.complete:
+            if record.complete and record.prompt == "plain":  # the experiment's own cells: lm-eval's plain text
                 scores.setdefault(role, {}).setdefault(record.task, {})[record.length] = record.score
     return scores
 

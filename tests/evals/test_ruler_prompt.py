@@ -219,3 +219,15 @@ def test_a_suite_runs_the_battery_in_the_chat_template_and_says_so(chat_model_di
     assert record["measured"]["protocol"]["prompt"] == "chat"
     assert RulerBattery.from_json(record["result"]).cells["niah_single_1"].prompt == "chat"
     assert "each prompt in the model's chat template (prompt: chat)" in (tmp_path / "report.md").read_text()
+
+
+def test_every_named_folder_is_read_in_each_of_its_formats_and_the_shipped_only_when_asked(tmp_path):
+    """``eval frontier --battery A --battery B`` reads A (both formats) and B, and no shipped folder."""
+    from ropescale.evals.battery_evidence import battery_folders
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    _mixed_folder(a)
+    write_cell(b, "niah_single_1", 4096, 30)
+    named = battery_folders("smollm2-135m", [a, b], shipped=False)
+    assert [f.source for f in named] == [str(a), f"{a} (chat template)", str(b)]
+    assert len(battery_folders("smollm2-135m", [a, b])) > 3  # the shipped ones follow
