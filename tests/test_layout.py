@@ -187,3 +187,18 @@ def test_the_checker_sees_a_violation(tmp_path, monkeypatch):
     (fake / "__init__.py").write_text("from ..models import loading\n")
     assert "ropescale.models.loading" in _imports("ropescale.methods", fake / "__init__.py")
     assert FLOORS[_room("ropescale.models.loading")] > FLOORS[_room("ropescale.methods")]
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """Each folder with an ``__init__.py`` under the package folders is listed in pyproject's ``packages``: an
+    unlisted one is missing from the wheel, and every import of it fails there (``ropescale.evals.ruler`` was:
+    ``eval ruler`` worked from the checkout only)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for top, package in {**PACKAGE_DIRS, "configs": "ropescale.configs"}.items():
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top).parts
+            found.add(".".join((package, *rel)))
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
