@@ -133,3 +133,33 @@ def test_every_shipped_recipe_validates_by_name(installed):
     out = _run([str(python), "-c", loop, *shipped], work, env)
     assert [line for line in out.splitlines() if line.startswith("EXIT")] == [f"EXIT {n} 0" for n in shipped]
     assert out.count("recipe:") == len(shipped)
+
+
+def test_every_module_of_the_checkout_imports_from_the_wheel(installed):
+    """A module the wheel leaves out fails only where it is imported, often lazily (``ropescale.evals.ruler``
+    did: ``eval ruler`` and ``recommend`` worked from the checkout and not from the wheel)."""
+    python, _, env, work, _ = installed
+    folders = {
+        "ropescale": "ropescale",
+        "cli": "ropescale.cli",
+        "evals": "ropescale.evals",
+        "configs": "ropescale.configs",
+    }
+    modules = sorted(
+        ".".join((package, *p.relative_to(REPO / top).with_suffix("").parts)).removesuffix(".__init__")
+        for top, package in folders.items()
+        for p in (REPO / top).rglob("*.py")
+        if "__pycache__" not in p.parts and (p.parent / "__init__.py").exists()
+    )
+    loop = (
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError as exc:\n"
+        "        if (exc.name or '').startswith('ropescale'):\n"
+        "            print('MISSING', name, exc.name)\n"
+    )
+    assert len(modules) > 100
+    out = _run([str(python), "-c", loop, *modules], work, env)
+    assert [line for line in out.splitlines() if line.startswith("MISSING")] == []
