@@ -27,7 +27,8 @@ def check_prompt(prompt: str, tokenizer: Any, model: str = "") -> None:
     if prompt == "chat" and not getattr(tokenizer, "chat_template", None):
         where = f"model '{model}'" if model else "the model"
         raise ValueError(
-            f"prompt chat: {where} has no chat template (its tokenizer_config.json has no chat_template); "
+            f"prompt chat: {where} has no chat template (neither chat_template.jinja nor tokenizer_config.json's "
+            "chat_template); "
             "a base model takes the plain prompt"
         )
 
