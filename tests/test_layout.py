@@ -21,6 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: top-level folder -> the package it installs as
 PACKAGE_DIRS = {"ropescale": "ropescale", "cli": "ropescale.cli", "evals": "ropescale.evals"}
+#: every top-level folder the wheel installs (the rooms, and the recipes' package)
+WHEEL_DIRS = {**PACKAGE_DIRS, "configs": "ropescale.configs"}
 #: each room's floor: a module may import its own room and rooms on lower floors only
 FLOORS = {
     "ropescale.cli": 9,
@@ -197,7 +199,7 @@ def test_every_package_folder_is_in_the_wheel():
 
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = set()
-    for top, package in {**PACKAGE_DIRS, "configs": "ropescale.configs"}.items():
+    for top, package in WHEEL_DIRS.items():
         for init in (ROOT / top).rglob("__init__.py"):
             rel = init.parent.relative_to(ROOT / top).parts
             found.add(".".join((package, *rel)))

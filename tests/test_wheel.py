@@ -139,15 +139,11 @@ def test_every_module_of_the_checkout_imports_from_the_wheel(installed):
     """A module the wheel leaves out fails only where it is imported, often lazily (``ropescale.evals.ruler``
     did: ``eval ruler`` and ``recommend`` worked from the checkout and not from the wheel)."""
     python, _, env, work, _ = installed
-    folders = {
-        "ropescale": "ropescale",
-        "cli": "ropescale.cli",
-        "evals": "ropescale.evals",
-        "configs": "ropescale.configs",
-    }
+    from tests.test_layout import WHEEL_DIRS
+
     modules = sorted(
         ".".join((package, *p.relative_to(REPO / top).with_suffix("").parts)).removesuffix(".__init__")
-        for top, package in folders.items()
+        for top, package in WHEEL_DIRS.items()
         for p in (REPO / top).rglob("*.py")
         if "__pycache__" not in p.parts and (p.parent / "__init__.py").exists()
     )

@@ -22,6 +22,24 @@ def ruler_corpus() -> list[str]:
     return lines * 3
 
 
+def save_ruler_model(path, tok: PreTrainedTokenizerFast) -> str:
+    """A tiny random Llama whose vocabulary and special tokens are ``tok``'s (1,024 positions, SDPA), saved
+    with ``tok`` into ``path``, as a user's checkpoint folder; returns the path."""
+    from tests.conftest import tiny_model
+
+    model = tiny_model(
+        vocab_size=len(tok),
+        max_position_embeddings=1024,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
 def ruler_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence(

@@ -16,25 +16,13 @@ from ropescale.evals.ruler.measures import (
     retention,
     worst_retention,
 )
-from tests.conftest import squeezed, tiny_model
-from tests.evals.ruler_fixtures import ruler_tokenizer
+from tests.conftest import squeezed
+from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
 
 
 @pytest.fixture(scope="module")
 def ruler_model_dir(tmp_path_factory):
-    tok = ruler_tokenizer()
-    path = tmp_path_factory.mktemp("ruler-model")
-    model = tiny_model(
-        vocab_size=len(tok),
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        attn_implementation="sdpa",
-    )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_ruler_model(tmp_path_factory.mktemp("ruler-model"), ruler_tokenizer())
 
 
 def _run(model_dir, out, *extra):

