@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 import ropescale
+from ropescale.export.engines_table import apply_case
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "loader_child.py"
@@ -49,6 +50,8 @@ CASES = {
     "yarn": (4, {}),
     "llama3": (4, {}),
     "longrope": (4, {"long_factor": [1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], "short_factor": [1.0] * 8}),
+    # YaRN x4 composed on a shipped llama3 x4 (ropescale.methods.composed): saved as LongRoPE, equal factors
+    "yarn_on_llama3": (4, {"compose_on": "llama3"}),
 }
 #: the architectures; Mistral gets a base other than transformers 4's default 10000, so a loader that
 #: misses the top-level rope_theta shows.
@@ -98,7 +101,7 @@ def build_checkpoints(root: Path, ids: torch.Tensor, methods=tuple(CASES), archs
             factor, params = CASES[method]
             model = tiny_model(arch)
             unscaled = logits(model, ids)
-            ropescale.patch(model, method, factor=factor, **params)
+            apply_case(model, method.replace("_on_llama3", ""), params, factor, ropescale.patch)
             path = root / f"{arch}-{method}"
             ropescale.save_pretrained(model, path)
             out.append(Checkpoint(path.name, path, logits(model, ids), unscaled))

@@ -92,17 +92,39 @@ def add_scaling_args(
         metavar="KEY=VALUE",
         help="a method parameter, repeatable (e.g. --param beta_fast=32 --param attention_factor=1.0)",
     )
-    p.add_argument(
-        "--replace",
-        action="store_true",
-        help="replace an existing scaling (starts from the original; the saved method and factor with no --param keep the saved parameters)",
-    )
+    add_shipped_args(p)
     p.add_argument(
         "--sliding-window",
         type=typed(options.sliding_window, "--sliding-window"),
         default="keep",
         metavar="keep|none|N",
         help="Mistral-style sliding window: keep it (default), none (full attention) or a width",
+    )
+
+
+def add_shipped_args(p: argparse.ArgumentParser) -> None:
+    """``--compose`` / ``--replace`` (what a new scaling does with the one the checkpoint ships with) and
+    ``--shipped-context N`` (the context it serves as shipped, where config.json and the family table
+    are wrong): :mod:`ropescale.patching.shipped`."""
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the checkpoint's own scaling, starting from its pretraining frequencies and context "
+        "(the saved method and factor with no --param keep the saved parameters)",
+    )
+    group.add_argument(
+        "--compose",
+        action="store_true",
+        help="build on the checkpoint's own scaling, from its shipped context (the default where its weights "
+        "were trained with it: Llama 3.1, a ropescale fine-tune)",
+    )
+    p.add_argument(
+        "--shipped-context",
+        type=_length,
+        default=None,
+        metavar="N",
+        help="the context the checkpoint serves as shipped, where its config.json and the family table are wrong",
     )
 
 
@@ -156,7 +178,11 @@ def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "original_max_position_embeddings": args.original_max_position_embeddings,
         "replace": args.replace,
         "sliding_window": parse_sliding_window(args.sliding_window),
-        "params": params,
+        "params": {
+            **params,
+            **({"compose": True} if getattr(args, "compose", False) else {}),
+            **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
+        },
     }
 
 

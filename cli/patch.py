@@ -97,9 +97,10 @@ def _patch(args: argparse.Namespace, kw: dict, out) -> int:
             save_pretrained(
                 model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite
             )
-    print(
-        f"wrote {'config of ' if args.config_only else ''}{plan.method.name} x{plan.method.factor:g} checkpoint to {out}"
-    )
+    what = plan.method.label() if hasattr(plan.method, "label") else f"{plan.method.name} x{plan.method.factor:g}"
+    print(f"wrote {'config of ' if args.config_only else ''}{what} checkpoint to {out}")
+    if plan.mode:  # what became of the scaling the checkpoint shipped with, said every time
+        print(f"  {plan.start}")
     print_saved(out, verbose=args.verbose)  # which loaders keep the scaling: one line (the table: --verbose)
     return 0
 
@@ -161,12 +162,16 @@ def summary(model: str, plan, verbose: bool = False) -> str:
     native = "native rope_parameters" if plan.native else "ropescale rotary module (not expressible in transformers)"
     if plan.attention_mode == "kv_consistent":  # dynamic methods, LongRoPE's switch at L
         native += " + KV-consistent attention (cached keys follow the current frequencies; sdpa/eager)"
+    what = method.label() if hasattr(method, "label") else method.name  # a composition names both scalings
+    if hasattr(method, "label"):
+        params = ", ".join(f"{k}={v}" for k, v in method.on_top.get("params", {}).items())
     lines = [
         f"model:              {model}",
-        f"method:             {method.name} (factor {method.factor:g}{', ' + params if params else ''})",
+        f"method:             {what} (factor {method.factor:g}{', ' + params if params else ''})",
         f"rotary geometry:    head_dim {spec.head_dim}, rotary dim {spec.dim}, base {spec.base:g}",
-        f"context:            {spec.original_max_position_embeddings} -> {extended} tokens"
-        + (" (dynamic: frequencies follow the current length)" if method.dynamic else ""),
+        f"context:            {getattr(method, 'shipped_context', 0) or spec.original_max_position_embeddings} -> "
+        f"{extended} tokens" + (" (dynamic: frequencies follow the current length)" if method.dynamic else ""),
+        *([f"starts:             {plan.start}"] if plan.start else []),
         f"attention scaling:  {attention:.4f} on cos/sin (logits x{attention**2:.4f})"
         + (f" at {extended} tokens" if method.dynamic else ""),
         f"implemented by:     {native}",

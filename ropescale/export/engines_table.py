@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..interop.engines import ENGINES
 from ..interop.legacy import with_legacy_keys
@@ -31,7 +32,22 @@ METHODS = {
         "longrope",
         {"long_factor": [1.0 + 3.0 * i / 31 for i in range(32)], "short_factor": [1.0] * 32, "kv_consistent": False},
     ),
+    # YaRN x4 composed on a shipped llama3 x4 (ropescale.methods.composed): saved as LongRoPE, equal factors
+    "yarn on llama3": ("yarn", {"compose_on": "llama3"}),
 }
+
+
+def apply_case(target: Any, method: str, params: dict[str, Any], factor: float, patcher: Any) -> Any:
+    """Scale ``target`` (a config or model, with ``patcher`` = patch_config or patch) as a column says: a
+    ``compose_on`` column first ships the model with that method at ``factor``, then composes on it."""
+    params = dict(params)
+    on = params.pop("compose_on", None)
+    if on is not None:
+        target = patcher(target, on, factor=factor)
+        params["compose"] = True
+    return patcher(target, method, factor=factor, **params)
+
+
 FORMS = {
     "saved": "config.json as ropescale writes it",
     "rope_parameters": "rope_parameters alone (ropescale before the legacy keys)",
@@ -49,7 +65,7 @@ def configs() -> dict[tuple[str, str], dict]:
     )
     out = {}
     for column, (method, params) in METHODS.items():
-        config = patch_config(base, method, factor=4, **params)
+        config = apply_case(base, method, params, 4, patch_config)
         data = with_legacy_keys(json.loads(config.to_json_string(use_diff=False)))
         out[column, "saved"] = data
         old = {k: v for k, v in data.items() if k not in ("rope_scaling", "rope_theta")}

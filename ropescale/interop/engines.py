@@ -59,7 +59,7 @@ _DYNAMIC_FAILS = (
 _LONGROPE_POSITION = (
     "longrope: long_factor once a position exceeds L; transformers once the length does (they differ at L+1 tokens)"
 )
-_LONGROPE_LEN = (
+LONGROPE_LEN = (
     "longrope: serves L tokens by default; with --max-model-len above L, long_factor at every length "
     "(transformers: short_factor up to L)"
 )
@@ -201,8 +201,8 @@ READERS: dict[str, Callable[[dict], tuple[dict | None, str]]] = {
 }
 
 _OLD = {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED), "longrope": (APPROXIMATES, _LONGROPE_POSITION)}
-_NEW = {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED), "longrope": (APPROXIMATES, _LONGROPE_LEN)}
-_NEW_FAILS = {"dynamic": (FAILS, _DYNAMIC_FAILS), "longrope": (APPROXIMATES, _LONGROPE_LEN)}
+_NEW = {"dynamic": (APPROXIMATES, _DYNAMIC_FIXED), "longrope": (APPROXIMATES, LONGROPE_LEN)}
+_NEW_FAILS = {"dynamic": (FAILS, _DYNAMIC_FAILS), "longrope": (APPROXIMATES, LONGROPE_LEN)}
 
 ENGINES: tuple[Engine, ...] = (
     Engine("transformers4", "transformers", "4.45-4.57", "tf4", span=("4.45", "4.99")),

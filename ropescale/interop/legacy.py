@@ -60,7 +60,15 @@ FIELDS = {
         "mscale_all_dim",
     ),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
-    "longrope": ("factor", "short_factor", "long_factor", "original_max_position_embeddings", "attention_factor"),
+    "longrope": (
+        "factor",
+        "short_factor",
+        "long_factor",
+        "original_max_position_embeddings",
+        "attention_factor",
+        "short_mscale",
+        "long_mscale",
+    ),
 }
 #: keys :func:`legacy_keys` may write (and :func:`write_legacy_keys` may remove when not needed)
 LEGACY_KEYS = (
@@ -147,6 +155,10 @@ def legacy_keys(config: Any) -> dict[str, Any]:
     rope_type = rope.get("rope_type", "default")
     if rope_type in NEEDS_ORIGINAL_CONTEXT and rope.get("original_max_position_embeddings") is not None:
         out["original_max_position_embeddings"] = rope["original_max_position_embeddings"]
+    if rope_type == "longrope" and rope.get("short_factor") == rope.get("long_factor"):
+        # nothing switches at L, so no loader needs L at the top; vLLM >= 0.18 would serve only L tokens by
+        # default (a composed scaling, ropescale.methods.composed, is saved this way)
+        out.pop("original_max_position_embeddings", None)
     if rope.get("partial_rotary_factor") is not None:
         out["partial_rotary_factor"] = rope["partial_rotary_factor"]
     return out

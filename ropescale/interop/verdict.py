@@ -15,6 +15,7 @@ from .engines import (
     FAILS,
     FIELD_DEFAULTS,
     KEEPS,
+    LONGROPE_LEN,
     LOSES,
     NON_NATIVE_PREFIX,
     PROVENANCE_KEY,
@@ -121,6 +122,17 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _context_free_longrope(rope: dict) -> bool:
+    """LongRoPE whose frequencies and attention factor do not depend on the original context L: equal short
+    and long factors (nothing switches at L) and an explicit attention factor (not derived from L), as a
+    composed scaling is saved (:mod:`ropescale.methods.composed`)."""
+    return (
+        rope.get("rope_type") == "longrope"
+        and rope.get("short_factor") == rope.get("long_factor")
+        and rope.get("attention_factor") is not None
+    )
+
+
 def _mismatch(seen: dict, want: dict) -> str | None:
     """The first field the engine reads differently, as 'field a instead of b'."""
     if seen["rope_type"] != want["rope_type"]:
@@ -128,6 +140,8 @@ def _mismatch(seen: dict, want: dict) -> str | None:
     if not _same(seen["rope_theta"], want["rope_theta"]):
         return f"rope_theta {seen['rope_theta']:g} instead of {want['rope_theta']:g}"
     for key in FIELDS.get(want["rope_type"], ()):
+        if key == "original_max_position_embeddings" and _context_free_longrope(want):
+            continue  # equal factors and a pinned attention factor: L changes nothing a loader computes
         a, b = seen.get(key, FIELD_DEFAULTS.get(key)), want.get(key, FIELD_DEFAULTS.get(key))
         if not _same(a, b):
             return f"{key} {a!r} instead of {b!r}"
@@ -224,6 +238,10 @@ def judge(engine: Engine, data: dict, intent: Intent) -> EngineVerdict:
     if problem is not None:
         return verdict(LOSES, f"reads {where}: {problem}")
     kind, why = engine.support.get(seen["rope_type"], (KEEPS, f"reads {where}"))
+    if kind == APPROXIMATES and why == LONGROPE_LEN and seen.get("short_factor") == seen.get("long_factor"):
+        # long_factor at every length is exact when it equals short_factor; the engines that switch by
+        # position (> L, not >= L) still read position L from the wrong table, equal factors or not
+        kind, why = KEEPS, f"reads {where} (short_factor = long_factor: nothing switches at L)"
     if caveat is not None and kind == KEEPS:
         kind, why = caveat
     if kind == KEEPS:

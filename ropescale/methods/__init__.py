@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, DynamicNTK, Linear
+from .composed import Composed
 from .dca import DualChunk
 from .llama3 import Llama3
 from .longrope import LongRope
@@ -43,6 +44,7 @@ def register_method(cls: type[ScalingMethod]) -> type[ScalingMethod]:
 for _cls in (Default, Linear, NTK, DynamicNTK, Yarn, DynamicYarn, Llama3, LongRope, SelfExtend, DualChunk, String):
     register_method(_cls)
 register_method(SelfExtendLlamaCpp)
+register_method(Composed)
 
 
 def method_class(name: str) -> type[ScalingMethod]:

@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
-from ..errors import AlreadyScaledError, RopescaleError, UnsupportedModelError
+from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import coerce
 from ..methods.factor import resolve_factor
+from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
 #: exactly like Llama's (checked by the tests for each entry).
@@ -56,6 +57,10 @@ class PatchPlan:
     original_max_position_embeddings_field: int
     #: dynamic methods: rotate cached keys with the current frequencies (``ropescale.attention``)
     kv_consistent: bool = False
+    #: one line: the context the scaling is measured from and what became of a shipped scaling (with sources)
+    start: str = ""
+    #: on a checkpoint that carried a scaling: ``compose`` (built on it) or ``replace``; None on plain RoPE
+    mode: str | None = None
 
     @property
     def native(self) -> bool:
@@ -184,31 +189,6 @@ def original_geometry(config: Any, original_max_position_embeddings: int | None 
     return rope, field, L
 
 
-#: released checkpoints whose config.json says a max_position_embeddings other than the context they were
-#: trained at, recognised by (model_type, max_position_embeddings, rope_theta): (trained context, source)
-CONFIG_SAYS_MORE = {
-    ("qwen2", 131072, 1000000.0): (32768, "Qwen2.5 is trained at 32768 (its model cards configure YaRN x4 from it)"),
-    ("qwen3", 40960, 1000000.0): (32768, "Qwen3 is trained at 32768 (its model cards configure YaRN x4 from it)"),
-    ("mistral", 32768, 10000.0): (8192, "Mistral-7B-v0.1 was trained at 8192 (YaRN's Mistral models scale from it)"),
-}
-
-
-def trained_context_hint(config: Any) -> str | None:
-    """One line where ``config`` is of a released family whose config.json overstates its trained context
-    (:data:`CONFIG_SAYS_MORE`): scaling from the stated number would reach less than the target (or, for
-    Mistral-7B-v0.1, 4× more than asked); ``original_max_position_embeddings`` says which one to use."""
-    rope = getattr(config, "rope_parameters", None) or {}
-    theta = float(rope.get("rope_theta", getattr(config, "rope_theta", 0)) or 0)
-    key = (getattr(config, "model_type", None), getattr(config, "max_position_embeddings", None), theta)
-    if key not in CONFIG_SAYS_MORE:
-        return None
-    trained, source = CONFIG_SAYS_MORE[key]
-    return (
-        f"config.json says max_position_embeddings = {key[1]}, but {source}; the factor is taken from {key[1]} "
-        f"unless you pass --original-max-position-embeddings {trained} (original_max_position_embeddings={trained})"
-    )
-
-
 def plan_patch(
     config: Any,
     method: str | ScalingMethod,
@@ -217,30 +197,33 @@ def plan_patch(
     replace: bool = False,
     *,
     target_length: int | None = None,
+    compose: bool | None = None,
+    shipped_context: int | None = None,
     **params: Any,
 ) -> PatchPlan:
     """Validate everything and decide what patching will do, without changing ``config``.
 
-    ``target_length`` (instead of ``factor``) asks for the factor that reaches that context from
-    the model's original one (see :func:`ropescale.methods.factor.factor_for_target`).
+    ``target_length`` (instead of ``factor``) asks for the factor that reaches that context. On a
+    checkpoint that already carries a scaling the new one is composed on top of it (``compose``, from the
+    shipped context) or replaces it (``replace``, from the pretraining frequencies): the user's flag, else
+    the rule of :mod:`ropescale.patching.shipped` (composed where the weights were trained with the shipped
+    scaling); :attr:`PatchPlan.start` says which, and where each context came from.
     """
     check_supported(config)
-    _check_attention_on_extended(config, method)
-    if is_scaled(config) and not replace:
-        block = provenance(config)
-        what = block["method"] if block else config.rope_parameters.get("rope_type")
-        raise AlreadyScaledError(
-            f"model is already scaled (rope_type/method '{what}'); pass replace=True (CLI: --replace) "
-            "to replace the scaling, starting from the original parameters"
-        )
-    if original_max_position_embeddings is None and provenance(config) is None and not is_scaled(config):
-        hint = trained_context_hint(config)
-        if hint is not None:
-            import warnings
-
-            warnings.warn(hint, UserWarning, stacklevel=2)
     kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
-    params = {**_as_saved(config, method, factor, target_length), **params} if replace and not params else params
+    _check_attention_on_extended(config, method)
+    shipped = shipped_of(config, shipped_context, original_max_position_embeddings)
+    mode = None
+    if is_scaled(config):
+        mode = start_mode(shipped, compose, replace or None, _model_name(config))
+        _check_target_within(shipped, target_length, bool(replace), config)
+    elif compose:
+        raise RopescaleError("--compose builds on a shipped scaling, and this model carries none (plain RoPE)")
+    if mode == COMPOSE:
+        return _plan_composed(config, shipped, method, factor, target_length, params, kv_consistent)
+    if original_max_position_embeddings is None and mode is None and shipped.family:
+        original_max_position_embeddings = shipped.pretraining  # the family table's, named in plan.start
+    params = {**_as_saved(config, method, factor, target_length), **params} if mode and not params else params
     if isinstance(method, ScalingMethod):
         if factor is not None or params or target_length is not None:
             raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
@@ -255,13 +238,123 @@ def plan_patch(
     rope, field, L = original_geometry(config, original_max_position_embeddings)
     spec = rotary_spec(config, rope, L)
     scaling.validate_for(spec)
+    _check_int64(scaling, spec)
+    start = _start_text(shipped, mode, L)
+    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent), start, mode)
+
+
+def _model_name(config: Any) -> str:
+    return f"'{config._name_or_path}'" if getattr(config, "_name_or_path", "") else "the model"
+
+
+def _check_int64(scaling: ScalingMethod, spec: RotarySpec) -> None:
     written = scaling.max_position_embeddings(spec)
     if written > INT64_MAX:  # transformers would write it; every loader would then overflow
         raise ValueError(
             f"factor {scaling.factor:g} x original context {spec.original_max_position_embeddings} gives "
             f"max_position_embeddings = {written}, beyond int64 ({INT64_MAX}); use a smaller --factor"
         )
-    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent))
+
+
+def _label(scaling: dict[str, Any] | None) -> str:
+    carried = scaling or {}
+    return f"{carried.get('method')} x{float(carried.get('factor') or 1):g}"
+
+
+def _check_target_within(shipped: Shipped, target_length: int | None, explicit_replace: bool, config: Any) -> None:
+    """A target the checkpoint already serves as shipped needs no new scaling: say so, and how to check it."""
+    if target_length is None or explicit_replace or target_length > shipped.context:
+        return
+    raise RopescaleError(
+        f"target length {target_length} is within the shipped context {shipped.context} ({shipped.context_source}): "
+        f"the model serves it as shipped ({_label(shipped.scaling)}); check it with `ropescale eval passkey "
+        f"--model {getattr(config, '_name_or_path', '') or 'M'} --lengths {target_length}` (its saved scaling), or pass --replace to rescale from the "
+        "pretraining context"
+    )
+
+
+def _start_text(shipped: Shipped, mode: str | None, L: int) -> str:
+    """One line: which context the new scaling is measured from, and what became of the shipped one."""
+    if mode is None:
+        return f"from the pretraining context {L} ({shipped.pretraining_source})"
+    why = {True: "trained with it", False: "applied without training", None: "unknown"}[shipped.trained]
+    why = f"{why}: {shipped.trained_source}" if shipped.trained is not None else why
+    if (mode == COMPOSE) != bool(shipped.trained):  # the user's flag decided, not the rule
+        why += f"; --{mode}"
+    if mode == COMPOSE:
+        return (
+            f"composed on the shipped {_label(shipped.scaling)} ({why}), from the shipped context {shipped.context} "
+            f"({shipped.context_source})"
+        )
+    return (
+        f"replaced the shipped {_label(shipped.scaling)} ({why}), from the pretraining "
+        f"frequencies and context {L} ({shipped.pretraining_source})"
+    )
+
+
+def _plan_composed(
+    config: Any,
+    shipped: Shipped,
+    method: str | ScalingMethod,
+    factor: Any,
+    target_length: int | None,
+    params: dict[str, Any],
+    kv_consistent: Any,
+) -> PatchPlan:
+    """The plan of a method composed on top of the shipped scaling (:mod:`ropescale.methods.composed`)."""
+    from ..methods.composed import ON_TOP, Composed
+
+    if isinstance(method, ScalingMethod):
+        if factor is not None or params or target_length is not None:
+            raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
+        name, factor, params = method.name, method.factor, {k: v for k, v in method.params().items() if k != "factor"}
+    else:
+        name = method_class(method).name
+    if name == "default":
+        raise RopescaleError(
+            f"--method none on top of the shipped {_label(shipped.scaling)} is the model as shipped: evaluate it "
+            "with its saved scaling (no --method), or pass --replace to remove the scaling"
+        )
+    if name not in ON_TOP:
+        raise RopescaleError(
+            f"{name} cannot be composed on the shipped {_label(shipped.scaling)} ({shipped.trained_source}): "
+            f"ropescale composes {', '.join(ON_TOP)}; pass --replace to run {name} from the pretraining frequencies"
+        )
+    base = _shipped_method(config, shipped.scaling or {})
+    factor = resolve_factor(name, factor, target_length, shipped.context)
+    scaling = Composed(
+        factor=1.0 if factor is None else factor,
+        base=base,
+        on_top={"method": name, "params": {k: v for k, v in params.items() if v is not None}},
+        shipped_context=shipped.context,
+    )
+    scaling.outer  # noqa: B018 - the second method's parameters fail here, naming themselves
+    rope, field, L = original_geometry(config)
+    spec = rotary_spec(config, rope, L)
+    scaling.validate_for(spec)
+    _check_int64(scaling, spec)
+    start = _start_text(shipped, COMPOSE, L)
+    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent), start, COMPOSE)
+
+
+def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
+    """The shipped scaling as ``{"method", "params"}`` a method can be built from (its own keys only)."""
+    block = provenance(config)
+    name = str(block["method"] if block else carried.get("method"))
+    try:
+        cls = method_class(name)
+    except ValueError:
+        raise RopescaleError(f"cannot compose on the shipped rope_type '{name}': unknown to ropescale") from None
+    if cls.dynamic or cls.attention is not None:
+        raise RopescaleError(
+            f"cannot compose on the shipped {name}: its frequencies follow the length or live in the attention; "
+            "pass --replace"
+        )
+    source = dict(block["params"]) if block else dict(carried.get("params") or {})
+    known = cls.parameter_defaults()
+    kept = {k: v for k, v in source.items() if k in known and v is not None}
+    get_method(cls.name, **kept)  # the shipped parameters must build a method (else one line, here)
+    return {"method": cls.name, "params": kept}
 
 
 #: what each attention-level method's reference does on a checkpoint whose RoPE is already scaled
@@ -332,6 +425,8 @@ def check_method_args(method: str | ScalingMethod, factor: Any = None, **params:
         return
     params = dict(params)
     kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
+    for option in ("compose", "shipped_context"):  # what to do with a shipped scaling: plan_patch's
+        params.pop(option, None)
     scaling = get_method(method, **params, **({"factor": factor} if factor is not None else {}))
     kv_consistent_option(scaling, kv_consistent)
 
@@ -351,8 +446,11 @@ def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
     return value
 
 
-def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP) -> None:
-    """Write ``plan`` into ``config`` in place (rope_parameters, max_position_embeddings, provenance)."""
+def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP, fine_tuned: bool = False) -> None:
+    """Write ``plan`` into ``config`` in place (rope_parameters, max_position_embeddings, provenance).
+
+    ``fine_tuned``: the weights were trained with this scaling (``ropescale export`` of a run), so a later
+    extension composes on top of it by default (:func:`ropescale.patching.shipped.start_mode`)."""
     method, spec = plan.method, plan.spec
     native = method.rope_parameters(spec)
     carried = {k: v for k, v in plan.original_rope_parameters.items() if k == "partial_rotary_factor"}
@@ -383,6 +481,8 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP) -> None
             "original_max_position_embeddings_field": plan.original_max_position_embeddings_field,
             "extended_context": extended,
             "kv_consistent": plan.kv_consistent,
+            **({"start": plan.start, "mode": plan.mode} if plan.mode else {}),
+            **({"fine_tuned": True} if fine_tuned else {}),
             "version": __version__,
         },
     )
@@ -476,4 +576,6 @@ def plan_from_provenance(config: Any) -> PatchPlan | None:
         rope,
         int(block["original_max_position_embeddings_field"]),
         bool(block.get("kv_consistent", False)),
+        str(block.get("start") or ""),
+        block.get("mode"),
     )

@@ -161,8 +161,11 @@ def test_unsupported_architectures(capsys, tmp_path):
 def test_already_scaled_model(capsys, model_dir, tmp_path):
     scaled = tmp_path / "scaled"
     assert run(capsys, "patch", "--model", str(model_dir), "--factor", "4", "--output", str(scaled))[0] == 0
-    code, _, err = run(capsys, "patch", "--model", str(scaled), "--factor", "8")
-    assert_one_line_error(code, err, "already scaled", "--replace")
+    # a training-free patch is replaced by default, from the original context, and the output says so
+    code, out, err = run(capsys, "patch", "--model", str(scaled), "--factor", "8")
+    assert code == 0, err
+    assert "64 -> 512 tokens" in out
+    assert "starts:             replaced the shipped yarn x4 (applied without training: ropescale provenance" in out
     code, out, err = run(capsys, "patch", "--model", str(scaled), "--factor", "8", "--replace")
     assert code == 0, err
     assert "64 -> 512 tokens" in out

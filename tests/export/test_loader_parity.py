@@ -35,7 +35,7 @@ def rows(tmp_path_factory):
 def test_transformers_4_57_and_5_give_ropescales_logits(rows):
     names = {r["checkpoint"] for r in rows}
     for arch in ("llama", "mistral"):
-        for method in ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope"):
+        for method in ("linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "yarn_on_llama3"):
             assert f"{arch}-{method}" in names
     for r in rows:
         assert r["tf4_version"].startswith("4.57."), r
@@ -55,6 +55,7 @@ def test_transformers_4_57_builds_the_methods_own_rotary(rows):
         "yarn": "yarn",
         "llama3": "llama3",
         "longrope": "longrope",
+        "yarn_on_llama3": "longrope",  # a composition is saved as LongRoPE with equal factors
     }
     for r in rows:
         method = r["checkpoint"].split("-", 1)[1]

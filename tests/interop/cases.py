@@ -20,7 +20,9 @@ LENGTHS = (16, L // 2, L, L + 1, L + 2, 2 * L, 4 * L)
 #: case -> (method, params): the columns of docs/engines.md (one table for the doc and the test), named
 #: for checkpoint folders and test ids
 METHODS = {
-    {"yarn af=1": "yarn_af1", "yarn betas 16/2": "yarn_betas"}.get(column, column): case
+    {"yarn af=1": "yarn_af1", "yarn betas 16/2": "yarn_betas", "yarn on llama3": "yarn_on_llama3"}.get(
+        column, column
+    ): case
     for column, case in engines_table.METHODS.items()
 }
 FORMS = ("saved", "rope_parameters")
@@ -51,7 +53,8 @@ def build(root: Path) -> dict[tuple[str, str], Path]:
         path = root / f"{name}-saved"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ropescale.save_pretrained(ropescale.patch(model, method, factor=FACTOR, **params), path, config_only=True)
+            scaled = engines_table.apply_case(model, method, params, FACTOR, ropescale.patch)
+            ropescale.save_pretrained(scaled, path, config_only=True)
         out[name, "saved"] = path
         data = json.loads((path / "config.json").read_text())
         for key in ("rope_scaling", "rope_theta", "original_max_position_embeddings"):

@@ -11,7 +11,9 @@ from ropescale.methods import METHODS, RotarySpec, get_method
 from ropescale.methods.factor import INTEGER_FACTOR_METHODS, factor_for_target, resolve_factor
 from tests.conftest import ORIGINAL_CONTEXT, tiny_config
 
-SCALING = sorted(set(METHODS) - {"default", "longrope"})  # longrope needs its factor lists
+SCALING = sorted(
+    set(METHODS) - {"default", "longrope", "composed"}
+)  # longrope needs its factor lists, composed its base
 
 
 @pytest.mark.parametrize("method", SCALING)

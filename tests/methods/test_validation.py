@@ -19,7 +19,10 @@ from ropescale.methods.yarn import Yarn
 SPEC = RotarySpec(head_dim=64, base=1e4, original_max_position_embeddings=4096)
 
 # The smallest valid parameters for each method besides factor.
-REQUIRED = {"longrope": {"long_factor": [1.0] * 32}}
+REQUIRED = {
+    "longrope": {"long_factor": [1.0] * 32},
+    "composed": {"base": {"method": "default"}, "on_top": {"method": "yarn"}, "shipped_context": 4096},
+}
 
 EXPECTED_NAMES = {
     "default",
@@ -34,6 +37,7 @@ EXPECTED_NAMES = {
     "self_extend_llamacpp",
     "dca",
     "string",
+    "composed",
 }
 
 

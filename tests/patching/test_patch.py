@@ -14,6 +14,7 @@ import transformers
 import ropescale
 from ropescale.attention.rotary_embedding import ScaledRotaryEmbedding
 from ropescale.errors import AlreadyScaledError, UnsupportedModelError
+from ropescale.patching.plan import plan_patch
 from tests.conftest import ORIGINAL_CONTEXT, tiny_config, tiny_model
 
 L, BASE = ORIGINAL_CONTEXT, 10000.0
@@ -182,11 +183,14 @@ def test_patch_config_returns_a_copy():
     assert new.max_position_embeddings == 2 * L
 
 
-def test_already_scaled_is_refused_then_replaced_from_original(long_input):
+def test_a_training_free_patch_is_replaced_from_original_and_says_so(long_input):
+    """A scaling ropescale applied without training is replaced by default (the rule of
+    ropescale.patching.shipped), from the original geometry, and the plan says so."""
     model = ropescale.patch(tiny_model(), "yarn", factor=4)
-    with pytest.raises(AlreadyScaledError, match="already scaled"):
-        ropescale.patch(model, "linear", factor=2)
-    ropescale.patch(model, "linear", factor=2, replace=True)
+    plan = plan_patch(model.config, "linear", factor=2)
+    assert plan.mode == "replace"
+    assert plan.start.startswith("replaced the shipped yarn x4 (applied without training: ropescale provenance")
+    ropescale.patch(model, "linear", factor=2)
     direct = ropescale.patch(tiny_model(state_dict=model.state_dict()), "linear", factor=2)
     assert model.config.max_position_embeddings == 2 * L  # from the original L, not 4L
     torch.testing.assert_close(logits(model, long_input), logits(direct, long_input), rtol=0, atol=0)
