@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ropescale.cli.common import _length, add_model_args, add_original_context_arg
+from ropescale.cli.common import _length, add_model_args, add_original_context_arg, add_shipped_args
 
 EXAMPLES = """examples:
   ropescale recommend --target-length 32768                    # embedded SmolLM2-135M, 8k -> 32k
@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     detail.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
     add_original_context_arg(p)
+    add_shipped_args(p)
     p.set_defaults(func=run)
 
 
@@ -85,8 +86,12 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.model, args.original_max_position_embeddings)
     # the original geometry, also for an already scaled checkpoint
     spec = plan_patch(config, "default", None, args.original_max_position_embeddings, replace=True).spec
+    start = _start(args, config)  # (the context the factor is measured from, flags, the line that says why)
+    if start is None:
+        return 0  # within the shipped context: said, nothing to scale
+    context, shipped_flags, start_line = start
     recipe = (
-        _pose_recipe(args.model, args.target_length / spec.original_max_position_embeddings)
+        _pose_recipe(args.model, args.target_length / context)
         if importlib.util.find_spec("ropescale.cli.train")
         else None
     )
@@ -97,13 +102,13 @@ def run(args: argparse.Namespace) -> int:
         serving = Serving(args.serve_with, engines, config, args.original_max_position_embeddings, is_scaled(config))
     rec = recommend(
         args.model,
-        spec.original_max_position_embeddings,
+        context,
         args.target_length,
         args.budget,
         evidence=evidence,
         train_recipe=recipe,
         # the printed patch commands reach the same factor: they carry the trained context given here
-        patch_flags=(" --replace" if is_scaled(config) else "")
+        patch_flags=shipped_flags
         + (
             f" --original-max-position-embeddings {args.original_max_position_embeddings}"
             if args.original_max_position_embeddings
@@ -112,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         serving=serving,
         battery=battery,
     )
+    rec.starts = start_line
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]
     rec.commands = [(what, _without_recipe_settings(cmd)) for what, cmd in rec.commands]
@@ -122,6 +128,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_recommendation(rec, spec) if args.verbose else format_short(rec))
     return 0
+
+
+def _start(args: argparse.Namespace, config) -> tuple[int, str, str] | None:
+    """On a checkpoint that arrives already extended: None (printed: already covered) for a target within its
+    shipped context; else the context the factor is measured from (the shipped one when composing, the
+    pretraining one when replacing), the flag the printed commands carry and the line that says which
+    (ropescale.patching.shipped). On plain RoPE: the pretraining context, no flag, the line naming its source."""
+    from ropescale.patching.plan import is_scaled
+    from ropescale.patching.shipped import COMPOSE, shipped_of, start_mode
+
+    shipped = shipped_of(config, args.shipped_context, args.original_max_position_embeddings)
+    if not is_scaled(config):
+        return (
+            shipped.pretraining,
+            "",
+            f"from the pretraining context {shipped.pretraining} ({shipped.pretraining_source})",
+        )
+    carried = shipped.scaling or {}
+    label = f"{carried.get('method')} x{float(carried.get('factor') or 1):g}"
+    if args.target_length <= shipped.context and not args.replace:
+        print(
+            f"recommendation:  none needed: {args.model} serves {shipped.context:,} tokens as shipped ({label}; "
+            f"{shipped.context_source}), {args.target_length:,} included\n"
+            f"check it:\n  ropescale eval passkey --model {args.model} --lengths {args.target_length}   # its saved "
+            "scaling\n"
+            f"beyond it:  ropescale recommend --model {args.model} --target-length {2 * shipped.context}"
+        )
+        return None
+    mode = start_mode(shipped, args.compose or None, args.replace or None, args.model)
+    if mode == COMPOSE:
+        why = "trained with it" if shipped.trained else "--compose"
+        line = f"on top of the shipped {label} ({why}: {shipped.trained_source}), from {shipped.context:,} ({shipped.context_source})"
+        return shipped.context, " --compose", line
+    why = "applied without training" if shipped.trained is False else "--replace"
+    line = (
+        f"replacing the shipped {label} ({why}: {shipped.trained_source}), from the pretraining {shipped.pretraining:,}"
+    )
+    return shipped.pretraining, " --replace", line
 
 
 def _family(name: str) -> str:

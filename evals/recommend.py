@@ -82,6 +82,9 @@ class Recommendation:
     tradeoffs: list[tuple[str, Evidence]] = field(default_factory=list)  # (sentence, its source)
     commands: list[tuple[str, str]] = field(default_factory=list)  # (what, command)
     evidence: list[Evidence] = field(default_factory=list)
+    #: on an already extended checkpoint: what the factor builds on (composed on / replacing the shipped
+    #: scaling) and where that context came from; on plain RoPE the pretraining context's source
+    starts: str | None = None
 
     @property
     def ratio(self) -> float:
@@ -401,6 +404,8 @@ def format_short(rec: Recommendation) -> str:
     lines = [
         f"{headline(rec)}   ({rec.model}: {rec.original_context:,} → {rec.target_length:,} tokens, ×{rec.ratio:.3g})"
     ]
+    if rec.starts and " the shipped " in rec.starts:  # an already extended checkpoint: what it builds on
+        lines += wrap("starts:", rec.starts)
     if rec.perplexity:
         lines += wrap("measured:", rec.perplexity)
     lines += wrap("why:", rec.why)
