@@ -215,3 +215,10 @@ def test_512k_and_1m_plans_shard_the_window_and_say_they_extrapolate(recipe, sha
     assert f"host memory: {host:.1f} GiB pinned per GPU" in out
     assert f"calibration: outside the measured cells (one GPU, 128k tokens at most): a {length:,}-token window" in out
     assert "shipped:       " in out and "(model.shipped_scaling=replace)" in out
+
+
+def test_tokens_per_device_divide_by_the_context_parallel_ranks(capsys):
+    """Before: `8388608 tokens per device per step` for 8 windows of 1M over 8 CP ranks (each holds 1/8)."""
+    shape = SHAPES / "llama3.1-8b"
+    assert main(["train", "--config", "llama3.1-8b/ultralong_yarn_x128_1m", "--dry-run", "--model", str(shape)]) == 0
+    assert "(1048576 tokens per device per step: 1/8 of each window)" in capsys.readouterr().out

@@ -54,12 +54,11 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     import deepspeed
+    import deepspeed.comm.torch
     from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
     from safetensors.torch import save_file
 
     from ropescale.training.parallel import rotary_shard_problem
-
-    import deepspeed.comm.torch
 
     # DeepSpeed JIT-compiles a shared-memory all-reduce op when its accelerator is the CPU (a C++ build, a
     # minute, a compiler): an optimisation of all_reduce this check does not need; gloo does the collectives
