@@ -95,3 +95,15 @@ def test_the_trainer_prints_the_replacement_and_trains(tmp_path, capfd):
         "is dropped; yarn x4 applies to the pretraining frequencies" in err
     )
     assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.max_position_embeddings == 256
+
+
+def test_a_checkpoint_carrying_the_recipes_own_scaling_needs_no_answer(tmp_path):
+    """A run's own export trained again under its recipe: nothing to replace; another scaling is refused."""
+    from ropescale.patching.model import patch
+
+    config = recipe(tmp_path, train={"max_steps": 1})
+    same = patch(tiny_model("llama", attn_implementation="sdpa"), "yarn", 4.0)
+    Trainer(config, model=same, train_tokens=repetitive_stream(), progress=False).train()
+    other = patch(tiny_model("llama", attn_implementation="sdpa"), "yarn", 2.0)
+    with pytest.raises(RopescaleError, match=r"rope_parameters.rope_type = 'yarn' \(yarn x2: 64 -> 128 tokens\)"):
+        Trainer(recipe(tmp_path / "b"), model=other, train_tokens=repetitive_stream(), progress=False).setup()
