@@ -203,12 +203,15 @@ def test_512k_and_1m_plans_shard_the_window_and_say_they_extrapolate(recipe, sha
     values, the offloaded layer inputs' host memory, and says it lies outside the measured cells.
     Before: no such recipes; the plan had no gathered K/V and no word on its range."""
     cfg = json.loads((SHAPES / shape / "config.json").read_text())
+    launch = ["--accelerate-config", str(CONFIGS_DIR.parent / "accelerate" / "fsdp2_cp8.yaml")]
     code = main(
         ["train", "--config", recipe, "--dry-run", "--gpu", "h100-80gb", "--gpus", "8", "--model", str(SHAPES / shape)]
+        + launch
     )
     out = capsys.readouterr().out
     assert code == 0
     assert f"({length // 8:,} tokens a GPU)" in out and "context parallel 8" in out
+    assert f"1 data-parallel x 8 context-parallel ranks; each rank holds {length // 8} of {length} tokens" in out
     kv_dim = cfg["num_key_value_heads"] * (cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
     assert f"gathered K/V {4 * length * kv_dim * 2 / 2**30:.1f}" in out
     host = cfg["num_hidden_layers"] * length // 8 * cfg["hidden_size"] * 2 / 2**30
