@@ -239,9 +239,11 @@ def train_estimate(shape: Shape, o: Options, card: Card | None = None) -> Estima
     chunk = min(o.loss_chunk, t)
     loss = 5 * chunk * shape.vocab * 4 + 2 * t * shape.hidden * ab
     if o.context_parallel > 1:
-        # torch's context parallelism (accelerate's cp_comm_strategy allgather) gathers the whole window's keys
-        # and values for the layer it computes, and holds their gradients for the whole window in the backward
-        parts["gathered K/V"] = 4 * o.tokens * shape.kv_dim * ab
+        # torch's context parallelism with accelerate's cp_comm_strategy allgather (torch's _AllGatherRotater)
+        # holds the whole window's keys and values for the layer it computes, forward and backward; the
+        # backward adds the shard's K/V gradients in fp32 three times (accumulators, the buffer it sends on,
+        # the one it receives: _templated_ring_attention_backward)
+        parts["gathered K/V"] = 2 * o.tokens * shape.kv_dim * ab + 3 * 2 * t * shape.kv_dim * 4
     if o.checkpointing:
         parts["layer inputs"] = 0.0 if o.offload else shape.layers * t * shape.hidden * ab
         parts["one layer's activations" if working >= loss else "loss chunk"] = max(working, loss)

@@ -107,11 +107,12 @@ def test_gpu_plan_check_smoke_on_the_cpu(tmp_path, capsys):
 
 
 def test_context_parallel_counts_the_gathered_keys_and_values():
-    """torch's CP (allgather) holds the whole window's K and V and their gradients for one layer. Before: not counted."""
+    """torch's CP (allgather) holds the whole window's K and V for one layer, and the shard's fp32 K/V gradients
+    three times in its backward. Before: not counted."""
     shape = _llama3()
     base = plan.Options(tokens=524288, trainable=0, context_parallel=8, gpus=8, fsdp=True)
     est = plan.train_estimate(shape, base)
-    assert est.parts["gathered K/V"] == 4 * 524288 * shape.kv_dim * 2
+    assert est.parts["gathered K/V"] == 2 * 524288 * shape.kv_dim * 2 + 3 * 2 * 65536 * shape.kv_dim * 4
     assert "gathered K/V" not in plan.train_estimate(shape, plan.Options(tokens=65536, trainable=0)).parts
 
 
