@@ -145,7 +145,8 @@ def _summary(config) -> str:
         f"optimizer:     AdamW lr {c.optim.lr:g} betas {tuple(c.optim.betas)} wd {c.optim.weight_decay:g}, "
         f"{c.optim.warmup_steps} warm-up steps, {c.optim.schedule}",
         f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
-        f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len} tokens per device per step), "
+        f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len // c.train.context_parallel} tokens per device "
+        "per step" + (f": 1/{c.train.context_parallel} of each window" if c.train.context_parallel > 1 else "") + "), "
         f"precision {c.train.mixed_precision}",
         _memory_line(c.train),
         f"output:        {c.output_dir}",

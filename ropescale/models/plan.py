@@ -88,6 +88,8 @@ UNITS = {
     "autocast": Units(hidden=19.2, kv=5.0, intermediate=5.3),
     "fp32": Units(hidden=6.5, kv=5.0, intermediate=5.8),
 }
+#: what the measured cells cover (tokens on one GPU, no context parallelism): beyond it a plan is extrapolated
+CALIBRATED_TOKENS = 131072
 #: fraction of the card's dense bf16 peak a training step reaches (H200 cells at 32k-128k: 0.43-0.50)
 TRAIN_EFFICIENCY = 0.47
 #: host<->device bytes per second the offloaded layer inputs move at, effective (the H100 128k cell)
@@ -236,6 +238,12 @@ def train_estimate(shape: Shape, o: Options, card: Card | None = None) -> Estima
     # final hidden states and their gradient) comes before the layers' and does not coincide with it
     chunk = min(o.loss_chunk, t)
     loss = 5 * chunk * shape.vocab * 4 + 2 * t * shape.hidden * ab
+    if o.context_parallel > 1:
+        # torch's context parallelism with accelerate's cp_comm_strategy allgather (torch's _AllGatherRotater)
+        # holds the whole window's keys and values for the layer it computes, forward and backward; the
+        # backward adds the shard's K/V gradients in fp32 three times (accumulators, the buffer it sends on,
+        # the one it receives: _templated_ring_attention_backward)
+        parts["gathered K/V"] = 2 * o.tokens * shape.kv_dim * ab + 3 * 2 * t * shape.kv_dim * 4
     if o.checkpointing:
         parts["layer inputs"] = 0.0 if o.offload else shape.layers * t * shape.hidden * ab
         parts["one layer's activations" if working >= loss else "loss chunk"] = max(working, loss)
@@ -290,6 +298,27 @@ def eval_estimate(
         per_token_bytes = shape.params() * wb + parts.get("KV cache", 0.0)
         seconds += decode_tokens * per_token_bytes / bandwidth
     return Estimate(parts=parts, seconds=seconds, tokens=length)
+
+
+def outside_calibration(o: Options) -> str | None:
+    """Why a plan lies outside the measured cells (None when it lies within): the memory units and the
+    time fraction were fitted on one GPU at 16k-128k tokens, so a longer window, or one sharded by context
+    parallelism (whose communication is not counted), is an extrapolation of them."""
+    t = o.tokens // max(o.context_parallel, 1)
+    why = []
+    if t > CALIBRATED_TOKENS:
+        why.append(f"{t:,} tokens a GPU")
+    if (o.window or o.tokens) > CALIBRATED_TOKENS:
+        why.append(f"a {(o.window or o.tokens):,}-token window (attention time grows with it)")
+    if o.context_parallel > 1:
+        why.append(f"context parallel over {o.context_parallel} (its communication is not counted)")
+    if not why:
+        return None
+    return (
+        f"outside the measured cells (one GPU, {CALIBRATED_TOKENS // 1024}k tokens at most): "
+        + ", ".join(why)
+        + "; an estimate, not a measurement"
+    )
 
 
 def fits(estimate: Estimate, card: Card) -> bool:

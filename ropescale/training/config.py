@@ -3,7 +3,7 @@
 A recipe (``configs/train/<model>/<method>_<setting>.yaml``) has up to nine sections; every key is
 optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
 
-    model:    {name: smollm2-135m, dtype: auto, attn_implementation: auto}
+    model:    {name: smollm2-135m, dtype: auto, attn_implementation: auto, shipped_scaling: null}
     scaling:  {method: yarn, factor: 4, params: {}}
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)
@@ -62,6 +62,7 @@ class ModelSection:
     dtype: str = AUTO  # dtype of the base weights (auto: see the module docstring)
     attn_implementation: str = "auto"  # auto: flash_attention_2 if installed and on a GPU, else sdpa
     sliding_window: Any = "keep"  # Mistral-style models: keep, null (full attention) or a width
+    shipped_scaling: str | None = None  # replace | compose a scaling the checkpoint carries (training/shipped.py)
 
 
 @dataclass
@@ -300,6 +301,10 @@ def validate(c: TrainConfig) -> None:
     sw = c.model.sliding_window
     if not (sw is None or sw == "keep" or (isinstance(sw, int) and not isinstance(sw, bool) and sw > 0)):
         raise ConfigError(f"model.sliding_window must be keep, null (full attention) or a positive integer, got {sw!r}")
+    if c.model.shipped_scaling is not None:
+        from .shipped import SHIPPED
+
+        _one_of("model.shipped_scaling", c.model.shipped_scaling, SHIPPED)
     if not c.scaling.method:
         raise ConfigError("scaling.method is required (see `ropescale methods`)")
     if c.scaling.method == "none":  # the control of an extension experiment: same text, no scaling

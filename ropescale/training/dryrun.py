@@ -32,6 +32,7 @@ class MetaModel:
     original_context: int
     extended_context: int
     rope: dict
+    shipped: str = ""  # what the recipe does with a scaling the checkpoint carries (training/shipped.py)
 
 
 def config_source(name: str) -> tuple[Any, str]:
@@ -84,9 +85,11 @@ def build_meta_model(config: TrainConfig, hf_config: Any, source: str = "") -> M
     from ..models.loading import buildable_config
     from ..patching.plan import check_supported, patch_config, quiet_transformers
     from .modeling import check_lengths, wrap_lora
+    from .shipped import shipped_scaling_line
 
     s = config.scaling
     check_supported(hf_config)
+    shipped = shipped_scaling_line(config, hf_config, source or "config.json")
     try:
         scaled = patch_config(
             hf_config,
@@ -116,6 +119,7 @@ def build_meta_model(config: TrainConfig, hf_config: Any, source: str = "") -> M
         original_context=_original_context(scaled),
         extended_context=int(scaled.max_position_embeddings),
         rope=rope,
+        shipped=shipped,
     )
 
 
@@ -155,6 +159,7 @@ def describe_model(meta: MetaModel, config: TrainConfig) -> list[str]:
         f"trainable:     {meta.trainable:,} of {meta.total:,} parameters ({share:.2f} %)",
         f"written:       {config.scaling.method} x{config.scaling.factor:g}: {meta.original_context:,} -> "
         f"{meta.extended_context:,} tokens; config.json gets rope_parameters {{{rope}}}",
+        *([meta.shipped] if meta.shipped else []),
     ]
 
 
@@ -202,6 +207,15 @@ def plan_lines(config: TrainConfig, meta: MetaModel, card: planner.Card, gpus: i
         f"{planner.duration(step)} per optimizer step, {planner.duration(step * t.max_steps)} for "
         f"{t.max_steps} steps on {dp * max(t.context_parallel, 1)} GPU{'s' if gpus > 1 else ''}",
     ]
+    if options.offload and options.checkpointing:  # pinned host memory the offloaded layer inputs take
+        host = shape.layers * est.tokens * shape.hidden * (2 if options.autocast else 4)
+        lines.append(
+            f"  host memory: {planner.gib(host)} pinned per GPU for the offloaded layer inputs "
+            f"({planner.gib(host * gpus)} for {gpus} GPU{'s' if gpus > 1 else ''})"
+        )
+    outside = planner.outside_calibration(options)
+    if outside:
+        lines.append(f"  calibration: {outside}")
     lines += eval_lines(config, meta, shape, est, card)
     tips = planner.advice(shape, options, card)
     if config.data.packing == "documents":  # context parallelism is causal only: documents cannot stay apart

@@ -16,6 +16,9 @@ feeds it:
 * the ranks of a CP group read the same windows: the data-parallel rank is ``rank // N`` of
   ``world // N`` (accelerate's mesh puts ``cp`` innermost).
 
+Methods whose frequencies change with the length (dynamic NTK/YaRN, LongRoPE's switch) are refused:
+a rank's rotary would take the length from its shard, not from the window.
+
 Torch's CP replaces SDPA only (flash/memory-efficient/cuDNN kernels, i.e. CUDA): the attention must
 be ``sdpa``, S²-Attn and sliding windows are out (accelerate drops the mask and attends causally).
 """
@@ -52,10 +55,34 @@ def context_parallel_problem(config: Any) -> str | None:
             f"{where} needs model.attn_implementation sdpa (torch's context parallel replaces SDPA), "
             f"got {config.model.attn_implementation}"
         )
+    s = config.scaling
+    problem = rotary_shard_problem(s.method, s.factor, s.params, where)
+    if problem:
+        return problem
     if config.s2attn.enabled:
         return f"{where} cannot be combined with s2attn.enabled (CP attends with full causal SDPA)"
     if config.model.sliding_window not in (None, "keep"):
         return f"{where} needs full attention: set model.sliding_window=null"
+    return None
+
+
+def rotary_shard_problem(method: str, factor: float, params: dict, where: str) -> str | None:
+    """Why ``method`` cannot rotate a window sharded along the sequence (None when it can).
+
+    Under context parallelism and DeepSpeed Ulysses alike, each rank runs the rotary embedding on its own
+    shard, with the shard's global position ids: a static method then gives every token the frequencies
+    one process would. A method whose frequencies depend on the current length (dynamic NTK/YaRN,
+    LongRoPE's switch at L) would read the length off the shard's positions, which differ from rank to
+    rank and from the window's (tests/training/test_ulysses.py shows the loss moving), so it is refused.
+    """
+    from ..methods import get_method
+
+    if get_method(method, factor=factor, **params).varies_with_length():
+        return (
+            f"{where}: {method} changes its frequencies with the length, and each rank holds only its shard of "
+            "the window (its rotary would see the shard's length, not the window's); use a static method "
+            "(yarn, linear, ntk, llama3)"
+        )
     return None
 
 

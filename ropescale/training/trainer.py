@@ -27,6 +27,7 @@ import importlib.util
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -181,6 +182,7 @@ class Trainer:
                 refuse_pickles(checkpoint, allowed=FSDP_OPTIMIZER_FILES if self._fsdp() else ())
         self.identity = run_identity(c, self._model_in is None, self._train_tokens is None)
         set_seed(c.train.seed)
+        self._announce_shipped_scaling(acc.is_main_process)
         base = self._model_in if self._model_in is not None else load_base_model(c)
         base = scale_model(base, c)
         if self.tokenizer is None and self._train_tokens is None:
@@ -221,6 +223,24 @@ class Trainer:
                 (self.output_dir / "metrics.jsonl").unlink(missing_ok=True)
         acc.wait_for_everyone()
         self._ready = True
+
+    def _announce_shipped_scaling(self, main: bool) -> None:
+        """Say what happens to a scaling the checkpoint carries, or refuse when the recipe does not say
+        (:mod:`.shipped`), before any weights load."""
+        from .dryrun import config_source
+        from .shipped import shipped_scaling_line
+
+        if self._model_in is not None:
+            hf_config, where = self._model_in.config, "the given model"
+        else:
+            try:
+                hf_config, where = config_source(self.config.model.name)
+            except RopescaleError:
+                return  # nothing readable before loading: loading says why, or converts the embedded model
+        line = shipped_scaling_line(self.config, hf_config, where)
+        said = line.split(":", 1)[1].strip()
+        if main and said.startswith("replaced:"):
+            print("ropescale: shipped scaling " + said, file=sys.stderr)
 
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
         if self.accelerator.is_main_process:

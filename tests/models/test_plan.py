@@ -104,3 +104,21 @@ def test_gpu_plan_check_smoke_on_the_cpu(tmp_path, capsys):
         ("train", None)
     ]
     assert all("error" not in c and c["seconds"] > 0 and c["plan_mib"] > 0 for c in cells)
+
+
+def test_context_parallel_counts_the_gathered_keys_and_values():
+    """torch's CP (allgather) holds the whole window's K and V for one layer, and the shard's fp32 K/V gradients
+    three times in its backward. Before: not counted."""
+    shape = _llama3()
+    base = plan.Options(tokens=524288, trainable=0, context_parallel=8, gpus=8, fsdp=True)
+    est = plan.train_estimate(shape, base)
+    assert est.parts["gathered K/V"] == 2 * 524288 * shape.kv_dim * 2 + 3 * 2 * 65536 * shape.kv_dim * 4
+    assert "gathered K/V" not in plan.train_estimate(shape, plan.Options(tokens=65536, trainable=0)).parts
+
+
+def test_a_plan_beyond_the_measured_cells_says_so():
+    assert plan.outside_calibration(plan.Options(tokens=131072, trainable=0)) is None
+    line = plan.outside_calibration(plan.Options(tokens=1048576, trainable=0, context_parallel=8, gpus=8, fsdp=True))
+    assert (
+        "131,072 tokens a GPU" not in line and "a 1,048,576-token window" in line and "context parallel over 8" in line
+    )

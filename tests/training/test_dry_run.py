@@ -23,6 +23,7 @@ RECIPES = sorted(CONFIGS_DIR.rglob("*.yaml"))
 RECIPE_SHAPES = {
     "llama2-7b": "llama2-7b",
     "llama3-8b": "llama3-8b",
+    "llama3.1-8b": "llama3.1-8b",
     "mistral-7b": "mistral-7b-v0.1",
     "mistral-7b-v0.3": "mistral-7b-v0.3",
     "qwen2.5-7b": "qwen2.5-7b",
@@ -186,3 +187,41 @@ def test_a_cached_hub_config_is_enough(tmp_path):
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
     assert "model config:  meta-llama/Meta-Llama-3-8B (cached Hub config)" in out
     assert "trainable:     567,545,856 of 8,030,261,248 parameters" in out
+
+
+@pytest.mark.parametrize(
+    "recipe, shape, length",
+    [
+        ("llama3.1-8b/ultralong_yarn_x64_512k", "llama3.1-8b", 524288),
+        ("llama3.1-8b/ultralong_yarn_x128_1m", "llama3.1-8b", 1048576),
+        ("qwen2.5-7b/yarn_x16_512k", "qwen2.5-7b", 524288),
+        ("qwen3-8b/yarn_x16_512k", "qwen3-8b", 524288),
+    ],
+)
+def test_512k_and_1m_plans_shard_the_window_and_say_they_extrapolate(recipe, shape, length, capsys):
+    """Each GPU holds length / 8 tokens (context parallel 8); the plan counts the window's gathered keys and
+    values, the offloaded layer inputs' host memory, and says it lies outside the measured cells.
+    Before: no such recipes; the plan had no gathered K/V and no word on its range."""
+    cfg = json.loads((SHAPES / shape / "config.json").read_text())
+    launch = ["--accelerate-config", str(CONFIGS_DIR.parent / "accelerate" / "fsdp2_cp8.yaml")]
+    code = main(
+        ["train", "--config", recipe, "--dry-run", "--gpu", "h100-80gb", "--gpus", "8", "--model", str(SHAPES / shape)]
+        + launch
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"({length // 8:,} tokens a GPU)" in out and "context parallel 8" in out
+    assert f"1 data-parallel x 8 context-parallel ranks; each rank holds {length // 8} of {length} tokens" in out
+    kv_dim = cfg["num_key_value_heads"] * (cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    assert f"gathered K/V {(2 * length * kv_dim * 2 + 6 * length // 8 * kv_dim * 4) / 2**30:.1f}" in out
+    host = cfg["num_hidden_layers"] * length // 8 * cfg["hidden_size"] * 2 / 2**30
+    assert f"host memory: {host:.1f} GiB pinned per GPU" in out
+    assert f"calibration: outside the measured cells (one GPU, 128k tokens at most): a {length:,}-token window" in out
+    assert "shipped:       " in out and "(model.shipped_scaling=replace)" in out
+
+
+def test_tokens_per_device_divide_by_the_context_parallel_ranks(capsys):
+    """Before: `8388608 tokens per device per step` for 8 windows of 1M over 8 CP ranks (each holds 1/8)."""
+    shape = SHAPES / "llama3.1-8b"
+    assert main(["train", "--config", "llama3.1-8b/ultralong_yarn_x128_1m", "--dry-run", "--model", str(shape)]) == 0
+    assert "(1048576 tokens per device per step: 1/8 of each window)" in capsys.readouterr().out
