@@ -11,6 +11,7 @@ the calibration text the next one; a single document is cut into two disjoint ha
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,6 +404,18 @@ def run_search_job(
     calibration, heldout = select_texts(tokenizer, options, need_cal, need_held)
     from ..patching.plan import is_scaled
 
+    if is_scaled(config):  # never silently: every candidate replaces the shipped scaling, and says so
+        from ..patching.shipped import shipped_of
+
+        shipped = shipped_of(config)
+        carried = shipped.scaling or {}
+        print(
+            f"ropescale: search: every candidate replaces the shipped {carried.get('method')} "
+            f"x{float(carried.get('factor') or 1):g} ({'trained with it' if shipped.trained else 'trained: ' + str(shipped.trained).lower()}: "
+            f"{shipped.trained_source}), starting from the pretraining frequencies at {shipped.pretraining}; the model "
+            "as shipped is measured beside them (saved)",
+            file=sys.stderr,
+        )
     if is_scaled(config) and SAVED not in options.baselines:  # a scaled checkpoint: measure it as saved too
         import dataclasses
 

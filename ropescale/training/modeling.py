@@ -37,9 +37,10 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
     Under context parallelism (``train.context_parallel > 1``) ``auto`` attention is SDPA: torch's
     context-parallel attention replaces SDPA only.
     """
-    from ..models.loading import from_pretrained
+    from ..models.loading import from_pretrained, load_config
 
     s = config.scaling
+    start = _start_kwargs(config, load_config(config.model.name, s.original_max_position_embeddings))
     dtype = dtype or config.model.dtype
     attn = config.model.attn_implementation
     attn = "sdpa" if attn == "auto" and config.train.context_parallel > 1 else resolve_attn_implementation(attn, dtype)
@@ -47,8 +48,8 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
         config.model.name,
         method=s.method,
         factor=s.factor,
-        method_params=dict(s.params),
-        replace=True,
+        method_params={**dict(s.params), **start["params"]},
+        replace=start["replace"],
         original_max_position_embeddings=s.original_max_position_embeddings,
         sliding_window=config.model.sliding_window,
         dtype=getattr(torch, dtype),
@@ -67,15 +68,26 @@ def scale_model(model: Any, config: TrainConfig) -> Any:
     block = provenance(model.config)
     if block is not None and block["method"] == wanted.name and block["params"] == wanted.params():
         return model
+    start = _start_kwargs(config, model.config)
     return patch(
         model,
         s.method,
         s.factor,
         s.original_max_position_embeddings,
-        replace=True,
+        replace=start["replace"],
         sliding_window=config.model.sliding_window,
-        **s.params,
+        **{**s.params, **start["params"]},
     )
+
+
+def _start_kwargs(config: TrainConfig, hf_config: Any) -> dict[str, Any]:
+    """How the recipe's scaling meets one the checkpoint carries (:func:`ropescale.training.shipped.shipped_mode`,
+    the rule patch and recommend follow): composed on it, or replacing it from the pretraining frequencies."""
+    from .shipped import shipped_mode
+
+    if shipped_mode(config, hf_config) == "compose":
+        return {"replace": False, "params": {"compose": True}}
+    return {"replace": True, "params": {}}
 
 
 def target_length(base: Any, config: TrainConfig) -> int:

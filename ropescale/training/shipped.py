@@ -7,20 +7,21 @@ recipe that goes further either
 * ``replace``: drops the shipped scaling and applies its own method to the *pretraining* frequencies
   from the pretraining context (UltraLong, arXiv 2504.06214: Llama-3.1-8B-Instruct's llama3 RoPE
   replaced by YaRN from 8192, factor 128 for 1M tokens, then continued pretraining), or
-* ``compose``: applies its method on top of the shipped one.
+* ``compose``: applies its method on top of the shipped one, from the shipped context
+  (:mod:`ropescale.methods.composed`).
 
-The trainer never chooses silently. With ``replace`` it says what it drops; when the checkpoint's
-``config.json`` carries a scaling other than the recipe's and the recipe does not say, it refuses in
-one line naming ``model.shipped_scaling``, before any weights load. ``compose`` with a carried scaling
-is refused too: ropescale's patching starts every method from the original frequencies, so composing
-is not something this trainer can do yet.
+The trainer never chooses silently and follows the one rule patch and recommend follow
+(:func:`ropescale.patching.shipped.start_mode`): the recipe's ``model.shipped_scaling`` where it says;
+else compose where the weights were trained with the shipped scaling (Llama 3.1, a ropescale fine-tune),
+replace where it was switched on without training (Qwen's YaRN); where nothing says, it refuses in one
+line naming ``model.shipped_scaling``, before any weights load. The dry run and the trainer print which.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..errors import RopescaleError
+from ..errors import AlreadyScaledError, RopescaleError
 
 SHIPPED = ("replace", "compose")
 
@@ -54,35 +55,62 @@ def _is_the_recipes(config: Any, hf_config: Any) -> bool:
     return block["method"] == wanted.name and block["params"] == wanted.params()
 
 
+def shipped_mode(config: Any, hf_config: Any) -> str | None:
+    """``replace`` or ``compose`` for a checkpoint that carries a scaling other than the recipe's (the
+    recipe's word, else the rule), None where there is nothing to decide.
+
+    Raises:
+        RopescaleError: nothing says whether the weights were trained with the shipped scaling and the
+            recipe does not set ``model.shipped_scaling`` (one line naming the key).
+    """
+    from ..patching.plan import is_scaled
+    from ..patching.shipped import shipped_of, start_mode
+
+    if not is_scaled(hf_config) or _is_the_recipes(config, hf_config):
+        return None
+    choice = config.model.shipped_scaling
+    shipped = shipped_of(hf_config, None, config.scaling.original_max_position_embeddings)
+    try:
+        return start_mode(shipped, choice == "compose" or None, choice == "replace" or None)
+    except AlreadyScaledError:
+        rope_type = (getattr(hf_config, "rope_parameters", None) or {}).get("rope_type", "?")
+        raise RopescaleError(
+            f"rope_parameters.rope_type = '{rope_type}' ({carried_scaling(hf_config)}) is a scaling the checkpoint "
+            "already carries, and nothing says whether its weights were trained with it: set "
+            "model.shipped_scaling=compose to build on it or replace to start from the pretraining frequencies"
+        ) from None
+
+
 def shipped_scaling_line(config: Any, hf_config: Any, where: str = "config.json") -> str:
     """The line the dry run and the trainer print about the checkpoint's own scaling.
 
     Raises:
-        RopescaleError: the checkpoint carries a scaling and ``model.shipped_scaling`` is not set, or is
-            ``compose`` (one line naming the key).
+        RopescaleError: see :func:`shipped_mode` (the line names ``where``).
     """
     s = config.scaling
     choice = config.model.shipped_scaling
     recipe = f"{s.method} x{s.factor:g}"
     carried = carried_scaling(hf_config)
-    if carried is None or _is_the_recipes(config, hf_config):
+    try:
+        mode = shipped_mode(config, hf_config)
+    except RopescaleError as exc:
+        raise RopescaleError(f"{where}: {exc}") from None
+    if mode is None:
         what = "no scaling" if carried is None else f"the recipe's own scaling ({carried})"
         said = f" (model.shipped_scaling={choice})" if choice else ""
         return f"shipped:       {where} carries {what}; {recipe} applies to the pretraining frequencies{said}"
     rope_type = (getattr(hf_config, "rope_parameters", None) or {}).get("rope_type", "?")
-    if choice is None:
-        raise RopescaleError(
-            f"{where}: rope_parameters.rope_type = '{rope_type}' ({carried}) is a scaling the checkpoint already "
-            f"carries; set model.shipped_scaling=replace to drop it and apply {recipe} to the pretraining frequencies, "
-            "or compose to build on it"
-        )
-    if choice == "compose":
-        raise RopescaleError(
-            f"model.shipped_scaling=compose: {where} carries rope_type '{rope_type}' ({carried}), and ropescale "
-            f"starts every scaling from the pretraining frequencies, so {recipe} cannot be put on top of it; "
-            "set model.shipped_scaling=replace"
+    why = (
+        "model.shipped_scaling=" + mode
+        if choice
+        else "the rule: " + ("trained with it" if mode == "compose" else "applied without training")
+    )
+    if mode == "compose":
+        return (
+            f"shipped:       composed: {recipe} applies on top of rope_type '{rope_type}' of {where} ({carried}), "
+            f"from its shipped context ({why})"
         )
     return (
         f"shipped:       replaced: rope_type '{rope_type}' of {where} ({carried}) is dropped; {recipe} applies to the "
-        "pretraining frequencies (model.shipped_scaling=replace)"
+        f"pretraining frequencies ({why})"
     )

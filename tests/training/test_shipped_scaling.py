@@ -1,8 +1,9 @@
 """``model.shipped_scaling``: a checkpoint that arrives extended (Llama-3.1's llama3 RoPE) is never
 re-scaled silently. Before: the trainer and the dry run replaced the shipped llama3 x8 by the recipe's
-method (``replace=True``) without a word. Now: a recipe that does not say is refused in one line naming
-the key, before any weights load; ``replace`` is printed (dry run and trainer); ``compose`` is refused
-(patching starts every method from the pretraining frequencies)."""
+method (``replace=True``) without a word. Now the one rule of patch and recommend: the recipe's word, else
+compose where the weights were trained with the shipped scaling (Llama 3.1) and replace where it was
+switched on without training (a training-free patch, Qwen's YaRN); where nothing says, a refusal in one line
+naming the key, before any weights load. The dry run and the trainer print which."""
 
 from __future__ import annotations
 
@@ -49,17 +50,34 @@ def test_the_dry_run_says_what_it_replaces(capsys):
     assert "written:       yarn x64: 8,192 -> 524,288 tokens" in out
 
 
-def test_a_recipe_that_does_not_say_is_refused_in_one_line(capsys):
-    code, out, err = _dry(capsys, "model.shipped_scaling=null")
-    assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"ropescale: error: {LLAMA31 / 'config.json'}: rope_parameters.rope_type = 'llama3' ")
-    assert "set model.shipped_scaling=replace" in err
+def test_a_recipe_that_does_not_say_follows_the_rule_on_llama31(capsys):
+    """Llama 3.1's weights were trained with llama3 (the family table): unsaid, the recipe composes on it."""
+    code, out, err = _dry(capsys, "model.shipped_scaling=null", "scaling.factor=4")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("shipped:"))
+    assert "composed: yarn x4 applies on top of rope_type 'llama3'" in line and "(the rule: trained with it)" in line
 
 
-def test_compose_is_refused_in_one_line(capsys):
-    code, _, err = _dry(capsys, "model.shipped_scaling=compose")
+def test_a_scaling_nothing_vouches_for_is_refused_in_one_line(capsys, tmp_path):
+    import json
+
+    data = json.loads((LLAMA31 / "config.json").read_text())
+    data["rope_scaling"]["original_max_position_embeddings"] = 4096  # no family row
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    argv = ["train", "--config", ULTRALONG, "--dry-run", "--model", str(tmp_path), "model.shipped_scaling=null"]
+    code = main(argv)
+    err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("ropescale: error: model.shipped_scaling=compose: ")
+    assert err.startswith(f"ropescale: error: {tmp_path / 'config.json'}: rope_parameters.rope_type = 'llama3' ")
+    assert "set model.shipped_scaling=compose to build on it or replace" in err
+
+
+def test_compose_is_planned_from_the_shipped_context(capsys):
+    code, out, err = _dry(capsys, "model.shipped_scaling=compose", "scaling.factor=4")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("shipped:"))
+    assert "composed: yarn x4 applies on top of rope_type 'llama3'" in line
+    assert "(model.shipped_scaling=compose)" in line
 
 
 def test_a_bad_value_names_the_key():
@@ -97,13 +115,17 @@ def test_the_trainer_prints_the_replacement_and_trains(tmp_path, capfd):
     assert model.config.rope_parameters["rope_type"] == "yarn" and model.config.max_position_embeddings == 256
 
 
-def test_a_checkpoint_carrying_the_recipes_own_scaling_needs_no_answer(tmp_path):
-    """A run's own export trained again under its recipe: nothing to replace; another scaling is refused."""
+def test_a_checkpoint_carrying_the_recipes_own_scaling_needs_no_answer(tmp_path, capfd):
+    """A run's own export trained again under its recipe: nothing to replace; another training-free scaling
+    is replaced by the rule, and said."""
     from ropescale.patching.model import patch
 
     config = recipe(tmp_path, train={"max_steps": 1})
     same = patch(tiny_model("llama", attn_implementation="sdpa"), "yarn", 4.0)
     Trainer(config, model=same, train_tokens=repetitive_stream(), progress=False).train()
     other = patch(tiny_model("llama", attn_implementation="sdpa"), "yarn", 2.0)
-    with pytest.raises(RopescaleError, match=r"rope_parameters.rope_type = 'yarn' \(yarn x2: 64 -> 128 tokens\)"):
-        Trainer(recipe(tmp_path / "b"), model=other, train_tokens=repetitive_stream(), progress=False).setup()
+    capfd.readouterr()
+    Trainer(recipe(tmp_path / "b"), model=other, train_tokens=repetitive_stream(), progress=False).setup()
+    err = capfd.readouterr().err
+    assert "replaced: rope_type 'yarn' of the given model (yarn x2: 64 -> 128 tokens)" in err
+    assert "(the rule: applied without training)" in err
