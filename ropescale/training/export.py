@@ -86,6 +86,9 @@ def export(
 
     config = load_run_config(run_dir)
     model = merged_model(run_dir, checkpoint, dtype, base_model)
+    block = getattr(model.config, "ropescale", None)
+    if isinstance(block, dict):  # its weights were trained with this scaling: a later extension composes on it
+        model.config.ropescale = {**block, "fine_tuned": True}
     if tokenizer is None and base_model is None:
         try:
             tokenizer = load_tokenizer(config.model.name)

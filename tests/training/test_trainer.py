@@ -131,6 +131,12 @@ def test_merged_export_reloads_and_matches_the_adapter_model(tmp_path, model_dir
     out = export(config.output_dir, tmp_path / "merged")
     reloaded = ropescale.from_pretrained(out)
     assert reloaded.config.ropescale["method"] == method
+    # trained with its scaling: a later extension composes on it by default (issue 51's rule)
+    assert reloaded.config.ropescale["fine_tuned"] is True
+    if method == "yarn":
+        from ropescale.patching.plan import plan_patch
+
+        assert plan_patch(reloaded.config, "yarn", factor=2).mode == "compose"
     assert not any("lora" in n for n, _ in reloaded.named_parameters())
     with torch.no_grad():
         torch.testing.assert_close(reloaded(ids).logits, adapter_logits, rtol=1e-4, atol=1e-4)
