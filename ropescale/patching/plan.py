@@ -61,6 +61,8 @@ class PatchPlan:
     start: str = ""
     #: on a checkpoint that carried a scaling: ``compose`` (built on it) or ``replace``; None on plain RoPE
     mode: str | None = None
+    #: rebuilt from a checkpoint whose weights were trained with this scaling (``ropescale export``)
+    fine_tuned: bool = False
 
     @property
     def native(self) -> bool:
@@ -482,7 +484,7 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP, fine_tu
             "extended_context": extended,
             "kv_consistent": plan.kv_consistent,
             **({"start": plan.start, "mode": plan.mode} if plan.mode else {}),
-            **({"fine_tuned": True} if fine_tuned else {}),
+            **({"fine_tuned": True} if fine_tuned or plan.fine_tuned else {}),
             "version": __version__,
         },
     )
@@ -578,4 +580,5 @@ def plan_from_provenance(config: Any) -> PatchPlan | None:
         bool(block.get("kv_consistent", False)),
         str(block.get("start") or ""),
         block.get("mode"),
+        bool(block.get("fine_tuned", False)),
     )
