@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
-EXTRAS ?= eval,train,dev,ulysses
+EXTRAS ?= eval,train,dev
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.ropescale-installed
@@ -48,13 +48,21 @@ ENGINES_CACHE := $(BUILD_CACHE)/engines-$(PYTAG)-$(call key,$(ENGINE_PINS))
 WHEEL_PY := import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
 	z.extractall(sys.argv[2], [n for n in z.namelist() if n.endswith(".py")])
 
+# DeepSpeed (Ulysses sequence parallelism, ALST arXiv 2506.13996) for tests/training/test_ulysses.py, which
+# runs it in two torchrun processes of its own: in a --target folder, not the venv, because DeepSpeed
+# installed beside transformers prints its accelerator detection on stdout in every command that imports
+# peft or transformers' integrations. Built against the venv's torch (--no-build-isolation), --no-deps.
+ULYSSES := .ulysses
+ULYSSES_PINS := deepspeed==0.19.8 einops==0.8.2 hjson==3.1.0 msgpack==1.2.4 ninja==1.13.2 py-cpuinfo==9.0.0
+ULYSSES_CACHE := $(BUILD_CACHE)/ulysses-$(PYTAG)-$(call key,$(ULYSSES_PINS))
+
 # Point the clone's link at a cache folder (a link of ours is replaced; anything else is left alone).
 define link
 	@if [ -e $(2) ] && [ ! -L $(2) ]; then echo "$(2) exists and is not a link to the build cache; move it away"; exit 1; fi
 	ln -sfn $(1) $(2)
 endef
 
-.PHONY: setup test lint demo bench clean tf4 llamacpp engines
+.PHONY: setup test lint demo bench clean tf4 llamacpp engines ulysses
 
 # setup = the environment plus the embedded corpora: Jane Austen's novels (Debian's
 # r-cran-janeaustenr) and the King James Bible (bible-kjv-text, a training source for
@@ -83,6 +91,15 @@ $(TF4_CACHE)/.done: | $(STAMP)
 	$(PIP) install -q --no-deps --target $(TF4_CACHE).tmp.$$PPID $(TF4_PINS)
 	touch $(TF4_CACHE).tmp.$$PPID/.done
 	mv -T $(TF4_CACHE).tmp.$$PPID $(TF4_CACHE) || rm -rf $(TF4_CACHE).tmp.$$PPID
+
+ulysses: $(ULYSSES_CACHE)/.done
+	$(call link,$(ULYSSES_CACHE),$(ULYSSES))
+
+$(ULYSSES_CACHE)/.done: | $(STAMP)
+	rm -rf $(ULYSSES_CACHE).tmp.$$PPID && mkdir -p $(BUILD_CACHE)
+	$(PIP) install -q --no-deps --no-build-isolation --target $(ULYSSES_CACHE).tmp.$$PPID $(ULYSSES_PINS)
+	touch $(ULYSSES_CACHE).tmp.$$PPID/.done
+	mv -T $(ULYSSES_CACHE).tmp.$$PPID $(ULYSSES_CACHE) || rm -rf $(ULYSSES_CACHE).tmp.$$PPID
 
 engines: $(ENGINES_CACHE)/.done
 	$(call link,$(ENGINES_CACHE),$(ENGINES))
@@ -114,11 +131,11 @@ $(LLAMACPP_CACHE)/.done: | $(STAMP)
 	touch $(LLAMACPP_CACHE).tmp.$$PPID/.done
 	mv -T $(LLAMACPP_CACHE).tmp.$$PPID $(LLAMACPP_CACHE) || rm -rf $(LLAMACPP_CACHE).tmp.$$PPID
 
-test: $(STAMP) tf4 llamacpp engines
+test: $(STAMP) tf4 llamacpp engines ulysses
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m ropescale.data.corpus install
-	ROPESCALE_TF4=$(abspath $(TF4)) LLAMA_PERPLEXITY=$(abspath $(LLAMACPP_BIN)) \
+	ROPESCALE_TF4=$(abspath $(TF4)) ROPESCALE_ULYSSES=$(abspath $(ULYSSES)) LLAMA_PERPLEXITY=$(abspath $(LLAMACPP_BIN)) \
 		LLAMA_COMPLETION=$(abspath $(LLAMACPP_CLI_BIN)) $(PY) -m pytest -q tests
 
 lint: $(STAMP)
@@ -139,4 +156,4 @@ bench: setup
 # The clone's own files; the shared build cache stays (it serves every clone): remove $(BUILD_CACHE) by hand.
 clean:
 	rm -rf $(VENV) build *.egg-info
-	for l in $(TF4) $(LLAMACPP) $(ENGINES); do [ ! -L $$l ] || rm $$l; done
+	for l in $(TF4) $(LLAMACPP) $(ENGINES) $(ULYSSES); do [ ! -L $$l ] || rm $$l; done
