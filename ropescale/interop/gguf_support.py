@@ -99,7 +99,8 @@ def carry(data: dict, intent: Any = None) -> Carry:
         names = ", ".join(sorted(GGUF_ARCH)[:-1]) + f" and {sorted(GGUF_ARCH)[-1]}"
         why = f"GGUF export supports {names} models, not '{model_type}'"
         return Carry(CANNOT, why, method, model_refusal=True)
-    window, context = _window(data), data.get("max_position_embeddings")
+    # the context the scaling covers (a linear config.json keeps max_position_embeddings at L)
+    window, context = _window(data), intent.extended or data.get("max_position_embeddings")
     if window is not None and context is not None and window < int(context):
         how = (
             "runs Mistral as Llama with full attention"

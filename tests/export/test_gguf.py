@@ -198,7 +198,12 @@ def test_refuses_other_architectures_and_narrow_sliding_windows(tmp_path):
     import transformers
 
     phi3 = transformers.Phi3Config(
-        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, pad_token_id=0
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        pad_token_id=0,
     )
     with pytest.raises(UnsupportedModelError, match="supports llama, mistral, qwen2 and qwen3 models, not 'phi3'"):
         export_gguf(transformers.Phi3ForCausalLM(phi3), tmp_path / "q.gguf", tokenizer=tiny_tokenizer())

@@ -31,7 +31,7 @@ def qwen(arch: str, seed: int = 0, **overrides):
             attn = layer.self_attn
             for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
                 if proj.bias is not None:
-                    proj.bias.copy_(torch.randn(proj.bias.shape, generator=gen))
+                    proj.bias.copy_(0.1 * torch.randn(proj.bias.shape, generator=gen))
             for norm in (getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)):
                 if norm is not None:
                     norm.weight.copy_(1 + torch.rand(norm.weight.shape, generator=gen))
