@@ -192,10 +192,10 @@ def test_refused_methods_write_nothing(checkpoint, tmp_path, method, kw, fragmen
 
 
 def test_refuses_other_architectures_and_narrow_sliding_windows(tmp_path):
+    import transformers
+
     from ropescale.errors import UnsupportedModelError
     from tests.export.conftest import tiny_tokenizer
-
-    import transformers
 
     phi3 = transformers.Phi3Config(
         vocab_size=300,
