@@ -33,6 +33,7 @@ from .._io import _create_sibling
 from ..errors import RopescaleError, UnsupportedModelError
 from ..interop.engines import CANNOT
 from ..interop.gguf_support import GGUF_ARCH, carry
+from ..interop.verdict import intent_of
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..patching.plan import (
     _head_dim,
@@ -128,7 +129,7 @@ def check_exportable(config: Any) -> str:
     be saved: the architectures, attention windows and rope forms it refuses, export refuses.
     """
     data = json.loads(config.to_json_string(use_diff=False))
-    answer = carry(data)
+    answer = carry(data, intent_of(data))
     if answer.verdict == CANNOT:
         if answer.model_refusal:
             raise UnsupportedModelError(answer.why)

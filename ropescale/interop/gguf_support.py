@@ -75,22 +75,19 @@ def _same(a: Any, b: float) -> bool:
     return isinstance(a, (int, float)) and math.isclose(float(a), b, rel_tol=1e-9)
 
 
-def carry(data: dict, intent: Any = None) -> Carry:
+def carry(data: dict, intent: Any) -> Carry:
     """Whether llama.cpp can run a config's RoPE scaling from a GGUF file, and in what form.
 
     Args:
         data: the parsed config.json (or ``config.to_dict()`` of a patched config).
-        intent: :func:`ropescale.interop.verdict.intent_of` ``data``, if the caller has it.
+        intent: :func:`ropescale.interop.verdict.intent_of` ``data`` (what the config means: the rope dict,
+            the method, whether it is native).
 
     Returns:
         A :class:`Carry`: ``keeps`` (export-gguf writes it and llama.cpp computes what transformers
         does), ``approximates`` (written; llama.cpp chooses LongRoPE's factors by context size) or
         ``cannot express`` (export-gguf refuses it with this why).
     """
-    if intent is None:
-        from .verdict import intent_of
-
-        intent = intent_of(data)
     raw_type = str(data.get("model_type", "?"))
     model_type = raw_type.removeprefix(NON_NATIVE_PREFIX)
     method = intent.method
