@@ -1,4 +1,4 @@
-"""``ropescale export-gguf``: write a (patched) Llama/Mistral checkpoint as a GGUF file for llama.cpp."""
+"""``ropescale export-gguf``: write a (patched) Llama/Mistral/Qwen2/Qwen3 checkpoint as a GGUF file for llama.cpp."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ EXAMPLES = """examples:
   ropescale export-gguf ./llama --output llama-q8.gguf --dtype q8_0
   llama-cli -m smollm2-yarn4.gguf -c 32768 ...                                  # no rope flags needed
 
-llama.cpp runs static scalings only: default, linear, ntk, yarn (beta_fast=32, beta_slow=1), llama3,
-longrope (and searched factors). dynamic_ntk, dynamic_yarn, self_extend and kv_consistent are refused.
+llama.cpp runs static scalings only: default, linear, ntk, yarn (beta_fast=32, beta_slow=1), and on
+Llama/Mistral llama3 and longrope (per-dimension factors; Qwen2/Qwen3 take none). dynamic_ntk,
+dynamic_yarn, self_extend and kv_consistent are refused; `ropescale doctor` gives the same answer.
 """
 
 
@@ -21,8 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export-gguf",
         help="write a checkpoint with its RoPE scaling as a GGUF file that llama.cpp runs without rope flags",
-        description="Export a Llama or Mistral checkpoint (a ropescale-saved or plain transformers directory, or an "
-        "embedded model name) to GGUF with llama.cpp's rope metadata. With --method, patch it first.",
+        description="Export a Llama, Mistral, Qwen2 or Qwen3 checkpoint (a ropescale-saved or plain transformers "
+        "directory, or an embedded model name) to GGUF with llama.cpp's rope metadata. With --method, patch it first.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -95,10 +95,13 @@ def markdown() -> str:
         "(tests/interop/test_engines.py: `make engines` installs vLLM 0.11.0, vLLM 0.33.0 and SGLang 0.5.23",
         "with `--no-deps` into folders of their own; their config parsing, context-length derivation and",
         "`get_rope` build the rotary embedding from ropescale checkpoints, whose cos/sin are compared with",
-        "transformers 5 at n = 16, L/2, L, L+1, L+2, 2L, 4L). The other rows come from reading the",
+        "transformers 5 at n = 16, L/2, L, L+1, L+2, 2L, 4L). The llama.cpp row is what `ropescale export-gguf`",
+        "writes (ropescale/interop/gguf_support.py, the answer export-gguf refuses by), run by llama.cpp's own",
+        "llama-perplexity in tests/export/test_gguf_llamacpp.py. The other rows come from reading the",
         "engines' code at the versions named.",
         "",
-        "Case: a Llama (L = 4096, base 5e5) scaled x4.",
+        "Case: a Llama (L = 4096, base 5e5) scaled x4. On Qwen2 and Qwen3 (llama.cpp's qwen2/qwen3",
+        "architectures, which take no per-dimension factors) llama.cpp cannot express llama3 or longrope.",
         "",
     ]
     columns = list(METHODS)

@@ -1,16 +1,19 @@
-"""Export a (patched) Llama or Mistral checkpoint to a GGUF file that llama.cpp runs with the same
-RoPE scaling, no command-line flags needed.
+"""Export a (patched) Llama, Mistral, Qwen2 or Qwen3 checkpoint to a GGUF file that llama.cpp runs with
+the same RoPE scaling, no command-line flags needed.
 
     ropescale.export.export_gguf("smollm2-135m", "smollm2-yarn4.gguf", "f16", method="yarn", factor=4)
 
-What is written follows llama.cpp's own converter (``convert_hf_to_gguf.py``, class ``LlamaModel``):
-architecture ``llama`` (Mistral included: llama.cpp runs it as Llama), tensor names ``token_embd``,
-``blk.N.attn_q/k/v/output``, ``ffn_gate/up/down``, ``attn_norm``, ``ffn_norm``, ``output_norm``,
-``output``; q and k rows permuted from transformers' rotate-half layout (pair i = dims i and
-i + d/2) to ggml's interleaved one (pair i = dims 2i and 2i+1); 1-D tensors always fp32. The rope
-metadata comes from :mod:`ropescale.export.gguf_rope`, the tokenizer from
-:mod:`ropescale.export.gguf_vocab`. Everything that can be refused is refused before the file is
-opened, and the file appears under its name only when complete (temporary file + rename).
+What is written follows llama.cpp's own converter (``convert_hf_to_gguf.py``, classes ``LlamaModel``,
+``Qwen2Model``, ``Qwen3Model``): architecture ``llama`` (Mistral included: llama.cpp runs it as
+Llama), ``qwen2`` or ``qwen3``; tensor names ``token_embd``, ``blk.N.attn_q/k/v/output`` (with
+Qwen2's q/k/v biases), ``attn_q_norm``/``attn_k_norm`` (Qwen3), ``ffn_gate/up/down``, ``attn_norm``,
+``ffn_norm``, ``output_norm``, ``output``; for ``llama`` only, q and k rows permuted from
+transformers' rotate-half layout (pair i = dims i and i + d/2) to ggml's interleaved one (pair i =
+dims 2i and 2i+1): qwen2/qwen3 rotate NeoX-style, as transformers does. 1-D tensors are always
+fp32. What llama.cpp can carry is :func:`ropescale.interop.gguf_support.carry` (the answer
+``ropescale doctor`` gives too); the rope metadata comes from :mod:`ropescale.export.gguf_rope`, the
+tokenizer from :mod:`ropescale.export.gguf_vocab`. Everything that can be refused is refused before
+the file is opened, and the file appears under its name only when complete (temporary file + rename).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import torch
 from .. import __version__
 from .._io import _create_sibling
 from ..errors import RopescaleError, UnsupportedModelError
+from ..interop.engines import CANNOT
+from ..interop.gguf_support import GGUF_ARCH, carry
+from ..interop.verdict import intent_of
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..patching.plan import (
     _head_dim,
@@ -35,14 +41,13 @@ from ..patching.plan import (
     patch_config,
     plan_from_provenance,
 )
-from .gguf_rope import GGUFRope, rope_for_gguf
+from .gguf_rope import GGUFRope, NotExpressibleError, rope_for_gguf
 from .gguf_vocab import vocab_metadata
 
-ARCH = "llama"
 U32_MAX = 2**32 - 1
 DTYPES = ("f32", "f16", "q8_0")
-#: model types written as llama.cpp's ``llama`` architecture
-EXPORTABLE = ("llama", "mistral")
+#: model types export-gguf writes (as :data:`~ropescale.interop.gguf_support.GGUF_ARCH` maps them)
+EXPORTABLE = tuple(GGUF_ARCH)
 #: transformers rope_type → ropescale method, for checkpoints ropescale did not patch
 NATIVE_ROPE_TYPES = {
     "default": "default",
@@ -62,6 +67,8 @@ _LAYER_TENSORS = {
     "mlp.down_proj": "ffn_down",
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_norm": "attn_q_norm",  # Qwen3's per-head RMSNorm of q and k
+    "self_attn.k_norm": "attn_k_norm",
 }
 _GLOBAL_TENSORS = {
     "model.embed_tokens.weight": "token_embd.weight",
@@ -82,8 +89,8 @@ def permute_rotary_rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     return weight.reshape(n_heads, 2, rows // n_heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
 
 
-def gguf_tensor_name(hf_name: str) -> str | None:
-    """GGUF name of a transformers Llama/Mistral tensor; None for buffers that are not weights."""
+def gguf_tensor_name(hf_name: str, arch: str = "llama") -> str | None:
+    """GGUF name of a transformers Llama/Mistral/Qwen2/Qwen3 tensor; None for buffers that are not weights."""
     if hf_name in _GLOBAL_TENSORS:
         return _GLOBAL_TENSORS[hf_name]
     if hf_name.endswith("rotary_emb.inv_freq"):
@@ -93,7 +100,7 @@ def gguf_tensor_name(hf_name: str) -> str | None:
         module, leaf = ".".join(parts[3:-1]), parts[-1]
         if module in _LAYER_TENSORS and leaf in ("weight", "bias"):
             return f"blk.{int(parts[2])}.{_LAYER_TENSORS[module]}.{leaf}"
-    raise UnsupportedModelError(f"tensor '{hf_name}' has no GGUF name in the llama architecture")
+    raise UnsupportedModelError(f"tensor '{hf_name}' has no GGUF name in the {arch} architecture")
 
 
 def scaling_of(config: Any) -> tuple[ScalingMethod, RotarySpec, bool]:
@@ -115,48 +122,52 @@ def scaling_of(config: Any) -> tuple[ScalingMethod, RotarySpec, bool]:
     return get_method(cls.name, **params), spec, False
 
 
-def check_exportable(config: Any) -> None:
-    """Refuse architectures and settings the ``llama`` GGUF architecture cannot represent."""
-    model_type = getattr(config, "model_type", "?")
-    if model_type not in EXPORTABLE:
-        raise UnsupportedModelError(f"GGUF export supports {' and '.join(EXPORTABLE)} models, not '{model_type}'")
+def check_exportable(config: Any) -> str:
+    """The GGUF architecture of a config, or the one-line refusal ``ropescale doctor`` gives too.
+
+    What llama.cpp can carry is :func:`ropescale.interop.gguf_support.carry` on the config as it would
+    be saved: the architectures, attention windows and rope forms it refuses, export refuses.
+    """
+    data = json.loads(config.to_json_string(use_diff=False))
+    answer = carry(data, intent_of(data))
+    if answer.verdict == CANNOT:
+        if answer.model_refusal:
+            raise UnsupportedModelError(answer.why)
+        raise NotExpressibleError(f"method '{answer.method}' cannot be exported to GGUF: {answer.why}")
+    arch = str(answer.arch)
     context = int(config.max_position_embeddings)
     if context > U32_MAX:  # llama.cpp's context_length field is a uint32
         raise RopescaleError(
-            f"max_position_embeddings = {context} does not fit GGUF's {ARCH}.context_length (uint32, at most "
+            f"max_position_embeddings = {context} does not fit GGUF's {arch}.context_length (uint32, at most "
             f"{U32_MAX}); use a smaller --factor"
         )
-    window = getattr(config, "sliding_window", None)
-    if window is not None and window < config.max_position_embeddings:
-        raise UnsupportedModelError(
-            f"sliding_window={window} is narrower than the context {config.max_position_embeddings}; llama.cpp runs "
-            "Mistral as Llama with full attention (re-patch with --sliding-window none)"
-        )
+    return arch
 
 
-def model_metadata(config: Any, rope: GGUFRope, name: str, file_type: int) -> dict[str, Any]:
-    """The ``general.*`` and ``llama.*`` keys of the file (rope included)."""
+def model_metadata(config: Any, rope: GGUFRope, name: str, file_type: int, arch: str = "llama") -> dict[str, Any]:
+    """The ``general.*`` and ``<arch>.*`` keys of the file (rope included)."""
     head_dim = _head_dim(config)
     out: dict[str, Any] = {
         "general.type": "model",
         "general.name": name,
         "general.file_type": file_type,
         "general.quantization_version": 2,
-        f"{ARCH}.vocab_size": int(config.vocab_size),
-        f"{ARCH}.context_length": int(config.max_position_embeddings),
-        f"{ARCH}.embedding_length": int(config.hidden_size),
-        f"{ARCH}.feed_forward_length": int(config.intermediate_size),
-        f"{ARCH}.block_count": int(config.num_hidden_layers),
-        f"{ARCH}.attention.head_count": int(config.num_attention_heads),
-        f"{ARCH}.attention.head_count_kv": int(
+        f"{arch}.vocab_size": int(config.vocab_size),
+        f"{arch}.context_length": int(config.max_position_embeddings),
+        f"{arch}.embedding_length": int(config.hidden_size),
+        f"{arch}.feed_forward_length": int(config.intermediate_size),
+        f"{arch}.block_count": int(config.num_hidden_layers),
+        f"{arch}.attention.head_count": int(config.num_attention_heads),
+        f"{arch}.attention.head_count_kv": int(
             getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         ),
-        f"{ARCH}.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
+        f"{arch}.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
     }
-    if head_dim != config.hidden_size // config.num_attention_heads:  # Mistral Nemo & co.
-        out[f"{ARCH}.attention.key_length"] = head_dim
-        out[f"{ARCH}.attention.value_length"] = head_dim
-    out.update(rope.metadata(ARCH))
+    # as llama.cpp's converter: whenever the config names head_dim (Qwen3's differs from hidden / heads)
+    if getattr(config, "head_dim", None) is not None or head_dim != config.hidden_size // config.num_attention_heads:
+        out[f"{arch}.attention.key_length"] = head_dim
+        out[f"{arch}.attention.value_length"] = head_dim
+    out.update(rope.metadata(arch))
     return out
 
 
@@ -211,20 +222,23 @@ def _encode(tensor: torch.Tensor, qtype) -> np.ndarray:
 
 
 def _plan_tensors(
-    config: Any, source: Any, rope: GGUFRope, dtype: str
+    config: Any, source: Any, rope: GGUFRope, dtype: str, arch: str = "llama"
 ) -> list[tuple[str, Callable[[], torch.Tensor], Any, tuple[int, ...]]]:
     """(gguf name, encoder, ggml type, logical shape) for every tensor, in writing order."""
+    interleaved = arch == "llama"  # ggml's "normal" rope; qwen2/qwen3 rotate NeoX-style, like transformers
     n_heads = config.num_attention_heads
     n_kv = getattr(config, "num_key_value_heads", None) or n_heads
     tied = bool(getattr(config, "tie_word_embeddings", False))
     planned = []
     for hf_name, shape, load in _source_tensors(source):
-        name = gguf_tensor_name(hf_name)
+        name = gguf_tensor_name(hf_name, arch)
         if name is None or (tied and name == "output.weight"):
             continue  # llama.cpp reuses token_embd when there is no output tensor
 
         def encoder(load=load, name=name):
             tensor = load()
+            if not interleaved:
+                return tensor
             if ".attn_q." in name:
                 tensor = permute_rotary_rows(tensor, n_heads)
             elif ".attn_k." in name:
@@ -278,7 +292,7 @@ def export_gguf(
     overwrite: bool = False,
     **params: Any,
 ) -> Path:
-    """Write a Llama/Mistral checkpoint with its RoPE scaling as one GGUF file.
+    """Write a Llama/Mistral/Qwen2/Qwen3 checkpoint with its RoPE scaling as one GGUF file.
 
     Args:
         model: a checkpoint directory (saved by ropescale or plain transformers), an embedded model
@@ -293,7 +307,8 @@ def export_gguf(
 
     Returns:
         ``path``. Raises :class:`~ropescale.export.gguf_rope.NotExpressibleError` for scalings
-        llama.cpp cannot run, before anything is loaded or written.
+        llama.cpp cannot run (:func:`ropescale.interop.gguf_support.carry`: what ``ropescale doctor``
+        says), before anything is loaded or written.
     """
     import gguf
 
@@ -303,22 +318,22 @@ def export_gguf(
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists (pass overwrite=True / --overwrite to replace it)")
     config, source, get_tokenizer, name = _resolve(model, tokenizer, method, factor, replace, dict(params))
-    check_exportable(config)
+    arch = check_exportable(config)
     rope = rope_for_gguf(*scaling_of(config))
     file_type = {
         "f32": gguf.LlamaFileType.ALL_F32,
         "f16": gguf.LlamaFileType.MOSTLY_F16,
         "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     }[dtype]
-    metadata = model_metadata(config, rope, name, int(file_type))
+    metadata = model_metadata(config, rope, name, int(file_type), arch)
     metadata["ropescale.provenance"] = json.dumps(getattr(config, "ropescale", None) or {}, sort_keys=True)
     metadata["ropescale.version"] = __version__
     metadata.update(vocab_metadata(get_tokenizer(), int(config.vocab_size), pre_tokenizer))
-    _write(path, metadata, _plan_tensors(config, source, rope, dtype))
+    _write(path, metadata, _plan_tensors(config, source, rope, dtype, arch), arch)
     return path
 
 
-def _write(path: Path, metadata: dict[str, Any], planned: list) -> None:
+def _write(path: Path, metadata: dict[str, Any], planned: list, arch: str = "llama") -> None:
     """Header, metadata, tensor infos, then one tensor at a time into a sibling temp file; rename."""
     import gguf
     from gguf.quants import quant_shape_to_byte_shape
@@ -327,7 +342,7 @@ def _write(path: Path, metadata: dict[str, Any], planned: list) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_sibling(path)
     os.close(fd)
-    writer = gguf.GGUFWriter(tmp, ARCH)
+    writer = gguf.GGUFWriter(tmp, arch)
     try:
         for key, value in metadata.items():
             _add_kv(writer, key, value)

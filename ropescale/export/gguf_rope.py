@@ -11,8 +11,11 @@ llama.cpp (``src/llama-model.cpp``, ``src/llama-context.cpp``, ggml's ``rope_yar
 - ``rope.scaling.attn_factor``: multiplies cos and sin; for yarn llama.cpp itself multiplies them
   by 0.1·ln s + 1 already, so the key holds the method's factor divided by that;
 - a ``rope_freqs`` tensor [d/2]: θ_i is divided by it (how llama.cpp's converter writes Llama 3.1's
-  scaling), or for ``longrope`` the pair ``rope_factors_long`` / ``rope_factors_short``, chosen
-  by whether the context size exceeds L.
+  scaling; LongRoPE with short = long factors is written the same way), or for ``longrope`` the
+  pair ``rope_factors_long`` / ``rope_factors_short``, chosen by whether the context size exceeds L.
+
+Only the ``llama`` architecture loads these tensors; which architecture takes which form is
+:func:`ropescale.interop.gguf_support.carry`, checked before this translation runs.
 
 So every static method whose frequencies are θ_i/λ_i with one attention factor can be written;
 methods whose frequencies depend on the current length (dynamic NTK, dynamic YaRN), which
@@ -156,7 +159,7 @@ def rope_for_gguf(method: ScalingMethod, spec: RotarySpec, kv_consistent: bool =
             attn_factor=method.attention_scale(s) / yarn_mscale(s),
             yarn_betas=LLAMA_CPP_YARN_BETAS,
         )
-    if isinstance(method, LongRope):
+    if isinstance(method, LongRope) and method.varies_with_length():
         method.validate_for(spec)
         short = method.short_factor or (1.0,) * (d // 2)
         return GGUFRope(
@@ -173,7 +176,9 @@ def rope_for_gguf(method: ScalingMethod, spec: RotarySpec, kv_consistent: bool =
 
 
 def _per_pair(method: ScalingMethod, spec: RotarySpec) -> GGUFRope:
-    """Any other static method (llama3, ...): θ'_i = θ_i / λ_i as a ``rope_freqs`` tensor."""
+    """Any other static method (llama3, LongRoPE with short = long factors, the composed scalings saved
+    that way): θ'_i = θ_i / λ_i as a ``rope_freqs`` tensor, the attention factor as
+    ``rope.scaling.attn_factor`` (scaling type none: llama.cpp multiplies cos/sin by it alone)."""
     inv_freq, attention = method.compute(spec, seq_len=method.extended_context(spec))
     ratio = (spec.base_inv_freq().double() / inv_freq.double()).numpy().astype(np.float32)  # λ_i [d/2]
     if not np.all(np.isfinite(ratio)) or np.any(ratio <= 0):

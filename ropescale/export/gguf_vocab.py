@@ -7,7 +7,7 @@ copied from a reference file. Two BPE families, as llama.cpp's converter
 - byte-level BPE (GPT-2, SmolLM, Llama 3): ``tokenizer.ggml.model = "gpt2"``, the tokens in their
   byte-level spelling, the merges, and ``tokenizer.ggml.pre`` naming llama.cpp's pre-tokenizer
   (read off the tokenizer's pre-tokenizer: plain ByteLevel is ``gpt-2``, digits split first is
-  ``smollm``, Llama 3's split regex is ``llama-bpe``);
+  ``smollm``, Llama 3's split regex is ``llama-bpe``, Qwen2's ``qwen2``);
 - SentencePiece-style BPE with byte fallback (Llama 2, Mistral 7B): ``"llama"``, ``▁``-spelled
   tokens with scores. llama.cpp's SPM tokenizer merges the adjacent pair whose concatenation has
   the highest score, so a token made by merge rank r gets score −r: the same merge order as BPE.
@@ -29,6 +29,11 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # gguf.
 #: Llama 3's split regex as it appears in tokenizer.json (llama.cpp's ``llama-bpe``).
 LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+#: Qwen2's (and Qwen2.5's, Qwen3's) split regex: Llama 3's with single digits (llama.cpp's ``qwen2``).
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
 SPM_SPACE = "\u2581"  # ▁
@@ -155,6 +160,8 @@ def detect_pre_tokenizer(spec: dict[str, Any]) -> str:
         pattern = parts[0].get("pattern", {})
         if pattern.get("Regex") == LLAMA3_SPLIT:
             return "llama-bpe"
+        if pattern.get("Regex") == QWEN2_SPLIT:
+            return "qwen2"
     raise RopescaleError(
         f"the tokenizer's pre-tokenizer ({' + '.join(map(str, kinds)) or 'none'}) has no known llama.cpp name; "
         "pass the llama.cpp pre-tokenizer name explicitly (--tokenizer-pre NAME)"

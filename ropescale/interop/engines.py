@@ -24,11 +24,10 @@ engines' own code, at the versions named in each row:
   no-op there (the factor is never applied on the flash Llama/Mistral path), yarn fixes beta_fast=32,
   beta_slow=1 and ignores attention_factor, longrope requires the top-level
   ``original_max_position_embeddings``.
-* llama.cpp ``convert_hf_to_gguf.py`` (since its ``rope_parameters`` support, late 2025; older copies
-  read ``rope_scaling`` like transformers 4): ``rope_parameters``, else ``rope_scaling``; linear and
-  yarn (factor, original context, betas, attention_factor) become GGUF keys, llama3 a ``rope_freqs``
-  tensor; "dynamic" is written as plain RoPE (llama.cpp has no dynamic NTK) and longrope's factors
-  are exported only for Phi-3 architectures.
+* llama.cpp: what ``ropescale export-gguf`` writes and llama.cpp's loader reads, by model type and rope
+  form (:mod:`ropescale.interop.gguf_support`, the one answer ``export-gguf`` refuses by). llama.cpp's
+  own ``convert_hf_to_gguf.py`` differs: it writes YaRN's attention_factor as ``yarn_attn_factor``
+  (which llama, qwen2 and qwen3 do not read) and LongRoPE's factors only for Phi-3.
 
 Verdicts: ``keeps``; ``approximates`` (loads the scaling, computes it differently); ``loses`` (the
 engine could apply the scaling but this config makes it load silently without it: wrong or missing
@@ -48,6 +47,8 @@ PROVENANCE_KEY = "ropescale"
 
 KEEPS, APPROXIMATES, LOSES, FAILS, CANNOT = "keeps", "approximates", "loses", "fails", "cannot express"
 DEFAULT_THETA = 10000.0
+#: the llama.cpp tests/export/test_gguf_llamacpp.py runs on exported files (``make llamacpp``)
+LLAMA_CPP_MEASURED = "llama-cpp-python 0.3.36's llama.cpp"
 #: fields an engine may leave out, and the value transformers then uses
 FIELD_DEFAULTS = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True}
 _LINEAR_TGI = "TGI's PositionRotaryEmbedding.static never applies the 'linear' factor (plain RoPE)"
@@ -287,16 +288,8 @@ ENGINES: tuple[Engine, ...] = (
         measured="0.5.23 on transformers 5.24.0",
     ),
     Engine("tgi", "TGI", "2.x-3.3.7", "legacy_engine", {"linear": (CANNOT, _LINEAR_TGI)}, transformers=4),
-    Engine(
-        "llama.cpp",
-        "llama.cpp",
-        "GGUF converter, late 2025+",
-        "gguf",
-        {
-            "dynamic": (CANNOT, "llama.cpp has no dynamic NTK: the converter writes plain RoPE"),
-            "longrope": (CANNOT, "the converter exports long/short factors only for Phi-3 architectures"),
-        },
-    ),
+    # judged by ropescale.interop.gguf_support.carry (what export-gguf writes), not by rope type alone
+    Engine("llama.cpp", "llama.cpp", "GGUF from ropescale export-gguf", "gguf", measured=LLAMA_CPP_MEASURED),
 )
 #: the transformers major each engine runs on by default, by its version (None: say it)
 DEFAULT_TRANSFORMERS = {"vllm": ((0, 19, 1), 4, 5), "sglang": ((0, 5, 23), 4, 5)}

@@ -25,6 +25,7 @@ from .engines import (
     flat_rope,
     original_context,
 )
+from .gguf_support import carry
 from .legacy import FIELDS
 
 
@@ -222,6 +223,9 @@ def judge(engine: Engine, data: dict, intent: Intent) -> EngineVerdict:
     def verdict(kind: str, why: str) -> EngineVerdict:
         return EngineVerdict(engine.key, engine.name, engine.versions, kind, why)
 
+    if engine.reader == "gguf":  # the answer export-gguf refuses by
+        answer = carry(data, intent)
+        return verdict(answer.verdict, answer.why)
     if not intent.native and intent.method == "dca" and engine.name == "vLLM":
         return verdict(CANNOT, _vllm_dca(data))
     if not intent.native:

@@ -206,3 +206,23 @@ def test_the_verdict_line_names_every_loader_that_does_not_keep_it(tmp_path):
         f"dynamic_yarn: {len(report.verdicts) - len(others)} of {len(report.verdicts)} keep it; "
     )
     assert all(line.count(f"{v.name} {v.versions}") == 1 for v in others)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_llama_cpp_row_says_qwen_takes_no_per_dimension_factors(tmp_path, capsys, arch):
+    """Issue 51: llama.cpp's qwen2/qwen3 keep YaRN (what export-gguf writes) but have no rope_freqs."""
+    for method, params in (("llama3", {}), ("longrope", {"long_factor": [2.0] * 8, "short_factor": [2.0] * 8})):
+        ropescale.save_pretrained(
+            ropescale.patch(tiny_model(arch), method, factor=4, **params), tmp_path / method, config_only=True
+        )
+        main(["doctor", str(tmp_path / method), "--json"])
+        got = verdicts(capsys)["llama.cpp"]
+        assert got["verdict"] == engines.CANNOT, got
+        assert got["why"] == (
+            f"llama.cpp's {arch} architecture takes no per-dimension rope factors (rope_freqs), which {method} is "
+            "(a llama or mistral model can carry them)"
+        )
+    ropescale.save_pretrained(ropescale.patch(tiny_model(arch), "yarn", factor=4), tmp_path / "yarn", config_only=True)
+    main(["doctor", str(tmp_path / "yarn"), "--json"])
+    got = verdicts(capsys)["llama.cpp"]
+    assert got["verdict"] == engines.KEEPS and f"{arch}.rope.scaling.type=yarn" in got["why"]

@@ -67,3 +67,31 @@ def test_a_saved_dynamic_checkpoint_is_refused(capsys, checkpoint, tmp_path):
     code, _, err = run(capsys, "export-gguf", str(saved), "--output", str(tmp_path / "d.gguf"))
     assert_one_line_error(code, err, "method 'dynamic_yarn' cannot be exported", "kv_consistent")
     assert code == 2 and not (tmp_path / "d.gguf").exists()
+
+
+def test_a_patched_qwen2_checkpoint_exports_and_per_dimension_factors_are_refused(capsys, tmp_path):
+    """Issue 51: a Qwen2 checkpoint patched with YaRN exports with llama.cpp's qwen2 keys and its own tokenizer;
+    llama3 on it is refused in one line (doctor says the same)."""
+    from tests.export.conftest import tiny_tokenizer
+    from tests.export.test_gguf_forms import qwen
+
+    source = tmp_path / "qwen"
+    qwen("qwen2").save_pretrained(source)
+    tiny_tokenizer().save_pretrained(source)
+    assert (
+        main(["patch", "--model", str(source), "--method", "yarn", "--factor", "4", "--output", str(tmp_path / "y")])
+        == 0
+    )
+    capsys.readouterr()
+    code, out, err = run(capsys, "export-gguf", str(tmp_path / "y"), "--output", str(tmp_path / "y.gguf"))
+    assert code == 0, err
+    assert "scaling.type=yarn scaling.factor=4 scaling.original_context_length=64" in out
+    fields = gguf.GGUFReader(tmp_path / "y.gguf").fields
+    assert fields["general.architecture"].contents() == "qwen2" and fields["tokenizer.ggml.pre"].contents() == "qwen2"
+    code, _, err = run(
+        capsys, "export-gguf", str(source), "--output", str(tmp_path / "l.gguf"), "--method", "llama3", "--factor", "4"
+    )
+    assert_one_line_error(
+        code, err, "method 'llama3' cannot be exported to GGUF: llama.cpp's qwen2 architecture takes no per-dimension"
+    )
+    assert code == 2 and not (tmp_path / "l.gguf").exists()

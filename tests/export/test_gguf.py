@@ -192,11 +192,21 @@ def test_refused_methods_write_nothing(checkpoint, tmp_path, method, kw, fragmen
 
 
 def test_refuses_other_architectures_and_narrow_sliding_windows(tmp_path):
+    import transformers
+
     from ropescale.errors import UnsupportedModelError
     from tests.export.conftest import tiny_tokenizer
 
-    with pytest.raises(UnsupportedModelError, match="'qwen2'"):
-        export_gguf(tiny_model("qwen2"), tmp_path / "q.gguf", tokenizer=tiny_tokenizer())
+    phi3 = transformers.Phi3Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        pad_token_id=0,
+    )
+    with pytest.raises(UnsupportedModelError, match="supports llama, mistral, qwen2 and qwen3 models, not 'phi3'"):
+        export_gguf(transformers.Phi3ForCausalLM(phi3), tmp_path / "q.gguf", tokenizer=tiny_tokenizer())
     with pytest.raises(UnsupportedModelError, match="sliding_window=32"):
         export_gguf(tiny_model("mistral", sliding_window=32), tmp_path / "m.gguf", tokenizer=tiny_tokenizer())
     assert not list(tmp_path.iterdir())

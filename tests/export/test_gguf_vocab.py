@@ -83,3 +83,16 @@ def test_pre_tokenizer_names():
 def test_a_tokenizer_larger_than_the_model_is_refused():
     with pytest.raises(RopescaleError, match="only 100 embeddings"):
         vocab_metadata(tiny_tokenizer("gpt2"), 100)
+
+
+def test_a_qwen2_tokenizer_is_llama_cpps_qwen2(tmp_path):
+    """transformers builds Qwen2/Qwen3 checkpoints' tokenizer with Qwen's own split regex (single digits):
+    llama.cpp's ``qwen2`` pre-tokenizer (issue 51: before, export asked for --tokenizer-pre)."""
+    from ropescale.models.loading import load_tokenizer
+    from tests.conftest import tiny_model
+
+    tiny_model("qwen2", vocab_size=VOCAB).save_pretrained(tmp_path)
+    tiny_tokenizer("gpt2").save_pretrained(tmp_path)
+    tokenizer = load_tokenizer(str(tmp_path))
+    assert type(tokenizer).__name__ == "Qwen2Tokenizer"
+    assert vocab_metadata(tokenizer, VOCAB)["tokenizer.ggml.pre"] == "qwen2"
