@@ -289,12 +289,16 @@ def _sources(pf: Preflight) -> list[SourceText]:
 
 
 def _read_sources(pf: Preflight) -> list[SourceText]:
-    from ..data.sources import parse_sources, split_source
+    from ..data.sources import PYTHON_PREFIX, parse_sources, split_source
     from .data import split_holdout
 
     d = pf.config.data
     out = []
     if not d.sources:
+        if d.source.startswith(PYTHON_PREFIX):  # the run reads data.source as --data reads it: no python: there
+            raise RopescaleError(
+                f"data.source '{d.source}': python: sources are entries of a mix, data.sources=[{{source: {d.source}}}]"
+            )
         s = SourceText(d.source, d.source, None)
         try:
             s.train, s.held = split_holdout(read_source(d.source, d.text_field, pf.dry_run), d.holdout)

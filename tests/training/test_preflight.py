@@ -273,3 +273,49 @@ def test_a_finished_resume_says_there_was_nothing_to_do(tmp_path, model_dir, cap
     out = capsys.readouterr().out
     assert "recipe is already trained to step 2 (train.max_steps); nothing to do: raise train.max_steps" in out
     assert " in 0 s" not in out
+
+
+def test_a_corpus_not_installed_stops_the_run_and_the_dry_run_says_it(tmp_path, broken_model, capsys, monkeypatch):
+    import ropescale.data.corpus as corpus
+
+    def not_installed(name):
+        raise corpus.CorpusNotInstalledError(name)
+
+    monkeypatch.setattr(corpus, "corpus_manifest", not_installed)
+    recipe = _recipe(tmp_path, broken_model, data={"source": "kjv"})
+    line = "data 'kjv' is not installed here: python -m ropescale.data.corpus install --name kjv"
+    assert main(["train", "--config", recipe, "--dry-run"]) == 0
+    assert f"data: {line}" in capsys.readouterr().out
+    assert main(["train", "--config", recipe, "--no-progress"]) == 2
+    assert line in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["no .py", "empty rows", "unreadable", "python alone"])
+def test_a_source_with_nothing_to_read_is_refused(tmp_path, broken_model, capsys, monkeypatch, kind):
+    if kind == "no .py":
+        (tmp_path / "code").mkdir()
+        source, line = f"python:{tmp_path / 'code'}", f"data source 'python:{tmp_path / 'code'}' holds no readable .py"
+    elif kind == "python alone":  # before: `data 'python:stdlib' not found` after the weights loaded
+        source, line = "python:stdlib", "data.source 'python:stdlib': python: sources are entries of a mix, "
+        line += "data.sources=[{source: python:stdlib}]"
+    elif kind == "empty rows":
+        source = _jsonl(tmp_path, "rows.jsonl", [{"text": ""}, {"text": ""}])
+        line = f"data '{source}' holds no document (every row empty?)"
+    else:
+        import ropescale.data.documents as documents
+
+        def denied(*args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(tmp_path / "books" / "a.txt"))
+
+        source = _folder(tmp_path, "books", {"a": TEXT})
+        monkeypatch.setattr(documents, "load_documents", denied)  # root reads every file: the OS error made by hand
+        line = f"data '{source}' cannot be read: Permission denied ({tmp_path / 'books' / 'a.txt'})"
+    recipe = _recipe(tmp_path, broken_model, data={"source": source} if kind != "no .py" else {"sources": [source]})
+    _refused_twice(recipe, capsys, line)
+
+
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, broken_model, capsys):
+    (tmp_path / "file").write_text("x")
+    recipe = _recipe(tmp_path, broken_model, data={"source": _folder(tmp_path, "b", {"a": TEXT})})
+    assert main(["train", "--config", recipe, "--dry-run", "--output-dir", str(tmp_path / "file")]) == 2
+    assert f"train.output_dir '{tmp_path / 'file'}' is a file, not a folder; give a folder" in capsys.readouterr().err
