@@ -157,10 +157,14 @@ def check_chat_targets(pf: Preflight) -> list[str]:
     for s in _sources(pf):
         if s.train is None:
             continue
-        chats = [text for _, text in s.train if not isinstance(text, str)]
+        chats = [(title, text) for title, text in s.train if not isinstance(text, str)]
+        if pf.tokenizer is not None and chats:  # the template renders turn by turn, or the run refuses it
+            from ..data.chat import chat_tokens
+
+            chat_tokens(pf.tokenizer, chats[0][1], "assistant", where=chats[0][0])
         if not chats or len(chats) < len(s.train):  # text documents train on every token
             continue
-        turns = sum(1 for chat in chats for m in chat if isinstance(m, dict) and m.get("role") == "assistant")
+        turns = sum(1 for _, chat in chats for m in chat if isinstance(m, dict) and m.get("role") == "assistant")
         if not turns:
             raise RopescaleError(
                 f"data '{s.label}': none of its {len(chats)} conversations has an assistant turn, so "
@@ -265,20 +269,29 @@ def window_spec(pf: Preflight) -> Any:
 
 
 def _stream_size(pf: Preflight, docs: list, cap: int | None, spec: Any) -> int:
-    """Tokens of the packed training stream, counted until one window's worth is certain (the rest of
-    a large source is not tokenized here)."""
+    """Tokens of the packed training stream, counted until one window's worth is certain: a long
+    document is tokenized only as far as its first part, when that part alone holds the window (a
+    32k-token window does not need the Old Testament's 800k tokens counted)."""
     from .data import tokenize_stream
     from .packing import resolved_packing
 
     c, need = pf.config, spec.text_span + spec.bos + 2
+    packing = resolved_packing(c.data)
+
+    def size(part: list, cap: int | None = None) -> int:  # "all": the same tokens, whichever are targets
+        return int(tokenize_stream(pf.tokenizer, part, cap, packing, "all").tokens.size)
+
     taken, count = [], 0
-    for doc in docs:
-        taken.append(doc)
-        stream = tokenize_stream(pf.tokenizer, [doc], None, resolved_packing(c.data), c.data.chat_loss)
-        count += stream.tokens.size
+    for title, text in docs:
+        head = (title, text[: 8 * need]) if isinstance(text, str) and len(text) > 8 * need else None
+        if head is not None and count + size([head]) >= need + 2 * len(taken) + 2:
+            taken.append(head)  # this document's first part completes the window
+            break
+        taken.append((title, text))
+        count += size([(title, text)])
         if count >= need + 2 * len(taken):
             break
-    return tokenize_stream(pf.tokenizer, taken, cap, resolved_packing(c.data), c.data.chat_loss).tokens.size
+    return size(taken, cap)
 
 
 def _sources(pf: Preflight) -> list[SourceText]:

@@ -101,13 +101,14 @@ def test_a_jsonl_of_text_and_chat_rows_keeps_both(tmp_path, broken_model, capsys
     from ropescale.data.documents import load_documents
 
     chat = [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]
-    path = _jsonl(tmp_path, "mixed.jsonl", [{"text": TEXT}, {"messages": chat}, {"text": TEXT}])
-    docs = load_documents(path)
-    assert [type(text) for _, text in docs] == [str, list, str]  # before: the chat row was dropped
-    assert docs[1] == ("mixed[1]", chat)
-    recipe = _recipe(tmp_path, broken_model, data={"source": path})
+    user = [{"role": "user", "content": "Anyone?"}]  # no target of its own: the text rows still train
+    rows = [{"messages": user}, {"text": TEXT}, {"messages": chat}, {"text": TEXT}]
+    docs = load_documents(_jsonl(tmp_path, "mixed.jsonl", rows))
+    assert [type(text) for _, text in docs] == [list, str, list, str]  # before: the chat rows were dropped
+    assert docs[2] == ("mixed[2]", chat)
+    recipe = _recipe(tmp_path, broken_model, data={"source": str(tmp_path / "mixed.jsonl")})
     assert main(["train", "--config", recipe, "--dry-run"]) == 0
-    assert "3 training documents, 1 of them conversations" in capsys.readouterr().out
+    assert "4 training documents, 2 of them conversations" in capsys.readouterr().out
 
 
 def test_weights_that_overflow_their_sum_are_refused(tmp_path, broken_model, capsys):
