@@ -182,7 +182,7 @@ def run_train(args: argparse.Namespace) -> int:
             print("\n".join(check_accelerate_config(args.accelerate_config, config)))
         with sliding_window_setting(SLIDING_WINDOW_KEY):
             print("\n".join(dry_run_lines(config, gpu=args.gpu, gpus=gpus, fsdp=fsdp)))
-        print("\n".join(_preflight_lines(config)))
+        print("\n".join(_preflight_lines(config, gpus)))
         print("---")
         print(dump_config(config), end="")
         return 0
@@ -254,13 +254,13 @@ def run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _preflight_lines(config) -> list[str]:
+def _preflight_lines(config, gpus: int) -> list[str]:
     """The run's preflight (ropescale/training/preflight.py), as the dry run prints it: what each check
     read and found; a check the run would fail stops the dry run with its line (exit 2)."""
     from ropescale.training.preflight import PREFIX, Preflight, model_inputs, run_preflight
 
     tokenizer, why, hf_config = model_inputs(config, dry_run=True)
-    lines = run_preflight(Preflight(config, tokenizer, why, hf_config, dry_run=True))
+    lines = run_preflight(Preflight(config, tokenizer, why, hf_config, dry_run=True, gpus=gpus))
     return [(PREFIX if i == 0 else " " * len(PREFIX)) + line for i, line in enumerate(lines)]
 
 

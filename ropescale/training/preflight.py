@@ -13,8 +13,9 @@ that text say they were not made.
 
 Adding a check (the parallel layout of a launch, say): a function ``(Preflight) -> str | list[str]``
 returning what it checked, raising :class:`~ropescale.errors.RopescaleError` in one line when the run
-would fail; append it to :data:`CHECKS`. It may read ``pf.hf_config`` (the scaled model config, or
-None) and ``pf.tokenizer`` (or None, ``pf.no_tokenizer`` saying why).
+would fail; append it to :data:`CHECKS`. It may read ``pf.gpus`` (the launch's processes),
+``pf.hf_config`` (the scaled model config, or None) and ``pf.tokenizer`` (or None, ``pf.no_tokenizer``
+saying why).
 """
 
 from __future__ import annotations
@@ -23,21 +24,17 @@ import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..data.readable import NotHere, read_source
 from ..errors import RopescaleError
 from .config import TrainConfig
 from .data import TokenStream, WindowDataset
 
 PREFIX = "preflight:     "
 SLIDING_WINDOW_KEY = "Set model.sliding_window=null"  # how train's sliding-window warning names the setting
-
-
-class NotHere(RopescaleError):
-    """Data this machine cannot read (absent, offline): a run stops, a dry run says it and goes on."""
 
 
 @dataclass
@@ -63,6 +60,8 @@ class Preflight:
             length take ``pose.target_length`` or are not made).
         dry_run: data not here is said, not refused.
         recipe_data: False when the trainer was handed its tokens (tests): the recipe's data is not read.
+        gpus: processes of the launch (the dry run: ``--gpus`` or the accelerate config's; the run: the
+            launch's own), for checks of the parallel layout.
     """
 
     config: TrainConfig
@@ -71,6 +70,7 @@ class Preflight:
     hf_config: Any = None
     dry_run: bool = False
     recipe_data: bool = True
+    gpus: int = 1
     sources: list[SourceText] | None = None
     eval_tokens: list[list[int]] | None = None  # the evaluation's documents, for the trainer to reuse
 
@@ -336,72 +336,6 @@ def _read_sources(pf: Preflight) -> list[SourceText]:
         if missing:
             raise RopescaleError(f"data.holdout title '{missing[0]}' is in none of data.sources")
     return out
-
-
-def _offline() -> str | None:
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off"):
-            return name
-    return None
-
-
-def read_source(source: str, text_field: str = "text", dry_run: bool = False) -> list[tuple[str, Any]]:
-    """A source's documents ``[(title, text or messages), ...]`` as the run reads them, refused in one
-    line when it cannot be read or holds none.
-
-    Raises:
-        NotHere: the source is not on this machine (a path, a corpus not installed, a ``hub:`` dataset
-            offline and not cached; a dry run downloads nothing).
-        RopescaleError: it is here and unreadable or empty.
-    """
-    from ..data.corpus import CORPORA, INSTALL_COMMAND, CorpusNotInstalledError, corpus_manifest
-    from ..data.sources import PYTHON_PREFIX, python_documents
-
-    if source.startswith(PYTHON_PREFIX):
-        if source[len(PYTHON_PREFIX) :] not in ("stdlib", "packages"):
-            root = Path(source[len(PYTHON_PREFIX) :]).expanduser()
-            if not root.exists():
-                raise NotHere(f"data source '{source}': '{root}' not found here")
-        docs = python_documents(source)[0]
-        if not docs:
-            raise RopescaleError(f"data source '{source}' holds no readable .py file")
-        return docs
-    if source in CORPORA:
-        try:
-            corpus_manifest(source)
-        except CorpusNotInstalledError:
-            raise NotHere(f"data '{source}' is not installed here: {INSTALL_COMMAND} --name {source}") from None
-    elif source.startswith("hub:"):
-        offline = _offline()
-        if dry_run and not offline:
-            raise NotHere(f"data '{source}' not read: the dry run downloads nothing (it is read when training)")
-        try:
-            return _read(source, text_field)
-        except RopescaleError as exc:
-            if offline:
-                raise NotHere(
-                    f"data '{source}' cannot be read here: {offline}=1 and it is not in the datasets cache "
-                    f"({exc}); unset {offline} or give data.source a local path"
-                ) from None
-            raise
-    else:
-        path = Path(source).expanduser()
-        if not os.path.lexists(path):
-            raise NotHere(f"data '{source}' not found here: not a file, a folder, hub:org/name or a corpus")
-    return _read(source, text_field)
-
-
-def _read(source: str, text_field: str) -> list[tuple[str, Any]]:
-    from ..data.documents import load_documents
-
-    try:
-        docs = load_documents(source, text_field=text_field)
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-        raise RopescaleError(f"data '{source}' cannot be read: {why} ({exc.filename or source})") from None
-    if not docs:
-        raise RopescaleError(f"data '{source}' holds no document (every row empty?)")
-    return docs
 
 
 # --------------------------------------------------------------------------------------------- from CLI

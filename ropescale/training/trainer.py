@@ -239,6 +239,7 @@ class Trainer:
                 "no tokenizer: the trainer was handed its tokens",
                 scaled_config(self.config, given),
                 recipe_data=self._train_tokens is None,
+                gpus=acc.num_processes,
                 eval_tokens=self.eval_tokens,
             )
             try:
