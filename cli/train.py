@@ -16,7 +16,7 @@ TRAIN_EXAMPLES = """examples:
   accelerate launch --config_file configs/accelerate/ddp.yaml -m ropescale.cli.main train --config ...
   ropescale train --config llama2-7b/yarn_x16_cp --dry-run --accelerate-config configs/accelerate/fsdp2_cp.yaml
 
-recipes: a YAML path, or a name under configs/train/ (see README, "Fine-tuning")
+recipes: a YAML path, or a name under configs/train/ (see docs/finetuning.md)
 """
 
 EXPORT_EXAMPLES = """examples:
@@ -169,7 +169,9 @@ def run_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, overrides)
     if args.dry_run:
         from ropescale.models.plan import card
+        from ropescale.patching.plan import sliding_window_setting
         from ropescale.training.dryrun import dry_run_lines, launch_of
+        from ropescale.training.preflight import SLIDING_WINDOW_KEY
 
         args.gpu = args.gpu or "h100-80gb"
         card(args.gpu)  # an unknown card is refused before anything is printed
@@ -179,7 +181,9 @@ def run_train(args: argparse.Namespace) -> int:
             from ropescale.training.parallel import check_accelerate_config
 
             print("\n".join(check_accelerate_config(args.accelerate_config, config)))
-        print("\n".join(dry_run_lines(config, gpu=args.gpu, gpus=gpus, fsdp=fsdp)))
+        with sliding_window_setting(SLIDING_WINDOW_KEY):
+            print("\n".join(dry_run_lines(config, gpu=args.gpu, gpus=gpus, fsdp=fsdp)))
+        print("\n".join(_preflight_lines(config, gpus)))
         print("---")
         print(dump_config(config), end="")
         return 0
@@ -209,11 +213,16 @@ def _train(args: argparse.Namespace, config) -> int:
     result = trainer.train(resume=args.resume, overwrite=args.overwrite)
     if trainer.accelerator.is_main_process:
         losses = result.losses
-        loss_text = f", loss {losses[0]:.4f} -> {losses[-1]:.4f}" if losses else ""
-        print(
-            f"trained {config.name} to step {result.step}{loss_text} in {result.seconds:.0f} s; "
-            f"checkpoints and adapter in {result.output_dir}"
-        )
+        if not losses:  # a --resume of a finished run: no step was taken in this session
+            print(
+                f"{config.name} is already trained to step {result.step} (train.max_steps); nothing to do: raise "
+                f"train.max_steps to train longer; checkpoints and adapter in {result.output_dir}"
+            )
+        else:
+            print(
+                f"trained {config.name} to step {result.step}, loss {losses[0]:.4f} -> {losses[-1]:.4f} in "
+                f"{result.seconds:.0f} s; checkpoints and adapter in {result.output_dir}"
+            )
         for record in result.evals:
             if record:
                 print(f"perplexity at {record['eval_length']} tokens: {record['eval_ppl']:.3f}")
@@ -244,6 +253,16 @@ def run_export(args: argparse.Namespace) -> int:
     print(f"wrote merged model to {path}")
     print_saved(path)
     return 0
+
+
+def _preflight_lines(config, gpus: int) -> list[str]:
+    """The run's preflight (ropescale/training/preflight.py), as the dry run prints it: what each check
+    read and found; a check the run would fail stops the dry run with its line (exit 2)."""
+    from ropescale.training.preflight import PREFIX, Preflight, model_inputs, run_preflight
+
+    tokenizer, why, hf_config = model_inputs(config, dry_run=True)
+    lines = run_preflight(Preflight(config, tokenizer, why, hf_config, dry_run=True, gpus=gpus))
+    return [(PREFIX if i == 0 else " " * len(PREFIX)) + line for i, line in enumerate(lines)]
 
 
 def _data_from(data) -> str:

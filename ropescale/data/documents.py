@@ -39,6 +39,11 @@ def load_documents(
         if path.suffix in TABLE_SUFFIXES:
             return _from_datasets(TABLE_SUFFIXES[path.suffix], str(path), text_field, split)
         return [(path.stem, read_text_file(path))]
+    if os.path.lexists(path):  # a FIFO, socket, device or dangling link: there, but nothing to read text from
+        raise RopescaleError(
+            f"data '{source}' is not a regular file or folder (a FIFO, socket, device or broken link); "
+            "give a text file, a folder of .txt files or a JSONL/Parquet file"
+        )
     names = ", ".join(sorted(CORPORA))
     raise RopescaleError(f"data '{source}' not found: not a file, a folder, hub:org/name or a corpus ({names})")
 
@@ -86,17 +91,49 @@ def _from_datasets(name: str, data_files: str | None, text_field: str, split: st
     try:
         ds = datasets.load_dataset(name, data_files=data_files, split=split)
     except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing/offline data
+        bad = bad_json_line(Path(data_files)) if data_files and data_files.endswith(".jsonl") else None
+        if bad:  # datasets says only "An error occurred while generating the dataset"
+            raise RopescaleError(bad) from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RopescaleError(f"could not load data '{data_files or name}': {first}") from None
-    if text_field not in ds.column_names and "messages" in ds.column_names:  # chat: rendered at tokenization
-        return [
-            (f"{Path(data_files or name).stem}[{i}]", row["messages"]) for i, row in enumerate(ds) if row["messages"]
-        ]
-    if text_field not in ds.column_names:
+    text, chat = text_field in ds.column_names, "messages" in ds.column_names
+    if not (text or chat):
         raise RopescaleError(
             f"data '{data_files or name}' has no field '{text_field}' (fields: {', '.join(ds.column_names)})"
         )
-    return [(f"{Path(data_files or name).stem}[{i}]", row[text_field]) for i, row in enumerate(ds) if row[text_field]]
+    # Each row is text or a conversation (rendered at tokenization): a file may hold both kinds, and a
+    # row of one kind reads None in the other's column, so neither kind may be dropped for it.
+    stem, docs = Path(data_files or name).stem, []
+    for i, row in enumerate(ds):
+        if text and row[text_field]:
+            docs.append((f"{stem}[{i}]", row[text_field]))
+        elif chat and row["messages"]:
+            docs.append((f"{stem}[{i}]", row["messages"]))
+    return docs
+
+
+def bad_json_line(path: Path) -> str | None:
+    """The first line of a JSONL file that is not a JSON object, as one error line naming the file and
+    the line number; None when every non-blank line is one (or the file cannot be read: datasets says why)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as exc:
+                    reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                    return (
+                        f"data '{path}' line {number} is not valid JSON ({reason}); each line must be one JSON object"
+                    )
+                if not isinstance(row, dict):
+                    return f"data '{path}' line {number} is not a JSON object ({type(row).__name__}); each line must be one"
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def tokenize_documents(

@@ -78,6 +78,11 @@ def parse_sources(raw: Any) -> list[SourceSpec]:
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0):
             raise RopescaleError(f"{where}.max_tokens must be a positive integer, got {cap!r}")
         specs.append(SourceSpec(source, float(weight), cap, str(entry.get("name") or "")))
+    if not math.isfinite(sum(s.weight for s in specs)):  # every share would read 0 % and the mix draw one source
+        weights = " + ".join(f"{s.weight:g}" for s in specs)
+        raise RopescaleError(
+            f"data.sources weights sum past the largest float ({weights}); only their ratios count: scale them down"
+        )
     labels = [s.label for s in specs]
     twice = sorted({x for x in labels if labels.count(x) > 1})
     if twice:
@@ -104,7 +109,8 @@ def _python_files(root: Path) -> dict[str, list[Path]]:
         rel = Path(dirpath).relative_to(root)
         title = rel.parts[0] if rel.parts else f"{root.name} (modules)"
         for name in sorted(filenames):
-            if name.endswith(".py"):
+            # is_file: a symlink loop or a dangling link named *.py is no file to read (stat would raise)
+            if name.endswith(".py") and (Path(dirpath) / name).is_file():
                 groups.setdefault(title, []).append(Path(dirpath) / name)
     return dict(sorted(groups.items()))
 

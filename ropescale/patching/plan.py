@@ -17,8 +17,10 @@ can be re-patched from its original geometry.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -490,6 +492,23 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP, fine_tu
     )
 
 
+#: how the sliding-window warning names the setting: the caller's own (train: its recipe key)
+_SLIDING_WINDOW_SETTING: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "sliding_window_setting", default="Pass sliding_window=None (CLI: --sliding-window none)"
+)
+
+
+@contextlib.contextmanager
+def sliding_window_setting(text: str) -> Iterator[None]:
+    """Within the block, the sliding-window warning tells the user ``text`` (e.g. ``Set
+    model.sliding_window=null``) rather than the patch flag, which a training recipe does not have."""
+    token = _SLIDING_WINDOW_SETTING.set(text)
+    try:
+        yield
+    finally:
+        _SLIDING_WINDOW_SETTING.reset(token)
+
+
 def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> None:
     """Mistral-style sliding window: keep it (warning if it is narrower than the new context),
     remove it (``None``) or set a width."""
@@ -498,8 +517,8 @@ def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> No
         if window is not None and window < extended:
             warnings.warn(
                 f"sliding_window={window} is smaller than the extended context {extended}: attention stays local "
-                f"to {window} tokens. Pass sliding_window=None (CLI: --sliding-window none) to attend over the "
-                "whole context, or a number to widen it.",
+                f"to {window} tokens. {_SLIDING_WINDOW_SETTING.get()} to attend over the whole context, or a "
+                "number to widen it.",
                 stacklevel=3,
             )
         return

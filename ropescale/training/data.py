@@ -150,7 +150,13 @@ def tokenize_stream(
             total += int(ids.size)
         if max_tokens is not None and total >= max_tokens:
             break
-    return pack_stream(docs, tokenizer.bos_token_id, tokenizer.eos_token_id, packing == "documents", masks)
+    stream = pack_stream(docs, tokenizer.bos_token_id, tokenizer.eos_token_id, packing == "documents", masks)
+    if stream.loss is not None and not stream.loss.any():  # every step would have loss 0 and gradient 0
+        raise RopescaleError(
+            "no token of the training text is a target: no conversation has an assistant turn under "
+            "data.chat_loss=assistant; add assistant turns or set data.chat_loss=all"
+        )
+    return stream
 
 
 def _extra(path: Path, name: str) -> Path:

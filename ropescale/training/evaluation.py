@@ -9,30 +9,46 @@ from .config import TrainConfig
 from .data import split_holdout
 
 
-def eval_documents(config: TrainConfig, tokenizer: Any, length: int) -> list[list[int]]:
+def eval_documents(
+    config: TrainConfig, tokenizer: Any, length: int, held: list[tuple[str, Any]] | None = None
+) -> list[list[int]]:
     """Token ids of the held-out documents (``eval.data`` or ``data.holdout``) long enough for one window.
 
+    Args:
+        held: the held-out documents when the caller has read them already (the preflight); default:
+            read from the recipe.
+
     Raises:
-        RopescaleError: no held-out text, or no document has ``length`` tokens.
+        RopescaleError: no held-out text, or no document has ``length`` tokens (naming the longest).
     """
     from ..data.documents import load_documents, tokenize_documents
 
     c = config
-    if c.eval.data is not None:
+    if held is not None:
+        docs = held
+    elif c.eval.data is not None:
         docs = load_documents(c.eval.data, text_field=c.data.text_field)
     elif c.data.sources:  # a mix: its held-out titles, and Emma wherever austen is mixed in
         from .mixing import mixed_heldout
 
         docs = mixed_heldout(c)
-        if not docs:
-            raise RopescaleError("evaluation needs held-out text: set data.holdout (titles) or eval.data")
     else:
-        if not c.data.holdout:
-            raise RopescaleError("evaluation needs held-out text: set data.holdout (titles or a count) or eval.data")
-        _, docs = split_holdout(load_documents(c.data.source, text_field=c.data.text_field), c.data.holdout)
+        docs = (
+            []
+            if not c.data.holdout
+            else split_holdout(load_documents(c.data.source, text_field=c.data.text_field), c.data.holdout)[1]
+        )
+    if not docs:
+        what = "(titles)" if c.data.sources else "(titles or a count)"
+        raise RopescaleError(f"evaluation needs held-out text: set data.holdout {what} or eval.data")
     tokens = tokenize_documents(tokenizer, docs, max_tokens=c.eval.max_tokens or length, min_tokens=length)
     if not tokens:
-        raise RopescaleError(f"no held-out document has the {length} tokens an evaluation window needs")
+        longest = max((len(ids) for ids in tokenize_documents(tokenizer, docs)), default=0)
+        raise RopescaleError(
+            f"no held-out document has the {length} tokens an evaluation window needs (eval.length, else the "
+            f"target length; the longest has {longest}): lower eval.length, give eval.data with longer text, "
+            "or set eval.every=0 eval.at_end=false"
+        )
     return tokens
 
 

@@ -69,7 +69,8 @@ def source_fingerprint(spec: SourceSpec) -> str | None:
         root = python_root(spec.source)
         digest = hashlib.sha256(str(root).encode())
         for path in sorted(root.rglob("*.py")):
-            if "site-packages" not in path.relative_to(root).parts:
+            # is_file: a symlink loop named *.py is left out, as python_documents leaves it out
+            if "site-packages" not in path.relative_to(root).parts and path.is_file():
                 st = path.stat()
                 digest.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return digest.hexdigest()

@@ -39,7 +39,7 @@ import torch
 
 from .._io import atomic_write_json, atomic_write_text, remove_path
 from ..errors import MissingDependencyError, RopescaleError
-from ..patching.plan import original_spec
+from ..patching.plan import original_spec, sliding_window_setting
 from .checkpoints import (
     CHECKPOINTS,
     TRAINABLE_FILE,
@@ -74,6 +74,7 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
 from .optim import build_optimizer, lr_lambda, sync_lr
 from .packing import resolved_packing
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
+from .preflight import SLIDING_WINDOW_KEY
 from .recall import recall_writer
 from .state_files import (
     FSDP_OPTIMIZER_FILES,
@@ -183,12 +184,14 @@ class Trainer:
         self.identity = run_identity(c, self._model_in is None, self._train_tokens is None)
         set_seed(c.train.seed)
         self._announce_shipped_scaling(acc.is_main_process)
-        base = self._model_in if self._model_in is not None else load_base_model(c)
-        base = scale_model(base, c)
         if self.tokenizer is None and self._train_tokens is None:
             from ..models.loading import load_tokenizer
 
             self.tokenizer = load_tokenizer(c.model.name)
+        self._preflight()  # everything the run could fail later, before the weights load
+        with sliding_window_setting(SLIDING_WINDOW_KEY):
+            base = self._model_in if self._model_in is not None else load_base_model(c)
+            base = scale_model(base, c)
         base.config.use_cache = False
         self.base_attn = base.config._attn_implementation
         self.target_length = target_length(base, c)
@@ -239,8 +242,37 @@ class Trainer:
                 return  # nothing readable before loading: loading says why, or converts the embedded model
         line = shipped_scaling_line(self.config, hf_config, where)
         said = line.split(":", 1)[1].strip()
-        if main and said.startswith("replaced:"):
+        if main and said.startswith(("replaced:", "composed:")):
             print("ropescale: shipped scaling " + said, file=sys.stderr)
+
+    def _preflight(self) -> None:
+        """The checks of :mod:`.preflight`, on the main process only (the data is read once); the other
+        processes stop with it."""
+        from .preflight import Preflight, run_preflight, scaled_config
+
+        acc, failure = self.accelerator, None
+        if acc.is_main_process:
+            given = self._model_in.config if self._model_in is not None else None
+            pf = Preflight(
+                self.config,
+                self.tokenizer,
+                "no tokenizer: the trainer was handed its tokens",
+                scaled_config(self.config, given),
+                recipe_data=self._train_tokens is None,
+                gpus=acc.num_processes,
+                eval_tokens=self.eval_tokens,
+            )
+            try:
+                self.preflight_lines = run_preflight(pf)
+                self.eval_tokens = pf.eval_tokens
+            except RopescaleError as exc:
+                failure = exc
+        if acc.num_processes > 1:
+            failed = acc.reduce(torch.tensor([float(failure is not None)], device=acc.device), reduction="sum")
+            if failure is None and float(failed.sum()) > 0:
+                raise RopescaleError("the preflight failed on the main process (its line is printed there)")
+        if failure is not None:
+            raise failure
 
     def _check_output_dir(self, resume: bool, overwrite: bool) -> None:
         if self.accelerator.is_main_process:

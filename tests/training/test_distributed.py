@@ -62,3 +62,29 @@ def test_ddp_matches_single_process_and_resumes(tmp_path, model_dir):
     resumed = weights(tmp_path / "ddp")
     for name in ddp:
         torch.testing.assert_close(resumed[name], ddp[name], rtol=0, atol=0)
+
+
+def test_a_preflight_refusal_stops_every_rank(tmp_path, model_dir):
+    """The preflight reads the data on the main process only; the other ranks learn its refusal from a
+    collective and stop too, before the weights load, instead of waiting at the next barrier."""
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat and looked at the rain. " * 200)
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+                "scaling": {"method": "yarn", "factor": 4},
+                "data": {"source": str(text), "seq_len": 32},
+                "train": {"max_steps": 2, "output_dir": str(tmp_path / "run")},
+                "eval": {"every": 1},  # no held-out text
+            }
+        )
+    )
+    args = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "ropescale.cli.main"]
+    args += ["train", "--config", str(recipe), "--no-progress", "optim.warmup_steps=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "true"}
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "evaluation needs held-out text: set data.holdout" in proc.stderr
+    assert not (tmp_path / "run").exists()
