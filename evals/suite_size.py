@@ -48,7 +48,7 @@ def lengths_option(text: str) -> list[int | str]:
             out.append(options.length(item))
         except ValueError:
             raise ValueError(
-                f"--lengths: {item!r} is not a length (a token count such as 4096 or 4k, or relative to the "
+                f"{item!r} is not a length (a token count such as 4096 or 4k, or relative to the "
                 "model's trained context: L/4, L, 2L, target)"
             ) from None
     return out

@@ -119,12 +119,17 @@ def test_a_sized_run_goes_to_its_own_folder_and_says_so_in_its_report(suite_file
     out = tmp_path / "runs" / "sized-samples2"
     report = (out / "report.md").read_text()
     assert (
-        "**Sized with `--lengths 128 --samples 2`, not the suite file's matrix: lengths 128; passkey: 2 depths" in report
+        "**Sized with `--lengths 128 --samples 2`, not the suite file's matrix: lengths 128; passkey: 2 depths"
+        in report
     )
     assert "Sized with" in json.loads((out / "results.json").read_text())["sized"]
     written = yaml.safe_load((out / "suite.yaml").read_text())
     assert written["passkey"]["trials"] == 1 and written["sized"].startswith("Sized with")
     assert load_suite(out / "suite.yaml").sized == written["sized"]  # the written suite reads back
+    # the full suite pointed at the sized folder: its passkey cells are not the full suite's, refused before loading
+    assert main(["eval", "suite", str(suite_file), "--output", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "measured with a different protocol.trials" in err[0], err
 
 
 # -- --dry-run ---------------------------------------------------------------------------------
