@@ -457,9 +457,11 @@ class SuiteRunner:
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones
         (:func:`.in_progress.partial_cells`), without running anything."""
+        from ropescale.evals.cell_keys import check_protocols
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
 
+        check_protocols(self)  # a sized-down cell is not reported as the full suite's
         return write_report(self.suite, self.output, partial=partial_cells(self))
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:

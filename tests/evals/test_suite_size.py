@@ -130,6 +130,12 @@ def test_a_sized_run_goes_to_its_own_folder_and_says_so_in_its_report(suite_file
     assert main(["eval", "suite", str(suite_file), "--output", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "measured with a different protocol.trials" in err[0], err
+    # --report-only of the full suite would show the sized cells as its own: refused; with the sizing, reported
+    assert main(["eval", "suite", str(suite_file), "--output", str(out), "--report-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "protocol.trials: 1 -> 3" in err[0] and "'sized'" in err[0], err
+    assert main([*argv[:-1], "--output", str(out), "--report-only"]) == 0
+    assert "finished 5/5 cells (nothing run)" in capsys.readouterr().out
 
 
 # -- --dry-run ---------------------------------------------------------------------------------
