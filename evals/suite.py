@@ -505,8 +505,9 @@ class SuiteRunner:
             # a bar only where someone watches it; in a log (nohup, CI, a pipe) or under --no-progress a
             # run says one line per finished cell, so that hours of cells are never hours of silence
             self._bars = self.progress and sys.stderr.isatty()
+            lines = not self._bars or not sys.stdout.isatty()  # a log of stdout gets them beside a bar too
             bar = tqdm(total=total, initial=total - len(todo), desc="suite cells", disable=not self._bars, unit="cell")
-            if not self._bars:
+            if lines:
                 print(f"{self.suite.name}: {len(todo)} of {total} cells to run, into {self.output}", flush=True)
             current = None
             for i, (entry, task, length) in enumerate(todo):
@@ -529,7 +530,7 @@ class SuiteRunner:
                 for journal in self._journals:
                     journal.remove()
                 bar.update(1)
-                if not self._bars:
+                if lines:
                     print(
                         cell_line(entry, task, length, result, seconds, total - len(todo) + i + 1, total),
                         flush=True,

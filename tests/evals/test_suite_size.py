@@ -115,7 +115,9 @@ def test_samples_cap_ruler(tmp_path, model_dir):
 def test_a_sized_run_goes_to_its_own_folder_and_says_so_in_its_report(suite_file, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ["eval", "suite", str(suite_file), "--lengths", "128", "--samples", "2", "--no-progress"]
-    assert main(argv) == 0, capsys.readouterr()
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "sized: 5 of 5 cells to run" in printed and printed.count("\ncell ") == 5  # --no-progress: a line per cell
     out = tmp_path / "runs" / "sized-samples2"
     report = (out / "report.md").read_text()
     assert (
@@ -202,3 +204,13 @@ def test_plot_names_are_plain_whatever_the_label():
     assert plot_name("passkey", "yarn x2 (saved)") == "passkey_yarn-x2-saved.png"
     assert plot_name("needle", "none (scaling removed)") == "needle_none-scaling-removed.png"
     assert re.fullmatch(r"[a-z0-9_.-]+", plot_name("passkey", "Ünïcode / ×4"))
+
+
+def test_a_bar_on_the_terminal_and_the_lines_in_a_redirected_stdout(suite_file, tmp_path, capsys, monkeypatch):
+    """``ropescale eval suite ... > log``: stderr is a terminal (the bar), stdout a file (a line per cell)."""
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["eval", "suite", str(suite_file), "--lengths", "128", "--output", str(tmp_path / "o")]) == 0
+    captured = capsys.readouterr()
+    assert "suite cells" in captured.err and captured.out.count("\ncell ") == 5
