@@ -531,8 +531,12 @@ class SuiteRunner:
                     journal.remove()
                 bar.update(1)
                 if lines:
+                    from ropescale.evals.report_cells import cell_line
+
                     print(
-                        cell_line(entry, task, length, result, seconds, total - len(todo) + i + 1, total),
+                        cell_line(
+                            task_table.get(task), entry, length, result, seconds, total - len(todo) + i + 1, total
+                        ),
                         flush=True,
                     )
             bar.close()
@@ -560,17 +564,6 @@ class SuiteRunner:
         # a prompt bar only where the cell bar is shown
         ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for)
         return task_table.get(task).run_cell(ctx, self.suite.settings(task), length)
-
-
-def cell_line(entry: MethodEntry, task: str, length: int, result: Any, seconds: float, done: int, total: int) -> str:
-    """The line a finished cell prints without a terminal: which cell (the method with its factor), its
-    number as the report shows it, and how long it took (``cell 3/12: passkey yarn ×4 at 4,096:
-    accuracy 0.80 (41 s)``)."""
-    from ropescale.evals.report_cells import fmt
-
-    kind = task_table.get(task)
-    value = kind.value(result, length)
-    return f"cell {done}/{total}: {task} {entry.title} at {length:,}: {kind.metric} {fmt(value)} ({seconds:.0f} s)"
 
 
 def _suite_dict(suite: Suite) -> dict[str, Any]:
