@@ -25,6 +25,7 @@ from ropescale.cli.common import (
 from ropescale.cli.plan import add_plan_args, print_eval_plan
 from ropescale.evals import task_table
 from ropescale.evals.saved import SAVED, is_saved
+from ropescale.evals.suite_size import lengths_option
 
 _LENGTHS = typed(options.lengths, "--lengths")
 
@@ -70,8 +71,33 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the target length a suite's 'target' lengths and 'target/L' factors mean (default: the suite's)",
     )
     p.add_argument("--data", default=None, help="the suite's perplexity text and haystack instead of its own")
-    p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>[-<model>])")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--lengths",
+        type=typed(lengths_option),
+        default=None,
+        help="size the suite: these lengths for every task instead of the file's (4096, 4k, or relative to the "
+        "model's trained context: L/4, L, 2L, target); a method's `only` keeps those still asked",
+    )
+    p.add_argument(
+        "--samples",
+        type=typed(options.positive_int, "--samples"),
+        default=None,
+        metavar="N",
+        help="size the suite: at most N prompts per retrieval cell (RULER's samples; passkey/needle keep every depth, "
+        "N // depths trials each, at least one); such cells are not the full suite's and go to runs/...-samplesN",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="load no weights, run nothing: print every cell (method, task, length, prompts) and its estimate",
+    )
+    p.add_argument("--gpu", default=None, metavar="CARD", help="with --dry-run: the card of the estimate")
+    p.add_argument("--output", default=None, help="results folder (default: runs/<suite name>[-<model>][-samples<N>])")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar: one line per finished cell (the default when stderr is not a terminal)",
+    )
     p.add_argument("--verbose", action="store_true", help="print the whole report (default: its tables and paths)")
     p.add_argument(
         "--report-only",
@@ -191,8 +217,26 @@ def run_task_cmd(args: argparse.Namespace) -> int:
 def run_suite_cmd(args: argparse.Namespace) -> int:
     from ropescale.evals.suite import load_suite
 
-    suite = load_suite(args.suite, model=args.model, target_length=args.target_length, data=args.data)
-    output = args.output or f"runs/{suite.name}" + (f"-{model_slug(args.model)}" if args.model else "")
+    if args.gpu and not args.dry_run:
+        raise ValueError("--gpu plans a run: add --dry-run (a suite runs on the device it finds)")
+    suite = load_suite(
+        args.suite,
+        model=args.model,
+        target_length=args.target_length,
+        data=args.data,
+        lengths=args.lengths,
+        samples=args.samples,
+    )
+    output = args.output or (
+        f"runs/{suite.name}"
+        + (f"-{model_slug(args.model)}" if args.model else "")
+        + (f"-samples{args.samples}" if args.samples else "")  # its cells are not the full suite's
+    )
+    if args.dry_run:
+        from ropescale.cli.suite_plan import print_suite_plan
+        from ropescale.evals.suite import SuiteRunner
+
+        return print_suite_plan(SuiteRunner(suite, output, progress=False).suite, output, args.gpu)
     if args.report_only:
         from ropescale.evals.suite import SuiteRunner
 

@@ -157,6 +157,38 @@ def check_measured(runner: Any) -> None:
             )
 
 
+def check_protocols(runner: Any) -> None:
+    """Stop ``--report-only`` when a cell of the folder was measured on another protocol than the suite
+    asks (a folder written by a run sized with ``--samples``, reported without it): its numbers would
+    stand in the report as the suite's. Unlike :func:`check_measured` the model and data are not
+    compared, so that a folder copied without its model still reports.
+
+    Raises:
+        SuiteError: ``results folder 'D' holds C.json, measured with a different protocol.trials: 1 -> 3; ...``
+    """
+    from ropescale.evals import task_table
+
+    if not runner.cells_dir.is_dir():
+        return
+    for path in sorted(runner.cells_dir.glob("*.json")):
+        try:
+            cell = SuiteCell.read(path)
+        except RopescaleError:
+            continue  # named by the report itself (load_cells)
+        if cell.task not in runner.suite.tasks() or cell.measured is None:
+            continue
+        old = task_table.canonical(cell.measured.to_json(), cell.task).get("protocol")
+        new = task_table.canonical(json.loads(json.dumps(runner.measured(cell.task))), cell.task).get("protocol")
+        if old != new:
+            from ropescale.training.checkpoints import first_difference
+
+            raise SuiteError(
+                f"results folder '{runner.output}' holds {path.name}, measured with a different "
+                f"{first_difference(old, new, 'protocol.')}; report it with the --lengths/--samples of the run that "
+                "wrote it (its suite.yaml says them under 'sized'), or give another --output"
+            )
+
+
 def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     """The first difference between two ``measured`` keys, named as a user knows it: the model or
     data by name (by fingerprint where only the content changed), the protocol by its key."""

@@ -103,6 +103,7 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
         # row as its cells read the scaling back from the model
         "methods": {m.label: _ran(m, cells) for m in suite.methods},
         **({"carries": suite.carries} if getattr(suite, "carries", None) else {}),
+        **({"sized": suite.sized} if getattr(suite, "sized", None) else {}),
         "tasks": {},
     }
     if suite.passkey is not None:  # the placement its passkey numbers were measured with (0: fixed depths)
@@ -159,14 +160,17 @@ def plot_context(suite) -> PlotContext:
         "model": suite.model,
         "factor": factors.pop() if len(factors) == 1 else None,
         "trained_context": _trained_context(suite.model),
+        "titles": {m.label: m.title for m in suite.methods},
     }
 
 
 def _method_text(m) -> str:
-    """A method entry as the header lists it: its label, then what it runs where the label does not say it
+    """A method entry as the header lists it: its row name, then what it runs where the name does not say it
     (a ``saved`` row's label already names the scaling it carries)."""
     detail = m.method + (f" ×{m.factor:g}" if m.factor else "") + (f", {m.params}" if m.params else "")
-    return m.label if m.method == "saved" or m.label == detail else f"{m.label} ({detail})"
+    if m.method == "saved" or m.title == detail:
+        return m.title
+    return f"{m.title} ({detail})"
 
 
 def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: int, total: int) -> list[str]:
@@ -190,6 +194,8 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
         ]
     if suite.note:
         lines += [suite.note, ""]
+    if getattr(suite, "sized", None):  # a sized-down run is not the suite's result: said before any number
+        lines += [f"**{suite.sized}**", ""]
     entries = {m.label: m for m in suite.methods}
     for tt in tables:
         lines += tt.kind.render(tt, labels, entries)
@@ -252,8 +258,9 @@ def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict
                 if got > ref * (1 + PPL_MARGIN):
                     flags.append(_flag(m.label, "perplexity", n, got, ref))
     context = f"{trained:,}" if trained else "(unknown)"
+    titles = {m.label: m.title for m in suite.methods}
     lines += [
-        f"Against `{base.label}`: retrieval at the shortest length (flagged when the 95% interval of the accuracy "
+        f"Against `{base.title}`: retrieval at the shortest length (flagged when the 95% interval of the accuracy "
         f"difference, from both cells' Wilson intervals, excludes 0) and perplexity at lengths ≤ the "
         f"{'shipped' if shipped is not None else 'trained'} context {context} (flagged beyond +{PPL_MARGIN:.0%}).",
         "",
@@ -265,8 +272,8 @@ def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict
         else:
             detail = f"({f['value'] / f['baseline'] - 1:+.1%})"
         lines.append(
-            f"- ⚠ **{f['method']}**: {f['task']} at {int(f['length']):,} is {fmt(f['value'])} {detail}; "
-            f"{who} {fmt(f['baseline'])}"
+            f"- ⚠ **{titles.get(f['method'], f['method'])}**: {f['task']} at {int(f['length']):,} is "
+            f"{fmt(f['value'])} {detail}; {who} {fmt(f['baseline'])}"
         )
     if not flags:
         lines.append("- none flagged")

@@ -8,6 +8,7 @@ files or knows a task by name.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -34,12 +35,35 @@ class PlotContext(TypedDict):
     model: str
     factor: float | None
     trained_context: int | None
+    titles: dict[str, str]  # label -> the row's name with its factor (:func:`row_name`)
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{x:,.{digits}f}" if x < 1e4 else f"{x:.3g}"
+
+
+def row_name(entries: Any, label: str) -> str:
+    """The name of a method's row: its label with its factor (:attr:`.suite.MethodEntry.title`), so that a
+    comparison never shows ``yarn`` for ``yarn ×4``; ``entries``: label -> the suite's method entry."""
+    return str(getattr(entries.get(label), "title", label))
+
+
+def plot_name(*parts: str) -> str:
+    """A plot's file name from its parts (``passkey``, ``yarn x2 (saved)``): lowercase letters, digits,
+    ``_``, ``-`` and ``.`` only (``passkey_yarn-x2-saved.png``), so that it needs no quoting in a shell,
+    a URL or Markdown."""
+    stem = "_".join(re.sub(r"[^a-z0-9_.-]+", "-", str(p).lower()).strip("-.") or "method" for p in parts)
+    return f"{stem}.png"
+
+
+def cell_line(kind: Any, entry: Any, length: int, result: Any, seconds: float, done: int, total: int) -> str:
+    """The line a finished cell prints without a terminal: which cell (the method with its factor), its
+    number as the report shows it, and how long it took (``cell 3/12: passkey yarn ×4 at 4,096:
+    accuracy 0.80 (41 s)``); ``kind``: the task's row of :mod:`.task_table`."""
+    value = kind.value(result, length)
+    return f"cell {done}/{total}: {kind.name} {entry.title} at {length:,}: {kind.metric} {fmt(value)} ({seconds:.0f} s)"
 
 
 def length_table(lengths: list[int], rows: list[list[str]], extra: tuple[str, ...] = ()) -> list[str]:
@@ -54,7 +78,7 @@ def render_values(kind, tt: Any, labels: list[str], entries) -> list[str]:
     lines = [f"## {kind.name}", "", f"{kind.metric} ({better} is better):", ""]
     rows = [
         [
-            label,
+            row_name(entries, label),
             *(
                 (fmt(kind.value(tt.results[label][n], n)) if n in tt.results[label] else "—")
                 if entries[label].runs(tt.task, n)
@@ -87,7 +111,7 @@ def render_perplexity(tt: Any, labels: list[str], entries) -> list[str]:
     def rows(show) -> list[list[str]]:
         return [
             [
-                label,
+                row_name(entries, label),
                 *(
                     fmt(show(results[label][n]) if n in results[label] else None)
                     if entries[label].runs(task, n)
@@ -132,7 +156,7 @@ def render_retrieval(tt: Any, labels: list[str], entries) -> list[str]:
             fmt_retrieval(stats[label].get(n), results[label].get(n)) if entries[label].runs(task, n) else NOT_RUN
             for n in lengths
         )
-        rows.append([label, *cells, str(max(ok)) if ok else "—"])
+        rows.append([row_name(entries, label), *cells, str(max(ok)) if ok else "—"])
     lines += length_table(lengths, rows, extra=("context",))
     placement = kind.placement(settings, results)
     return lines + ["", "Cells: accuracy · successes/trials [95% Wilson interval]." + placement, ""]
@@ -241,10 +265,15 @@ def mean_accuracy(result: Any) -> float:
     return sum(values) / len(values)
 
 
-def plot_ppl(output: Path, results, labels, lengths, model=None, factor=None, trained_context=None) -> str | None:
+def plot_ppl(
+    output: Path, results, labels, lengths, model=None, factor=None, trained_context=None, titles=None
+) -> str | None:
     """Perplexity against length, titled with the model and factor, the trained context L dashed
     (``results``: label -> length -> :class:`~.task_perplexity.PerplexityCell`)."""
-    curves = {label: {n: results[label][n].ppl for n in lengths if n in results[label]} for label in labels}
+    titles = titles or {}
+    curves = {
+        titles.get(label, label): {n: results[label][n].ppl for n in lengths if n in results[label]} for label in labels
+    }
     path = plot_perplexity_curves(
         curves,
         lengths,
@@ -256,10 +285,11 @@ def plot_ppl(output: Path, results, labels, lengths, model=None, factor=None, tr
     return None if path is None else str(path)
 
 
-def plot_grids(output: Path, task: str, results, labels, lengths) -> list[str]:
+def plot_grids(output: Path, task: str, results, labels, lengths, titles=None) -> list[str]:
     """One heatmap per method: lengths × depths, accuracy in each cell (``results``: label -> length ->
     :class:`~.task_retrieval.RetrievalCell`)."""
-    paths = []
+    paths: list[str] = []
+    used: set[str] = set()
     for label in labels:
         rows = [n for n in lengths if n in results[label]]
         if not rows:
@@ -281,13 +311,18 @@ def plot_grids(output: Path, task: str, results, labels, lengths) -> list[str]:
         grid = [[acc(n, d) for n in rows] for d in depths]  # [depth][length]
         texts = [[said(n, d) for n in rows] for d in depths]
         running = any(results[label][n].partial for n in rows)
-        title = f"{task}: {label}" + (" (cells in progress)" if running else "")
-        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / f"{task}_{label}.png", title, texts)))
+        title = f"{task}: {(titles or {}).get(label, label)}" + (" (cells in progress)" if running else "")
+        name = plot_name(task, label)
+        if name in used:  # labels that differ only in case or punctuation: each its own picture
+            name = plot_name(task, label, str(len(used)))
+        used.add(name)
+        paths.append(str(plot_accuracy_grid(rows, depths, grid, output / name, title, texts)))
     return paths
 
 
 __all__ = [
     "NOT_RUN",
+    "cell_line",
     "PPL_CONVENTIONS",
     "PlotContext",
     "RetrievalStats",
@@ -296,10 +331,12 @@ __all__ = [
     "length_table",
     "placement_line",
     "plot_grids",
+    "plot_name",
     "plot_ppl",
     "render_perplexity",
     "render_retrieval",
     "render_values",
     "retrieval_stats",
+    "row_name",
     "threshold",
 ]

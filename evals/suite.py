@@ -39,6 +39,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,18 @@ class MethodEntry:
     def runs(self, task: str, length: int) -> bool:
         return task not in self.only or length in self.only[task]
 
+    @property
+    def title(self) -> str:
+        """The row name a report and a cell's line give this method: its label with its factor
+        (``yarn ×4``, ``yarn-af1 ×4``), so that two rows at different factors are never read as one;
+        a label that already says its factor (``yarn x2 (saved)``, ``yarn-x4``) is kept as it is."""
+        if self.factor is None:
+            return self.label
+        factor = f"{float(self.factor):g}"
+        if re.search(rf"(?<![0-9.])[x×]{re.escape(factor)}(?![0-9.])", self.label, flags=re.I):
+            return self.label
+        return f"{self.label} ×{factor}"
+
 
 @dataclass
 class Suite:
@@ -92,6 +106,8 @@ class Suite:
     target_length: int | None = None
     #: the scaling the model's checkpoint carries (``yarn x4``), None when unscaled or not yet known
     carries: str | None = None
+    #: how ``--lengths``/``--samples`` sized the suite down (:mod:`.suite_size`), None: as its file has it
+    sized: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         """A task's block by its name (``suite.passkey``), None where the suite does not run it."""
@@ -186,6 +202,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         "data",
         "seed",
         "note",
+        "sized",
         "target_length",
         "methods",
         *task_table.names(),
@@ -244,6 +261,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         data=raw.get("data"),
         seed=int(raw.get("seed") or 0),
         note=str(raw["note"]).strip() if raw.get("note") else None,
+        sized=str(raw["sized"]).strip() if raw.get("sized") else None,
         target_length=raw.get("target_length"),
         blocks={t: raw[t] for t in task_table.names() if raw.get(t)},
     )
@@ -271,11 +289,20 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
 
 
 def load_suite(
-    path_or_name: str | Path, model: str | None = None, target_length: int | None = None, data: str | None = None
+    path_or_name: str | Path,
+    model: str | None = None,
+    target_length: int | None = None,
+    data: str | None = None,
+    lengths: list[int | str] | None = None,
+    samples: int | None = None,
 ) -> Suite:
     """A suite from a YAML path, or by name from ``evals/suites/``; ``model``, ``target_length`` and
     ``data`` replace the file's (``ropescale eval suite NAME --model PATH``), relative lengths are
-    resolved against the model's trained context (:func:`.suite_lengths.prepare`)."""
+    resolved against the model's trained context (:func:`.suite_lengths.prepare`). ``lengths`` and
+    ``samples`` size it down (``--lengths``, ``--samples``: :mod:`.suite_size`), so that a suite
+    written for a small model fits the time a large one allows."""
+    from ropescale.evals import suite_size
+
     path = Path(path_or_name)
     if not path.is_file() and (SUITES_DIR / f"{path_or_name}.yaml").is_file():
         path = SUITES_DIR / f"{path_or_name}.yaml"
@@ -290,8 +317,20 @@ def load_suite(
         raise SuiteError(f"suite '{path}' is not valid YAML: {' '.join(str(exc).split())}") from None
     from ropescale.evals.suite_lengths import prepare
 
-    raw = prepare(raw, f"suite '{path}'", model=model, target_length=target_length, data=data)
-    return suite_from_dict(raw, default_name=path.stem, source=f"suite '{path}'")
+    samples = suite_size.check_samples(samples)
+    raw = prepare(
+        suite_size.with_lengths(raw, lengths), f"suite '{path}'", model=model, target_length=target_length, data=data
+    )
+    if lengths is not None:
+        raw = suite_size.keep_only_asked(_read_lengths(raw))
+    suite = suite_from_dict(raw, default_name=path.stem, source=f"suite '{path}'")
+    said: list[str] = []
+    if samples is not None:
+        suite, said = suite_size.with_samples(suite, samples)
+    sized = suite_size.sized_text(lengths, samples, suite, said)
+    if sized:
+        suite.sized = sized
+    return suite
 
 
 def check_lengths(suite: Suite, original_context: int) -> None:
@@ -314,6 +353,7 @@ class SuiteRunner:
         self.cells_dir = self.output / "cells"
         self.data: dict[str, Any] = {}  # task -> what its cells read (Task.prepare)
         self._journals: list[Any] = []  # the prompt journals of the cell in flight
+        self._bars = progress  # progress bars shown (a terminal watches): set per run
         self._runtime = None
         self._identity: dict[str, Any] | None = None
         self._saved_mode: str | None = None  # the attention-level mode the saved scaling installs
@@ -417,9 +457,11 @@ class SuiteRunner:
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones
         (:func:`.in_progress.partial_cells`), without running anything."""
+        from ropescale.evals.cell_keys import check_protocols
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
 
+        check_protocols(self)  # a sized-down cell is not reported as the full suite's
         return write_report(self.suite, self.output, partial=partial_cells(self))
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -459,22 +501,25 @@ class SuiteRunner:
             as_loaded = snapshot_scaling(model)  # the checkpoint's own scaling, for its `saved` rows
             key = lambda s: (s["method"], s["params"])  # noqa: E731 — what makes two scalings the same
             loaded = key(scaling_of(model))
-            bar = tqdm(
-                total=len(self.suite.cells()),
-                initial=len(self.suite.cells()) - len(todo),
-                desc="suite cells",
-                disable=not self.progress,
-                unit="cell",
-            )
+            total = len(self.suite.cells())
+            # a bar only where someone watches it; in a log (nohup, CI, a pipe) or under --no-progress a
+            # run says one line per finished cell, so that hours of cells are never hours of silence
+            self._bars = self.progress and sys.stderr.isatty()
+            lines = not self._bars or not sys.stdout.isatty()  # a log of stdout gets them beside a bar too
+            bar = tqdm(total=total, initial=total - len(todo), desc="suite cells", disable=not self._bars, unit="cell")
+            if lines:
+                print(f"{self.suite.name}: {len(todo)} of {total} cells to run, into {self.output}", flush=True)
             current = None
-            for entry, task, length in todo:
+            for i, (entry, task, length) in enumerate(todo):
                 if entry != current and is_saved(entry.method):
                     restore_scaling(model, as_loaded)
                 elif entry != current:
                     patch(model, entry.method, factor=entry.factor, replace=True, **entry.params)
                 current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
+                started = time.monotonic()
                 result = self._run_cell(model, tokenizer, entry, task, length)
+                seconds = time.monotonic() - started
                 # the kernel that ran: an attention-level mode runs SDPA/eager, not the suite's flash-attn
                 runtime = {**self.runtime.to_dict(), "attention": attention_kernel(model)}
                 # what ran, read back from the model (not from the request), and how it relates to the saved one
@@ -485,6 +530,15 @@ class SuiteRunner:
                 for journal in self._journals:
                     journal.remove()
                 bar.update(1)
+                if lines:
+                    from ropescale.evals.report_cells import cell_line
+
+                    print(
+                        cell_line(
+                            task_table.get(task), entry, length, result, seconds, total - len(todo) + i + 1, total
+                        ),
+                        flush=True,
+                    )
             bar.close()
         from ropescale.evals.report import write_report
 
@@ -507,7 +561,8 @@ class SuiteRunner:
             self._journals.append(journal)
             return journal
 
-        ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self.progress, journal_for)
+        # a prompt bar only where the cell bar is shown
+        ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for)
         return task_table.get(task).run_cell(ctx, self.suite.settings(task), length)
 
 
@@ -521,6 +576,7 @@ def _suite_dict(suite: Suite) -> dict[str, Any]:
         "data": suite.data,
         "seed": suite.seed,
         **({"note": suite.note} if suite.note else {}),
+        **({"sized": suite.sized} if suite.sized else {}),
         **({"target_length": suite.target_length} if suite.target_length else {}),
     }
     out["methods"] = [

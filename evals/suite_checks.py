@@ -16,7 +16,7 @@ from ropescale.errors import RopescaleError
 from ropescale.evals.task_base import SuiteError
 
 METHOD_KEYS = ("method", "factor", "params", "label", "only")
-STRING_KEYS = ("name", "model", "dtype", "device", "attn_implementation", "data", "note")
+STRING_KEYS = ("name", "model", "dtype", "device", "attn_implementation", "data", "note", "sized")
 
 
 def _int(value: Any) -> bool:

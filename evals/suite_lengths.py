@@ -112,7 +112,10 @@ def prepare(
         else _length("target_length", raw.get("target_length"), L, None, source)
     )
     if uses_target and target is not None and target <= L:
-        raise SuiteError(f"target length {target} of {source} is within the model's trained context {L}")
+        raise SuiteError(
+            f"target length {target} of {source} is within the model's trained context {L}; to run a smaller "
+            "suite keep the target and give --lengths (e.g. --lengths L/4,L) and --samples N (see --dry-run)"
+        )
     raw.pop("target_length", None)
     if uses_target:
         raw["target_length"] = target

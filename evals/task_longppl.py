@@ -205,7 +205,7 @@ class LongPPL(Task):
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """LongPPL, perplexity and the key-token counts per method and length (the cells' :class:`LongPPLCell`)."""
         from ropescale.evals.longppl_run import evaluator_record, evaluator_text
-        from ropescale.evals.report_cells import NOT_RUN, fmt, length_table
+        from ropescale.evals.report_cells import NOT_RUN, fmt, length_table, row_name
 
         settings = self.read(table.settings)
         results = table.results
@@ -229,7 +229,7 @@ class LongPPL(Task):
         def rows(show) -> list[list[str]]:
             return [
                 [
-                    label,
+                    row_name(entries, label),
                     *(
                         (show(results[label][n]) if n in results[label] else "—")
                         if entries[label].runs(self.name, n)

@@ -193,7 +193,8 @@ class Retrieval(Task):
     def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
         from ropescale.evals.report_cells import plot_grids
 
-        return list(plot_grids(output, self.name, table.results, labels, table.lengths))
+        titles = (context or {}).get("titles")
+        return list(plot_grids(output, self.name, table.results, labels, table.lengths, titles))
 
 
 class Passkey(Retrieval):

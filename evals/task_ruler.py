@@ -168,7 +168,7 @@ class Ruler(Task):
     def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
         """The battery's mean score per method and length, then each task's (the cells' :class:`RulerBattery`:
         scores recomputed from the records, as its file's ``score`` was when it was written)."""
-        from ropescale.evals.report_cells import NOT_RUN, length_table
+        from ropescale.evals.report_cells import NOT_RUN, length_table, row_name
 
         settings = self.read(table.settings)
         results: dict[str, dict[int, RulerBattery]] = table.results
@@ -184,7 +184,7 @@ class Ruler(Task):
         ]
         rows = [
             [
-                label,
+                row_name(entries, label),
                 *(
                     (f"{results[label][n].score:.2f}" if n in results[label] else "—")
                     if entries[label].runs(self.name, n)
@@ -204,7 +204,7 @@ class Ruler(Task):
                     else "—"
                     for n in table.lengths
                 )
-                lines.append(f"- {label} {task}: " + ", ".join(scores))
+                lines.append(f"- {row_name(entries, label)} {task}: " + ", ".join(scores))
         return lines + [""]
 
 

@@ -58,7 +58,7 @@ def test_cells_show_trials_and_wilson_intervals_and_regressions_are_flagged(suit
     summary = write_report(suite, tmp_path)
     report = squeezed(summary["markdown"])  # columns padded to their widest cell
     assert "| none | 1.00 · 6/6 [0.61, 1.00] | — | 100 |" in report
-    assert "| dca | 0.33 · 2/6 [0.10, 0.70] | 1.00 · 6/6 [0.61, 1.00] | 400 |" in report
+    assert "| dca ×4 | 0.33 · 2/6 [0.10, 0.70] | 1.00 · 6/6 [0.61, 1.00] | 400 |" in report
     stats = summary["statistics"]["passkey"]["yarn"]["100"]
     assert (
         stats["trials"] == 6
@@ -67,8 +67,8 @@ def test_cells_show_trials_and_wilson_intervals_and_regressions_are_flagged(suit
     )
     flags = {(f["method"], f["task"], f["length"]) for f in summary["regressions"]}
     assert flags == {("dca", "passkey", 100), ("dca", "perplexity", 128)}
-    assert "⚠ **dca**: passkey at 100 is 0.33 (difference +0.67, 95% [0.13, 0.90]); unscaled 1.00" in report
-    assert "⚠ **dca**: perplexity at 128 is 10.50 (+5.0%); unscaled 10.00" in report
+    assert "⚠ **dca ×4**: passkey at 100 is 0.33 (difference +0.67, 95% [0.13, 0.90]); unscaled 1.00" in report
+    assert "⚠ **dca ×4**: perplexity at 128 is 10.50 (+5.0%); unscaled 10.00" in report
     assert "trained context 256" in report and json.loads((tmp_path / "results.json").read_text())["regressions"]
 
 
@@ -122,4 +122,4 @@ def test_the_perplexity_plot_names_the_model_the_factor_and_the_trained_context(
     )
     write_report(suite, tmp_path)
     assert seen["model"] == suite.model and seen["factor"] == 4.0 and seen["trained_context"] == 256
-    assert seen["curves"]["yarn"] == {128: 10.1}
+    assert seen["curves"]["yarn ×4"] == {128: 10.1}  # the legend names each curve's factor

@@ -58,7 +58,7 @@ def test_every_rows_section_value_and_plot_reads_the_typed_results_only(golden, 
         assert section.startswith("## ") and "\n".join(render_values(tt.kind, tt, labels, entries))
         tt.kind.plot(tmp_path, tt, labels, context={})
         if tt.task == "ruler":  # not in the golden report: the battery of none at 1,024 (scores 0)
-            assert "| none     | 0.00    |" in section and "- none fwe: 0.00" in section
+            assert "| none      | 0.00    |" in section and "- none fwe: 0.00" in section
         else:
             assert section in golden_report, tt.task  # the same lines main's report has for the same cells
     assert drawn[0]["none"] == {64: pytest.approx(36122.45), 200: pytest.approx(37303.87)} and len(drawn) == 7

@@ -71,7 +71,7 @@ def test_interrupted_suite_resumes_to_the_same_results(suite_dict, tmp_path, mon
     assert _strip_times(_cells(tmp_path / "resumed")) == expected
 
     report = squeezed((tmp_path / "resumed" / "report.md").read_text())
-    assert "## Perplexity" in report and "## Passkey retrieval" in report and "| yarn |" in report
+    assert "## Perplexity" in report and "## Passkey retrieval" in report and "| yarn ×4 |" in report
     assert "non-overlapping windows" in report
     for plot in summary["plots"]:
         assert (tmp_path / "resumed" / plot.split("/resumed/")[-1]).stat().st_size > 1000
@@ -153,7 +153,7 @@ def test_only_runs_a_method_at_some_lengths(suite_dict, tmp_path):
     summary = run_suite(suite, tmp_path / "out", progress=False)
     assert (summary["cells_finished"], summary["cells_total"]) == (5, 5)
     report = squeezed((tmp_path / "out" / "report.md").read_text())
-    assert "| yarn | n/r | n/r |" in report and "n/r: not run for that method" in report
+    assert "| yarn ×4 | n/r | n/r |" in report and "n/r: not run for that method" in report
     assert "yarn's perplexity is known." in report
     assert load_suite(tmp_path / "out" / "suite.yaml").methods[0].only == {"passkey": [128]}
 
@@ -225,7 +225,7 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys, monkeypatch):
         ]
     )
     out = squeezed(capsys.readouterr().out)
-    assert code == 0 and "| yarn |" in out and "report:" in out
+    assert code == 0 and "| yarn ×2 |" in out and "report:" in out
     for argv, fragment in [
         (
             ["eval", "perplexity", "--model", str(model_dir), "--lengths", "64", "--data", str(tmp_path / "nope.txt")],
@@ -336,7 +336,7 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     assert [(r["depth"], r["trial"]) for r in cell["records"]] == [(0.0, 0), (0.0, 1), (0.5, 0), (1.0, 0)]
     assert all(r == full[(r["depth"], r["trial"])] for r in cell["records"])
     report = squeezed((tmp_path / "resumed" / "report.md").read_text())
-    assert re.search(r"\| yarn \| [0-9.]+ · [0-9]/4 \[[0-9., ]+\] \(in progress: 4 of 6 prompts\) \| — \|", report)
+    assert re.search(r"\| yarn ×4 \| [0-9.]+ · [0-9]/4 \[[0-9., ]+\] \(in progress: 4 of 6 prompts\) \| — \|", report)
     assert (tmp_path / "resumed" / "passkey_yarn.png").stat().st_size > 1000
     monkeypatch.undo()
 

@@ -83,7 +83,7 @@ def test_a_longppl_block_runs_in_a_suite_as_eval_longppl_reports_it(model_dir, l
     section = report.split("## LongPPL (arXiv 2410.23771)")[1].split("## ")[0]
     assert "Key tokens chosen by the evaluated model itself, unscaled (default)" in section
     assert "loss with the 64-token window" in section and "(stride 32)" in section
-    assert f"| yarn | {fmt(cells['yarn']['200']['longppl'], 3)} |" in section
+    assert f"| yarn ×2 | {fmt(cells['yarn']['200']['longppl'], 3)} |" in section
     assert f"| none | {fmt(cells['none']['200']['ppl'], 3)} |" in section
     assert f"| none | {cells['none']['200']['key_tokens']} / 200 |" in section
 

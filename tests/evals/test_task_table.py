@@ -73,7 +73,7 @@ def test_a_new_task_is_one_row_suite_report_and_command(constant, model_dir, tmp
     assert summary["tasks"]["constant"]["yarn"]["64"] == {"value": 5.0}
     assert (tmp_path / "out" / "cells" / "yarn__constant__64.json").is_file()
     report = squeezed((tmp_path / "out" / "report.md").read_text())
-    assert "## constant" in report and "value (lower is better)" in report and "| yarn | 5.00 | 5.00 |" in report
+    assert "## constant" in report and "value (lower is better)" in report and "| yarn ×2 | 5.00 | 5.00 |" in report
     assert summary["cells_finished"] == summary["cells_total"] == 4
     # its settings are checked as a suite's keys...
     with pytest.raises(RopescaleError, match="constant.repeats must be a positive integer, got 0"):
