@@ -51,7 +51,8 @@ def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str,
         config = load_config(model)
     except (RopescaleError, OSError, ValueError):  # a report of a folder copied without its model
         return None
-    plan = plan_patch(config, method, factor=factor, replace=True, **json.loads(params))
+    params = json.loads(params)
+    plan = plan_patch(config, method, factor=factor, replace=not params.get("compose"), **params)
     return json.loads(json.dumps({"method": plan.method.name, "params": plan.method.params()}))
 
 

@@ -220,7 +220,10 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
             raise SuiteError(f"methods[{i}] must be a mapping with a 'method' key")
         params = dict(entry.get("params") or {})
         factor = entry.get("factor")
-        method_params = {k: v for k, v in params.items() if k != "kv_consistent"}  # a patch option
+        # patch options, not method parameters: KV consistency, and building on the checkpoint's own scaling
+        method_params = {k: v for k, v in params.items() if k not in ("kv_consistent", "compose")}
+        if "compose" in params and not isinstance(params["compose"], bool):
+            raise SuiteError(f"methods[{i}].params.compose must be true or false, got {params['compose']!r}")
         if is_saved(entry["method"]):
             if factor is not None or params:
                 raise SuiteError(
@@ -333,12 +336,15 @@ def load_suite(
     return suite
 
 
-def check_lengths(suite: Suite, original_context: int) -> None:
-    """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate)."""
+def check_lengths(suite: Suite, original_context: int, shipped_context: int | None = None) -> None:
+    """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate). A method
+    composed on the checkpoint's own scaling (``params: {compose: true}``) scales from its shipped context."""
     for entry, task, length in suite.cells():
         factor = float(entry.factor or 1.0)
-        if factor > 1 and length > factor * original_context:
-            need = math.ceil(length / original_context)
+        context = shipped_context if entry.params.get("compose") and shipped_context else original_context
+        if factor > 1 and length > factor * context:
+            need = math.ceil(length / context)
+            original_context = context
             raise SuiteError(
                 f"factor {factor:g} of '{entry.label}' is too small for {task} at {length} tokens "
                 f"(extended context {int(factor * original_context)}); use factor >= {need}"
@@ -488,7 +494,9 @@ class SuiteRunner:
         # everything that can fail on bad input is checked before the output or the weights are touched
         config = load_config(self.suite.model)
         check_against_model(self.suite, config)  # each method planned on the config, before any weights
-        check_lengths(self.suite, trained_context(config))
+        from ropescale.patching.shipped import shipped_of
+
+        check_lengths(self.suite, trained_context(config), shipped_of(config).context)
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
         todo = self.pending()
         if todo:  # the tokenizer and the data can be refused too: before the folder is written
@@ -514,7 +522,10 @@ class SuiteRunner:
                 if entry != current and is_saved(entry.method):
                     restore_scaling(model, as_loaded)
                 elif entry != current:
-                    patch(model, entry.method, factor=entry.factor, replace=True, **entry.params)
+                    compose = bool(entry.params.get("compose"))  # on the scaling the checkpoint ships with
+                    if compose:
+                        restore_scaling(model, as_loaded)
+                    patch(model, entry.method, factor=entry.factor, replace=not compose, **entry.params)
                 current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 started = time.monotonic()

@@ -93,7 +93,8 @@ def check_against_model(suite: Any, config: Any) -> None:
         if str(entry.method).lower() == "saved":  # nothing to plan: the checkpoint's own scaling
             continue
         try:
-            plan_patch(config, entry.method, factor=entry.factor, replace=True, **entry.params)
+            compose = bool(entry.params.get("compose"))  # built on the shipped scaling, else replacing it
+            plan_patch(config, entry.method, factor=entry.factor, replace=not compose, **entry.params)
         except (ValueError, RopescaleError) as exc:
             raise SuiteError(f"methods[{i}] ('{entry.label}'): {' '.join(str(exc).split())}") from None
 
