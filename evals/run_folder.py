@@ -5,7 +5,7 @@
   file records the model's name *and content* (:func:`ropescale.models.identity.model_identity`),
   the data it read by content, and its protocol (seed, samples, settings). A cell at the path this run
   would write that measured something else stops the run with the first difference named
-  (:func:`.cell_keys.difference`), before anything is written: replacing it would lose what it
+  (:func:`difference`, the suite's wording), before anything is written: replacing it would lose what it
   measured, reusing it would report it under the new name. The same model name with other content
   anywhere in the folder stops it too (the report compares the folder's cells with each other).
 * A key a cell written before it was recorded lacks counts as matching (it cannot be checked): the
@@ -104,13 +104,32 @@ def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: 
         RopescaleError: ``results folder 'o' holds none__vt__4096.json, measured with a different
             protocol.seed: 0 -> 1; give another --output, or remove that cell to measure it again``.
     """
-    from ropescale.evals.cell_keys import difference
-
     old = legacy(recorded, ours)
     if old != ours:
         raise RopescaleError(
             f"results folder '{output}' holds {path.name}, measured with a different {difference(old, ours)}; {REMEDY}"
         )
+
+
+def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first difference between two ``measured`` keys, named as a user knows it: the model or
+    data by name (by fingerprint where only the content changed), the protocol by its key."""
+    from ropescale.training.checkpoints import first_difference  # not at import: training's world
+
+    for section in ("model", "data", "protocol"):
+        a, b = old.get(section), new.get(section)
+        if a == b:
+            continue
+        if section != "protocol" and isinstance(a, dict) and isinstance(b, dict):
+            if a.get("name") != b.get("name"):
+                return f"{section}: {a.get('name')!r} -> {b.get('name')!r}"
+            short = lambda v: str(v)[:12] if v else v  # noqa: E731
+            return (
+                f"{section} content: {a.get('name')!r} had fingerprint {short(a.get('fingerprint'))}, "
+                f"now {short(b.get('fingerprint'))}"
+            )
+        return first_difference(a, b, f"{section}.")
+    return first_difference(old, new)
 
 
 def legacy(recorded: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
@@ -141,4 +160,13 @@ def check_model_content(output: Path, cells: list[tuple[Path, str, str | None]],
             compare(path, old, {"model": {"name": name, "fingerprint": content}}, output)
 
 
-__all__ = ["REMEDY", "check_folder", "check_model_content", "compare", "legacy", "model_content", "text_fingerprint"]
+__all__ = [
+    "REMEDY",
+    "check_folder",
+    "check_model_content",
+    "compare",
+    "difference",
+    "legacy",
+    "model_content",
+    "text_fingerprint",
+]
