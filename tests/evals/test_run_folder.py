@@ -136,8 +136,9 @@ def _short_length(tok, samples: int) -> int:
 
 
 def test_a_cell_lm_eval_fills_short_is_refused_before_the_weights_load(models, tmp_path, capsys, monkeypatch):
-    import ropescale.models.loading as loading
     from transformers import AutoTokenizer
+
+    import ropescale.models.loading as loading
 
     n = _short_length(AutoTokenizer.from_pretrained(models["u0"]), 6)
     monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
@@ -334,3 +335,15 @@ def test_longppl_leaves_a_newer_schema_or_another_tasks_folder_as_it_is(longppl_
     else:
         assert f"'{path}' has schema '{data['schema']}'; this ropescale writes" in err
     assert _bytes(out) == before
+
+
+def test_a_suite_ruler_cell_lm_eval_fills_short_is_refused_before_it_decodes(models):
+    from transformers import AutoTokenizer
+
+    from ropescale.evals.ruler.cell import run_ruler_cell
+    from ropescale.evals.ruler.tasks import TASKS
+
+    tok = AutoTokenizer.from_pretrained(models["u0"])
+    n = _short_length(tok, 6)
+    with pytest.raises(ValueError, match=f"niah_multikey_2 at {n} tokens: lm-eval's generator fits .* of the 6"):
+        run_ruler_cell(None, tok, TASKS["niah_multikey_2"], n, 6)  # no model touched: refused before decoding
