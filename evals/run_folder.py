@@ -95,6 +95,31 @@ def check_folder(output: str | Path, cell_schema: str, results_schema: str, comm
             _refuse_other(path, named, cell_schema, command, output)
 
 
+def check_suite_results(output: str | Path) -> None:
+    """Stop before a suite writes its report where ``OUTPUT/results.json`` is not a suite's this
+    ropescale writes: one of a newer version (:data:`.results_schema.READS`) or of another task (an
+    ``eval ruler`` or ``eval longppl`` folder). A file that is not JSON is left to the report to replace.
+
+    Raises:
+        RopescaleError: ``results file 'o/results.json' has schema 'ropescale.results/9'; this ropescale
+            writes ropescale.results/2 (...)``, or ``results folder 'o' holds another task's results.json
+            (schema 'ropescale.ruler.results/1'); ropescale eval's suite runner writes its own there: ...``.
+    """
+    from ropescale.evals import results_schema
+
+    output = Path(output)
+    results = output / "results.json"
+    if not results.is_file():
+        return
+    readable, named = _schema(results)
+    ours = f"{results_schema.NAME}/{results_schema.VERSION}"
+    if not readable or named is None:
+        return  # version 1 (no schema), or damaged: the report replaces it
+    known = {f"{results_schema.NAME}/{v}" for v in results_schema.READS}
+    if named not in known:
+        _refuse_other(results, named, ours, "ropescale eval's suite runner", output)
+
+
 def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: Path) -> None:
     """Stop where a cell at ``path`` measured something else than this run would (``recorded``,
     ``ours``: :func:`.cell_keys.measured`-shaped ``{"model": {"name", "fingerprint"}, "data",
@@ -164,6 +189,7 @@ __all__ = [
     "REMEDY",
     "check_folder",
     "check_model_content",
+    "check_suite_results",
     "compare",
     "difference",
     "legacy",

@@ -347,3 +347,25 @@ def test_a_suite_ruler_cell_lm_eval_fills_short_is_refused_before_it_decodes(mod
     n = _short_length(tok, 6)
     with pytest.raises(ValueError, match=f"niah_multikey_2 at {n} tokens: lm-eval's generator fits .* of the 6"):
         run_ruler_cell(None, tok, TASKS["niah_multikey_2"], n, 6)  # no model touched: refused before decoding
+
+
+@pytest.mark.parametrize("schema", ["ropescale.results/9", "ropescale.ruler.results/1"])
+def test_a_suite_leaves_a_newer_or_another_tasks_results_json_as_it_is(models, tmp_path, schema):
+    """The suite runner's own report (run, and ``--report-only``) refuses the same files."""
+    from ropescale.errors import RopescaleError
+    from ropescale.evals.suite import SuiteRunner, suite_from_dict
+
+    data = tmp_path / "doc.txt"
+    data.write_text("The quick brown fox jumps over the lazy dog. " * 200)
+    raw = {"model": models["u0"], "device": "cpu", "data": str(data), "methods": ["none"]}
+    suite = suite_from_dict({**raw, "perplexity": {"lengths": [64]}})
+    out = tmp_path / "ppl"
+    SuiteRunner(suite, out, progress=False).run()
+    results = out / "results.json"
+    results.write_text(json.dumps({**json.loads(results.read_text()), "schema": schema, "added_later": 1}))
+    before = _bytes(out)
+    why = "has schema 'ropescale.results/9'; this ropescale writes" if schema.endswith("/9") else "another task's"
+    for call in (SuiteRunner(suite, out, progress=False).run, SuiteRunner(suite, out, progress=False).report):
+        with pytest.raises(RopescaleError, match=why):
+            call()
+        assert _bytes(out) == before
