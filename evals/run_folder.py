@@ -47,8 +47,8 @@ def text_fingerprint(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _schema(path: Path) -> tuple[bool, Any]:
-    """(readable as a JSON object, its ``schema`` or None)."""
+def schema_of(path: Path) -> tuple[bool, Any]:
+    """(readable as a JSON object, its ``schema`` or None) of a result file."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -56,7 +56,8 @@ def _schema(path: Path) -> tuple[bool, Any]:
     return isinstance(data, dict), data.get("schema") if isinstance(data, dict) else None
 
 
-def _refuse_other(path: Path, named: Any, ours: str, command: str, output: Path) -> None:
+def refuse_other(path: Path, named: Any, ours: str, command: str, output: Path) -> None:
+    """Refuse ``path`` (schema ``named``, not ``ours``) in one line: a newer version of ours, or another task's."""
     family = ours.rsplit("/", 1)[0]
     if isinstance(named, str) and named.startswith(family + "/"):
         what = "results file" if path.name == "results.json" else "cell file"
@@ -86,38 +87,13 @@ def check_folder(output: str | Path, cell_schema: str, results_schema: str, comm
     output = Path(output)
     results = output / "results.json"
     if results.is_file():
-        readable, named = _schema(results)
+        readable, named = schema_of(results)
         if readable and named != results_schema:
-            _refuse_other(results, named, results_schema, command, output)
+            refuse_other(results, named, results_schema, command, output)
     for path in sorted((output / "cells").glob("*.json")):
-        readable, named = _schema(path)
+        readable, named = schema_of(path)
         if readable and named != cell_schema:
-            _refuse_other(path, named, cell_schema, command, output)
-
-
-def check_suite_results(output: str | Path) -> None:
-    """Stop before a suite writes its report where ``OUTPUT/results.json`` is not a suite's this
-    ropescale writes: one of a newer version (:data:`.results_schema.READS`) or of another task (an
-    ``eval ruler`` or ``eval longppl`` folder). A file that is not JSON is left to the report to replace.
-
-    Raises:
-        RopescaleError: ``results file 'o/results.json' has schema 'ropescale.results/9'; this ropescale
-            writes ropescale.results/2 (...)``, or ``results folder 'o' holds another task's results.json
-            (schema 'ropescale.ruler.results/1'); ropescale eval's suite runner writes its own there: ...``.
-    """
-    from ropescale.evals import results_schema
-
-    output = Path(output)
-    results = output / "results.json"
-    if not results.is_file():
-        return
-    readable, named = _schema(results)
-    ours = f"{results_schema.NAME}/{results_schema.VERSION}"
-    if not readable or named is None:
-        return  # version 1 (no schema), or damaged: the report replaces it
-    known = {f"{results_schema.NAME}/{v}" for v in results_schema.READS}
-    if named not in known:
-        _refuse_other(results, named, ours, "ropescale eval's suite runner", output)
+            refuse_other(path, named, cell_schema, command, output)
 
 
 def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: Path) -> None:
@@ -187,9 +163,10 @@ def check_model_content(output: Path, cells: list[tuple[Path, str, str | None]],
 
 __all__ = [
     "REMEDY",
+    "refuse_other",
+    "schema_of",
     "check_folder",
     "check_model_content",
-    "check_suite_results",
     "compare",
     "difference",
     "legacy",

@@ -419,7 +419,7 @@ class SuiteRunner:
         (:func:`.in_progress.partial_cells`), without running anything."""
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
-        from ropescale.evals.run_folder import check_suite_results
+        from ropescale.evals.results_schema import check_suite_results
 
         check_suite_results(self.output)  # a newer or another task's results.json is left as it is
         return write_report(self.suite, self.output, partial=partial_cells(self))
@@ -430,7 +430,7 @@ class SuiteRunner:
     def run(self) -> dict[str, Any]:
         """Run the pending cells and write the report, holding the results folder's lock."""
         from ropescale._lock import output_lock
-        from ropescale.evals.run_folder import check_suite_results
+        from ropescale.evals.results_schema import check_suite_results
 
         with output_lock(self.output, "results folder"):
             check_suite_results(self.output)  # a newer or another task's results.json: before anything is written
