@@ -75,6 +75,7 @@ def run_cmd(args: argparse.Namespace) -> int:
         trunc_len=settings.trunc_len,
         internal=settings.internal,
         runtime=runtime,
+        data=settings.data,
     )
     print(summary["markdown"])
     print(f"report: {summary['report']}")

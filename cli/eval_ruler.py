@@ -63,7 +63,6 @@ def run_cmd(args: argparse.Namespace) -> int:
     import sys
 
     from ropescale.evals.ruler.cell import MIN_SAMPLES
-    from ropescale.evals.ruler.report import write_report
     from ropescale.evals.ruler.run import RulerRun, Scaling
     from ropescale.evals.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
@@ -94,8 +93,8 @@ def run_cmd(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         prompt=args.prompt,
     )
-    run.run()
-    summary = write_report(args.output, model=args.model)
+    run.run(report=True)  # the report under the folder's lock, as the cells
+    summary = run.summary
     print(summary["markdown"])
     print(f"report: {summary['report']}")
     return 0

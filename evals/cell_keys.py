@@ -22,6 +22,7 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.cell_record import CELL_REMEDY, NewerCellError, SuiteCell
+from ropescale.evals.run_folder import difference
 from ropescale.evals.suite_checks import SuiteError
 from ropescale.models.integrity import read_json_file
 from ropescale.models.runtime import runtime_text, same_runtime
@@ -188,27 +189,6 @@ def check_protocols(runner: Any) -> None:
                 f"{first_difference(old, new, 'protocol.')}; report it with the --lengths/--samples of the run that "
                 "wrote it (its suite.yaml says them under 'sized'), or give another --output"
             )
-
-
-def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """The first difference between two ``measured`` keys, named as a user knows it: the model or
-    data by name (by fingerprint where only the content changed), the protocol by its key."""
-    from ropescale.training.checkpoints import first_difference
-
-    for section in ("model", "data", "protocol"):
-        a, b = old.get(section), new.get(section)
-        if a == b:
-            continue
-        if section != "protocol" and isinstance(a, dict) and isinstance(b, dict):
-            if a.get("name") != b.get("name"):
-                return f"{section}: {a.get('name')!r} -> {b.get('name')!r}"
-            short = lambda v: str(v)[:12] if v else v  # noqa: E731
-            return (
-                f"{section} content: {a.get('name')!r} had fingerprint {short(a.get('fingerprint'))}, "
-                f"now {short(b.get('fingerprint'))}"
-            )
-        return first_difference(a, b, f"{section}.")
-    return first_difference(old, new)
 
 
 def cells_runtime(folders: list[Path]) -> dict[str, str] | None:

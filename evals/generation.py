@@ -217,9 +217,12 @@ class PromptJournal:
     ignored. The caller removes the journal once the run's result is written.
     """
 
-    def __init__(self, path: str | os.PathLike, fingerprint: dict[str, Any]):
+    def __init__(self, path: str | os.PathLike, fingerprint: dict[str, Any], also: Sequence[dict[str, Any]] = ()):
+        """``also``: older fingerprints of the same work (what a journal written before a key was added
+        holds), accepted as this one: a measurement in progress resumes under the new keys."""
         self.path = Path(path)
         self.fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True))  # as it reads back
+        self.also = [json.loads(json.dumps(f, sort_keys=True)) for f in also]
 
     @staticmethod
     def digest(prompt: Sequence[int]) -> str:
@@ -235,7 +238,7 @@ class PromptJournal:
             head = json.loads(lines[0]) if lines else None
         except ValueError:
             head = None
-        if not isinstance(head, dict) or head.get("fingerprint") != self.fingerprint:
+        if not isinstance(head, dict) or (head.get("fingerprint") not in (self.fingerprint, *self.also)):
             if write:
                 self.path.replace(self.path.with_name(self.path.name + ".stale"))
             return {}

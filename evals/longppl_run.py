@@ -4,7 +4,10 @@ Each length takes the first ``documents`` texts of the data that hold that many 
 The evaluator (by default the evaluated checkpoint itself, unscaled; :mod:`.longppl`) picks each
 window's key tokens once, kept in ``OUTPUT/keys/``; every scaling is then scored on the same
 windows, one file per (scaling, length) in ``OUTPUT/cells/``, skipped on a re-run when it records
-the same request. ``report.md`` and ``results.json`` are rewritten (atomically) at the end.
+the same request, model content and windows (the data by content). A cell there that measured
+something else, a file of another task or of a newer schema stops the run naming it, before anything
+is written (:mod:`.run_folder`); one writer at a time holds the folder's lock. ``report.md`` and
+``results.json`` are rewritten (atomically) at the end.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ropescale.evals.ruler.run import Scaling, cell_name
 from ropescale.markdown import table
 
 SCHEMA = "ropescale.longppl.cell/1"
+RESULTS_SCHEMA = "ropescale.longppl.results/1"
 
 
 def _load(model: str, scaling: Scaling, runtime: Any):
@@ -48,8 +52,10 @@ def run_longppl(
     trunc_len: int = 4096,
     internal: int = 1024,
     runtime: Any = None,
+    data: str | None = None,
 ) -> dict[str, Any]:
-    """Score every scaling at every length; return the summary (also written to ``output``).
+    """Score every scaling at every length, holding the folder's lock; return the summary (also
+    written to ``output``).
 
     Args:
         model: the evaluated checkpoint.
@@ -61,39 +67,51 @@ def run_longppl(
         evaluator_scaling: its scaling (default: unscaled).
         trunc_len, internal: the short window and the scoring stride (the authors' defaults).
         runtime: a resolved :class:`ropescale.models.runtime.Runtime`.
+        data: the ``--data`` value the texts came from (their name in the cells; their content is
+            keyed by the windows scored).
 
     Raises:
         ValueError: a length no document of the data reaches, or ``trunc_len`` not below a length.
+        RopescaleError: the folder holds a cell that measured something else (another model, model
+            content, data, evaluator...), a file of another task or of a newer schema
+            (:mod:`.run_folder`), or another process is writing it.
     """
-    from ropescale.models.loading import load_tokenizer
-    from ropescale.patching.model import describe
+    from ropescale._lock import output_lock
 
     output = Path(output)
     for n in lengths:
         if trunc_len >= n:
             raise ValueError(f"--trunc-len {trunc_len} must be below every length (got {n}): no token would be scored")
-    tokenizer = load_tokenizer(model)
-    windows = text_windows(tokenizer, texts, lengths, documents)
-    judge = evaluator_record(model, evaluator, evaluator_scaling, trunc_len, internal)
-    spans = key_spans(output, judge, windows, runtime)
-    for s in scalings:
-        todo = [n for n in lengths if not _done(output, s, n, model, judge, documents)]
-        if not todo:
-            continue
-        m = _load(model, s, runtime)
-        for n in todo:
-            docs = [score_text(m, tokenizer, w, spans[n][i], title) for i, (title, w) in enumerate(windows[n])]
-            record = {
-                "schema": SCHEMA,
-                "fingerprint": _fingerprint(s, n, model, judge, documents),
-                "label": s.label,
-                "scaling": describe(m),
-                "length": n,
-                "result": combine(docs),
-            }
-            atomic_write_json(output / "cells" / f"{cell_name(s, 'longppl', n)}.json", record)
-        del m
-    return write_report(output, judge)
+    with output_lock(output, "results folder"):
+        from ropescale.evals.run_folder import check_folder
+        from ropescale.models.loading import load_tokenizer
+        from ropescale.patching.model import describe
+
+        check_folder(output, SCHEMA, RESULTS_SCHEMA, "ropescale eval longppl")  # before anything is read or written
+        tokenizer = load_tokenizer(model)
+        windows = text_windows(tokenizer, texts, lengths, documents)
+        judge = evaluator_record(model, evaluator, evaluator_scaling, trunc_len, internal)
+        keys = CellKeys(model, judge, documents, data, windows)
+        keys.check(output, scalings, lengths)  # a cell that measured something else: before anything is written
+        spans = key_spans(output, judge, windows, runtime)
+        for s in scalings:
+            todo = [n for n in lengths if not keys.done(output, s, n)]
+            if not todo:
+                continue
+            m = _load(model, s, runtime)
+            for n in todo:
+                docs = [score_text(m, tokenizer, w, spans[n][i], title) for i, (title, w) in enumerate(windows[n])]
+                record = {
+                    "schema": SCHEMA,
+                    "fingerprint": keys.fingerprint(s, n),
+                    "label": s.label,
+                    "scaling": describe(m),
+                    "length": n,
+                    "result": combine(docs),
+                }
+                atomic_write_json(_cell_path(output, s, n), record)
+            del m
+        return write_report(output, judge)
 
 
 def text_windows(
@@ -142,22 +160,83 @@ def evaluator_text(judge: dict[str, Any]) -> str:
     )
 
 
-def _fingerprint(s: Scaling, n: int, model: str, judge: dict[str, Any], documents: int) -> dict[str, Any]:
-    return {
-        "model": str(model),
-        "scaling_requested": s.request(),
-        "length": n,
-        "evaluator": judge,
-        "documents": documents,
-    }
+def _cell_path(output: Path, s: Scaling, n: int) -> Path:
+    return output / "cells" / f"{cell_name(s, 'longppl', n)}.json"
 
 
-def _done(output: Path, s: Scaling, n: int, model: str, judge: dict[str, Any], documents: int) -> bool:
-    try:
-        record = json.loads((output / "cells" / f"{cell_name(s, 'longppl', n)}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return record.get("fingerprint") == json.loads(json.dumps(_fingerprint(s, n, model, judge, documents)))
+class CellKeys:
+    """What a LongPPL cell of this run records and must match to count as done: the model by name and
+    content (:func:`.run_folder.model_content`), the scaling asked for, the length, the evaluator and its
+    rule, the windows per length and the data (its ``--data`` name, and by content the windows scored:
+    another file, or the same file edited, is other data). A cell written before the content and the
+    data were recorded counts as matching on them (:func:`.run_folder.legacy`)."""
+
+    def __init__(self, model: str, judge: dict[str, Any], documents: int, data: str | None, windows: dict[int, Any]):
+        from ropescale.evals.run_folder import model_content, text_fingerprint
+
+        self.model, self.judge, self.documents = str(model), judge, documents
+        self.content = model_content(self.model)
+        self.data = {n: {"name": data, "fingerprint": text_fingerprint(w)} for n, w in windows.items()}
+
+    def fingerprint(self, s: Scaling, n: int) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            **({} if self.content is None else {"model_content": self.content}),
+            "scaling_requested": s.request(),
+            "length": n,
+            "evaluator": self.judge,
+            "documents": self.documents,
+            "data": self.data[n],
+        }
+
+    @staticmethod
+    def measured(fingerprint: dict[str, Any]) -> dict[str, Any]:
+        """A cell's fingerprint in the suite's shape (:func:`.cell_keys.measured`), for
+        :func:`.run_folder.compare`: a key it lacks stays absent (a cell written before it)."""
+        model = {"name": fingerprint.get("model")}
+        if "model_content" in fingerprint:
+            model["fingerprint"] = fingerprint["model_content"]
+        protocol = {k: fingerprint.get(k) for k in ("scaling_requested", "length", "evaluator", "documents")}
+        out = {"model": model, "protocol": protocol}
+        if "data" in fingerprint:
+            out["data"] = fingerprint["data"]
+        return json.loads(json.dumps(out))
+
+    def _recorded(self, output: Path, s: Scaling, n: int) -> dict[str, Any] | None:
+        try:
+            record = json.loads(_cell_path(output, s, n).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # absent or damaged: recomputed
+            return None
+        fingerprint = record.get("fingerprint") if isinstance(record, dict) else None
+        return fingerprint if isinstance(fingerprint, dict) else None
+
+    def done(self, output: Path, s: Scaling, n: int) -> bool:
+        from ropescale.evals.run_folder import legacy
+
+        recorded = self._recorded(output, s, n)
+        ours = self.measured(self.fingerprint(s, n))
+        return recorded is not None and legacy(self.measured(recorded), ours) == ours
+
+    def check(self, output: Path, scalings: list[Scaling], lengths: list[int]) -> None:
+        """Stop, naming the first difference, where a cell this run would write measured something else,
+        or a cell of the same model name recorded other content (:mod:`.run_folder`)."""
+        from ropescale.evals.run_folder import check_model_content, compare
+
+        cells = []
+        for path in sorted((output / "cells").glob("*.json")):
+            try:
+                fingerprint = json.loads(path.read_text(encoding="utf-8"))["fingerprint"]
+                cells.append((path, fingerprint["model"], fingerprint.get("model_content")))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        check_model_content(output, cells, self.model, self.content)
+        for s in scalings:
+            for n in lengths:
+                recorded = self._recorded(output, s, n)
+                if recorded is not None:
+                    compare(
+                        _cell_path(output, s, n), self.measured(recorded), self.measured(self.fingerprint(s, n)), output
+                    )
 
 
 def key_spans(output: Path | None, judge: dict[str, Any], windows: dict[int, list[tuple[str, str]]], runtime: Any):
@@ -222,6 +301,7 @@ def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "CellKeys",
     "LongPPLDocument",
     "evaluator_record",
     "evaluator_text",

@@ -52,6 +52,31 @@ def version(data: Any, path: str | Path, what: str = "results file") -> int:
     return int(found.group(1))
 
 
+def check_suite_results(output: str | Path) -> None:
+    """Stop before a suite writes its report where ``OUTPUT/results.json`` is not a suite's this
+    ropescale writes: one of a newer version (:data:`READS`) or of another task (an
+    ``eval ruler`` or ``eval longppl`` folder). A file that is not JSON is left to the report to replace.
+
+    Raises:
+        RopescaleError: ``results file 'o/results.json' has schema 'ropescale.results/9'; this ropescale
+            writes ropescale.results/2 (...)``, or ``results folder 'o' holds another task's results.json
+            (schema 'ropescale.ruler.results/1'); ropescale eval's suite runner writes its own there: ...``.
+    """
+    from ropescale.evals.run_folder import refuse_other, schema_of
+
+    output = Path(output)
+    results = output / "results.json"
+    if not results.is_file():
+        return
+    readable, named = schema_of(results)
+    ours = f"{NAME}/{VERSION}"
+    if not readable or named is None:
+        return  # version 1 (no schema), or damaged: the report replaces it
+    known = {f"{NAME}/{v}" for v in READS}
+    if named not in known:
+        refuse_other(results, named, ours, "ropescale eval's suite runner", output)
+
+
 @dataclass(frozen=True)
 class Ran:
     """What a label ran: a method (as the user named it), its factor and parameters."""
@@ -164,4 +189,4 @@ def _typed(task: str, table: dict[str, Any]) -> dict[str, dict[int, Any]]:
     return out
 
 
-__all__ = ["NAME", "READS", "VERSION", "Ran", "ResultsSummary", "stamp", "version"]
+__all__ = ["NAME", "READS", "VERSION", "Ran", "ResultsSummary", "check_suite_results", "stamp", "version"]

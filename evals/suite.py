@@ -466,8 +466,10 @@ class SuiteRunner:
         from ropescale.evals.cell_keys import check_protocols
         from ropescale.evals.in_progress import partial_cells
         from ropescale.evals.report import write_report
+        from ropescale.evals.results_schema import check_suite_results
 
         check_protocols(self)  # a sized-down cell is not reported as the full suite's
+        check_suite_results(self.output)  # a newer or another task's results.json is left as it is
         return write_report(self.suite, self.output, partial=partial_cells(self))
 
     def pending(self) -> list[tuple[MethodEntry, str, int]]:
@@ -476,8 +478,10 @@ class SuiteRunner:
     def run(self) -> dict[str, Any]:
         """Run the pending cells and write the report, holding the results folder's lock."""
         from ropescale._lock import output_lock
+        from ropescale.evals.results_schema import check_suite_results
 
         with output_lock(self.output, "results folder"):
+            check_suite_results(self.output)  # a newer or another task's results.json: before anything is written
             return self._run()
 
     def _run(self) -> dict[str, Any]:

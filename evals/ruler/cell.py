@@ -87,6 +87,36 @@ class RulerCell:
         return cell
 
 
+def cell_docs(
+    task: RulerTask,
+    tokenizer: Any,
+    length: int,
+    samples: int,
+    seed: int = 0,
+    essay: list[str] | None = None,
+    prompt: str = "plain",
+) -> list[dict[str, Any]]:
+    """The cell's samples as lm-eval generates them (:func:`.tasks.generate_samples`; with ``chat`` the
+    template's tokens come off the length). The tokenizer alone makes them, so a runner calls this
+    before the weights load.
+
+    Raises:
+        ValueError: lm-eval's generator fitted fewer samples than asked (it skips, saying so on stderr,
+            a sample whose prompt plus answer does not fit): a cell of n = 1 where 30 were asked would
+            be reported with its interval and counted done. Refused, naming the task, the length and
+            the count, rather than stored short.
+    """
+    chat = prompt == "chat"
+    docs = generate_samples(task, tokenizer, length - (template_tokens(tokenizer) if chat else 0), samples, seed, essay)
+    if len(docs) < samples:
+        raise ValueError(
+            f"RULER task {task.name} at {length} tokens: lm-eval's generator fits {len(docs)} of the {samples} "
+            f"samples asked with this tokenizer (each prompt and its {task.max_new_tokens} answer tokens must "
+            "fit); use a longer length"
+        )
+    return docs
+
+
 def _answered(text: str, outputs: list[str]) -> bool:
     return score(text, outputs) == 1.0
 
@@ -103,6 +133,7 @@ def run_ruler_cell(
     progress: bool = False,
     add_bos: bool | None = None,
     prompt: str = "plain",
+    docs: list[dict[str, Any]] | None = None,
 ) -> RulerCell:
     """Generate ``samples`` prompts of ``task`` at ``length`` (lm-eval's generator, :mod:`.tasks`),
     decode each greedily for the task's ``max_new_tokens`` (or until every expected string is in
@@ -122,13 +153,18 @@ def run_ruler_cell(
             a template that writes its own).
         prompt: ``plain`` (lm-eval's text) or ``chat`` (the tokenizer's chat template, :mod:`.prompt`:
             its tokens come off the length the generator fills, so prompt plus answer still fit).
+        docs: the samples, where :func:`cell_docs` made them already (before the weights loaded).
+
+    Raises:
+        ValueError: lm-eval's generator fits fewer samples than asked (:func:`cell_docs`).
     """
     check_positive_int("length", length)
     check_positive_int("samples", samples)
     check_prompt(prompt, tokenizer)
     start = time.time()
     chat = prompt == "chat"
-    docs = generate_samples(task, tokenizer, length - (template_tokens(tokenizer) if chat else 0), samples, seed, essay)
+    if docs is None:
+        docs = cell_docs(task, tokenizer, length, samples, seed, essay, prompt)
     contexts = [chat_text(tokenizer, d["input"], d["gen_prefix"]) if chat else prompt_text(task, d) for d in docs]
     own_bos = chat and add_bos is None and starts_with_bos(tokenizer, contexts[0])
     head = [] if own_bos else bos_prefix(tokenizer, add_bos)
@@ -157,4 +193,4 @@ def run_ruler_cell(
     return cell
 
 
-__all__ = ["MIN_SAMPLES", "RulerCell", "RulerRecord", "run_ruler_cell"]
+__all__ = ["MIN_SAMPLES", "RulerCell", "RulerRecord", "cell_docs", "run_ruler_cell"]

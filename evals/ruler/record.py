@@ -62,10 +62,13 @@ def _keys(data: dict[str, Any], known: list[str], where: str) -> None:
 
 @dataclass(frozen=True)
 class CellFingerprint:
-    """What a cell's file must record for the cell to count as done (:meth:`~.run.RulerRun.is_done`
-    compares it whole): the model, the scaling asked for, the cell and the runtime's settings (all but
-    its attention kernel, which the record's ``runtime`` adds) and the prompt format (:mod:`.prompt`; a
-    plain cell leaves it out, so the files written before it still count as done)."""
+    """What a cell's file must record for the cell to count as done (:meth:`~.run.RulerRun.is_done`):
+    the model by name and by content (``model_content``: :func:`ropescale.models.identity.model_identity`'s
+    fingerprint; the path alone would let new weights in the same folder reuse the old cell), the
+    scaling asked for, the cell, the runtime's settings (all but its attention kernel, which the record's
+    ``runtime`` adds), the prompt format (:mod:`.prompt`) and, for the essay variants, the haystack's
+    text by content. A key left out (a plain prompt, no content known, no essay) is what the files
+    written before it hold, so those still count as done (:func:`ropescale.evals.run_folder.legacy`)."""
 
     model: str
     scaling_requested: Scaling
@@ -75,10 +78,13 @@ class CellFingerprint:
     seed: int
     runtime: dict[str, Any]
     prompt: str = "plain"
+    model_content: str | None = None
+    haystack: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
+            **({} if self.model_content is None else {"model_content": self.model_content}),
             "scaling_requested": self.scaling_requested.request(),
             "task": self.task,
             "length": self.length,
@@ -86,7 +92,35 @@ class CellFingerprint:
             "seed": self.seed,
             "runtime": self.runtime,
             **({} if self.prompt == "plain" else {"prompt": self.prompt}),
+            **({} if self.haystack is None else {"haystack": self.haystack}),
         }
+
+    def legacy_json(self) -> dict[str, Any]:
+        """The fingerprint as ropescale wrote it before cells recorded the model's content and the
+        haystack: what a prompt journal of a cell in progress then holds (resumed, not set aside)."""
+        return {k: v for k, v in self.to_json().items() if k not in ("model_content", "haystack")}
+
+    def measured(self) -> dict[str, Any]:
+        """What the cell measured, in the suite's shape (:func:`.cell_keys.measured`): the model (name,
+        content where recorded), the haystack's text where recorded (``data``) and the protocol; the
+        runtime is not in it (a cell of another runtime is recomputed, as a suite's is)."""
+        out: dict[str, Any] = {
+            "model": {
+                "name": self.model,
+                **({} if self.model_content is None else {"fingerprint": self.model_content}),
+            },
+            "protocol": {
+                "scaling_requested": self.scaling_requested.request(),
+                "task": self.task,
+                "length": self.length,
+                "samples": self.samples,
+                "seed": self.seed,
+                "prompt": self.prompt,
+            },
+        }
+        if self.haystack is not None:
+            out["data"] = {"name": "the essay haystack", "fingerprint": self.haystack}
+        return json.loads(json.dumps(out))
 
     @classmethod
     def from_json(cls, data: Any) -> CellFingerprint:
@@ -110,6 +144,8 @@ class CellFingerprint:
             _take(data, "seed", (int,), "an integer", "fingerprint."),
             _take(data, "runtime", (dict,), "an object", "fingerprint."),
             _prompt(data.get("prompt", "plain")),
+            _take(data, "model_content", (str,), "a string", "fingerprint.") if "model_content" in data else None,
+            _take(data, "haystack", (str,), "a string", "fingerprint.") if "haystack" in data else None,
         )
 
 
@@ -180,9 +216,15 @@ class CellRecord:
         return self.result.score
 
     @property
+    def short(self) -> bool:
+        """Fewer samples than asked (lm-eval's generator could not fit them all at this length: a cell
+        written before such a cell was refused): said by the report, never counted done."""
+        return self.result.samples < self.fingerprint.samples
+
+    @property
     def complete(self) -> bool:
-        """Every sample decoded and scored."""
-        return bool(self.result.records) and len(self.result.records) == self.result.samples
+        """Every sample asked decoded and scored."""
+        return bool(self.result.records) and len(self.result.records) == self.result.samples and not self.short
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the cell's file, as :class:`~.run.RulerRun` writes it."""

@@ -18,6 +18,8 @@ from ropescale.evals.ruler.measures import (
 from ropescale.evals.ruler.record import CellRecord, load_cells
 from ropescale.markdown import table as md_table
 
+#: the layout of the ``results.json`` ``ropescale eval ruler`` writes
+RESULTS_SCHEMA = "ropescale.ruler.results/1"
 #: a task whose unscaled base (0-100) is below this is beyond the model at any length: reported, not counted
 BEYOND_FLOOR = 30.0
 
@@ -36,6 +38,8 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
         r = c.result
         lo, hi = r.interval
         entry = {"score": 100 * r.score, "interval": [100 * lo, 100 * hi], "samples": r.samples, "seed": r.seed}
+        if c.short:  # fewer samples than asked (written before such a cell was refused): said, never done
+            entry["asked"] = c.fingerprint.samples
         table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
         prompt_of[c.label] = c.prompt
         context = c.original_context
@@ -75,6 +79,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 ""
                 if (e := by.get(n)) is None
                 else f"{e['score']:.1f} [{e['interval'][0]:.0f}, {e['interval'][1]:.0f}] n={e['samples']}"
+                + (f" of {e['asked']} asked (short)" if "asked" in e else "")
                 for n in lengths
             ),
         ]
@@ -125,7 +130,7 @@ def write_report(output: str | Path, model: str | None = None) -> dict[str, Any]
     summary = summarize(load_cells(output), model)
     text = markdown(summary)
     atomic_write_text(output / "report.md", text)
-    atomic_write_json(output / "results.json", {"schema": "ropescale.ruler.results/1", **_jsonable(summary)})
+    atomic_write_json(output / "results.json", {"schema": RESULTS_SCHEMA, **_jsonable(summary)})
     return {**summary, "markdown": text, "report": str(output / "report.md")}
 
 
@@ -137,4 +142,4 @@ def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "scores": scores}
 
 
-__all__ = ["BEYOND_FLOOR", "markdown", "summarize", "write_report"]
+__all__ = ["BEYOND_FLOOR", "RESULTS_SCHEMA", "markdown", "summarize", "write_report"]

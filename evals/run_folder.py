@@ -1,0 +1,175 @@
+"""What every task runner's results folder promises, for the runners with their own layout
+(``ropescale eval ruler``, ``ropescale eval longppl``) as for the suite's (:mod:`.cell_keys`).
+
+* A cell is keyed like a suite's cell: besides its file name (the scaling's label, task, length) its
+  file records the model's name *and content* (:func:`ropescale.models.identity.model_identity`),
+  the data it read by content, and its protocol (seed, samples, settings). A cell at the path this run
+  would write that measured something else stops the run with the first difference named
+  (:func:`difference`, the suite's wording), before anything is written: replacing it would lose what it
+  measured, reusing it would report it under the new name. The same model name with other content
+  anywhere in the folder stops it too (the report compares the folder's cells with each other).
+* A key a cell written before it was recorded lacks counts as matching (it cannot be checked): the
+  shipped cells (``evals/measured/ruler/``) and a measurement in progress under the old keys are
+  read, counted and resumed.
+* A file this runner does not write is never rewritten: a ``results.json`` or a cell of another task
+  (a perplexity suite's folder), or of a newer version of the runner's own schema, stops the run in
+  one line naming the file and its schema (:func:`check_folder`).
+
+The one writer per folder is :func:`ropescale._lock.output_lock`, held by each runner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from ropescale.errors import RopescaleError
+
+REMEDY = "give another --output, or remove that cell to measure it again"
+
+
+def model_content(model: str) -> str | None:
+    """The content fingerprint of a ``--model`` value (config and weight files, not its path:
+    :func:`~ropescale.models.identity.model_identity`); None where it cannot be read here (a report of
+    a folder copied without its model)."""
+    from ropescale.models.identity import model_identity
+
+    try:
+        return model_identity(model)["fingerprint"]
+    except RopescaleError:
+        return None
+
+
+def text_fingerprint(value: Any) -> str:
+    """A short sha256 of JSON-able content (the texts a cell read, a haystack)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def schema_of(path: Path) -> tuple[bool, Any]:
+    """(readable as a JSON object, its ``schema`` or None) of a result file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False, None
+    return isinstance(data, dict), data.get("schema") if isinstance(data, dict) else None
+
+
+def refuse_other(path: Path, named: Any, ours: str, command: str, output: Path) -> None:
+    """Refuse ``path`` (schema ``named``, not ``ours``) in one line: a newer version of ours, or another task's."""
+    family = ours.rsplit("/", 1)[0]
+    if isinstance(named, str) and named.startswith(family + "/"):
+        what = "results file" if path.name == "results.json" else "cell file"
+        raise RopescaleError(
+            f"{what} '{path}' has schema {named!r}; this ropescale writes {ours} (written by a newer ropescale? "
+            "upgrade it, or give another --output): it is left as it is"
+        )
+    what = f"schema {named!r}" if named is not None else "no schema: a suite's"
+    raise RopescaleError(
+        f"results folder '{output}' holds another task's {path.name} ({what}); {command} writes its own "
+        "there: give another --output"
+    )
+
+
+def check_folder(output: str | Path, cell_schema: str, results_schema: str, command: str) -> None:
+    """Stop before anything is written where ``output`` holds what this runner would overwrite and did
+    not write: a ``results.json`` or a cell (``cells/*.json``) of another task, or of a newer version of
+    its own schema. A file that is not JSON is left to the runner (a cell at its own path is
+    recomputed; readers skip it, naming it).
+
+    Raises:
+        RopescaleError: ``results folder 'o' holds another task's results.json (schema
+            'ropescale.results/2'); ropescale eval ruler writes its own there: give another --output``, or
+            ``cell file 'o/cells/x.json' has schema 'ropescale.ruler.cell/2'; this ropescale writes
+            ropescale.ruler.cell/1 (written by a newer ropescale? ...)``.
+    """
+    output = Path(output)
+    results = output / "results.json"
+    if results.is_file():
+        readable, named = schema_of(results)
+        if readable and named != results_schema:
+            refuse_other(results, named, results_schema, command, output)
+    for path in sorted((output / "cells").glob("*.json")):
+        readable, named = schema_of(path)
+        if readable and named != cell_schema:
+            refuse_other(path, named, cell_schema, command, output)
+
+
+def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: Path) -> None:
+    """Stop where a cell at ``path`` measured something else than this run would (``recorded``,
+    ``ours``: :func:`.cell_keys.measured`-shaped ``{"model": {"name", "fingerprint"}, "data",
+    "protocol"}``); a key ``recorded`` lacks (a cell written before it was recorded) counts as ours.
+
+    Raises:
+        RopescaleError: ``results folder 'o' holds none__vt__4096.json, measured with a different
+            protocol.seed: 0 -> 1; give another --output, or remove that cell to measure it again``.
+    """
+    old = legacy(recorded, ours)
+    if old != ours:
+        raise RopescaleError(
+            f"results folder '{output}' holds {path.name}, measured with a different {difference(old, ours)}; {REMEDY}"
+        )
+
+
+def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first difference between two ``measured`` keys, named as a user knows it: the model or
+    data by name (by fingerprint where only the content changed), the protocol by its key."""
+    from ropescale.training.checkpoints import first_difference  # not at import: training's world
+
+    for section in ("model", "data", "protocol"):
+        a, b = old.get(section), new.get(section)
+        if a == b:
+            continue
+        if section != "protocol" and isinstance(a, dict) and isinstance(b, dict):
+            if a.get("name") != b.get("name"):
+                return f"{section}: {a.get('name')!r} -> {b.get('name')!r}"
+            short = lambda v: str(v)[:12] if v else v  # noqa: E731
+            return (
+                f"{section} content: {a.get('name')!r} had fingerprint {short(a.get('fingerprint'))}, "
+                f"now {short(b.get('fingerprint'))}"
+            )
+        return first_difference(a, b, f"{section}.")
+    return first_difference(old, new)
+
+
+def legacy(recorded: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """``recorded`` with the keys it does not record taken from ``ours``: a cell written before a key
+    existed counts as matching on it (a key recorded as null stays null)."""
+    if not isinstance(recorded, dict) or not isinstance(ours, dict):
+        return ours if recorded is None else recorded
+    out = dict(recorded)
+    for key, value in ours.items():
+        if key not in out:
+            out[key] = value
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = legacy(out[key], value)
+    return out
+
+
+def check_model_content(output: Path, cells: list[tuple[Path, str, str | None]], model: str, content: str | None):
+    """Stop where a cell of the same model name (``cells``: (path, model name, content or None)) recorded
+    other content: the report would compare two models' cells under one name.
+
+    Raises:
+        RopescaleError: ``results folder 'o' holds none__vt__4096.json, measured with a different model
+            content: 'm' had fingerprint 1a2b..., now 3c4d...; ...``.
+    """
+    for path, name, recorded in cells:
+        if name == str(model) and recorded is not None and content is not None and recorded != content:
+            old = {"model": {"name": name, "fingerprint": recorded}}
+            compare(path, old, {"model": {"name": name, "fingerprint": content}}, output)
+
+
+__all__ = [
+    "REMEDY",
+    "refuse_other",
+    "schema_of",
+    "check_folder",
+    "check_model_content",
+    "compare",
+    "difference",
+    "legacy",
+    "model_content",
+    "text_fingerprint",
+]
