@@ -4,6 +4,7 @@ and long prefill (tokens/s at 4k/16k/32k), each as a share of that matmul rate (
 
     python benchmarks/bench_cpu_speed.py                       # alone on the machine: ~10 min on 2 cores
     python benchmarks/bench_cpu_speed.py --output runs/cpu-speed.json --recipes smollm2-135m/yarn_x2_cpu
+    python benchmarks/bench_cpu_speed.py --profile 32768       # and where one 32k prefill's time goes (torch.profiler)
     python benchmarks/bench_cpu_speed.py --quick               # a tiny random model: checks the script, seconds
 
 Run it ALONE: a measurement beside a test run, a build or another measurement is slower by their share
@@ -40,7 +41,7 @@ from pathlib import Path
 #: the embedded model's token counts for the matmul rate (a 2k window, a 4k step of two windows)
 TOKENS = (2048, 4096)
 PREFILL = (4096, 16384, 32768)
-RECIPES = ("smollm2-135m/yarn_x4_long",)
+RECIPES = ("smollm2-135m/yarn_x4_long", "smollm2-135m/yarn_x2_cpu")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -54,6 +55,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="timed repeats per matmul shape")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     ap.add_argument("--output", default="runs/cpu-speed.json", help="the JSON of every figure and the machine")
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="LENGTH",
+        help="also profile one prefill of LENGTH tokens (torch.profiler): where its time goes, before changing it",
+    )
     ap.add_argument("--quick", action="store_true", help="a tiny random model and short lengths: checks the script")
     return ap.parse_args(argv)
 
@@ -238,6 +246,30 @@ def prefill(model, s: dict[str, int], length: int, original: int, torch) -> dict
     return row
 
 
+def profile_prefill(model, s: dict[str, int], length: int, original: int, torch, rows: int = 15) -> list[dict]:
+    """The operators of one prefill of ``length`` tokens by self CPU time (torch.profiler), printed and
+    returned: whether attention, the matmuls or the glue between them keeps prefill below the rate."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from ropescale.patching.model import patch
+
+    factor = max(1, -(-length // original))
+    patch(model, "yarn" if factor > 1 else "none", factor=factor, replace=True)
+    ids = torch.randint(10, s["vocab"], (1, length))
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+    averages = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    total = sum(e.self_cpu_time_total for e in prof.key_averages()) or 1
+    top = [
+        {"op": e.key, "calls": e.count, "self_s": e.self_cpu_time_total / 1e6, "share": e.self_cpu_time_total / total}
+        for e in averages
+    ]
+    print(f"profile of prefill {length} (self CPU time):")
+    for op in top:
+        print(f"  {100 * op['share']:5.1f} %  {op['self_s']:8.2f} s  {op['calls']:6d} x  {op['op']}")
+    return top
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -292,6 +324,8 @@ def main(argv=None) -> int:
         row = prefill(model, s, length, original, torch)
         row["share_of_bf16_matmul"] = row["gflops"] / rate
         result["prefill"].append(row)
+    if args.profile:
+        result["profile"] = profile_prefill(model, s, args.profile, original, torch)
     result["load_avg_after"] = load_average()
     print(f"\nbf16 matmul rate on the model's shapes: {rate:.1f} GFLOP/s ({facts['threads']} threads)")
     for row in result["training"]:

@@ -132,6 +132,24 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     ft = next(r for r in ev.rows if r.label == "fine-tuned yarn")
     assert ev.budget == "fine-tune" and ft.factor == 2.0 and sorted(ft.ppl) == [64, L, 2 * L]
     assert {r.label for r in ev.rows} == {"none", "yarn", "fine-tuned yarn", "control"}
+    # recommend --budget fine-tune reads it where the shipped evidence lives, and says it has no passkey cells
+    import ropescale.evals.evidence as evidence_module
+
+    measured = tmp / "measured"
+    measured.mkdir()
+    shipped = json.loads(evidence.read_text())  # as the embedded model's: the tiny one has no recommend rules
+    (measured / "tiny-finetune-cpu-x2.json").write_text(json.dumps({**shipped, "model": "smollm2-135m"}))
+    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
+    evidence_module.shipped_evidence.cache_clear()
+    capsys.readouterr()
+    try:
+        code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune", "--verbose"])
+    finally:
+        evidence_module.shipped_evidence.cache_clear()
+    said, err = capsys.readouterr()
+    assert code == 0, err
+    assert str(measured / "tiny-finetune-cpu-x2.json") in said and "fine-tuned YaRN ×2 PPL" in said, said
+    assert "no passkey cells" in said, said
 
     # a checkout whose run folder lost its cells resumes them from the committed ones: nothing is measured again
     shutil.rmtree(out / "ruler")
