@@ -49,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts for the matmul rate")
     ap.add_argument("--recipes", default=",".join(RECIPES), help="recipes whose steps are timed ('' to skip)")
+    ap.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides (a smoke run)")
     ap.add_argument("--steps", type=int, default=3, help="timed optimizer steps per recipe")
     ap.add_argument("--warmup", type=int, default=1, help="untimed optimizer steps per recipe")
     ap.add_argument("--prefill", default=",".join(map(str, PREFILL)), help="prefill lengths ('' to skip)")
@@ -300,13 +301,13 @@ def main(argv=None) -> int:
 
         model = tiny_model().to(runtime.torch_dtype)
         tokens, lengths = [64, 128], [128, 256, 512]
-        overrides = ("data.seq_len=64", "data.recall_facts=0", "pose.target_length=256")
+        overrides = ("data.seq_len=64", "data.recall_facts=0", "pose.target_length=256", *args.overrides)
         model_for_train = tiny_model
     else:
         import ropescale
 
         model = ropescale.from_pretrained(args.model, **runtime.load_kwargs())
-        overrides, model_for_train = (), None
+        overrides, model_for_train = tuple(args.overrides), None
     s = shapes(model.config)
     original = original_spec(model.config).original_max_position_embeddings
     facts["prefill_dtype"] = runtime.dtype

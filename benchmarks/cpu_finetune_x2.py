@@ -204,14 +204,18 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     exports = bx.export_dirs(out)
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = out / bx.RUN_DIRS[role]
-        if not bx.trained(run, recipe):
-            ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
-        ship_logs(out, ship, bx.RUN_DIRS)
+        try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
+            if not bx.trained(run, recipe):
+                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
+        finally:
+            ship_logs(out, ship, bx.RUN_DIRS)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
     for name, raw in ppl_suites(plan, exports).items():  # 3: perplexity
-        run_suite(suite_from_dict(raw), out / name)
-        ship_cells(out, ship)
+        try:
+            run_suite(suite_from_dict(raw), out / name)
+        finally:  # the cells finished so far, even when a sitting ends inside a suite
+            ship_cells(out, ship)
     runtime = resolve_runtime("auto", plan.dtype)  # 4: RULER
     tasks = [get_task(t) for t in task_names(args)]
     essay = _emma(plan.data)
@@ -222,10 +226,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         (str(exports["fine-tuned yarn"]), Scaling(None), [target], "yarn"),
     ]
     for model, scaling, lengths, folder in runs:
-        RulerRun(
-            model, scaling, tasks, lengths, args.samples, out / "ruler" / folder, plan.seed, runtime, essay, False
-        ).run()
-        ship_cells(out, ship)
+        run = RulerRun(model, scaling, tasks, lengths, args.samples, out / "ruler" / folder, plan.seed, runtime, essay)
+        try:
+            run.run()
+        finally:
+            ship_cells(out, ship)
 
 
 def main(argv=None) -> int:

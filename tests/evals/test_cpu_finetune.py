@@ -148,7 +148,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
         evidence_module.shipped_evidence.cache_clear()
     said, err = capsys.readouterr()
     assert code == 0, err
-    assert str(measured / "tiny-finetune-cpu-x2.json") in said and "fine-tuned YaRN ×2 PPL" in said, said
+    assert "(evals/measured/tiny-finetune-cpu-x2.json)" in said and "fine-tuned YaRN ×2 PPL" in said, said
     assert "no passkey cells" in said, said
 
     # a checkout whose run folder lost its cells resumes them from the committed ones: nothing is measured again
@@ -169,21 +169,25 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
 
 
 def test_the_recipes_state_their_cpu_hours_and_the_arithmetic_holds():
-    """Each CPU recipe's header states its CPU hours as an estimate until measured, and the steps it
-    states are the recipe's: max_steps x batch x grad_accum x seq_len tokens at 172 tokens/s."""
+    """Every recipe of the embedded model states its CPU hours on 2 cores alone (issue 54), as an estimate
+    until measured; where it states its steps, they are the recipe's (max_steps x batch x grad_accum x
+    seq_len tokens) and the hours at least their time at 172 tokens/s; the CPU recipes stay within ~3 h."""
     import re
 
     from ropescale.training.config import CONFIGS_DIR, load_config
 
-    for name in ("yarn_x2_cpu", "yarn_x2_cpu_control", "yarn_x4_cpu"):
-        path = CONFIGS_DIR / "smollm2-135m" / f"{name}.yaml"
-        head = path.read_text()
+    paths = sorted((CONFIGS_DIR / "smollm2-135m").glob("*.yaml"))
+    assert {"yarn_x2_cpu.yaml", "yarn_x2_cpu_control.yaml", "yarn_x4_cpu.yaml"} <= {p.name for p in paths}
+    pattern = r"CPU hours \(2 cores, alone\): ~([\d.]+) estimated, not yet measured alone: (\d+) steps x ([\d,]+)"
+    for path in paths:
+        head = path.read_text().split("\nmodel:")[0]
+        assert "# CPU hours (2 cores, alone): ~" in head, path.name
+        m = re.search(pattern, head)
+        if m is None:
+            continue
         c = load_config(path)
-        m = re.search(
-            r"CPU hours \(2 cores, alone\): ~([\d.]+) estimated, not yet measured alone: (\d+) steps x ([\d,]+)", head
-        )
-        assert m, name
         steps, tokens = int(m.group(2)), int(m.group(3).replace(",", ""))
         assert steps == c.train.max_steps and tokens == c.train.batch_size * c.train.grad_accum * c.data.seq_len
-        step_hours = steps * tokens / 172 / 3600
-        assert step_hours <= float(m.group(1)) <= 3.0, name  # steps plus held-out evaluations, within ~3 h
+        assert steps * tokens / 172 / 3600 <= float(m.group(1)) + 0.05, path.name
+        if "_cpu" in path.name:
+            assert float(m.group(1)) <= 3.0, path.name
