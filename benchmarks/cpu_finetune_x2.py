@@ -2,7 +2,7 @@
 step by step and resumable over several sittings, with the evidence written as it comes.
 
     python benchmarks/cpu_finetune_x2.py                 # x2 (to 16k): ~5 h of training + ~2 h of evaluation
-    python benchmarks/cpu_finetune_x2.py --factor 4      # x4 (to 32k), after x2; the control is shared
+    python benchmarks/cpu_finetune_x2.py --factor 4 --control-from runs/cpu-x2   # x4 (to 32k) after x2, its control reused
     python benchmarks/cpu_finetune_x2.py --report-only   # the report and verdict of what is measured
 
 Run it ALONE on the machine (no test run, build or second measurement beside it): every training log
@@ -70,6 +70,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tasks", default=None, help="RULER tasks (default: the four countable ones)")
     ap.add_argument("--base-cells", default=str(BASE_CELLS), help="shipped RULER cells of the unscaled model")
     ap.add_argument("--base-length", type=int, default=4096, help="the unscaled model's RULER length (the bar)")
+    ap.add_argument(
+        "--control-from",
+        default=None,
+        metavar="DIR",
+        help="the --output of an earlier experiment whose control run and export are reused (x4 after x2: "
+        "runs/cpu-x2; the control is the same at every factor); trained there if not yet",
+    )
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     return ap.parse_args(argv)
 
@@ -122,15 +129,25 @@ def seed_from_ship(out: Path, ship: Path) -> int:
     return n
 
 
-def ship_logs(out: Path, ship: Path, run_dirs: dict[str, str]) -> None:
+def run_dirs(out: Path, control_from: str | None) -> dict[str, Path]:
+    """Each role's training run: under ``out``, the control under ``control_from`` where given."""
+    import bench_extension as bx
+
+    runs = {role: out / name for role, name in bx.RUN_DIRS.items()}
+    if control_from:
+        runs["control"] = Path(control_from) / bx.RUN_DIRS["control"]
+    return runs
+
+
+def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
     """Each run's training log (loss, tokens/s, held-out points, load average) into the committed folder."""
     from ropescale._io import atomic_write_text
 
-    for name in run_dirs.values():
-        log = out / name / "metrics.jsonl"
+    for run in runs.values():
+        log = run / "metrics.jsonl"
         if log.is_file():
             ship.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(ship / f"{name}-metrics.jsonl", log.read_text(encoding="utf-8"))
+            atomic_write_text(ship / f"{run.name}-metrics.jsonl", log.read_text(encoding="utf-8"))
 
 
 def ppl_suites(plan, exports: dict) -> dict[str, dict]:
@@ -200,15 +217,17 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     seeded = seed_from_ship(out, ship)
     if seeded:
         print(f"resumed {seeded} committed cells from {ship}")
-    bx.check_recipes(out, {"finetuned", "control"}, [], factor, recipes)
-    exports = bx.export_dirs(out)
+    runs = run_dirs(out, args.control_from)
+    for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
+        bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, [], factor, {role: recipe})
+    exports = {role: run.parent / f"{run.name}-export" for role, run in runs.items()}
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
-        run = out / bx.RUN_DIRS[role]
+        run = runs[role]
         try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
             if not bx.trained(run, recipe):
                 ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
         finally:
-            ship_logs(out, ship, bx.RUN_DIRS)
+            ship_logs(ship, runs)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
     for name, raw in ppl_suites(plan, exports).items():  # 3: perplexity
@@ -253,7 +272,8 @@ def main(argv=None) -> int:
         measure(args, plan, out, ship, recipes, factor)
     command = f"python benchmarks/cpu_finetune_x2.py --factor {factor} --output {out}"
     rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
-    curves = {role: heldout_records(out / bx.RUN_DIRS[role]) for role in (FINE_TUNED, CONTROL)}
+    runs = run_dirs(out, args.control_from)
+    curves = {role: heldout_records(runs[role]) for role in (FINE_TUNED, CONTROL)}
     target = int(plan.factor * plan.original_context)
     ruler_ft = ruler_scores(out / "ruler" / "yarn")
     ruler_base = ruler_scores(out / "ruler" / "none", "none")

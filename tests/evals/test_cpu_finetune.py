@@ -191,3 +191,32 @@ def test_the_recipes_state_their_cpu_hours_and_the_arithmetic_holds():
         assert steps * tokens / 172 / 3600 <= float(m.group(1)) + 0.05, path.name
         if "_cpu" in path.name:
             assert float(m.group(1)) <= 3.0, path.name
+
+
+def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, monkeypatch):
+    """--control-from: the control (the same at every factor) is read from the x2 experiment's folder,
+    trained there if not yet, never again under the x4 output; the suites and curves use it."""
+    import bench_extension as bx
+
+    import ropescale.evals.ruler.run as ruler_run
+    import ropescale.evals.suite as suite_module
+
+    tmp, plan = tiny
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls, suites = [], {}
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(bx, "trained", lambda run, recipe: run.parent.name == "x2")  # x2's control is trained
+    monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: suites.update({out.name: suite.model}))
+    monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
+    (tmp / "x2" / "control-export").mkdir(parents=True)
+    (tmp / "x2" / "control-export" / "config.json").write_text("{}")
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
+    argv += ["--output", str(tmp / "x4"), "--control-from", str(tmp / "x2"), "--ship", str(tmp / "ship")]
+    argv += ["--evidence", str(tmp / "ev.json"), "--base-cells", str(tmp / "none"), "--tasks", "niah_single_1"]
+    assert driver.main(argv) == 0
+    assert [c[:3] for c in calls] == [
+        ("train", "--config", str(tmp / "tiny_cpu.yaml")),
+        ("export", str(tmp / "x4" / "yarn"), "--output"),
+    ]
+    assert suites["control"] == str(tmp / "x2" / "control-export")
+    assert suites["finetuned"] == str(tmp / "x4" / "yarn-export")
