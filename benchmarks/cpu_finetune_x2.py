@@ -214,6 +214,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     from ropescale.evals.suite import run_suite, suite_from_dict
     from ropescale.models.runtime import resolve_runtime
 
+    try:  # a task name that is not RULER's stops before anything trains
+        tasks = [get_task(t) for t in task_names(args)]
+    except ValueError as exc:
+        print(f"cpu_finetune_x2: --tasks: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     seeded = seed_from_ship(out, ship)
     if seeded:
         print(f"resumed {seeded} committed cells from {ship}")
@@ -236,15 +241,14 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         finally:  # the cells finished so far, even when a sitting ends inside a suite
             ship_cells(out, ship)
     runtime = resolve_runtime("auto", plan.dtype)  # 4: RULER
-    tasks = [get_task(t) for t in task_names(args)]
     essay = _emma(plan.data)
     copy_new(base_cells(Path(args.base_cells), args.base_length, task_names(args)), out / "ruler" / "none" / "cells")
     target = int(plan.factor * plan.original_context)
-    runs = [  # the shipped unscaled cells count as done where their fingerprint (runtime included) is this run's
+    cells = [  # the shipped unscaled cells count as done where their fingerprint (runtime included) is this run's
         (plan.model, Scaling("none"), [args.base_length], "none"),
         (str(exports["fine-tuned yarn"]), Scaling(None), [target], "yarn"),
     ]
-    for model, scaling, lengths, folder in runs:
+    for model, scaling, lengths, folder in cells:
         run = RulerRun(model, scaling, tasks, lengths, args.samples, out / "ruler" / folder, plan.seed, runtime, essay)
         try:
             run.run()

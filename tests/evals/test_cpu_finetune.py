@@ -220,3 +220,13 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     ]
     assert suites["control"] == str(tmp / "x2" / "control-export")
     assert suites["finetuned"] == str(tmp / "x4" / "yarn-export")
+
+
+def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    with pytest.raises(SystemExit) as stop:
+        driver.main(["--output", str(tmp_path / "x"), "--ship", str(tmp_path / "s"), "--tasks", "niah_single_9"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("cpu_finetune_x2: --tasks: ") and len(err.strip().splitlines()) == 1
+    assert calls == [] and not (tmp_path / "x").exists()
