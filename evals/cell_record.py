@@ -83,7 +83,19 @@ class Measured:
 
 
 #: a cell file's keys, in the order they are described
-_KEYS = ("method", "method_name", "factor", "params", "task", "length", "result", "runtime", "measured", "scaling")
+_KEYS = (
+    "method",
+    "method_name",
+    "factor",
+    "params",
+    "task",
+    "length",
+    "result",
+    "runtime",
+    "measured",
+    "scaling",
+    "load_avg",
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,9 @@ class SuiteCell:
     path: Path | None = None
     #: the result as the file holds it, written back as it was (a result class may add a default)
     result_json: JSON = field(default_factory=dict, repr=False, compare=False)
+    #: the machine's 1-minute load average when the cell started and ended (a cell timed beside
+    #: another job says so); None in files before it, and the file then lacks the key
+    load_avg: list[float | None] | None = field(default=None, compare=False)
 
     @classmethod
     def of(
@@ -117,6 +132,7 @@ class SuiteCell:
         result: Any,
         measured: JSON | None = None,
         scaling: JSON | None = None,
+        load_avg: list[float | None] | None = None,
     ) -> SuiteCell:
         """The record of a cell a suite ran (or is running): ``entry`` its method (a
         :class:`.suite.MethodEntry`), ``result`` the task's typed result or its JSON (an unfinished
@@ -136,6 +152,7 @@ class SuiteCell:
             scaling,
             None,
             raw,
+            load_avg,
         )
 
     def to_json(self) -> JSON:
@@ -150,6 +167,7 @@ class SuiteCell:
             "task": self.task,
             "length": self.length,
             **({"runtime": self.runtime} if self.runtime is not None else {}),
+            **({"load_avg": self.load_avg} if self.load_avg is not None else {}),
             "result": self.result_json,
         }
 
@@ -197,6 +215,7 @@ class SuiteCell:
             _optional(data, "scaling", (dict,), "an object"),
             None if path is None else Path(path),
             raw,
+            _optional(data, "load_avg", (list,), "a list of numbers"),
         )
 
     @classmethod

@@ -38,7 +38,9 @@ def fine_tune_evidence(rec: Any, evidence: list[Evidence], recipe: str | None, k
     rec.reasons.insert(0, rec.why)  # the evidence first, then the rule it bears out
     rec.reasons.append("measured " + rec.measured)
     trained = _trains_recall(found.source, recipe)
-    label = f"{TRAINED_FORMAT}: " if trained else ""
+    label = (
+        f"{TRAINED_FORMAT}: " if trained and next(r for r in found.source.rows if r.label == FINE_TUNED).passkey else ""
+    )
     rec.retrieval = label + _fine_tune_passkey(found.source)
     rec.reasons.append("retrieval: " + rec.retrieval)
     if found.variant and recipe:
@@ -69,6 +71,8 @@ def _fine_tune_passkey(ev: Evidence) -> str:
     they (which at 4× L may still be few: the numbers are beside each length)."""
     rows = {r.label: r for r in ev.rows}
     ft, free, none = rows[FINE_TUNED], rows.get("yarn"), rows.get("none")
+    if not ft.passkey:  # an experiment judged on RULER's tasks instead (issue 54's CPU fine-tune)
+        return f"no passkey cells ({ev.source}: retrieval measured on RULER's tasks, in its report)"
     lost, noise, kept = [], [], []
     for n in sorted(ft.passkey):
         refs = [(none, "unscaled")] * (n == min(ft.passkey)) + [(free, "training-free YaRN")]

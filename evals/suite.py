@@ -57,7 +57,7 @@ from ropescale.evals.suite_checks import check_against_model, check_raw, entry_k
 from ropescale.evals.task_base import CellContext, SuiteError, suite_meta
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
-from ropescale.models.runtime import same_runtime
+from ropescale.models.runtime import load_average, same_runtime
 
 DTYPES = ("auto", *RUNTIME_DTYPES)
 ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
@@ -532,6 +532,7 @@ class SuiteRunner:
                     patch(model, entry.method, factor=entry.factor, replace=not compose, **entry.params)
                 current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
+                load = load_average()  # beside the result: a cell timed beside another job says so
                 started = time.monotonic()
                 result = self._run_cell(model, tokenizer, entry, task, length)
                 seconds = time.monotonic() - started
@@ -540,7 +541,8 @@ class SuiteRunner:
                 # what ran, read back from the model (not from the request), and how it relates to the saved one
                 ran = scaling_of(model)
                 scaling = {**ran, "as": scaling_origin(entry, self.suite.carries, key(ran) == loaded)}
-                cell = SuiteCell.of(entry, task, length, runtime, result, self.measured(task), scaling)
+                load_avg = [load, load_average()]
+                cell = SuiteCell.of(entry, task, length, runtime, result, self.measured(task), scaling, load_avg)
                 atomic_write_json(self.cell_path(entry, task, length), cell.to_json())
                 for journal in self._journals:
                     journal.remove()

@@ -23,6 +23,7 @@ from ropescale.evals.generation import (
 from ropescale.evals.proportions import wilson_interval
 from ropescale.evals.ruler.prompt import chat_text, check_prompt, starts_with_bos, template_tokens
 from ropescale.evals.ruler.tasks import RulerTask, generate_samples, prompt_text, score
+from ropescale.models.runtime import load_average
 
 #: fewest samples a cell should have for its interval to mean something (the issue's floor)
 MIN_SAMPLES = 30
@@ -60,6 +61,10 @@ class RulerCell:
     #: how the prompts reached the model (:mod:`.prompt`): "plain" (lm-eval's text) or "chat" (the
     #: tokenizer's chat template); a plain cell's file leaves the key out, as files before it did
     prompt: str = "plain"
+    #: the machine's 1-minute load average when the cell started and when it ended
+    #: (:func:`~ropescale.models.runtime.load_average`): a cell timed beside another job says so.
+    #: Files before it lack the key
+    load_avg: list[float | None] | None = None
 
     @property
     def score(self) -> float:
@@ -75,13 +80,18 @@ class RulerCell:
         out["records"] = [asdict(r) for r in self.records]
         if self.prompt == "plain":
             del out["prompt"]
+        if self.load_avg is None:
+            del out["load_avg"]
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RulerCell:
-        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt")}
+        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt", "load_avg")}
         cell = cls(
-            **{k: data[k] for k in keys}, stop=data.get("stop", "max_new_tokens"), prompt=data.get("prompt", "plain")
+            **{k: data[k] for k in keys},
+            stop=data.get("stop", "max_new_tokens"),
+            prompt=data.get("prompt", "plain"),
+            load_avg=data.get("load_avg"),
         )
         cell.records = [RulerRecord(**r) for r in data["records"]]
         return cell
@@ -161,7 +171,7 @@ def run_ruler_cell(
     check_positive_int("length", length)
     check_positive_int("samples", samples)
     check_prompt(prompt, tokenizer)
-    start = time.time()
+    start, load = time.time(), load_average()
     chat = prompt == "chat"
     if docs is None:
         docs = cell_docs(task, tokenizer, length, samples, seed, essay, prompt)
@@ -186,6 +196,7 @@ def run_ruler_cell(
     cell = RulerCell(
         task.name, length, len(docs), seed, task.max_new_tokens, task.lm_eval_task, task.haystack, prompt=prompt
     )
+    cell.load_avg = [load, load_average()]
     for doc, ids, text in zip(docs, prompts, texts):
         outputs = [str(o) for o in doc["outputs"]]
         cell.records.append(RulerRecord(int(doc["index"]), len(ids), outputs, text, score(text, outputs)))

@@ -133,6 +133,19 @@ def cpu_bf16_kernels() -> str:
     return "amx" if amx else "avx512_bf16" if avx512_bf16 else "emulated"
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average now (None where the OS has none, e.g. Windows).
+
+    Recorded beside every timed record (training log lines, suite and RULER cells, benchmarks): a
+    measurement taken beside another job is slower by its neighbours' share, and the number tells a
+    reader which figures ran alone (issue 54: one recipe timed 99 s a step beside a job, 23.8 s alone).
+    """
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def auto_dtype(device: str) -> str:
     """``auto``'s dtype on ``device``: bf16 where the hardware computes it (CUDA with bf16, CPUs with
     AMX/AVX512-BF16), fp16 on older CUDA devices, fp32 otherwise."""

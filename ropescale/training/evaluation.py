@@ -73,7 +73,9 @@ def evaluate_peft_model(
         autocast: a context manager factory (``accelerator.autocast``).
 
     Returns:
-        ``eval_length``, ``eval_ppl``, ``eval_tokens``, ``eval_seconds``.
+        ``eval_length``, ``eval_ppl``, ``eval_tokens``, ``eval_seconds`` and ``eval_window_nll`` (each
+        window's mean NLL in nats: two points of a held-out curve differ beyond their noise when their
+        paired window differences say so, :func:`ropescale.evals.extension_goal.curve_falling`).
     """
     from ..scoring.perplexity import evaluate_perplexity
     from .s2attn import disable_s2attn, enable_s2attn
@@ -102,4 +104,5 @@ def evaluate_peft_model(
         "eval_ppl": result.ppl,
         "eval_tokens": result.tokens_scored,
         "eval_seconds": result.elapsed_s,
+        "eval_window_nll": [round(nll / max(n, 1), 6) for nll, n in zip(result.window_nll, result.window_tokens)],
     }

@@ -39,6 +39,7 @@ import torch
 
 from .._io import atomic_write_json, atomic_write_text, remove_path
 from ..errors import MissingDependencyError, RopescaleError
+from ..models.runtime import load_average
 from ..patching.plan import original_spec, sliding_window_setting
 from .checkpoints import (
     CHECKPOINTS,
@@ -399,9 +400,11 @@ class Trainer:
             atomic_write_text(path, "".join(ln + "\n" for ln in lines))
 
     def _log(self, record: dict[str, Any]) -> None:
+        """One line of ``metrics.jsonl``, with the load average it ran under (a step timed beside another
+        job is slower by its share: the line says so)."""
         if self.accelerator.is_main_process:
             with open(self.output_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps({**record, "load_avg": load_average()}) + "\n")
 
     # ----------------------------------------------------------------------------- evaluation
 

@@ -88,6 +88,7 @@ def _damaged(tmp_path, change) -> Path:
         (lambda d: d.update(runtime={"device": 0}), "runtime = {'device': 0}: must map names to strings"),
         (lambda d: d["measured"].pop("protocol"), "measured.protocol = (missing)"),
         (lambda d: d.update(scaling="yarn"), "scaling = 'yarn': must be an object"),
+        (lambda d: d.update(load_avg="high"), "load_avg = 'high': must be a list of numbers"),
         (lambda d: d["result"].pop("accuracy"), "not a passkey result (a retrieval result needs 'depths' and"),
     ],
 )

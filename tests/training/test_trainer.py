@@ -229,3 +229,6 @@ def test_a_full_fine_tune_evaluates_held_out_text_during_training(tmp_path, mode
     assert code == 0, capsys.readouterr().err
     evals = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if "eval_ppl" in ln]
     assert [e["step"] for e in evals] == [1, 2] and all(math.isfinite(e["eval_ppl"]) for e in evals)
+    # every line, step and evaluation, says the load it ran under (issue 54: a step timed beside another job)
+    lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert lines and all(isinstance(rec["load_avg"], float) and rec["load_avg"] >= 0 for rec in lines)

@@ -1,0 +1,340 @@
+"""Issue 54's fine-tune that extends, on 2 CPU cores: the recipe, its control, then the evaluation,
+step by step and resumable over several sittings, with the evidence written as it comes.
+
+    python benchmarks/cpu_finetune_x2.py                 # x2 (to 16k): ~5 h of training + ~2 h of evaluation
+    python benchmarks/cpu_finetune_x2.py --factor 4 --control-from runs/cpu-x2   # x4 (to 32k) after x2, its control reused
+    python benchmarks/cpu_finetune_x2.py --report-only   # the report and verdict of what is measured
+
+Run it ALONE on the machine (no test run, build or second measurement beside it): every training log
+line and every cell records the 1-minute load average it ran under, and a figure measured beside
+another job is slower by its share.
+
+Steps, each skipped where its output exists (so an interrupted run resumes; run the same command again):
+
+1. train ``smollm2-135m/yarn_x<s>_cpu`` (``ropescale train --resume``: from its newest checkpoint) and
+   export it; 2. the same for the control ``smollm2-135m/yarn_x2_cpu_control``;
+3. perplexity of held-out *Emma* (non-overlapping windows with BOS, 4 windows of the target: 65,536
+   tokens at x2) at 2k/8k and every doubling to the target: the unscaled model and the control at
+   ≤ 8k, training-free YaRN ×s and the fine-tune at every length (the suites of bench_extension.py);
+4. RULER's four countable tasks (:data:`~ropescale.evals.extension_cpu_goal.COUNTABLE`), 30 prompts
+   each: the fine-tune at the target, the unscaled model at 4k (its cells shipped in
+   evals/measured/ruler/smollm2-135m-x4-cpu/ are taken where their fingerprint matches this machine's
+   runtime, else run: ~2 min a task);
+5. the goal (evals/extension_cpu_goal.py) and the convergence of both held-out curves: a run whose
+   curve still falls at its last point is reported "not converged", not as the recipe's result.
+
+Evidence, written after every step into ``--ship`` (default ``evals/measured/finetune-cpu-x<s>/``,
+committed between sittings): the suites' and RULER's cells, each run's training log
+(``<run>-metrics.jsonl``: loss, tokens/s, held-out points, load average), ``report.md`` and
+``goal.json``; and ``evals/measured/smollm2-135m-finetune-cpu-x<s>.json``, the rows
+``ropescale recommend --budget fine-tune`` reads. Cells committed there are copied back into
+``--output`` before anything runs, so a checkout resumes its measurements from what was committed
+(the checkpoints themselves, 1.6 GB a step, stay in ``--output``: a checkout without them retrains,
+with the same seed). Training-free Self-Extend and YaRN stand beside the fine-tune on the same RULER
+prompts: their cells at the target in evals/measured/ruler/smollm2-135m-x4-cpu/ are listed in the
+report (at ×4, which covers 16k).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+RECIPES = {2: "smollm2-135m/yarn_x2_cpu", 4: "smollm2-135m/yarn_x4_cpu"}
+CONTROL_RECIPE = "smollm2-135m/yarn_x2_cpu_control"
+#: the unscaled model's RULER cells measured on a CPU, and training-free YaRN's and Self-Extend's at 16k/32k
+BASE_CELLS = ROOT / "evals" / "measured" / "ruler" / "smollm2-135m-x4-cpu"
+#: the suites' roles, and which lengths each measures (the unscaled models only up to L)
+SUITES = ("base", "finetuned", "control")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--factor", type=int, default=2, choices=sorted(RECIPES))
+    ap.add_argument("--recipe", default=None, help="the fine-tune's recipe (default: smollm2-135m/yarn_x<s>_cpu)")
+    ap.add_argument("--control", default=None, help=f"the control's recipe (default: {CONTROL_RECIPE})")
+    ap.add_argument("--output", default=None, help="runs, exports and cells (default: runs/cpu-x<s>)")
+    ap.add_argument(
+        "--ship", default=None, help="the committed evidence folder (default: evals/measured/finetune-cpu-x<s>)"
+    )
+    ap.add_argument("--evidence", default=None, help="default: evals/measured/smollm2-135m-finetune-cpu-x<s>.json")
+    ap.add_argument("--samples", type=int, default=30, help="prompts per RULER cell")
+    ap.add_argument("--tasks", default=None, help="RULER tasks (default: the four countable ones)")
+    ap.add_argument("--base-cells", default=str(BASE_CELLS), help="shipped RULER cells of the unscaled model")
+    ap.add_argument("--base-length", type=int, default=4096, help="the unscaled model's RULER length (the bar)")
+    ap.add_argument(
+        "--control-from",
+        default=None,
+        metavar="DIR",
+        help="the --output of an earlier experiment whose control run and export are reused (x4 after x2: "
+        "runs/cpu-x2; the control is the same at every factor); trained there if not yet",
+    )
+    ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
+    return ap.parse_args(argv)
+
+
+def make_plan(factor: int):
+    """The protocol: perplexity at L/4, L and every doubling to the target, 4 windows of the target."""
+    from ropescale.evals.extension import Plan
+
+    plan = Plan.at(factor)
+    return replace(plan, ppl_max_tokens=4 * max(plan.ppl_lengths))
+
+
+def ropescale(*args: str) -> None:
+    print("$ ropescale " + " ".join(args), flush=True)
+    cmd = [sys.executable, "-m", "ropescale.cli.main", *args]
+    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONSAFEPATH": "1"})
+
+
+def copy_new(src: Path | list[Path], dst: Path) -> list[Path]:
+    """Copy the ``*.json`` cell files of ``src`` (a folder or the files) that ``dst`` lacks (nothing is
+    overwritten)."""
+    copied = []
+    files = src if isinstance(src, list) else sorted(src.glob("*.json")) if src.is_dir() else []
+    for f in files:
+        if not (dst / f.name).exists():
+            dst.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst / f.name)
+            copied.append(dst / f.name)
+    return copied
+
+
+def ship_cells(out: Path, ship: Path) -> None:
+    """Every cell of ``out`` (suites and RULER) into the committed folder; a newer cell replaces the copy."""
+    from ropescale._io import atomic_write_bytes
+
+    pairs = [(out / s / "cells", ship / "cells" / s) for s in SUITES]
+    pairs += [(p / "cells", ship / "ruler" / p.name) for p in sorted((out / "ruler").glob("*")) if p.is_dir()]
+    for src, dst in pairs:
+        for f in sorted(src.glob("*.json")) if src.is_dir() else []:
+            if not (dst / f.name).is_file() or (dst / f.name).read_bytes() != f.read_bytes():
+                dst.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(dst / f.name, f.read_bytes())
+
+
+def seed_from_ship(out: Path, ship: Path) -> int:
+    """Copy the committed cells back into ``out`` where it lacks them: measurements resume, never restart."""
+    n = sum(len(copy_new(ship / "cells" / s, out / s / "cells")) for s in SUITES)
+    for folder in sorted((ship / "ruler").glob("*")) if (ship / "ruler").is_dir() else []:
+        n += len(copy_new(folder, out / "ruler" / folder.name / "cells"))
+    return n
+
+
+def run_dirs(out: Path, control_from: str | None) -> dict[str, Path]:
+    """Each role's training run: under ``out``, the control under ``control_from`` where given."""
+    import bench_extension as bx
+
+    runs = {role: out / name for role, name in bx.RUN_DIRS.items()}
+    if control_from:
+        runs["control"] = Path(control_from) / bx.RUN_DIRS["control"]
+    return runs
+
+
+def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
+    """Each run's training log (loss, tokens/s, held-out points, load average) into the committed folder."""
+    from ropescale._io import atomic_write_text
+
+    for run in runs.values():
+        log = run / "metrics.jsonl"
+        if log.is_file():
+            ship.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(ship / f"{run.name}-metrics.jsonl", log.read_text(encoding="utf-8"))
+
+
+def ppl_suites(plan, exports: dict) -> dict[str, dict]:
+    """The three suites of bench_extension without passkey: the unscaled model and the control at ≤ L."""
+    from ropescale.evals.extension import suite_dicts
+
+    short = [n for n in plan.ppl_lengths if n <= plan.original_context]
+    raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
+    for raw in raws.values():
+        raw.pop("passkey", None)
+        for entry in raw["methods"]:
+            entry.pop("only", None)
+            if entry.get("method") == "none":
+                entry["only"] = {"perplexity": short}
+    return raws
+
+
+def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int]]]:
+    """``{task: {length: (score, prompts)}}`` of the complete plain-prompt cells in ``folder`` (of ``label``)."""
+    from ropescale.evals.ruler.record import load_cells
+
+    out: dict[str, dict[int, tuple[float, int]]] = {}
+    for r in load_cells(folder) if folder.is_dir() else []:
+        if r.complete and r.prompt == "plain" and (label is None or r.label == label):
+            out.setdefault(r.task, {})[r.length] = (r.score, len(r.result.records))
+    return out
+
+
+def task_names(args) -> tuple[str, ...]:
+    """The RULER tasks judged: ``--tasks`` or the four countable ones."""
+    from ropescale.evals.extension_cpu_goal import COUNTABLE
+
+    return tuple(t for t in args.tasks.split(",") if t.strip()) if args.tasks else COUNTABLE
+
+
+def base_cells(folder: Path, length: int, tasks: tuple[str, ...]) -> list[Path]:
+    """The shipped cells of the unscaled model on ``tasks`` at ``length``."""
+    from ropescale.evals.ruler.record import load_cells
+
+    cells = load_cells(folder) if folder.is_dir() else []
+    return [r.path for r in cells if r.unscaled and r.label == "none" and r.task in tasks and r.length == length]
+
+
+def free_lines(base_cells: Path, target: int, tasks) -> list[str]:
+    """Training-free scalings' RULER cells at the target, on the same prompts (listed, not judged)."""
+    from ropescale.evals.ruler.record import load_cells
+
+    lines = []
+    for r in load_cells(base_cells) if base_cells.is_dir() else []:
+        if not r.unscaled and r.length == target and r.task in tasks and r.complete and r.prompt == "plain":
+            k = len(r.result.records)
+            lines.append(f"- {r.label} {r.task} {target // 1024}k: {round(r.score * k)}/{k} ({base_cells.name})")
+    return sorted(lines)
+
+
+def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: int) -> None:
+    """Steps 1-4, each skipped where its output exists."""
+    import bench_extension as bx
+
+    from ropescale.evals.extension_ruler import _emma
+    from ropescale.evals.ruler.record import Scaling
+    from ropescale.evals.ruler.run import RulerRun
+    from ropescale.evals.ruler.tasks import get_task
+    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.models.runtime import resolve_runtime
+
+    try:  # a task name that is not RULER's stops before anything trains
+        tasks = [get_task(t) for t in task_names(args)]
+    except ValueError as exc:
+        print(f"cpu_finetune_x2: --tasks: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    seeded = seed_from_ship(out, ship)
+    if seeded:
+        print(f"resumed {seeded} committed cells from {ship}")
+    runs = run_dirs(out, args.control_from)
+    for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
+        bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, [], factor, {role: recipe})
+    exports = {role: run.parent / f"{run.name}-export" for role, run in runs.items()}
+    for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
+        run = runs[role]
+        try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
+            if not bx.trained(run, recipe):
+                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
+        finally:
+            ship_logs(ship, runs)
+        if not (exports[role] / "config.json").is_file():
+            ropescale("export", str(run), "--output", str(exports[role]))
+    for name, raw in ppl_suites(plan, exports).items():  # 3: perplexity
+        try:
+            run_suite(suite_from_dict(raw), out / name)
+        finally:  # the cells finished so far, even when a sitting ends inside a suite
+            ship_cells(out, ship)
+    runtime = resolve_runtime("auto", plan.dtype)  # 4: RULER
+    essay = _emma(plan.data)
+    copy_new(base_cells(Path(args.base_cells), args.base_length, task_names(args)), out / "ruler" / "none" / "cells")
+    target = int(plan.factor * plan.original_context)
+    cells = [  # the shipped unscaled cells count as done where their fingerprint (runtime included) is this run's
+        (plan.model, Scaling("none"), [args.base_length], "none"),
+        (str(exports["fine-tuned yarn"]), Scaling(None), [target], "yarn"),
+    ]
+    for model, scaling, lengths, folder in cells:
+        run = RulerRun(model, scaling, tasks, lengths, args.samples, out / "ruler" / folder, plan.seed, runtime, essay)
+        try:
+            run.run()
+        finally:
+            ship_cells(out, ship)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import bench_extension as bx
+
+    from ropescale._io import atomic_write_text
+    from ropescale.evals.evidence import CONTROL, FINE_TUNED, write_shipped
+    from ropescale.evals.extension import collect, evidence_dict
+    from ropescale.evals.extension_cpu_goal import goal_parts, heldout_records, verdict
+
+    factor = args.factor
+    recipes = {FINE_TUNED: args.recipe or RECIPES[factor], CONTROL: args.control or CONTROL_RECIPE}
+    out = Path(args.output or f"runs/cpu-x{factor}")
+    ship = Path(args.ship or ROOT / "evals" / "measured" / f"finetune-cpu-x{factor}")
+    evidence = Path(args.evidence or ROOT / "evals" / "measured" / f"smollm2-135m-finetune-cpu-x{factor}.json")
+    plan = make_plan(factor)
+    if not args.report_only:
+        measure(args, plan, out, ship, recipes, factor)
+    command = f"python benchmarks/cpu_finetune_x2.py --factor {factor} --output {out}"
+    rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
+    runs = run_dirs(out, args.control_from)
+    curves = {role: heldout_records(runs[role]) for role in (FINE_TUNED, CONTROL)}
+    target = int(plan.factor * plan.original_context)
+    ruler_ft = ruler_scores(out / "ruler" / "yarn")
+    ruler_base = ruler_scores(out / "ruler" / "none", "none")
+    tasks = task_names(args)
+    parts = goal_parts(rows, plan.original_context, target, ruler_ft, ruler_base, curves, tasks, args.base_length)
+    ship.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(ship / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
+    by = {r.label: r for r in rows}
+    text = [
+        f"# The CPU fine-tune at YaRN ×{factor} on SmolLM2-135M-Instruct (issue 54)",
+        "",
+        f"Command: `{command}` (recipes {recipes[FINE_TUNED]}, {recipes[CONTROL]})",
+        "",
+        "Held-out Emma perplexity (non-overlapping windows with BOS):",
+        *(
+            f"- {role}: " + ", ".join(f"{n // 1024}k {by[role].ppl[n]:.3f}" for n in sorted(by[role].ppl))
+            for role in ("none", "yarn", FINE_TUNED, CONTROL)
+            if role in by
+        ),
+        "",
+        "Held-out curves during training (fine-tune at its target, control at L; load average beside):",
+        *(
+            f"- {role}: "
+            + ", ".join(f"{p['step']}: {p['eval_ppl']:.3f} (load {p.get('load_avg', '?')})" for p in curve)
+            for role, curve in curves.items()
+            if curve
+        ),
+        "",
+        f"RULER ({', '.join(tasks)}; % found):",
+        *(
+            f"- fine-tuned yarn {t} {n // 1024}k: {100 * s:.1f} on {k}"
+            for t, c in ruler_ft.items()
+            for n, (s, k) in c.items()
+        ),
+        *(f"- none {t} {n // 1024}k: {100 * s:.1f} on {k}" for t, c in ruler_base.items() for n, (s, k) in c.items()),
+        "",
+        "Training-free beside it, same prompts (listed, not judged):",
+        *free_lines(Path(args.base_cells), target, tasks),
+        "",
+        "Goal (evals/extension_cpu_goal.py):",
+        *(p.line() for p in parts),
+        verdict(parts),
+    ]
+    atomic_write_text(ship / "report.md", "\n".join(text) + "\n")
+    print("\n".join(text))
+    if by.get(FINE_TUNED):
+        machine, runtime = bx.measured_on(out, None)
+        note = (  # written once (a merge keeps the file's note): the verdict lives in report.md and goal.json
+            f"the CPU fine-tune of issue 54 (benchmarks/cpu_finetune_x2.py, docs/finetuning.md): SmolLM2-135M-Instruct "
+            f"(L = 8,192) on {machine}; PPL: non-overlapping windows of held-out Emma with BOS; no passkey cells "
+            f"(RULER's countable tasks instead); the goal, RULER, both held-out curves and the convergence verdict: "
+            f"{ship.name}/report.md and goal.json; control = the same fine-tune without scaling"
+        )
+        for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime)):
+            print(f"evidence: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,171 @@
+"""The goal of the CPU fine-tune (issue 54), part by part, and whether its run converged.
+
+At ×s on a model of trained context L (×2: to 16k), the fine-tuned YaRN model meets the goal when:
+
+1. its held-out perplexity at the target (s·L) is at most 1.01 × its control's at L;
+2. its perplexity at every length ≤ L keeps at least 98.5 % of the unscaled model's (retained =
+   unscaled PPL / fine-tuned PPL ≥ 0.985);
+3. on the four countable RULER tasks (docs/battery.md) at the target, 30 prompts each, its mean score
+   is at least 85 % of the unscaled model's mean at 4k.
+
+A run whose held-out curve is still falling at its last point is "not converged": its numbers are
+reported, not as the recipe's result (:func:`curve_falling` states the rule). Training-free YaRN and
+Self-Extend stand beside it on the same RULER prompts (their cells are listed, not judged).
+
+Pure functions of numbers; tests/evals/test_extension_cpu_goal.py checks them on synthetic ones.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured, length_text
+from ropescale.evals.extension_goal import MET, MISSING, NOT_MET, GoalPart
+
+#: the four countable RULER tasks: those the unscaled SmolLM2-135M scores ≥ 30 % at 4k, one per skill
+#: (evals/measured/ruler/smollm2-135m-x4-cpu/; docs/battery.md)
+COUNTABLE = ("niah_single_1", "niah_single_2[austen]", "niah_multikey_1[austen]", "niah_multivalue[austen]")
+PPL_SLACK, RETAINED, RULER_SHARE, RULER_PROMPTS, RULER_BASE_LENGTH = 1.01, 0.985, 0.85, 30, 4096
+#: with fewer than two paired windows there is no spread to measure: a drop larger than this counts
+FALLBACK_DROP = 0.005
+NOT_CONVERGED = "not converged"
+
+
+def heldout_records(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The held-out evaluations of a training run (``metrics.jsonl`` lines with ``eval_ppl``), by step;
+    of a step evaluated twice (a resumed run) the last line counts."""
+    path, points = Path(run_dir) / "metrics.jsonl", {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if isinstance(rec, dict) and "eval_ppl" in rec:
+                points[int(rec["step"])] = rec
+    return [points[s] for s in sorted(points)]
+
+
+def curve_falling(records: list[dict[str, Any]]) -> tuple[bool | None, str]:
+    """Whether a held-out curve still falls at its last point (None where it has fewer than two).
+
+    The rule: the last point is below the one before it by more than its noise. Both points score the
+    same held-out windows, so the noise is that of their paired differences: with the windows' mean NLLs
+    (``eval_window_nll``) d_i = last_i - before_i, it falls when mean(d) < -2 · sd(d)/sqrt(n) (a drop
+    beyond two standard errors); with fewer than two paired windows, when the perplexity drops by more
+    than 0.5 %.
+    """
+    if len(records) < 2:
+        return None, "fewer than two held-out points"
+    before, last = records[-2], records[-1]
+    a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
+    trend = f"{before['eval_ppl']:.3f} at step {before['step']} → {last['eval_ppl']:.3f} at step {last['step']}"
+    if len(a) == len(b) >= 2:
+        d = [y - x for x, y in zip(a, b)]
+        mean, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+        falling = mean < -2 * se and mean < 0
+        return falling, f"{trend} (mean window ΔNLL {mean:+.4f}, 2 SE {2 * se:.4f}, {len(d)} windows)"
+    drop = 1 - last["eval_ppl"] / before["eval_ppl"]
+    return drop > FALLBACK_DROP, f"{trend} ({100 * drop:+.2f} %, no paired windows: 0.5 % rule)"
+
+
+def convergence_part(curves: Mapping[str, list[dict[str, Any]]]) -> GoalPart:
+    """Both held-out curves (fine-tune at its target, control at L) flat at their last point."""
+    said, falling, missing = [], [], []
+    for role in (FINE_TUNED, CONTROL):
+        ok, text = curve_falling(curves.get(role, []))
+        said.append(f"{role}: {text}")
+        (missing if ok is None else falling if ok else []).append(role)
+    ask = "held-out curves no longer falling at their last point"
+    if missing:
+        return GoalPart(ask, MISSING, "; ".join(said))
+    return GoalPart(ask, NOT_CONVERGED if falling else MET, "; ".join(said))
+
+
+def _mean(scores: Mapping[str, Mapping[int, tuple[float, int]]], length: int, tasks: tuple[str, ...]):
+    got = [scores.get(t, {}).get(length) for t in tasks]
+    if any(g is None for g in got):
+        return None, 0
+    return sum(g[0] for g in got) / len(got), min(g[1] for g in got)
+
+
+def goal_parts(
+    rows: list[Measured],
+    original_context: int,
+    target: int,
+    ruler_ft: Mapping[str, Mapping[int, tuple[float, int]]],
+    ruler_base: Mapping[str, Mapping[int, tuple[float, int]]],
+    curves: Mapping[str, list[dict[str, Any]]],
+    tasks: tuple[str, ...] = COUNTABLE,
+    base_length: int = RULER_BASE_LENGTH,
+) -> list[GoalPart]:
+    """The goal's three parts and the convergence part.
+
+    Args:
+        rows: the experiment's rows (``none``, ``fine-tuned yarn``, ``control``; others ignored).
+        original_context: L.
+        target: the fine-tune's target length (s·L).
+        ruler_ft: the fine-tune's RULER cells, ``{task: {length: (score 0-1, prompts)}}``.
+        ruler_base: the unscaled model's, the same shape (its cells at ``base_length``, 4k).
+        curves: each role's held-out records (:func:`heldout_records`).
+    """
+    by = {r.label: r for r in rows}
+    ft, control, none = by.get(FINE_TUNED), by.get(CONTROL), by.get("none")
+    L, parts = original_context, []
+    ask = f"PPL({length_text(target)}) ≤ {PPL_SLACK:g} × control's PPL({length_text(L)})"
+    if not ft or target not in ft.ppl or not control or L not in control.ppl:
+        parts.append(GoalPart(ask, MISSING, "the fine-tune's cell at the target or the control's at L missing"))
+    else:
+        a, b = ft.ppl[target], control.ppl[L]
+        parts.append(GoalPart(ask, MET if a <= PPL_SLACK * b else NOT_MET, f"{a:.2f} vs {b:.2f} = {a / b:.3f}×"))
+    short = sorted(n for n in (ft.ppl if ft else {}) if n <= L)
+    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the unscaled model's"
+    if not short or not none or any(n not in none.ppl for n in short):
+        parts.append(GoalPart(ask, MISSING, "the fine-tune's or the unscaled model's cells ≤ L missing"))
+    else:
+        kept = {n: none.ppl[n] / ft.ppl[n] for n in short}
+        text = ", ".join(
+            f"{length_text(n)} {ft.ppl[n]:.2f} vs {none.ppl[n]:.2f} = {100 * k:.1f} %" for n, k in kept.items()
+        )
+        parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
+    ask = (
+        f"RULER mean of {len(tasks)} tasks at {length_text(target)} ≥ {100 * RULER_SHARE:g} % of the unscaled "
+        f"model's at {length_text(base_length)}"
+    )
+    (mine, n_mine), (bar, _) = _mean(ruler_ft, target, tasks), _mean(ruler_base, base_length, tasks)
+    if mine is None or bar is None:
+        parts.append(GoalPart(ask, MISSING, "a cell missing (" + ", ".join(tasks) + ")"))
+    elif n_mine < RULER_PROMPTS:
+        parts.append(GoalPart(ask, "in progress", f"{100 * mine:.1f} vs {100 * bar:.1f} on {n_mine} prompts"))
+    else:
+        share = mine / bar if bar else float("inf")
+        status = MET if share >= RULER_SHARE else NOT_MET
+        parts.append(GoalPart(ask, status, f"{100 * mine:.1f} vs {100 * bar:.1f} = {100 * share:.0f} %"))
+    parts.append(convergence_part(curves))
+    return parts
+
+
+def verdict(parts: list[GoalPart]) -> str:
+    """One line: not converged (the numbers are not the recipe's result), met, or the parts not met."""
+    if any(p.status == NOT_CONVERGED for p in parts):
+        return "goal: not judged: the run is not converged (its held-out curve still falls); not the recipe's result"
+    if all(p.status == MET for p in parts):
+        return "goal: met (every part)"
+    left = [p.part for p in parts if p.status != MET]
+    return f"goal: not met yet ({len(left)} of {len(parts)} parts: {'; '.join(left)})"
+
+
+__all__ = [
+    "COUNTABLE",
+    "NOT_CONVERGED",
+    "convergence_part",
+    "curve_falling",
+    "goal_parts",
+    "heldout_records",
+    "verdict",
+]

@@ -1,0 +1,232 @@
+"""Issue 54's CPU fine-tune end to end on a tiny random-init model (L = 256, YaRN ×2 to 512): one command
+trains the recipe and its control, measures perplexity and RULER's countable tasks, judges the goal and the
+convergence of both held-out curves, and commits its evidence as it goes (cells, training logs with the load
+average, report, goal, the evidence file ``recommend`` reads); killed in the control's training it resumes
+without retraining the recipe, and a checkout whose run folder lost its cells resumes them from the
+committed ones instead of measuring them again.
+
+The CLI runs in-process; lengths and prompt counts are tiny (``make_plan``, ``--samples 1``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from ropescale.evals.extension import Plan
+from tests.conftest import load_script, tiny_model
+from tests.evals.ruler_fixtures import ruler_tokenizer
+
+L = 256
+PROSE = "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition. "
+
+
+@pytest.fixture(scope="module")
+def driver():
+    return load_script("benchmarks/cpu_finetune_x2.py", "cpu_finetune_x2")
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    tok = ruler_tokenizer()
+    model = tmp_path / "model"
+    ids = {k: getattr(tok, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    tiny_model(vocab_size=len(tok), max_position_embeddings=L, attn_implementation="sdpa", **ids).save_pretrained(model)
+    tok.save_pretrained(model)
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "Emma.txt").write_text(PROSE * 150)
+    (books / "Bible.txt").write_text("In the beginning God created the heaven and the earth. " * 80)
+    code = tmp_path / "code" / "pkg"
+    code.mkdir(parents=True)
+    (code / "__init__.py").write_text("def f(x):\n    return x + 1\n" * 80)
+    common = {
+        "model": {"name": str(model), "attn_implementation": "sdpa"},
+        "lora": {"enabled": False},
+        "data": {
+            "sources": [{"source": str(books), "weight": 0.5}, {"source": f"python:{code.parent}", "weight": 0.5}],
+            "holdout": ["Emma"],
+            "seq_len": 192,
+            "packing": "stream",
+            "short_share": 0.4,
+            "recall_facts": 1,
+            "recall_forms": ["words", "names"],
+        },
+        "optim": {"lr": 1e-3, "warmup_steps": 1, "schedule": "constant"},
+        "train": {"max_steps": 4, "save_every": 2, "keep_checkpoints": 2, "gradient_checkpointing": False},
+    }
+    for name, scaling, n in (
+        ("tiny_cpu", {"method": "yarn", "factor": 2}, 2 * L),
+        ("tiny_cpu_control", {"method": "none", "factor": 1}, L),
+    ):
+        raw = {**common, "scaling": scaling, "pose": {"enabled": True, "target_length": n, "chunks": 2}}
+        raw["eval"] = {"every": 2, "length": n, "max_tokens": 3 * n}  # 3 windows: the paired noise rule
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    plan = Plan(
+        model=str(model),
+        factor=2.0,
+        original_context=L,
+        ppl_lengths=(64, L, 2 * L),
+        passkey_lengths=(L, 2 * L),
+        ppl_max_tokens=2 * 2 * L,
+        data=str(books),
+    )
+    return tmp_path, plan
+
+
+def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver, tiny, monkeypatch, capsys):
+    from ropescale.cli.main import main
+    from ropescale.evals.evidence import load_measured
+    from ropescale.evals.ruler import run as ruler_run
+
+    tmp, plan = tiny
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls, kills = [], {"control": 1}
+
+    def ropescale(*args):  # the CLI in-process; killed once at the start of the control's training
+        calls.append(args)
+        if args[0] == "train" and args[2].endswith("_control.yaml") and kills["control"]:
+            kills["control"] -= 1
+            raise KeyboardInterrupt
+        assert main(list(args)) == 0
+
+    monkeypatch.setattr(driver, "ropescale", ropescale)
+    out, ship, evidence = tmp / "out", tmp / "ship", tmp / "evidence.json"
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
+    argv += ["--output", str(out), "--ship", str(ship), "--evidence", str(evidence), "--samples", "1"]
+    argv += ["--base-cells", str(tmp / "none-shipped"), "--base-length", str(L)]
+    argv += ["--tasks", "niah_single_1,niah_single_2[austen]"]  # the multi-needle ones do not fit in 256 tokens
+    with pytest.raises(KeyboardInterrupt):
+        driver.main(argv)
+    assert [c[0] for c in calls] == ["train", "export", "train"]
+    # the recipe's training log is committed at once, every line with the load average it ran under
+    log = [json.loads(x) for x in (ship / "yarn-metrics.jsonl").read_text().splitlines()]
+    assert log and all("load_avg" in rec for rec in log) and [r["step"] for r in log if "eval_ppl" in r] == [2, 4]
+    assert all(len(r["eval_window_nll"]) == 3 for r in log if "eval_ppl" in r)
+    calls.clear()
+    assert driver.main(argv) == 0  # the control trains; the recipe is not trained again
+    assert [c[0] for c in calls] == ["train", "export"] and calls[0][2].endswith("tiny_cpu_control.yaml")
+    for suite in ("base", "finetuned", "control"):
+        cells = sorted((ship / "cells" / suite).glob("*.json"))
+        assert cells and all("load_avg" in json.loads(p.read_text()) for p in cells), suite
+    ruler = sorted(p.relative_to(ship).as_posix() for p in (ship / "ruler").rglob("*.json"))
+    assert (
+        len(ruler) == 4 and sum(p.startswith("ruler/yarn/as-saved__") and p.endswith("__512.json") for p in ruler) == 2
+    )
+    assert all("load_avg" in json.loads((ship / p).read_text())["cell"] for p in ruler)
+    goal = json.loads((ship / "goal.json").read_text())
+    assert [g["part"] for g in goal] == [
+        "PPL(512) ≤ 1.01 × control's PPL(256)",
+        "PPL at ≤ 256 keeps ≥ 98.5 % of the unscaled model's",
+        "RULER mean of 2 tasks at 512 ≥ 85 % of the unscaled model's at 256",
+        "held-out curves no longer falling at their last point",
+    ]
+    assert goal[2]["status"] == "in progress"  # 1 prompt a cell, not the 30 the goal asks
+    assert all(g["status"] != "not measured yet" for g in goal), goal
+    report = (ship / "report.md").read_text()
+    assert "goal: " in report and "- fine-tuned yarn: 2: " in report and "(load " in report
+    ev = load_measured(evidence)
+    ft = next(r for r in ev.rows if r.label == "fine-tuned yarn")
+    assert ev.budget == "fine-tune" and ft.factor == 2.0 and sorted(ft.ppl) == [64, L, 2 * L]
+    assert {r.label for r in ev.rows} == {"none", "yarn", "fine-tuned yarn", "control"}
+    # recommend --budget fine-tune reads it where the shipped evidence lives, and says it has no passkey cells
+    import ropescale.evals.evidence as evidence_module
+
+    measured = tmp / "measured"
+    measured.mkdir()
+    shipped = json.loads(evidence.read_text())  # as the embedded model's: the tiny one has no recommend rules
+    (measured / "tiny-finetune-cpu-x2.json").write_text(json.dumps({**shipped, "model": "smollm2-135m"}))
+    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
+    evidence_module.shipped_evidence.cache_clear()
+    capsys.readouterr()
+    try:
+        code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune", "--verbose"])
+    finally:
+        evidence_module.shipped_evidence.cache_clear()
+    said, err = capsys.readouterr()
+    assert code == 0, err
+    assert "(evals/measured/tiny-finetune-cpu-x2.json)" in said and "fine-tuned YaRN ×2 PPL" in said, said
+    assert "no passkey cells" in said, said
+
+    # a checkout whose run folder lost its cells resumes them from the committed ones: nothing is measured again
+    shutil.rmtree(out / "ruler")
+    for suite in ("base", "finetuned", "control"):
+        shutil.rmtree(out / suite / "cells")
+    calls.clear()
+    monkeypatch.setattr(ruler_run, "run_ruler_cell", lambda *a, **k: pytest.fail("a committed RULER cell recomputed"))
+    import ropescale.evals.suite as suite_module
+
+    ran = []
+    real = suite_module.SuiteRunner._run_cell
+    monkeypatch.setattr(suite_module.SuiteRunner, "_run_cell", lambda *a, **k: ran.append(a[3:]) or real(*a, **k))
+    capsys.readouterr()
+    assert driver.main(argv) == 0
+    committed = len(list((ship / "cells").rglob("*.json"))) + len(ruler)
+    assert calls == [] and ran == [] and f"resumed {committed} committed cells" in capsys.readouterr().out
+
+
+def test_the_recipes_state_their_cpu_hours_and_the_arithmetic_holds():
+    """Every recipe of the embedded model states its CPU hours on 2 cores alone (issue 54), as an estimate
+    until measured; where it states its steps, they are the recipe's (max_steps x batch x grad_accum x
+    seq_len tokens) and the hours at least their time at 172 tokens/s; the CPU recipes stay within ~3 h."""
+    import re
+
+    from ropescale.training.config import CONFIGS_DIR, load_config
+
+    paths = sorted((CONFIGS_DIR / "smollm2-135m").glob("*.yaml"))
+    assert {"yarn_x2_cpu.yaml", "yarn_x2_cpu_control.yaml", "yarn_x4_cpu.yaml"} <= {p.name for p in paths}
+    pattern = r"CPU hours \(2 cores, alone\): ~([\d.]+) estimated, not yet measured alone: (\d+) steps x ([\d,]+)"
+    for path in paths:
+        head = path.read_text().split("\nmodel:")[0]
+        assert "# CPU hours (2 cores, alone): ~" in head, path.name
+        m = re.search(pattern, head)
+        if m is None:
+            continue
+        c = load_config(path)
+        steps, tokens = int(m.group(2)), int(m.group(3).replace(",", ""))
+        assert steps == c.train.max_steps and tokens == c.train.batch_size * c.train.grad_accum * c.data.seq_len
+        assert steps * tokens / 172 / 3600 <= float(m.group(1)) + 0.05, path.name
+        if "_cpu" in path.name:
+            assert float(m.group(1)) <= 3.0, path.name
+
+
+def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, monkeypatch):
+    """--control-from: the control (the same at every factor) is read from the x2 experiment's folder,
+    trained there if not yet, never again under the x4 output; the suites and curves use it."""
+    import bench_extension as bx
+
+    import ropescale.evals.ruler.run as ruler_run
+    import ropescale.evals.suite as suite_module
+
+    tmp, plan = tiny
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls, suites = [], {}
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(bx, "trained", lambda run, recipe: run.parent.name == "x2")  # x2's control is trained
+    monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: suites.update({out.name: suite.model}))
+    monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
+    (tmp / "x2" / "control-export").mkdir(parents=True)
+    (tmp / "x2" / "control-export" / "config.json").write_text("{}")
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
+    argv += ["--output", str(tmp / "x4"), "--control-from", str(tmp / "x2"), "--ship", str(tmp / "ship")]
+    argv += ["--evidence", str(tmp / "ev.json"), "--base-cells", str(tmp / "none"), "--tasks", "niah_single_1"]
+    assert driver.main(argv) == 0
+    assert [c[:3] for c in calls] == [
+        ("train", "--config", str(tmp / "tiny_cpu.yaml")),
+        ("export", str(tmp / "x4" / "yarn"), "--output"),
+    ]
+    assert suites["control"] == str(tmp / "x2" / "control-export")
+    assert suites["finetuned"] == str(tmp / "x4" / "yarn-export")
+
+
+def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    with pytest.raises(SystemExit) as stop:
+        driver.main(["--output", str(tmp_path / "x"), "--ship", str(tmp_path / "s"), "--tasks", "niah_single_9"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("cpu_finetune_x2: --tasks: ") and len(err.strip().splitlines()) == 1
+    assert calls == [] and not (tmp_path / "x").exists()

@@ -1,0 +1,77 @@
+"""The goal of issue 54's CPU fine-tune and its convergence rule, on synthetic numbers: met, not met part by
+part, in progress, and not judged while a held-out curve still falls beyond the noise of its windows."""
+
+from __future__ import annotations
+
+from ropescale.evals.evidence import Measured
+from ropescale.evals.extension_cpu_goal import (
+    COUNTABLE,
+    NOT_CONVERGED,
+    curve_falling,
+    goal_parts,
+    verdict,
+)
+
+L, T = 8192, 16384
+
+
+def _row(label: str, ppl: dict[int, float]) -> Measured:
+    return Measured(label=label, method="yarn", factor=2.0, params={}, ppl=ppl)
+
+
+def _point(step: int, ppl: float, windows: list[float] | None = None) -> dict:
+    return {"step": step, "eval_ppl": ppl, "eval_length": T, **({"eval_window_nll": windows} if windows else {})}
+
+
+FLAT = [_point(40, 26.0, [3.30, 3.20, 3.25, 3.27]), _point(80, 25.9, [3.31, 3.18, 3.26, 3.25])]
+FALLING = [_point(40, 26.0, [3.30, 3.20, 3.25, 3.27]), _point(80, 25.0, [3.26, 3.16, 3.22, 3.22])]
+
+
+def test_a_drop_within_the_noise_of_the_paired_windows_is_flat_and_one_beyond_it_is_falling():
+    assert curve_falling(FLAT)[0] is False  # windows move both ways: mean -0.005, 2 SE ~0.02
+    falling, text = curve_falling(FALLING)  # every window lower by ~0.04: beyond 2 SE
+    assert falling is True and "4 windows" in text
+    assert curve_falling(FLAT[:1]) == (None, "fewer than two held-out points")
+    # without per-window numbers (a log of an older run): a drop of more than 0.5 % counts
+    assert curve_falling([_point(1, 26.0), _point(2, 25.8)])[0] is True
+    assert curve_falling([_point(1, 26.0), _point(2, 25.95)])[0] is False
+    assert curve_falling([_point(1, 26.0), _point(2, 27.0)])[0] is False  # rising: not falling
+
+
+def _scores(score: float, n: int, length: int) -> dict:
+    return {t: {length: (score, n)} for t in COUNTABLE}
+
+
+def _parts(ft=None, control=None, none=None, ruler=0.9, prompts=30, curves=None):
+    rows = [
+        _row("fine-tuned yarn", ft or {2048: 23.0, 8192: 24.0, T: 24.1}),
+        _row("control", control or {2048: 22.9, 8192: 24.0}),
+        _row("none", none or {2048: 23.0, 8192: 23.9}),
+    ]
+    curves = curves or {"fine-tuned yarn": FLAT, "control": FLAT}
+    return goal_parts(rows, L, T, _scores(ruler, prompts, T), _scores(1.0, 30, 4096), curves)
+
+
+def test_every_part_met_and_each_part_failing_on_its_own():
+    parts = _parts()
+    assert [p.status for p in parts] == ["met"] * 4 and verdict(parts) == "goal: met (every part)"
+    assert parts[0].detail == "24.10 vs 24.00 = 1.004×"
+    assert _parts(ft={2048: 23.0, 8192: 24.0, T: 24.5})[0].status == "NOT met"  # 1.021 × the control's 8k
+    kept = _parts(ft={2048: 23.5, 8192: 24.0, T: 24.1})[1]  # 23.0 / 23.5 = 97.9 % < 98.5 %
+    assert kept.status == "NOT met" and "2k 23.50 vs 23.00 = 97.9 %" in kept.detail
+    assert _parts(ruler=0.8)[2].status == "NOT met"  # 80 % of the unscaled model's 4k
+    assert _parts(ruler=0.9, prompts=12)[2].status == "in progress"  # a cell of fewer than 30 prompts
+    assert "not met yet" in verdict(_parts(ruler=0.8))
+
+
+def test_a_run_still_falling_is_not_converged_and_not_judged_as_the_recipes_result():
+    parts = _parts(curves={"fine-tuned yarn": FALLING, "control": FLAT})
+    assert parts[3].status == NOT_CONVERGED and "fine-tuned yarn: 26.000 at step 40" in parts[3].detail
+    assert verdict(parts).startswith("goal: not judged: the run is not converged")
+    assert _parts(curves={"fine-tuned yarn": FLAT})[3].status == "not measured yet"  # no control curve
+
+
+def test_missing_cells_leave_their_part_not_measured():
+    rows = [_row("fine-tuned yarn", {2048: 23.0})]
+    parts = goal_parts(rows, L, T, {}, {}, {})
+    assert [p.status for p in parts] == ["not measured yet"] * 4
