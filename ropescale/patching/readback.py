@@ -57,6 +57,11 @@ def scaling_label(scaling: dict[str, Any]) -> str:
     if is_unscaled(scaling):
         return "none"
     factor = scaling.get("factor")
+    params = scaling.get("params") or {}
+    if scaling.get("method") == "composed" and isinstance(params.get("base"), dict):  # yarn x4 on llama3 x8
+        base = params["base"]
+        inner = f"{base.get('method')} x{float((base.get('params') or {}).get('factor') or 1):g}"
+        return f"{(params.get('on_top') or {}).get('method')} x{float(factor or 1):g} on {inner}"
     return f"{scaling['method']} x{float(factor):g}" if isinstance(factor, (int, float)) else str(scaling["method"])
 
 

@@ -387,6 +387,21 @@ def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, 
     return calibration, held_text
 
 
+def shipped_line(config: Any) -> str:
+    """What a search does with the scaling a checkpoint ships with: every candidate starts from the
+    pretraining frequencies (the search's space is LongRoPE/YaRN from L), the model as shipped beside them."""
+    from ..patching.shipped import shipped_of
+
+    shipped = shipped_of(config)
+    carried = shipped.scaling or {}
+    trained = {True: "trained with it", False: "applied without training", None: "unknown"}[shipped.trained]
+    return (
+        f"ropescale: search: every candidate replaces the shipped {carried.get('method')} "
+        f"x{float(carried.get('factor') or 1):g} ({trained}: {shipped.trained_source}), starting from the "
+        f"pretraining frequencies at {shipped.pretraining}; the model as shipped is measured beside them (saved)"
+    )
+
+
 def run_search_job(
     options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True
 ) -> dict[str, Any]:
@@ -405,17 +420,7 @@ def run_search_job(
     from ..patching.plan import is_scaled
 
     if is_scaled(config):  # never silently: every candidate replaces the shipped scaling, and says so
-        from ..patching.shipped import shipped_of
-
-        shipped = shipped_of(config)
-        carried = shipped.scaling or {}
-        print(
-            f"ropescale: search: every candidate replaces the shipped {carried.get('method')} "
-            f"x{float(carried.get('factor') or 1):g} ({'trained with it' if shipped.trained else 'trained: ' + str(shipped.trained).lower()}: "
-            f"{shipped.trained_source}), starting from the pretraining frequencies at {shipped.pretraining}; the model "
-            "as shipped is measured beside them (saved)",
-            file=sys.stderr,
-        )
+        print(shipped_line(config), file=sys.stderr)
     if is_scaled(config) and SAVED not in options.baselines:  # a scaled checkpoint: measure it as saved too
         import dataclasses
 

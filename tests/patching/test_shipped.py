@@ -146,3 +146,21 @@ def test_a_composed_checkpoint_reloads_with_its_frequencies(tmp_path):
     again = ropescale.from_pretrained(tmp_path / "ckpt")
     assert again.config.ropescale["method"] == "composed" and again.config.ropescale["mode"] == "compose"
     torch.testing.assert_close(again.model.rotary_emb.inv_freq, inv, rtol=1e-6, atol=0)
+
+
+def test_search_says_its_candidates_replace_the_shipped_scaling():
+    from ropescale.search.pipeline import shipped_line
+
+    assert shipped_line(shape("llama3.1-8b")) == (
+        "ropescale: search: every candidate replaces the shipped llama3 x8 (trained with it: family table: "
+        "Llama 3.1/3.3), starting from the pretraining frequencies at 8192; the model as shipped is measured "
+        "beside them (saved)"
+    )
+
+
+def test_every_family_row_is_in_the_guide():
+    from ropescale.patching.shipped import FAMILIES
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "extended-checkpoints.md").read_text()
+    for family in FAMILIES:
+        assert f"| {family.name} " in guide, family.name
