@@ -37,7 +37,6 @@ loaded once and re-patched per method (patching touches the rotary module, not t
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import time
@@ -54,6 +53,7 @@ from ropescale.evals.cell_keys import cell_id, same_scaling, scaling_run
 from ropescale.evals.cell_record import SuiteCell
 from ropescale.evals.saved import check_file_names, is_saved
 from ropescale.evals.suite_checks import check_against_model, check_raw, entry_kernel
+from ropescale.evals.suite_lengths import positive_ints
 from ropescale.evals.task_base import CellContext, SuiteError, suite_meta
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
@@ -133,15 +133,6 @@ class Suite:
         return [
             (m, t, n) for m in self.methods for t in self.tasks() for n in self.blocks[t]["lengths"] if m.runs(t, n)
         ]
-
-
-def _positive_ints(name: str, values: Any) -> list[int]:
-    if not isinstance(values, list) or not values:
-        raise SuiteError(f"{name} must be a non-empty list of token counts")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise SuiteError(f"{name} must be positive integers, got {v!r}")
-    return values
 
 
 def _read_lengths(raw: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +229,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         if not isinstance(only, dict):
             raise SuiteError(f"methods[{i}].only must map tasks to lengths, e.g. {{passkey: [4096]}}")
         only = {
-            str(task): lengths if lengths == [] else _positive_ints(f"methods[{i}].only.{task}", lengths)
+            str(task): lengths if lengths == [] else positive_ints(f"methods[{i}].only.{task}", lengths)
             for task, lengths in only.items()
         }  # [] skips the task for this method
         methods.append(MethodEntry(label, entry["method"], factor, params, only))
@@ -280,7 +271,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         settings = suite.block(task)
         if not isinstance(settings, dict):
             raise SuiteError(f"{task} must be a mapping with at least 'lengths'")
-        _positive_ints(f"{task}.lengths", settings.get("lengths"))
+        positive_ints(f"{task}.lengths", settings.get("lengths"))
     for m in suite.methods:
         for task, lengths in m.only.items():
             if task not in suite.tasks():
@@ -334,21 +325,6 @@ def load_suite(
     if sized:
         suite.sized = sized
     return suite
-
-
-def check_lengths(suite: Suite, original_context: int, shipped_context: int | None = None) -> None:
-    """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate). A method
-    composed on the checkpoint's own scaling (``params: {compose: true}``) scales from its shipped context."""
-    for entry, task, length in suite.cells():
-        factor = float(entry.factor or 1.0)
-        context = shipped_context if entry.params.get("compose") and shipped_context else original_context
-        if factor > 1 and length > factor * context:
-            need = math.ceil(length / context)
-            original_context = context
-            raise SuiteError(
-                f"factor {factor:g} of '{entry.label}' is too small for {task} at {length} tokens "
-                f"(extended context {int(factor * original_context)}); use factor >= {need}"
-            )
 
 
 class SuiteRunner:
@@ -498,6 +474,7 @@ class SuiteRunner:
         # everything that can fail on bad input is checked before the output or the weights are touched
         config = load_config(self.suite.model)
         check_against_model(self.suite, config)  # each method planned on the config, before any weights
+        from ropescale.evals.suite_lengths import check_lengths
         from ropescale.patching.shipped import shipped_of
 
         check_lengths(self.suite, trained_context(config), shipped_of(config).context)

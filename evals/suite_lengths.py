@@ -18,6 +18,7 @@ the key.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from typing import Any
 
@@ -143,4 +144,27 @@ def prepare(
     return raw
 
 
-__all__ = ["is_relative", "prepare"]
+def check_lengths(suite: Any, original_context: int, shipped_context: int | None = None) -> None:
+    """Refuse lengths a scaled method was not scaled for (the unscaled baseline may extrapolate). A method
+    composed on the checkpoint's own scaling (``params: {compose: true}``) scales from its shipped context."""
+    for entry, task, length in suite.cells():
+        factor = float(entry.factor or 1.0)
+        context = shipped_context if entry.params.get("compose") and shipped_context else original_context
+        if factor > 1 and length > factor * context:
+            need = math.ceil(length / context)
+            raise SuiteError(
+                f"factor {factor:g} of '{entry.label}' is too small for {task} at {length} tokens "
+                f"(extended context {int(factor * context)}); use factor >= {need}"
+            )
+
+
+def positive_ints(name: str, values: Any) -> list[int]:
+    if not isinstance(values, list) or not values:
+        raise SuiteError(f"{name} must be a non-empty list of token counts")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise SuiteError(f"{name} must be positive integers, got {v!r}")
+    return values
+
+
+__all__ = ["check_lengths", "is_relative", "positive_ints", "prepare"]

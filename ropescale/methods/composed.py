@@ -103,7 +103,7 @@ class Composed(ScalingMethod):
             value = getattr(self, key)
             if not isinstance(value, dict) or not isinstance(value.get("method"), str):
                 raise ValueError(f"{key} must be {{'method': NAME, 'params': {{...}}}}, got {value!r}")
-        from . import method_class
+        from .registry import method_class
 
         name = method_class(self.on_top["method"]).name
         if name not in ON_TOP:
@@ -116,14 +116,14 @@ class Composed(ScalingMethod):
     @property
     def inner(self) -> ScalingMethod:
         """The shipped scaling as a method."""
-        from . import get_method
+        from .registry import get_method
 
         return get_method(self.base["method"], **dict(self.base.get("params") or {}))
 
     @property
     def outer(self) -> ScalingMethod:
         """The second method, at ``factor``."""
-        from . import get_method
+        from .registry import get_method
 
         params = {k: v for k, v in dict(self.on_top.get("params") or {}).items() if k != "factor"}
         return get_method(self.on_top["method"], factor=self.factor, **params)

@@ -29,6 +29,7 @@ from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import coerce
 from ..methods.factor import resolve_factor
+from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
@@ -40,7 +41,6 @@ SUPPORTED_MODEL_TYPES = {
     "qwen3": "Qwen3ForCausalLM",
 }
 
-PROVENANCE_KEY = "ropescale"
 NON_NATIVE_PREFIX = "ropescale_"
 INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
 #: Loader that plain transformers finds through ``auto_map`` for checkpoints it cannot build.
@@ -115,20 +115,6 @@ def check_supported(config: Any) -> None:
         raise UnsupportedModelError(f"model type '{model_type}' config has no rope parameters")
 
 
-def provenance(config: Any) -> dict[str, Any] | None:
-    """The ``ropescale`` provenance block of a patched config, or None."""
-    block = getattr(config, PROVENANCE_KEY, None)
-    return block if isinstance(block, dict) else None
-
-
-def is_scaled(config: Any) -> bool:
-    """True if the config already carries a RoPE scaling (ropescale's or a native one)."""
-    if provenance(config) is not None:
-        return provenance(config)["method"] != "default"
-    rope = getattr(config, "rope_parameters", None) or {}
-    return rope.get("rope_type", "default") != "default"
-
-
 def _head_dim(config: Any) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
@@ -155,42 +141,6 @@ def trained_context(config: Any) -> int:
     """L, the context the model was trained at: a scaled checkpoint's original context (from its provenance
     block or its rope parameters), an unscaled one's ``max_position_embeddings``."""
     return original_geometry(config)[2]
-
-
-def original_geometry(config: Any, original_max_position_embeddings: int | None = None) -> tuple[dict, int, int]:
-    """(original rope_parameters, original max_position_embeddings field, original context L).
-
-    From the provenance block when there is one; otherwise read off the config (a natively scaled
-    checkpoint keeps L in ``rope_parameters["original_max_position_embeddings"]``, a linear one
-    raised ``max_position_embeddings`` by its factor, a dynamic one kept it).
-    """
-    block = provenance(config)
-    if block is not None:
-        rope = copy.deepcopy(block["original_rope_parameters"])
-        field = int(block["original_max_position_embeddings_field"])
-        L = int(block["original_max_position_embeddings"])
-    else:
-        current = dict(getattr(config, "rope_parameters", None) or {})
-        field = int(config.max_position_embeddings)
-        rope_type = current.get("rope_type", "default")
-        if "original_max_position_embeddings" in current:
-            L = int(current["original_max_position_embeddings"])
-        elif rope_type == "linear":
-            L = int(round(field / float(current.get("factor", 1.0))))
-        else:
-            L = field
-        if rope_type != "default":
-            field = L
-        rope = {k: v for k, v in current.items() if k in ("rope_theta", "partial_rotary_factor")}
-        rope["rope_type"] = "default"
-        rope.setdefault("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
-    if original_max_position_embeddings is not None:
-        if not isinstance(original_max_position_embeddings, int) or original_max_position_embeddings <= 0:
-            raise ValueError(
-                f"original_max_position_embeddings must be a positive integer, got {original_max_position_embeddings!r}"
-            )
-        L = original_max_position_embeddings
-    return rope, field, L
 
 
 def plan_patch(

@@ -13,12 +13,8 @@ import copy
 import json
 from typing import Any
 
-from .plan import plan_from_provenance, provenance, quiet_transformers
-
-#: transformers' ``rope_type`` → ropescale's method name (a natively scaled config without provenance)
-NATIVE_NAMES = {"default": "default", "linear": "linear", "dynamic": "dynamic_ntk"}
-#: rope_parameters keys that are geometry, not the scaling's parameters
-GEOMETRY_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")
+from .geometry import carried, provenance
+from .plan import plan_from_provenance, quiet_transformers
 
 
 def scaling_of(model_or_config: Any) -> dict[str, Any]:
@@ -30,15 +26,7 @@ def scaling_of(model_or_config: Any) -> dict[str, Any]:
     3.1's llama3); ``method`` is ``"default"`` for plain RoPE.
     """
     config = getattr(model_or_config, "config", model_or_config)
-    block = provenance(config)
-    if block is not None:
-        method, params = str(block["method"]), dict(block.get("params") or {})
-    else:
-        rope = dict(getattr(config, "rope_parameters", None) or {})
-        rope_type = str(rope.get("rope_type", "default"))
-        method = NATIVE_NAMES.get(rope_type, rope_type)
-        params = {k: v for k, v in rope.items() if k not in GEOMETRY_KEYS}
-    out: dict[str, Any] = {"method": method, "factor": params.get("factor"), "params": params}
+    out: dict[str, Any] = carried(config)
     if model_or_config is not config:
         from .model import rotary_owner
 

@@ -207,8 +207,7 @@ def shipped_of(
         shipped_context: ``--shipped-context``, the user's word for what it serves.
         original_max_position_embeddings: ``--original-max-position-embeddings``, the pretraining context.
     """
-    from .plan import is_scaled, original_geometry, provenance
-    from .readback import scaling_of
+    from .geometry import carried, is_scaled, original_geometry, provenance
 
     block = provenance(config)
     family = None if block is not None else family_of(config)
@@ -223,7 +222,7 @@ def shipped_of(
     if original_max_position_embeddings is not None:
         L, pre_source = int(original_max_position_embeddings), "--original-max-position-embeddings"
     scaled = is_scaled(config)
-    scaling = scaling_of(config) if scaled else None
+    scaling = carried(config) if scaled else None
     trained, trained_source = None, "plain RoPE" if not scaled else "unknown"
     if block is not None and scaled:
         fine_tuned = bool(block.get("fine_tuned"))

@@ -1,0 +1,87 @@
+"""Reading a config's rotary facts before anything is planned: the provenance block ropescale writes,
+whether the config already carries a scaling, its original geometry, and the scaling it carries.
+
+These are the facts :mod:`.plan` (what patching will do), :mod:`.shipped` (the model as shipped) and
+:mod:`.readback` (what a loaded model runs) all start from; they live here, below all three, so that
+none of them imports another in a circle.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+PROVENANCE_KEY = "ropescale"
+#: transformers' ``rope_type`` -> ropescale's method name (a natively scaled config without provenance)
+NATIVE_NAMES = {"default": "default", "linear": "linear", "dynamic": "dynamic_ntk"}
+#: rope_parameters keys that are geometry, not the scaling's parameters
+GEOMETRY_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")
+
+
+def provenance(config: Any) -> dict[str, Any] | None:
+    """The ``ropescale`` provenance block of a patched config, or None."""
+    block = getattr(config, PROVENANCE_KEY, None)
+    return block if isinstance(block, dict) else None
+
+
+def is_scaled(config: Any) -> bool:
+    """True if the config already carries a RoPE scaling (ropescale's or a native one)."""
+    if provenance(config) is not None:
+        return provenance(config)["method"] != "default"
+    rope = getattr(config, "rope_parameters", None) or {}
+    return rope.get("rope_type", "default") != "default"
+
+
+def original_geometry(config: Any, original_max_position_embeddings: int | None = None) -> tuple[dict, int, int]:
+    """(original rope_parameters, original max_position_embeddings field, original context L).
+
+    From the provenance block when there is one; otherwise read off the config (a natively scaled
+    checkpoint keeps L in ``rope_parameters["original_max_position_embeddings"]``, a linear one
+    raised ``max_position_embeddings`` by its factor, a dynamic one kept it).
+    """
+    block = provenance(config)
+    if block is not None:
+        rope = copy.deepcopy(block["original_rope_parameters"])
+        field = int(block["original_max_position_embeddings_field"])
+        L = int(block["original_max_position_embeddings"])
+    else:
+        current = dict(getattr(config, "rope_parameters", None) or {})
+        field = int(config.max_position_embeddings)
+        rope_type = current.get("rope_type", "default")
+        if "original_max_position_embeddings" in current:
+            L = int(current["original_max_position_embeddings"])
+        elif rope_type == "linear":
+            L = int(round(field / float(current.get("factor", 1.0))))
+        else:
+            L = field
+        if rope_type != "default":
+            field = L
+        rope = {k: v for k, v in current.items() if k in ("rope_theta", "partial_rotary_factor")}
+        rope["rope_type"] = "default"
+        rope.setdefault("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
+    if original_max_position_embeddings is not None:
+        if not isinstance(original_max_position_embeddings, int) or original_max_position_embeddings <= 0:
+            raise ValueError(
+                f"original_max_position_embeddings must be a positive integer, got {original_max_position_embeddings!r}"
+            )
+        L = original_max_position_embeddings
+    return rope, field, L
+
+
+def carried(config: Any) -> dict[str, Any]:
+    """The scaling ``config`` carries: ``{"method", "factor", "params"}``, from ropescale's provenance block
+    where there is one, else from ``rope_parameters`` (Qwen's YaRN x4, Llama 3.1's llama3); ``method`` is
+    ``"default"`` for plain RoPE."""
+    block = provenance(config)
+    if block is not None:
+        method, params = str(block["method"]), dict(block.get("params") or {})
+    else:
+        rope = dict(getattr(config, "rope_parameters", None) or {})
+        rope_type = str(rope.get("rope_type", "default"))
+        method = NATIVE_NAMES.get(rope_type, rope_type)
+        params = {k: v for k, v in rope.items() if k not in GEOMETRY_KEYS}
+    return json.loads(json.dumps({"method": method, "factor": params.get("factor"), "params": params}, default=float))
+
+
+__all__ = ["GEOMETRY_KEYS", "NATIVE_NAMES", "PROVENANCE_KEY", "carried", "is_scaled", "original_geometry", "provenance"]
