@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         return 0  # within the shipped context: said, nothing to scale
     context, shipped_flags, start_line = start
     recipe = (
-        _pose_recipe(args.model, args.target_length / context)
+        _pose_recipe(args.model, args.target_length / context, args.target_length)
         if importlib.util.find_spec("ropescale.cli.train")
         else None
     )
@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     rec.starts = start_line
     rec.commands = [(what, _as_shipped_recipe(cmd, rec.commands)) for what, cmd in rec.commands]
     rec.commands = [_as_the_family_trains(what, cmd, recipe, rec.factor) for what, cmd in rec.commands]
+    rec.commands = [_as_written(what, cmd, recipe, args.target_length) for what, cmd in rec.commands]
     rec.commands = [(what, _without_recipe_settings(cmd)) for what, cmd in rec.commands]
     if args.json:
         import json
@@ -177,7 +178,18 @@ def _family(name: str) -> str:
     return key[4:] if key.startswith("meta") else key
 
 
-def _pose_recipe(model: str, factor: float | None = None) -> str:
+def _reach(path) -> int | None:
+    """The context a shipped recipe trains for: its PoSE target, else its windows (None if unreadable)."""
+    try:
+        from ropescale.training.config import load_config
+
+        c = load_config(str(path))
+    except Exception:  # noqa: BLE001 - a recipe that does not load is not a candidate
+        return None
+    return int(c.pose.target_length) if c.pose.enabled and c.pose.target_length else int(c.data.seq_len)
+
+
+def _pose_recipe(model: str, factor: float | None = None, target: int | None = None) -> str:
     """A shipped recipe to start from (``configs/train/``): the model family's own — the recipe folder whose
     name the model's name starts with, the longest such (``Mistral-7B-v0.3`` takes ``mistral-7b-v0.3``, not
     ``mistral-7b``) — at the factor asked for where the family has one (``yarn_x8`` for ×8); otherwise a PoSE
@@ -196,6 +208,9 @@ def _pose_recipe(model: str, factor: float | None = None) -> str:
     own = sorted(r for r in folder.glob("yarn_x*.yaml") if "control" not in r.stem and "_cp" not in r.stem)
     if factor:
         own.sort(key=lambda r: r.stem != f"yarn_x{factor:g}")  # stable: the rest keep their order
+    # a family recipe that reaches the target itself (llama3.1-8b/ultralong_yarn_x64_512k for 512k) comes first
+    reaching = [r for r in sorted(folder.glob("*.yaml")) if target and _reach(r) == target and "control" not in r.stem]
+    own = reaching + [r for r in own if r not in reaching]
     own += [r for r in recipes if r.parent == folder]
     pick = (own or recipes or [None])[0]
     return str(pick.relative_to(CONFIGS_DIR).with_suffix("")) if pick else "<recipe.yaml>"
@@ -284,6 +299,30 @@ def _without_recipe_settings(command: str) -> str:
         return key in base.get(section, {}) and base[section][key] == value
 
     return shlex.join([*words[:4], *(o for o in overrides if not sets(o))])
+
+
+def _as_written(what: str, command: str, recipe: str | None, target: int) -> tuple[str, str]:
+    """The fine-tune command on a family recipe written for exactly this target (UltraLong's 512k/1M): the
+    recipe as written, on the user's model, its scaling overrides dropped (they would re-measure its factor
+    from another context), labelled with what it does to the shipped scaling (``model.shipped_scaling``)."""
+    import shlex
+
+    from ropescale.errors import RopescaleError
+
+    if not recipe or not command.startswith(f"ropescale train --config {recipe} ") or _reach(recipe) != target:
+        return what, command
+    try:
+        words = shlex.split(command)
+        kept = [w for w in words[4:] if w.startswith("model.name=")]
+        shipped = _trains(recipe, kept)["model"].get("shipped_scaling")
+    except (ValueError, RopescaleError, KeyError):
+        return what, command
+    label = (
+        what.split(" (")[0]
+        + f" (its family's recipe for {target:,}"
+        + (f"; {shipped}s the shipped scaling)" if shipped else ")")
+    )
+    return label, shlex.join([*words[:4], *kept])
 
 
 def _as_the_family_trains(what: str, command: str, recipe: str | None, factor: float) -> tuple[str, str]:
