@@ -201,14 +201,17 @@ def write_error(exc: OSError, output: str | os.PathLike, what: str = "output") -
         code = errno.ENOSPC
     if code not in _WRITE_ERRORS:
         return None
-    target = Path(output).expanduser()
+    # absolute, both: filelock names its lock file by its absolute path, and a relative --output
+    # compared with it matched nothing (the raw "[Errno 30] ... '.res.lock'" came back, issue 52)
+    target = Path(os.path.abspath(Path(output).expanduser()))
     if exc.filename is not None:
-        name = Path(os.fsdecode(exc.filename)).expanduser()
+        name = Path(os.path.abspath(Path(os.fsdecode(exc.filename)).expanduser()))
         chain = [name, *name.parents]  # a file inside a staging folder of the output is the output's too
         ours = any(p.parent == target.parent and p.name.startswith(f".{helper_key(target)}.") for p in chain)
         if not (ours or name == target or target in name.parents or name == target.parent):
             return None
-    folder = target.parent if str(target.parent) else Path(".")
+    parent = Path(output).expanduser().parent
+    folder = parent if str(parent) else Path(".")
     return OutputWriteError(f"cannot write {what} '{output}': {_WRITE_ERRORS[code]} (in '{folder}')")
 
 
