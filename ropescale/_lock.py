@@ -101,6 +101,13 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
     if folder and output.exists() and not output.is_dir():
         raise RopescaleError(f"{what} '{output}' exists and is a file, not a folder; choose another")
     path, note = lock_path(output), holder_path(output)
+    for helper in (path, note):  # a folder there: filelock's open says only "[Errno 21] Is a directory"
+        if helper.is_dir():
+            raise RopescaleError(
+                f"cannot lock {what} '{output}': '{helper}' is a folder, where ropescale keeps that output's "
+                f"{'lock' if helper == path else 'lock holder'} file; remove it (ropescale did not write it) "
+                "or choose another output"
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     holder: dict[str, Any] = {}
     for _ in range(40):  # the holder writes its note just after locking, and removes it just before unlocking
