@@ -87,8 +87,9 @@ class RulerRun:
 
                 tokenizer = load_tokenizer(self.model)
                 check_prompt(self.prompt, tokenizer, str(self.model))  # a base model asked for chat: before weights
+                essay = essay_haystack(self.essay_text) if self.essay_text else None
                 for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
-                    check_fits(task, tokenizer, length)
+                    check_fits(task, tokenizer, length, essay)
                 self._run(todo)
         return [self.path(t.name, n) for t in self.tasks for n in self.lengths]
 
