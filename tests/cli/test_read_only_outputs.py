@@ -34,6 +34,7 @@ COMMANDS: dict[str, list[str]] = {
         *("--data", "text.txt", "--output", f"{FOLDER}/res", "--no-progress"),
     ],
     "eval passkey": ["eval", "passkey", "--model", "m", "--lengths", "64", "--output", f"{FOLDER}/res"],
+    "eval needle": ["eval", "needle", "--model", "m", "--lengths", "64", "--output", f"{FOLDER}/res"],
     "eval harness": ["eval", "harness", "--model", "m", "--method", "none", "--tasks", "x", "--output", f"{FOLDER}/r"],
     "eval ruler": [
         "eval",
