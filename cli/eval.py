@@ -206,9 +206,10 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
-    if args.dry_run or args.gpu:
-        return print_eval_plan(args)
     from ropescale.evals.suite import suite_from_dict
+
+    if args.dry_run or args.gpu:
+        return print_eval_plan(args, lambda: suite_from_dict(suite_from_args(args)))
 
     suite = suite_from_dict(suite_from_args(args))
     return _run(suite, args.output or f"runs/{suite.name}", args.no_progress, args.verbose)

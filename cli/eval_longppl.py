@@ -49,6 +49,7 @@ def _scaling(method: str, factor: float | None, params: dict, flag: str):
 
 
 def run_cmd(args: argparse.Namespace) -> int:
+    from ropescale._lock import writing
     from ropescale.data.documents import load_documents
     from ropescale.evals.longppl_run import run_longppl
     from ropescale.evals.task_longppl import evaluator_scaling
@@ -63,20 +64,21 @@ def run_cmd(args: argparse.Namespace) -> int:
     settings = from_arguments(LongPPLSettings, args)
     judge = evaluator_scaling(settings)
     runtime = resolve_runtime(args.device, args.dtype, args.attn_implementation)
-    summary = run_longppl(
-        args.model,
-        scalings,
-        args.lengths,
-        load_documents(settings.data),
-        args.output,
-        documents=settings.documents,
-        evaluator=settings.evaluator,
-        evaluator_scaling=judge,
-        trunc_len=settings.trunc_len,
-        internal=settings.internal,
-        runtime=runtime,
-        data=settings.data,
-    )
+    with writing(args.output, "results folder"):  # a read-only or full disk: one line naming the folder
+        summary = run_longppl(
+            args.model,
+            scalings,
+            args.lengths,
+            load_documents(settings.data),
+            args.output,
+            documents=settings.documents,
+            evaluator=settings.evaluator,
+            evaluator_scaling=judge,
+            trunc_len=settings.trunc_len,
+            internal=settings.internal,
+            runtime=runtime,
+            data=settings.data,
+        )
     print(summary["markdown"])
     print(f"report: {summary['report']}")
     return 0

@@ -14,7 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "methods",
         help="list scaling methods (--verbose: their parameters and defaults)",
-        description="List the registered scaling methods: name, static or dynamic, what each does.",
+        description="List the registered scaling methods: name, static or dynamic, what each does, whether it "
+        "works without training and which loaders run it.",
         epilog="examples:\n  ropescale methods\n  ropescale methods --verbose",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 def table(methods: dict, verbose: bool = False) -> list[str]:
     """The listing's lines: a header, then per method its name, kind and summary, the summary wrapped
-    under its own column; with ``verbose`` a ``parameters:`` line (``<required>`` where there is no
+    under its own column, and a line with the README's "training-free" and "runs in"; with ``verbose`` a ``parameters:`` line (``<required>`` where there is no
     usable default) under each."""
     width = max(len("method"), *map(len, methods))
     indent = " " * (width + 2 + 7 + 2)
@@ -40,6 +41,14 @@ def table(methods: dict, verbose: bool = False) -> list[str]:
     for name, cls in sorted(methods.items()):
         kind = "dynamic" if cls.dynamic else "static"
         lines += wrap.wrap(f"{name:<{width}}  {kind:<7}  {cls.summary}")
+        # the README's two other columns, under the summary: too wide to stand beside it in 100 columns
+        lines += textwrap.wrap(
+            f"training-free: {cls.training_free}; runs in: {cls.runs_in.replace('`', '')}",
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=indent + "  ",
+            break_on_hyphens=False,
+        )
         if verbose:
             params = ", ".join(
                 f"{k}={'<required>' if _required(cls, k, v) else v}" for k, v in cls.parameter_defaults().items()

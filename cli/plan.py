@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from ropescale.markdown import table
 from ropescale.models import plan
@@ -44,14 +47,41 @@ def _forwards(args: argparse.Namespace, length: int) -> int:
     return depths * args.trials
 
 
-def print_eval_plan(args: argparse.Namespace) -> int:
+def _tokenizer_here(model: str) -> tuple[Any, str]:
+    """``(tokenizer, "")`` of a local or converted model, else ``(None, why)``: the dry run reads no
+    Hub and converts nothing."""
+    from ropescale.models.embedded import EMBEDDED_MODELS
+    from ropescale.models.loading import TOKENIZER_FILES, load_tokenizer
+
+    folder = Path(model).expanduser()
+    if model in EMBEDDED_MODELS:
+        from ropescale._io import cache_root
+
+        folder = cache_root() / "models" / model
+    if not folder.is_dir():
+        return None, f"'{model}' is not a local folder"
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):  # a config-only folder plans too
+        return None, f"no tokenizer files in '{folder}'"
+    return load_tokenizer(folder), ""
+
+
+def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any] | None = None) -> int:
+    """Print the plan; ``suite_of`` builds the suite the run would build, whose lengths are checked
+    against the tokenizer as the run checks them (:meth:`Task.check_lengths`) before any row says "fits"."""
     from ropescale.errors import RopescaleError
+    from ropescale.evals import task_table
     from ropescale.training.dryrun import config_source
 
     if not args.dry_run:
         raise RopescaleError("--gpu plans a run: add --dry-run (an evaluation runs on the device it finds)")
     card = plan.card(args.gpu or "h100-80gb")
     config, source = config_source(args.model)
+    unchecked = ""
+    if suite_of is not None:
+        suite = suite_of()
+        tokenizer, unchecked = _tokenizer_here(args.model)
+        if tokenizer is not None:
+            task_table.get(args.task).check_lengths(suite, suite.settings(args.task), tokenizer)
     shape = plan.Shape.from_config(config)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
     generate = args.task != "perplexity"
@@ -74,4 +104,6 @@ def print_eval_plan(args: argparse.Namespace) -> int:
         + "one layer's activations and the logits; a length that does not fit needs a larger --gpu "
         "(or shorter --lengths); nothing in ropescale splits one prompt over GPUs"
     )
+    if unchecked:
+        print(f"prompts: lengths not checked against the tokenizer ({unchecked}); the run checks them first")
     return 0

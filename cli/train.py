@@ -175,7 +175,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         args.gpu = args.gpu or "h100-80gb"
         card(args.gpu)  # an unknown card is refused before anything is printed
-        gpus, fsdp = launch_of(args.accelerate_config, args.gpus)
+        gpus, fsdp = launch_of(args.accelerate_config, args.gpus, config.train.context_parallel)
         print(_summary(config))
         if args.accelerate_config:
             from ropescale.training.parallel import check_accelerate_config

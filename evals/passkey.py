@@ -106,6 +106,37 @@ class PasskeyPrompt:
         return (self.needle_start - self.filler_start) / self.n_filler if self.n_filler else self.depth
 
 
+def too_short(length: int, fixed: int) -> str:
+    """The line for a passkey length below its prompt's fixed parts (the run and the dry run say the same)."""
+    return (
+        f"length {length} is too short for the passkey prompt: BOS, task, needle and question take {fixed} "
+        f"tokens with this tokenizer; use lengths of at least {fixed}"
+    )
+
+
+def check_prompt_lengths(
+    tokenizer: Any,
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    trials: int,
+    seed: int,
+    add_bos: bool | None = None,
+) -> None:
+    """Refuse, before any weights load, a length that cannot hold its prompts' fixed parts (BOS, task,
+    needle with each trial's own key, question): the check :meth:`_PromptBuilder.build` makes when
+    the model is already loaded, run on the tokenizer alone, by the suite and by ``--dry-run``.
+
+    Raises:
+        ValueError: :func:`too_short` for the first length that cannot.
+    """
+    builder = _PromptBuilder(tokenizer, add_bos)
+    base = len(builder.prefix) + len(builder.task) + len(builder.question)
+    for length, depth, trial in grid_jobs(sorted(set(lengths)), list(depths), trials):
+        needle = tokens_after_sentence(tokenizer, NEEDLE.format(key=passkey_key(seed, length, depth, trial)))
+        if length < base + len(needle):
+            raise ValueError(too_short(length, base + len(needle)))
+
+
 class _PromptBuilder:
     """Tokenizes the fixed parts once and the filler lazily, then assembles prompts."""
 
@@ -137,9 +168,7 @@ class _PromptBuilder:
         needle = tokens_after_sentence(self.tokenizer, NEEDLE.format(key=key))
         fixed = len(self.prefix) + len(self.task) + len(needle) + len(self.question)
         if length < fixed:
-            raise ValueError(
-                f"length {length} is too short for the passkey prompt: BOS, task, needle and question take {fixed} tokens"
-            )
+            raise ValueError(too_short(length, fixed))
         n_filler = length - fixed
         n_before = math.floor(depth * n_filler + 0.5)
         filler = self.filler(n_filler)

@@ -87,14 +87,28 @@ def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: st
 
 def check_against_model(suite: Any, config: Any) -> None:
     """Plan every method's patch on the model's config (no weights): what needs its geometry fails here."""
-    from ropescale.patching.plan import plan_patch
+    import copy
+    import warnings
+    from pathlib import Path
 
+    from ropescale.models.runnable import check_partial_rotary
+    from ropescale.patching.plan import apply_plan, plan_patch
+
+    name = str(getattr(config, "_name_or_path", "") or suite.model)
+    source = str(Path(name) / "config.json") if (Path(name) / "config.json").is_file() else name
     for i, entry in enumerate(suite.methods):
         if str(entry.method).lower() == "saved":  # nothing to plan: the checkpoint's own scaling
             continue
         try:
             compose = bool(entry.params.get("compose"))  # built on the shipped scaling, else replacing it
-            plan_patch(config, entry.method, factor=entry.factor, replace=not compose, **entry.params)
+            plan = plan_patch(config, entry.method, factor=entry.factor, replace=not compose, **entry.params)
+            # the suite patches the loaded model in place, past from_pretrained's own check: a scaled
+            # rotary of part of a head on an attention that rotates all of it failed on the first batch
+            scaled = copy.deepcopy(config)
+            with warnings.catch_warnings():  # apply_plan's sliding-window warning is the run's to give
+                warnings.simplefilter("ignore")
+                apply_plan(scaled, plan)
+            check_partial_rotary(scaled, source)
         except (ValueError, RopescaleError) as exc:
             raise SuiteError(f"methods[{i}] ('{entry.label}'): {' '.join(str(exc).split())}") from None
 

@@ -164,6 +164,9 @@ def positive_ints(name: str, values: Any) -> list[int]:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise SuiteError(f"{name} must be positive integers, got {v!r}")
+    twice = next((n for i, n in enumerate(values) if n in values[:i]), None)
+    if twice is not None:  # one cell per length: the report would show its column twice
+        raise SuiteError(f"{name} gives {twice} twice; give each length once")
     return values
 
 

@@ -196,6 +196,10 @@ class Task:
         return False
 
     # -- running ----------------------------------------------------------------------------------
+    def check_lengths(self, suite: Any, settings: Any, tokenizer: Any) -> None:
+        """Refuse, in one line, a length this task cannot build a prompt of with ``tokenizer`` (no
+        weights; ``--dry-run`` runs it too, so a plan never calls a refused length fine)."""
+
     def prepare(self, suite: Any, settings: Any, tokenizer: Any) -> Any:
         """What the task's cells read, loaded (and refused, in one line) before the weights load."""
         return None

@@ -215,6 +215,19 @@ class Passkey(Retrieval):
     def title(self, settings: Any) -> str:
         return "Passkey retrieval"
 
+    def check_lengths(self, suite: Any, settings: PasskeySettings, tokenizer: Any) -> None:
+        from ropescale.evals.passkey import check_prompt_lengths
+
+        lengths = [n for _, task, n in suite.cells() if task == self.name]
+        try:
+            check_prompt_lengths(tokenizer, lengths, list(settings.depths), int(settings.trials), suite.seed)
+        except ValueError as exc:
+            raise SuiteError(str(exc)) from None
+
+    def prepare(self, suite: Any, settings: PasskeySettings, tokenizer: Any) -> Any:
+        self.check_lengths(suite, settings, tokenizer)  # before the weights, as the dry run says it
+        return None
+
     def run_cell(self, ctx: CellContext, settings: PasskeySettings, length: int) -> RetrievalCell:
         from ropescale.evals.passkey import run_passkey
 

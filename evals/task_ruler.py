@@ -134,15 +134,15 @@ class Ruler(Task):
         except ValueError as exc:
             raise SuiteError(f"ruler.prompt: {exc}") from None
         tasks = [get_task(t) for t in settings.tasks]
-        for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
-            for length in suite.block(self.name)["lengths"]:
-                check_fits(task, tokenizer, length)
         essay = None
         if any(t.haystack == "essay" for t in tasks):
             try:
                 essay = essay_haystack(essay_text(settings.haystack))
             except ValueError as exc:
                 raise SuiteError(f"ruler.{exc}") from None
+        for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
+            for length in suite.block(self.name)["lengths"]:
+                check_fits(task, tokenizer, length, essay)
         return {"tasks": tasks, "essay": essay}
 
     def run_cell(self, ctx: CellContext, settings: RulerSettings, length: int) -> RulerBattery:

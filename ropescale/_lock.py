@@ -101,6 +101,13 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
     if folder and output.exists() and not output.is_dir():
         raise RopescaleError(f"{what} '{output}' exists and is a file, not a folder; choose another")
     path, note = lock_path(output), holder_path(output)
+    for helper in (path, note):  # a folder there: filelock's open says only "[Errno 21] Is a directory"
+        if helper.is_dir():
+            raise RopescaleError(
+                f"cannot lock {what} '{output}': '{helper}' is a folder, where ropescale keeps that output's "
+                f"{'lock' if helper == path else 'lock holder'} file; remove it (ropescale did not write it) "
+                "or choose another output"
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     holder: dict[str, Any] = {}
     for _ in range(40):  # the holder writes its note just after locking, and removes it just before unlocking
@@ -201,14 +208,17 @@ def write_error(exc: OSError, output: str | os.PathLike, what: str = "output") -
         code = errno.ENOSPC
     if code not in _WRITE_ERRORS:
         return None
-    target = Path(output).expanduser()
+    # absolute, both: filelock names its lock file by its absolute path, and a relative --output
+    # compared with it matched nothing (the raw "[Errno 30] ... '.res.lock'" came back, issue 52)
+    target = Path(os.path.abspath(Path(output).expanduser()))
     if exc.filename is not None:
-        name = Path(os.fsdecode(exc.filename)).expanduser()
+        name = Path(os.path.abspath(Path(os.fsdecode(exc.filename)).expanduser()))
         chain = [name, *name.parents]  # a file inside a staging folder of the output is the output's too
         ours = any(p.parent == target.parent and p.name.startswith(f".{helper_key(target)}.") for p in chain)
         if not (ours or name == target or target in name.parents or name == target.parent):
             return None
-    folder = target.parent if str(target.parent) else Path(".")
+    parent = Path(output).expanduser().parent
+    folder = parent if str(parent) else Path(".")
     return OutputWriteError(f"cannot write {what} '{output}': {_WRITE_ERRORS[code]} (in '{folder}')")
 
 

@@ -106,7 +106,7 @@ def lengths(value: Any, name: str | None = None) -> list[int]:
     """Lengths from a comma-separated text (``"4k,32k"``, ``"2048,8192"``) or a list (see :func:`length`).
 
     Raises:
-        ValueError: no values, or one that is not a length.
+        ValueError: no values, one that is not a length, or one given twice (``64,64``, ``4k,4096``).
     """
     items = value.split(",") if isinstance(value, str) else list(value)
     items = [v for v in items if not (isinstance(v, str) and not v.strip())]
@@ -114,11 +114,15 @@ def lengths(value: Any, name: str | None = None) -> list[int]:
     if not items:
         raise ValueError(f"{what} must be comma-separated lengths (4096 or 4k), got {value!r}")
     try:
-        return [length(v) for v in items]
+        found = [length(v) for v in items]
     except ValueError:
         raise ValueError(
             f"{what} must be comma-separated lengths (positive integers, or 4k = 4096), got {value!r}"
         ) from None
+    twice = next((n for i, n in enumerate(found) if n in found[:i]), None)
+    if twice is not None:  # one cell per length: a repeat was a report column measured once, shown twice
+        raise ValueError(f"{what} gives {twice} twice ({value!r}); give each length once")
+    return found
 
 
 def factor(value: Any, name: str = "factor") -> float:

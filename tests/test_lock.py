@@ -223,3 +223,18 @@ def test_output_folder_that_is_a_file_is_refused(saved, tmp_path, capsys, comman
     code, err = _cli(capsys, *command(str(saved), str(out)))
     assert code == 2 and err == [f"ropescale: error: {what} '{out}' exists and is a file, not a folder; choose another"]
     assert out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("helper", [lock_path, holder_path], ids=["lock", "holder"])
+def test_a_folder_where_the_lock_goes_is_named_not_opened(saved, tmp_path, capsys, helper):
+    """``.<name>.lock`` (or ``.holder``) that is a folder, not made by ropescale: one line naming it,
+    before the model is read, and the folder is left as it was (before: ``IsADirectoryError``, exit 1)."""
+    out = tmp_path / "res"
+    (helper(out) / "keep").mkdir(parents=True)
+    code, err = _cli(capsys, "eval", "perplexity", "--model", saved, "--lengths", "32", "--output", out)
+    assert code == 2 and err == [
+        f"ropescale: error: cannot lock results folder '{out}': '{helper(out)}' is a folder, where ropescale keeps "
+        f"that output's {'lock' if helper is lock_path else 'lock holder'} file; remove it (ropescale did not "
+        "write it) or choose another output"
+    ], err
+    assert (helper(out) / "keep").is_dir() and sorted(os.listdir(tmp_path)) == [helper(out).name]

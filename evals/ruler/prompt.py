@@ -20,7 +20,8 @@ def check_prompt(prompt: str, tokenizer: Any, model: str = "") -> None:
     """Refuse an unknown format, or ``chat`` with a tokenizer that has no chat template (a base model).
 
     Raises:
-        ValueError: naming the value, or the model and the key (``chat_template``) it lacks.
+        ValueError: naming the value, or the model and the key (``chat_template``) it lacks, or a
+            template that does not render (not valid Jinja, or one that raises on a user turn).
     """
     if prompt not in PROMPTS:
         raise ValueError(f"prompt must be one of {', '.join(PROMPTS)}, got {prompt!r}")
@@ -31,6 +32,17 @@ def check_prompt(prompt: str, tokenizer: Any, model: str = "") -> None:
             "chat_template); "
             "a base model takes the plain prompt"
         )
+    if prompt == "chat":
+        try:  # transformers compiles the template on first use: after the weights, in the first cell
+            chat_text(tokenizer, "", "")
+        except Exception as exc:  # noqa: BLE001 - jinja2's TemplateSyntaxError, a raise_exception() in it...
+            where = f"model '{model}'" if model else "the model"
+            line = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+            text = " ".join(str(getattr(exc, "message", None) or exc).split())[:200]
+            raise ValueError(
+                f"prompt chat: the chat template of {where} does not render ({type(exc).__name__}: {text}{line}); "
+                "fix chat_template.jinja (or tokenizer_config.json's chat_template), or take the plain prompt"
+            ) from None
 
 
 def chat_text(tokenizer: Any, user: str, prefix: str) -> str:

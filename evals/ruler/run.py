@@ -151,9 +151,9 @@ class RulerRun:
 
                 tokenizer = load_tokenizer(self.model)
                 check_prompt(self.prompt, tokenizer, str(self.model))  # a base model asked for chat: before weights
-                for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
-                    check_fits(task, tokenizer, length)
                 essay = essay_haystack(self.essay_text) if self.essay_text else None
+                for task, length in todo:  # a length lm-eval's generators cannot fill: said before weights load
+                    check_fits(task, tokenizer, length, essay)
                 docs = {  # a cell lm-eval fills short: said before weights load
                     (t.name, n): cell_docs(t, tokenizer, n, self.samples, self.seed, essay, self.prompt)
                     for t, n in todo

@@ -201,7 +201,7 @@ def generate_samples(
         lm-eval's documents: ``input``, ``outputs`` (the expected strings), ``gen_prefix``,
         ``length``, ``max_length``, ``index``.
     """
-    check_fits(task, tokenizer, length)
+    check_fits(task, tokenizer, length, essay)
     docs = _generate(task, tokenizer, length, samples, seed, essay)
     if any(not d["outputs"] for d in docs):
         raise ValueError(
@@ -237,17 +237,29 @@ def _generate(task: RulerTask, tokenizer: Any, length: int, samples: int, seed: 
         return fwe_utils.sys_kwext(tokenizer=tokenizer, max_seq_length=length, num_samples=samples)
 
 
-def check_fits(task: RulerTask, tokenizer: Any, length: int) -> None:
+def check_fits(task: RulerTask, tokenizer: Any, length: int, essay: list[str] | None = None) -> None:
     """Refuse a length too short for lm-eval's variable-tracking, common- or frequent-word generator:
     their retry loops (a bare ``except`` around "shrink until it fits") never end when the smallest
     prompt does not fit, and nothing, not even Ctrl-C inside the loop, stops them. The smallest
     prompt is measured with lm-eval's own builder (10 % margin for its random content).
 
+    A needle task's smallest prompt (its needles in the fewest haystack units lm-eval's generator
+    tries, plus the tokens it keeps for the answer) is measured too: below it, lm-eval generates no
+    sample and says "Raise `max_seq_lengths`", a name of its own, after the weights. ``essay`` is the
+    prose haystack of the ``[austen]`` tasks (without it their check is left to the generator).
+
     Raises:
         ValueError: naming the task, the length and the smallest prompt's size.
     """
     if task.family == "niah":
-        return  # lm-eval's niah generator bounds its loops and says so itself
+        smallest = _niah_smallest(task, tokenizer, length, essay)
+        if smallest is not None and smallest > length:
+            raise ValueError(
+                f"RULER task {task.name} at {length} tokens: its smallest prompt (the needles in the fewest haystack "
+                f"units lm-eval's generator tries, and {task.max_new_tokens} tokens for the answer) takes {smallest} tokens "
+                f"with this tokenizer; use a length of at least {int(smallest / 0.9) + 1} (its random keys vary)"
+            )
+        return
     n = _count(tokenizer)
     with seeded(0):
         if task.family == "vt":
@@ -272,6 +284,35 @@ def check_fits(task: RulerTask, tokenizer: Any, length: int) -> None:
             f"RULER task {task.name} at {length} tokens: its smallest prompt takes about {smallest} tokens with "
             f"this tokenizer; use a length of at least {int(smallest / 0.9) + 1} (lm-eval's generator would loop forever)"
         )
+
+
+def _niah_smallest(task: RulerTask, tokenizer: Any, length: int, essay: list[str] | None) -> int | None:
+    """Tokens of the smallest prompt lm-eval's ``generate_samples`` tries at ``length``, with the
+    answer's tokens; None for an essay task without its essay."""
+    args = dict(task.niah)
+    kind = args.pop("type_haystack")
+    if kind == "essay" and not essay:
+        return None
+    prepare = _prepare_niah()
+    from lm_eval.tasks.ruler.niah_utils import TEMPLATE
+
+    k = max(args.pop("num_needle_k", 1), args.get("num_needle_q", 1))
+    v = args.pop("num_needle_v", 1)
+    # lm-eval sizes the haystack from `step` units up while a prompt and the answer fit; when the first
+    # does not, it falls back to one unit per needle (its loop never runs at a length within the answer's)
+    step = 500 if kind == "essay" else (25 if length >= 4096 else 5)
+    units = k * v if length > task.max_new_tokens else max(step, k * v)
+    haystack = essay if kind == "essay" else prepare.get_haystack(type_haystack=kind)
+    saved = prepare.cached_sent_tokenize
+    prepare.cached_sent_tokenize = split_sentences  # NLTK's punkt downloads
+    try:
+        with seeded(0):
+            text, _, _ = prepare.generate_input_output(
+                units, haystack, type_haystack=kind, template=TEMPLATE, num_needle_k=k, num_needle_v=v, **args
+            )
+    finally:
+        prepare.cached_sent_tokenize = saved
+    return _count(tokenizer)(text) + task.max_new_tokens
 
 
 def _count(tokenizer: Any):

@@ -36,7 +36,17 @@ def _messages(messages: Any, where: str) -> list[dict[str, str]]:
 
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], prompt: bool = False) -> str:
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+    from jinja2 import TemplateError
+
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+    except TemplateError as exc:  # a template that is not valid Jinja: jinja2's class name and nothing else
+        line = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+        raise RopescaleError(
+            f"the chat template of '{_name(tokenizer)}' does not render ({type(exc).__name__}: "
+            f"{' '.join(str(exc.message or exc).split())[:200]}{line}); fix chat_template.jinja (or "
+            "tokenizer_config.json's chat_template), or give text (a 'text' field)"
+        ) from None
     bos = getattr(tokenizer, "bos_token", None)
     if bos and text.startswith(bos):
         text = text[len(bos) :]  # the packing adds BOS before every document

@@ -117,6 +117,10 @@ class ScalingMethod:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    #: the README's "training-free" and "runs in" columns (tests/test_docs.py keeps them equal):
+    #: whether it works without fine-tuning, and which loaders apply it from the saved config
+    training_free: ClassVar[str] = ""
+    runs_in: ClassVar[str] = ""
     #: recomputed from the current sequence length (keeps ``max_position_embeddings`` at L)
     dynamic: ClassVar[bool] = False
     #: the attention-level mode patching installs instead of (or beside) new frequencies: a row of

@@ -24,6 +24,8 @@ class Default(ScalingMethod):
     """Plain RoPE, no scaling."""
 
     name = "default"
+    training_free = "no scaling"
+    runs_in = "every loader"
     summary = "plain RoPE, no scaling (factor must be 1)"
 
     def validate(self) -> None:
@@ -42,6 +44,8 @@ class Linear(ScalingMethod):
     """Position interpolation: every frequency divided by the factor."""
 
     name = "linear"
+    training_free = "no: fine-tune"
+    runs_in = "transformers, vLLM, SGLang, llama.cpp"
     summary = "position interpolation (PI): every frequency / factor"
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
@@ -56,6 +60,8 @@ class NTK(ScalingMethod):
     """NTK-aware static base change; transformers expresses it as plain RoPE with a larger base."""
 
     name = "ntk"
+    training_free = "yes"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp"
     summary = "NTK-aware: base b·s^(d/(d-2)), highest frequency kept, lowest scaled like PI"
 
     def scaled_base(self, spec: RotarySpec) -> float:
@@ -86,6 +92,8 @@ class DynamicNTK(ScalingMethod):
     """
 
     name = "dynamic_ntk"
+    training_free = "yes"
+    runs_in = "transformers, TGI; vLLM < 0.22/SGLang approximate; vLLM ≥ 0.22 fails past L"
     summary = "dynamic NTK: base recomputed from the current length ℓ, plain RoPE up to L; " + "; ".join(
         DYNAMIC_NTK_ALPHAS.values()
     )

@@ -63,6 +63,8 @@ class DualChunk(ScalingMethod):
     """
 
     name = "dca"
+    training_free = "yes"
+    runs_in = "ropescale"
     summary = "Dual Chunk Attention: intra-, successive- and inter-chunk positions, all < chunk_size (attention-level)"
     #: patching installs ``ropescale.attention.dca`` instead of changing frequencies
     attention = "dca"

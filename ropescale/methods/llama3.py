@@ -20,6 +20,8 @@ from .base import RotarySpec, ScalingMethod, check_number
 @dataclass(frozen=True)
 class Llama3(ScalingMethod):
     name = "llama3"
+    training_free = "no: Meta's recipe"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp"
     summary = "Llama 3.1: long wavelengths / s, short kept, smooth blend between (no temperature)"
 
     low_freq_factor: float = 1.0

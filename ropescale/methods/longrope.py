@@ -26,6 +26,8 @@ from .base import RotarySpec, ScalingMethod, check_number
 @dataclass(frozen=True)
 class LongRope(ScalingMethod):
     name = "longrope"
+    training_free = "yes, searched"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp (via `export-gguf`)"
     summary = "LongRoPE: per-dimension factors (short_factor up to L, long_factor beyond), sqrt(1+ln s/ln L)"
 
     long_factor: tuple[float, ...] | None = None

@@ -91,6 +91,8 @@ class SelfExtend(ScalingMethod):
     """
 
     name = "self_extend"
+    training_free = "yes"
+    runs_in = "ropescale"
     summary = "Self-Extend: normal positions within `window`, positions // group_size beyond (attention-level)"
     #: patching installs ``ropescale.attention.self_extend`` instead of changing frequencies
     attention = "self_extend"

@@ -95,6 +95,8 @@ class SelfExtendLlamaCpp(ScalingMethod):
     """
 
     name = "self_extend_llamacpp"
+    training_free = "yes"
+    runs_in = "llama.cpp's `llama-completion --grp-attn-n/-w` (not its server)"
     summary = "Self-Extend as llama.cpp's --grp-attn-n/--grp-attn-w schedule edits its KV cache (attention-level)"
     attention = "self_extend_llamacpp"
 

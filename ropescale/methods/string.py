@@ -63,6 +63,8 @@ class String(ScalingMethod):
     RoPE); ``temperature`` the cos/sin factor (default the reference's 0.1·ln 2 + 1)."""
 
     name = "string"
+    training_free = "yes"
+    runs_in = "ropescale"
     summary = "STRING: distances >= shift moved back by shift - local_window (attention-level; + frequencies)"
     #: patching installs ``ropescale.attention.string`` (and the frequencies below)
     attention = "string"

@@ -57,6 +57,8 @@ class Yarn(ScalingMethod):
     """Static YaRN at a fixed factor s."""
 
     name = "yarn"
+    training_free = "yes, or fine-tune"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp"
     summary = "YaRN: NTK-by-parts (fast dims kept, slow dims / s) + attention temperature 0.1 ln s + 1"
 
     beta_fast: float = 32.0
@@ -119,6 +121,8 @@ class DynamicYarn(Yarn):
     """
 
     name = "dynamic_yarn"
+    training_free = "yes"
+    runs_in = "ropescale"
     summary = "dynamic YaRN: YaRN at s = current length / L, plain RoPE up to L"
     dynamic = True
 

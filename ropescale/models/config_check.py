@@ -93,6 +93,7 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
             source, "model_type", model_type, "no rotary position embedding (RoPE); ropescale scales RoPE models only"
         )
     _check_names(data, source)
+    _check_shape_keys(data, source)
     check_agreement(data, source)  # rope_parameters vs rope_scaling, dict vs top-level keys
     hidden = _positive_int(data, "hidden_size", source)
     heads = _positive_int(data, "num_attention_heads", source)
@@ -149,6 +150,31 @@ def _check_names(data: dict[str, Any], source: str) -> None:
     theta = data.get("rope_theta")  # the legacy top-level key
     if theta is not None and (not _is_number(theta) or theta <= 0):
         raise ConfigError(source, "rope_theta", theta, "must be a positive number")
+
+
+#: keys that size the weights; transformers fills a missing one with its own default (4096 for
+#: hidden_size), so a dry-run plan would size another model and loading would fail on the first tensor
+_SHAPE_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")
+
+
+def _check_shape_keys(data: dict[str, Any], source: str) -> None:
+    """A supported architecture's config must say its shape: transformers' defaults describe a 7B
+    model, not the checkpoint, and a plan or meta-device count built from them looks plausible."""
+    from ..patching.plan import SUPPORTED_MODEL_TYPES
+
+    missing = [key for key in _SHAPE_KEYS if data.get(key) is None]
+    if data.get("model_type") not in SUPPORTED_MODEL_TYPES or not missing:
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    default = getattr(CONFIG_MAPPING[data["model_type"]](), missing[0], None)
+    raise ConfigError(
+        source,
+        missing[0],
+        _MISSING,
+        f"the model's shape is unknown (transformers would assume its default {default}, which the weights "
+        "do not have); add it to the config",
+    )
 
 
 def _rope_block(data: dict[str, Any], source: str) -> tuple[str, dict[str, Any]]:

@@ -67,14 +67,51 @@ def check_safetensors(path: str | Path) -> None:
         try:
             header = json.loads(f.read(n))
             ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+            problem = _tensor_problem(header)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError):
             raise DamagedFileError(f"model file '{path}' has a damaged safetensors header; {_REMEDY}") from None
+    if problem:  # safetensors would say only "invalid shape, data type, or offset for tensor", no file
+        raise DamagedFileError(f"model file '{path}' has a damaged safetensors header: {problem}; {_REMEDY}")
     expected = 8 + n + max(ends, default=0)
     if size != expected:
         state = "truncated" if size < expected else "damaged"
         raise DamagedFileError(
             f"model file '{path}' is {state} ({size} bytes, its header describes {expected}); {_REMEDY}"
         )
+
+
+#: bytes per element of the safetensors dtypes (sub-byte ones, F4 / F6, are not checked)
+_DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "C64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+    "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+}  # fmt: skip
+
+
+def _tensor_problem(header: dict) -> str | None:
+    """What the safetensors reader would refuse in ``header``: a tensor whose shape and dtype do not
+    fill its ``data_offsets``, or offsets that leave a gap or overlap (the data must be contiguous)."""
+    spans = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = (int(v) for v in entry["data_offsets"])
+        size = _DTYPE_BYTES.get(str(entry["dtype"]))
+        if size is not None:
+            count = 1
+            for d in entry["shape"]:
+                count *= int(d)
+            if count * size != end - begin:
+                return (
+                    f"tensor '{name}' is {entry['dtype']} {list(entry['shape'])} ({count * size} bytes) but its "
+                    f"data_offsets [{begin}, {end}] hold {end - begin}"
+                )
+        spans.append((begin, end, name))
+    at = 0
+    for begin, end, name in sorted(spans):
+        if begin != at or end < begin:
+            return f"tensor '{name}' has data_offsets [{begin}, {end}], but the data before it ends at {at}"
+        at = end
+    return None
 
 
 def check_checkpoint_dir(directory: str | Path) -> None:

@@ -174,7 +174,33 @@ def load_tokenizer(name_or_path: str | os.PathLike, **kwargs: Any) -> Any:
                 f"model folder '{folder}' has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}...); "
                 "save the base model's tokenizer into it (tokenizer.save_pretrained)"
             )
-    return _load(AutoTokenizer, resolved, **kwargs)
+    tokenizer = _load(AutoTokenizer, resolved, **kwargs)
+    if "gguf_file" not in resolved.kwargs and folder.is_dir() and not kwargs.get("subfolder"):
+        check_vocabulary(tokenizer, folder / "config.json")
+    return tokenizer
+
+
+def check_vocabulary(tokenizer: Any, config_file: Path) -> None:
+    """Refuse a tokenizer with ids the model has no embedding row for (``config.json``'s ``vocab_size``
+    below them): the first such token raised torch's "IndexError: index out of range in self" after the
+    weights had loaded and the results folder was made. A vocabulary larger than the tokenizer (padded
+    for the GPU, as Qwen's) is fine.
+
+    Raises:
+        RopescaleError: ``<dir>/config.json: vocab_size = 100 is below the tokenizer's 264 tokens ...``.
+    """
+    try:
+        vocab = read_json_file(config_file, "config").get("vocab_size")
+    except (RopescaleError, OSError, AttributeError):
+        return  # a config that cannot be read is named by the config check
+    if isinstance(vocab, bool) or not isinstance(vocab, int):
+        return
+    ids = max([len(tokenizer), *(i + 1 for i in tokenizer.get_vocab().values())])
+    if ids > vocab:
+        raise RopescaleError(
+            f"{config_file}: vocab_size = {vocab} is below the tokenizer's {ids} tokens (ids {vocab} to {ids - 1} "
+            "have no embedding row); give the model the tokenizer it was trained with, or resize its embeddings"
+        )
 
 
 def _check_runnable(config: Any, plan: Any, sliding_window: Any, resolved: ResolvedModel) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import RopescaleError
 from ..models import plan as planner
+from ..models.config_conflicts import ConfigError
 from .config import TrainConfig
 
 
@@ -59,6 +60,8 @@ def config_source(name: str) -> tuple[Any, str]:
         return load_config(path), str(path / "config.json")
     try:
         return load_config(name), f"{name} (cached Hub config)"
+    except ConfigError:
+        raise  # a config that was read and is wrong is an error, not a missing config
     except RopescaleError as exc:
         raise RopescaleError(
             f"no config for '{name}' here ({exc}); give --model PATH, a folder with its config.json"
@@ -255,6 +258,8 @@ def dry_run_lines(
         source = "the given config"
         if hf_config is None:
             hf_config, source = config_source(config.model.name)
+    except ConfigError:
+        raise  # read and wrong: the plan of another model (transformers' defaults) would look plausible
     except RopescaleError as exc:
         return [
             training_line(config),
@@ -270,8 +275,13 @@ def dry_run_lines(
     ]
 
 
-def launch_of(accelerate_config: str | None, gpus: int | None) -> tuple[int, bool]:
-    """``(GPUs, FSDP?)`` of a launch: ``--gpus``, else the accelerate config's ``num_processes``, else 1."""
+def launch_of(accelerate_config: str | None, gpus: int | None, context_parallel: int = 1) -> tuple[int, bool]:
+    """``(GPUs, FSDP?)`` of a launch: ``--gpus``, else the accelerate config's ``num_processes``, else 1.
+
+    Raises:
+        RopescaleError: a count the launch itself would refuse (context-parallel groups that do not
+            tile it: :func:`ropescale.training.parallel.check_processes`, the launch's own check).
+    """
     fsdp, procs = False, 1
     if accelerate_config:
         import yaml
@@ -284,4 +294,14 @@ def launch_of(accelerate_config: str | None, gpus: int | None) -> tuple[int, boo
         procs = int(data.get("num_processes", 1) or 1)
     if gpus is not None and gpus < 1:
         raise RopescaleError(f"--gpus must be a positive integer, got {gpus}")
+    from .parallel import check_processes
+
+    given = (
+        f"--gpus {gpus}"
+        if gpus
+        else f"num_processes of {accelerate_config}"
+        if accelerate_config
+        else "no --gpus: one GPU"
+    )
+    check_processes(gpus or procs, context_parallel, given)
     return (gpus or procs), fsdp

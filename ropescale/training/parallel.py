@@ -142,12 +142,29 @@ def parallelism_config(cp: int) -> Any:
     from accelerate.parallelism_config import ParallelismConfig
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world % cp or world < cp:
-        raise RopescaleError(
-            f"train.context_parallel={cp} needs a multiple of {cp} processes, got {world} "
-            "(accelerate launch --config_file configs/accelerate/fsdp2_cp.yaml)"
-        )
+    check_processes(world, cp)
     return ParallelismConfig(dp_shard_size=world // cp, cp_size=cp)
+
+
+def check_processes(processes: int, cp: int, given: str = "") -> None:
+    """Refuse a number of processes (GPUs) that ``cp``-rank context-parallel groups cannot tile. The
+    launch (:func:`parallelism_config`, from ``WORLD_SIZE``) and the dry run (``--gpus N``) both call
+    this, so a plan is never printed for a launch that would be refused.
+
+    Args:
+        processes: the processes of the launch.
+        cp: ``train.context_parallel``.
+        given: where the number came from, for the message (``--gpus 3``); empty for the launch itself.
+
+    Raises:
+        RopescaleError: ``train.context_parallel=2 needs a multiple of 2 processes, got 3 (...)``.
+    """
+    if cp > 1 and (processes % cp or processes < cp):
+        source = f"{given}; " if given else ""
+        raise RopescaleError(
+            f"train.context_parallel={cp} needs a multiple of {cp} processes, got {processes} "
+            f"({source}accelerate launch --config_file configs/accelerate/fsdp2_cp.yaml)"
+        )
 
 
 def data_parallel_rank(accelerator: Any) -> tuple[int, int]:

@@ -80,3 +80,34 @@ def test_gpu_without_dry_run_is_refused(capsys):
     train = ["train", "--config", "llama3-8b/yarn_x4", "--gpus", "8"]
     assert main(train) == 2
     assert "--gpu and --gpus plan a run (--dry-run)" in capsys.readouterr().err
+
+
+def test_a_passkey_length_the_run_refuses_is_refused_by_the_plan(tmp_path, capsys):
+    """The plan checks the lengths against the tokenizer with the run's own check (Task.check_lengths):
+    a 1-token passkey never "fits" in the plan and then fails after the weights."""
+    import transformers
+
+    from tests.export.conftest import tiny_llama, tiny_tokenizer
+
+    model = tmp_path / "tiny"
+    tiny_llama().save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    capsys.readouterr()
+    argv = ["eval", "passkey", "--model", str(model), "--lengths", "1,300", "--output", str(tmp_path / "o")]
+    assert main([*argv, "--dry-run"]) == 2
+    out, err = capsys.readouterr()
+    line = "ropescale: error: length 1 is too short for the passkey prompt: BOS, task, needle and question take "
+    assert "plan:" not in out and err.startswith(line) and len(err.strip().splitlines()) == 1, err
+    assert main(["eval", "passkey", "--model", str(model), "--lengths", "300", "--dry-run"]) == 0
+    assert _rows(capsys.readouterr().out)[300][1] == "yes"
+
+    def never(*args, **kwargs):
+        raise AssertionError("weights loaded before the length was refused")
+
+    transformers_load = transformers.AutoModelForCausalLM.from_pretrained
+    try:
+        transformers.AutoModelForCausalLM.from_pretrained = never
+        assert main([*argv, "--no-progress"]) == 2
+    finally:
+        transformers.AutoModelForCausalLM.from_pretrained = transformers_load
+    assert capsys.readouterr().err.strip() == err.strip() and not (tmp_path / "o").exists()

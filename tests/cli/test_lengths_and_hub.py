@@ -74,6 +74,19 @@ def test_a_bad_length_flag_is_one_line(capsys):
     assert_one_line_error(code, err, "--lengths must be comma-separated lengths (positive integers, or 4k = 4096)")
 
 
+@pytest.mark.parametrize("text", ["128,64,64", "4k,4096"])
+def test_a_length_given_twice_is_one_line(capsys, text):
+    """One cell per length: ``--lengths 128,64,64`` measured 64 once and reported the column twice."""
+    code, _, err = run(capsys, "eval", "perplexity", "--lengths", text)
+    twice = 64 if text.startswith("128") else 4096
+    assert_one_line_error(code, err, f"--lengths gives {twice} twice ('{text}'); give each length once")
+    assert code == 2
+    code, _, err = run(capsys, "search", "--output", "o", "--target-length", "16k", "--report-lengths", text)
+    assert_one_line_error(code, err, f"--report-lengths gives {twice} twice ('{text}'); give each length once")
+    with pytest.raises(SuiteError, match=f"^perplexity.lengths gives {twice} twice; give each length once$"):
+        suite_from_dict({"model": "m", "methods": [{"method": "none"}], "perplexity": {"lengths": text.split(",")}})
+
+
 def test_suite_lengths_take_k(tmp_path):
     raw = {
         "model": "m",

@@ -18,6 +18,23 @@ def test_methods_is_a_table_that_fits_100_columns(capsys):
     assert not any("parameters:" in x for x in lines) and "--verbose" in lines[-1]
 
 
+def test_methods_says_the_readmes_training_free_and_runs_in(capsys):
+    """The README's methods table has two columns the listing lacked; both come from the method
+    classes now, and the README's rows are checked against them."""
+    import re
+    from pathlib import Path
+
+    assert main(["methods"]) == 0
+    joined = " ".join(x.strip() for x in capsys.readouterr().out.splitlines())
+    assert "training-free: yes, or fine-tune; runs in: transformers, vLLM, SGLang, TGI, llama.cpp" in joined  # yarn
+    assert "training-free: no: fine-tune; runs in: transformers, vLLM, SGLang, llama.cpp" in joined  # linear
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| \[`(\w+)`\][^|]*\|[^|]*\| ([^|]+) \| ([^|]+) \|$", readme, re.M)
+    assert {name for name, _, _ in rows} == set(METHODS) - {"default"}
+    for name, training_free, runs_in in rows:
+        assert (METHODS[name].training_free, METHODS[name].runs_in) == (training_free, runs_in), name
+
+
 def test_methods_verbose_adds_each_methods_parameters_and_defaults(capsys):
     assert main(["methods", "--verbose"]) == 0
     out = capsys.readouterr().out

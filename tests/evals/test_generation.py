@@ -256,3 +256,29 @@ def test_finished_stops_each_prompt_at_the_first_token_whose_text_passes(bytelev
 def test_finished_needs_one_test_per_prompt():
     with pytest.raises(ValueError, match="one test per prompt"):
         greedy_generate(EchoModel(), DigitTokenizer(), [[1], [2]], max_new_tokens=1, finished=[lambda t: True])
+
+
+def test_generating_past_the_context_gives_no_transformers_reminder(bytelevel_tokenizer):
+    """An unscaled baseline past its context is the point of a passkey cell: transformers' "friendly
+    reminder ... exceeded the model's predefined maximum length" was printed in the middle of the table."""
+    import logging
+
+    from tests.conftest import tiny_model
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    model = tiny_model(vocab_size=len(bytelevel_tokenizer))  # max_position_embeddings 64
+    logging.Logger.warning_once.cache_clear()  # transformers says it once per process
+    handler = Keep()
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        greedy_generate(model, bytelevel_tokenizer, [[5] * 70], max_new_tokens=2)
+        logger = logging.getLogger("transformers.generation.stopping_criteria")
+        logger.warning("exceeded the model's predefined maximum length (outside greedy_generate)")
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert seen == ["exceeded the model's predefined maximum length (outside greedy_generate)"]  # only there

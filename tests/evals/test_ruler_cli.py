@@ -153,3 +153,21 @@ def test_a_base_exactly_at_the_floor_is_counted():
     assert base_score(base, 4096) < 30.0  # the rounding this guards against
     length, why = effective_length_relative({**base, 16384: 25.5}, 4096, floor=30.0)
     assert (length, why) == (16384, "")
+
+
+@pytest.mark.parametrize("task", ["niah_single_1", "niah_multikey_3"])
+def test_a_needle_length_below_the_smallest_prompt_is_refused_before_weights(
+    task, ruler_model_dir, tmp_path, capsys, monkeypatch
+):
+    """Before: lm-eval's "Raise `max_seq_lengths` for this task", exit 1, after the weights had loaded
+    (the [austen] tasks, which need the installed corpus, are checked in test_ruler_tasks)."""
+    import ropescale.models.loading as loading
+
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    out = tmp_path / "out"
+    argv = ["eval", "ruler", "--model", ruler_model_dir, "--method", "none", "--tasks", task, "--lengths", "200"]
+    capsys.readouterr()
+    assert main([*argv, "--samples", "1", "--output", str(out), "--no-progress"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ropescale: error:")]
+    assert len(err) == 1 and err[0].startswith(f"ropescale: error: RULER task {task} at 200 tokens: its smallest"), err
+    assert "max_seq_lengths" not in err[0] and not (out / "cells").exists()

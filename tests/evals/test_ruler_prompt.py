@@ -215,3 +215,22 @@ def test_every_named_folder_is_read_in_each_of_its_formats_and_the_shipped_only_
     named = battery_folders("smollm2-135m", [a, b], shipped=False)
     assert [f.source for f in named] == [str(a), f"{a} (chat template)", str(b)]
     assert len(battery_folders("smollm2-135m", [a, b])) > 3  # the shipped ones follow
+
+
+def test_a_chat_template_that_is_not_jinja_is_refused_before_its_weights_load(tmp_path, capsys, monkeypatch):
+    """Before: TemplateSyntaxError, exit 1, in the first cell, after the weights had loaded."""
+    import ropescale.models.loading as loading
+
+    model_dir = save_ruler_model(tmp_path / "broken-template", _tokenizer("{% for m in messages %}{{ m.content }"))
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    capsys.readouterr()
+    assert _run(str(model_dir), tmp_path / "out", "--method", "none", "--prompt", "chat") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        f"ropescale: error: prompt chat: the chat template of model '{model_dir}' does not render (TemplateSyntaxError: "
+    ), err
+    assert err[-1].endswith(
+        ", line 1); fix chat_template.jinja (or tokenizer_config.json's chat_template), or take the plain prompt"
+    )
+    assert all(line.startswith("ropescale: note:") for line in err[:-1])
+    assert not (tmp_path / "out" / "cells").exists()

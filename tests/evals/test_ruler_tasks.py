@@ -142,6 +142,28 @@ def test_too_short_lengths_are_refused_not_looped_forever(bytelevel_tokenizer, t
         generate_samples(TASKS["cwe"], AutoTokenizer.from_pretrained(tok_dir), 1024, 1, 0)
 
 
+@pytest.mark.parametrize("name", ["niah_single_1", "niah_multikey_3", "niah_single_2[austen]"])
+@pytest.mark.parametrize("length", [64, 200])
+def test_a_needle_length_below_the_smallest_prompt_is_refused_in_our_words(name, length):
+    """lm-eval's generator agrees: at the length it makes no sample ("Raise `max_seq_lengths`", its own
+    name, said after the weights had loaded), and at the length the line advises it makes them."""
+    import re
+
+    from ropescale.evals.ruler.tasks import _generate, check_fits
+
+    tok, task = ruler_tokenizer(), TASKS[name]
+    essay = essay_haystack(_prose()) if "austen" in name else None
+    with pytest.raises(ValueError, match="Raise `max_seq_lengths`"):
+        _generate(task, tok, length, 2, 0, essay)  # lm-eval's own words, which the check now says first
+    with pytest.raises(ValueError) as err:
+        check_fits(task, tok, length, essay)
+    line = str(err.value)
+    assert line.startswith(f"RULER task {name} at {length} tokens: its smallest prompt (the needles in the fewest ")
+    assert "max_seq_lengths" not in line
+    least = int(re.search(r"use a length of at least (\d+) \(its random keys vary\)$", line)[1])
+    assert len(generate_samples(task, tok, least, 2, 0, essay)) == 2
+
+
 def test_prompt_is_lm_evals_context():
     from lm_eval.api.task import ConfigurableTask
 

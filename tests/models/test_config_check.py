@@ -82,6 +82,10 @@ CASES = {
         lambda d: d.update(num_key_value_heads=3),
         "num_key_value_heads = 3: does not divide num_attention_heads (4)",
     ),
+    "no hidden_size": (
+        lambda d: d.pop("hidden_size"),
+        "hidden_size = (missing): the model's shape is unknown (transformers would assume its default 4096",
+    ),
     "zero layers": (lambda d: d.update(num_hidden_layers=0), "num_hidden_layers = 0: must be a positive integer"),
     "negative theta": (
         lambda d: d["rope_parameters"].update(rope_theta=-1),

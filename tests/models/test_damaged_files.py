@@ -67,6 +67,56 @@ def test_truncated_safetensors_is_named(saved, capsys, keep):
     assert lines[0].startswith(f"ropescale: error: model file '{weights}' is truncated")
 
 
+def _edit_header(path, edit):
+    """Rewrite the JSON header of a .safetensors file in place (same length, padded with spaces)."""
+    import json
+    import struct
+
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    edit(header)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    assert len(text) <= n
+    path.write_bytes(data[:8] + text.ljust(n) + data[8 + n :])
+
+
+def _halve(header):
+    entry = header["lm_head.weight"]
+    entry["shape"] = [entry["shape"][0] // 2, entry["shape"][1]]
+
+
+def _gap(header):
+    entry = header["lm_head.weight"]
+    begin, end = entry["data_offsets"]
+    entry["data_offsets"] = [begin + 4, end + 4]
+    for other in header.values():  # move every tensor after it too: only its start is wrong
+        if isinstance(other, dict) and other is not entry and other.get("data_offsets", [0])[0] >= end:
+            other["data_offsets"] = [other["data_offsets"][0] + 4, other["data_offsets"][1] + 4]
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (_halve, "tensor 'lm_head.weight' is F32 [64, 64] (16384 bytes) but its data_offsets [0, 32768] hold 32768"),
+        (_gap, "tensor 'lm_head.weight' has data_offsets [4, 32772], but the data before it ends at 0"),
+    ],
+    ids=["shape", "offsets"],
+)
+def test_a_header_whose_shapes_disagree_with_its_offsets_is_named(saved, capsys, edit, problem):
+    """Before: safetensors' "invalid shape, data type, or offset for tensor", exit 1, no file named."""
+    weights = saved / "model.safetensors"
+    _edit_header(weights, edit)
+    line = f"model file '{weights}' has a damaged safetensors header: {problem}; re-download or re-save"
+    with pytest.raises(RopescaleError) as err:
+        ropescale.from_pretrained(saved)
+    assert str(err.value).startswith(line)
+    out = saved.parent / "o"
+    code, lines = _cli(capsys, "eval", "perplexity", "--model", str(saved), "--lengths", "32", "--output", str(out))
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"ropescale: error: {line}"), lines
+    assert not out.exists()
+
+
 def test_config_that_is_not_json_is_named(saved, capsys):
     config = saved / "config.json"
     config.write_text('{"model_type": "llama", ')

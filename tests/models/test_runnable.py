@@ -49,6 +49,23 @@ def test_partial_rotary_on_a_whole_head_model_is_refused_before_weights(tmp_path
     assert not out.exists()
 
 
+@pytest.mark.parametrize("task", ["perplexity", "passkey"])
+@pytest.mark.usefixtures("no_weights")
+def test_partial_rotary_is_refused_by_eval_before_weights(tmp_path, capsys, task):
+    """eval patches the loaded model in place (past from_pretrained's check): its suite check refuses it
+    now, as patch does (before: the weights loaded and the first batch raised a shape RuntimeError)."""
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    model = _save(tmp_path / "m", rope_parameters=rope)
+    out = tmp_path / "out"
+    argv = ["eval", task, "--model", model, "--method", "yarn", "--factor", "2", "--lengths", "64", "--output", out]
+    code, err = _cli(capsys, *argv)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(
+        f"ropescale: error: methods[0] ('yarn'): {model}/config.json: rope_parameters.partial_rotary_factor = 0.5: "
+    )
+    assert "remove partial_rotary_factor" in err[0] and not out.exists()
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_no_sliding_window_makes_sliding_layers_full(tmp_path, capsys, arch):
     """--sliding-window none on a Qwen with sliding layers: layer_types all full_attention (before:

@@ -69,6 +69,17 @@ def test_chat_without_a_template_is_refused():
         chat_tokens(char_tokenizer(), CONVERSATION, "assistant", where="chat.jsonl[0]")
 
 
+@pytest.mark.parametrize("loss", ["all", "assistant"])
+def test_a_template_that_is_not_jinja_is_one_line(loss):
+    """Before: jinja2's TemplateSyntaxError, exit 1, with no word of the template or its file."""
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }"
+    with pytest.raises(RopescaleError) as err:
+        chat_tokens(tok, CONVERSATION, loss, where="chat.jsonl[0]")
+    assert str(err.value).startswith("the chat template of '")
+    assert "does not render (TemplateSyntaxError: " in str(err.value) and "fix chat_template.jinja" in str(err.value)
+
+
 def test_template_that_rewrites_earlier_turns_is_refused_for_assistant_loss():
     tok = char_tokenizer()
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{{ messages | length }}{% endfor %}"

@@ -225,3 +225,39 @@ def test_tokens_per_device_divide_by_the_context_parallel_ranks(capsys):
     shape = SHAPES / "llama3.1-8b"
     assert main(["train", "--config", "llama3.1-8b/ultralong_yarn_x128_1m", "--dry-run", "--model", str(shape)]) == 0
     assert "(1048576 tokens per device per step: 1/8 of each window)" in capsys.readouterr().out
+
+
+def test_a_context_parallel_launch_the_real_launch_refuses_is_refused(capsys, monkeypatch):
+    """The dry run calls the launch's own check (parallel.check_processes): no plan of 3 GPUs in groups of 2."""
+    from ropescale.errors import RopescaleError
+    from ropescale.training.parallel import parallelism_config
+
+    argv = ["train", "--config", "llama3-8b/yarn_x4", "--dry-run", "--model", str(SHAPES / "llama3-8b")]
+    cp = ["train.context_parallel=2", "data.packing=stream"]
+    for gpus, got in [(["--gpus", "3"], "got 3 (--gpus 3; "), ([], "got 1 (no --gpus: one GPU; ")]:
+        assert main([*argv, *gpus, *cp]) == 2
+        out, err = capsys.readouterr()
+        assert "plan:" not in out and len(err.strip().splitlines()) == 1, err
+        assert f"ropescale: error: train.context_parallel=2 needs a multiple of 2 processes, {got}" in err
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(RopescaleError) as launch:
+        parallelism_config(2)
+    assert str(launch.value).startswith("train.context_parallel=2 needs a multiple of 2 processes, got 3 (")
+    assert main([*argv, "--gpus", "4", *cp]) == 0
+    assert "x 4 (FSDP, context parallel 2)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "vocab_size", "num_hidden_layers"])
+def test_a_config_without_its_shape_is_not_planned_with_defaults(key, tmp_path, capsys):
+    """transformers fills a missing hidden_size with 4096: the plan would size another model."""
+    cfg = json.loads((SHAPES / "smollm2-135m" / "config.json").read_text())
+    del cfg[key]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    argv = ["train", "--config", "smollm2-135m/yarn_x4", "--dry-run", "--model", str(tmp_path / "m")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "plan:" not in out and "not read" not in out and len(err.strip().splitlines()) == 1, err
+    assert f"ropescale: error: {tmp_path / 'm'}/config.json: {key} = (missing): the model's shape is unknown" in err
+    assert main(["eval", "perplexity", "--model", str(tmp_path / "m"), "--lengths", "1024", "--dry-run"]) == 2
+    assert f"{key} = (missing): the model's shape is unknown" in capsys.readouterr().err
