@@ -79,6 +79,14 @@ def on_top_ratio(
     raise ValueError(f"'{name}' cannot be composed on a shipped scaling; composable: {', '.join(ON_TOP)}")
 
 
+class _FollowsOnTop:
+    """``Composed.dynamic``: False on the class (a registry scan sees a static method, as the composition of
+    static ones is), the second method's on an instance (dynamic NTK/YaRN on top follow the length)."""
+
+    def __get__(self, obj: Any, cls: Any = None) -> bool:
+        return False if obj is None else obj.outer.dynamic
+
+
 @dataclass(frozen=True)
 class Composed(ScalingMethod):
     """``on_top`` (factor s) applied over the frequencies of ``base`` (the shipped scaling), measured
@@ -128,9 +136,7 @@ class Composed(ScalingMethod):
         params = {k: v for k, v in dict(self.on_top.get("params") or {}).items() if k != "factor"}
         return get_method(self.on_top["method"], factor=self.factor, **params)
 
-    @property
-    def dynamic(self) -> bool:  # type: ignore[override]
-        return self.outer.dynamic
+    dynamic = _FollowsOnTop()  # type: ignore[assignment]
 
     def validate_for(self, spec: RotarySpec) -> None:
         self.inner.validate_for(spec)
