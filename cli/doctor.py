@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from ropescale.models.config_check import check_config_dict, check_with_transformers
 
     where = str(Path(source) / "config.json" if Path(source).is_dir() else source)
-    check_config_dict(unmark_config_dict(data), where)
+    check_config_dict(unmark_config_dict(data), where, shape=False)  # the engines' answer reads only the rope
     check_with_transformers(unmark_config_dict(data), where)  # the pass every command shares: BERT, odd heads...
     report = check(data, source, engines)
     note = llamacpp_note_for_config(data)  # Self-Extend: the llama-completion flags

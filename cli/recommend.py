@@ -179,12 +179,16 @@ def _family(name: str) -> str:
 
 
 def _reach(path) -> int | None:
-    """The context a shipped recipe trains for: its PoSE target, else its windows (None if unreadable)."""
+    """The context a recipe written for an already extended checkpoint (one that sets
+    ``model.shipped_scaling``) trains for: its PoSE target, else its windows; None for any other recipe
+    (the factor-based choice applies to those) or one that does not load."""
     try:
         from ropescale.training.config import load_config
 
         c = load_config(str(path))
     except Exception:  # noqa: BLE001 - a recipe that does not load is not a candidate
+        return None
+    if not c.model.shipped_scaling:
         return None
     return int(c.pose.target_length) if c.pose.enabled and c.pose.target_length else int(c.data.seq_len)
 
@@ -317,11 +321,9 @@ def _as_written(what: str, command: str, recipe: str | None, target: int) -> tup
         shipped = _trains(recipe, kept)["model"].get("shipped_scaling")
     except (ValueError, RopescaleError, KeyError):
         return what, command
-    label = (
-        what.split(" (")[0]
-        + f" (its family's recipe for {target:,}"
-        + (f"; {shipped}s the shipped scaling)" if shipped else ")")
-    )
+    if not shipped:  # a recipe for plain-RoPE checkpoints: the factor-based commands above apply
+        return what, command
+    label = what.split(" (")[0] + f" (its family's recipe for {target:,}; {shipped}s the shipped scaling)"
     return label, shlex.join([*words[:4], *kept])
 
 

@@ -101,6 +101,8 @@ class Composed(ScalingMethod):
 
     name = "composed"
     summary = "a frequency method on top of the scaling a checkpoint ships with, from its shipped context (--compose)"
+    training_free = "yes, or fine-tune"
+    runs_in = "transformers, vLLM ≥ 0.19.1, llama.cpp (not Qwen); older vLLM/SGLang approximate"
 
     base: dict[str, Any] = field(default_factory=dict)
     on_top: dict[str, Any] = field(default_factory=dict)

@@ -21,7 +21,7 @@ from .base import RotarySpec, ScalingMethod, check_number
 class Llama3(ScalingMethod):
     name = "llama3"
     training_free = "no: Meta's recipe"
-    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp (not Qwen)"
     summary = "Llama 3.1: long wavelengths / s, short kept, smooth blend between (no temperature)"
 
     low_freq_factor: float = 1.0

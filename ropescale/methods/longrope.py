@@ -27,7 +27,7 @@ from .base import RotarySpec, ScalingMethod, check_number
 class LongRope(ScalingMethod):
     name = "longrope"
     training_free = "yes, searched"
-    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp (via `export-gguf`)"
+    runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp (not Qwen)"
     summary = "LongRoPE: per-dimension factors (short_factor up to L, long_factor beyond), sqrt(1+ln s/ln L)"
 
     long_factor: tuple[float, ...] | None = None

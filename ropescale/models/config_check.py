@@ -74,7 +74,9 @@ def has_rotary(data: dict[str, Any]) -> bool:
     return any(data.get(k) is not None for k in keys) or data.get("model_type") in SUPPORTED_MODEL_TYPES
 
 
-def check_config_dict(data: dict[str, Any], source: str, original_context: int | None = None) -> None:
+def check_config_dict(
+    data: dict[str, Any], source: str, original_context: int | None = None, shape: bool = True
+) -> None:
     """Check the keys ropescale and transformers rely on, in the raw ``config.json`` dict.
 
     Args:
@@ -83,6 +85,7 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
         original_context: the trained context given on the command line
             (``--original-max-position-embeddings``); without it a config must say
             ``max_position_embeddings``.
+        shape: require the keys that size the weights (``doctor``, which reads only the rope, does not).
 
     Raises:
         ConfigError: the first problem, as ``<file>: <key> = <value>: <what is wrong>``.
@@ -93,7 +96,8 @@ def check_config_dict(data: dict[str, Any], source: str, original_context: int |
             source, "model_type", model_type, "no rotary position embedding (RoPE); ropescale scales RoPE models only"
         )
     _check_names(data, source)
-    _check_shape_keys(data, source)
+    if shape:
+        _check_shape_keys(data, source)
     check_agreement(data, source)  # rope_parameters vs rope_scaling, dict vs top-level keys
     hidden = _positive_int(data, "hidden_size", source)
     heads = _positive_int(data, "num_attention_heads", source)

@@ -294,6 +294,10 @@ def launch_of(accelerate_config: str | None, gpus: int | None, context_parallel:
         procs = int(data.get("num_processes", 1) or 1)
     if gpus is not None and gpus < 1:
         raise RopescaleError(f"--gpus must be a positive integer, got {gpus}")
+    if not gpus and not accelerate_config and context_parallel > 1:
+        # nothing says the launch: plan the fewest GPUs it accepts, one context-parallel group under FSDP2
+        # (configs/accelerate/fsdp2_cp*.yaml); --gpus N plans another layout, checked below
+        return context_parallel, True
     from .parallel import check_processes
 
     given = (

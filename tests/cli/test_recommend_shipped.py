@@ -63,3 +63,13 @@ def test_a_scaling_nothing_vouches_for_is_asked_about_in_one_line(capsys, tmp_pa
     assert code == 2 and "pass --compose to build on it" in err and len(err.strip().splitlines()) == 1
     code, out, err = answer(capsys, "recommend", "--model", str(tmp_path), "--target-length", "512k", "--compose")
     assert code == 0 and "×4" in out
+
+
+def test_the_fine_tune_is_the_familys_recipe_for_the_target(capsys):
+    """Before: Llama 3.1 at 256k/512k pointed to llama2-7b/pose_yarn_x8 with a factor from another context."""
+    model = str(SHAPES / "llama3.1-8b")
+    code, out, _ = answer(capsys, "recommend", "--model", model, "--target-length", "512k", "--budget", "fine-tune")
+    assert code == 0
+    assert "fine-tune (its family's recipe for 524,288; replaces the shipped scaling):" in out
+    assert f"ropescale train --config llama3.1-8b/ultralong_yarn_x64_512k model.name={model}" in out
+    assert "llama2-7b" not in out

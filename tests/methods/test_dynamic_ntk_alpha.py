@@ -79,7 +79,8 @@ def test_bad_alpha_and_the_methods_listing(capsys):
     assert main(["methods", "--verbose"]) == 0
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, x in enumerate(lines) if x.startswith("dynamic_ntk "))
-    entry = " ".join(x.strip() for x in lines[start : start + 5])  # the summary wraps under its column
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1].strip()), len(lines))  # the next method
+    entry = " ".join(x.strip() for x in lines[start:end])  # the summary wraps under its column
     assert (
         "alpha=transformers: base as static NTK at s·ℓ/L−(s−1)" in entry
         and "alpha=length: as static NTK at ℓ/L" in entry
