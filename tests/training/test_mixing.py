@@ -173,7 +173,13 @@ def test_dry_run_and_list_name_the_mix(tmp_path, capsys):
     raw = {
         "model": {"name": "smollm2-135m"},
         "scaling": {"method": "yarn", "factor": 4},
-        "data": {"sources": [{"source": str(a), "weight": 3}, {"source": str(b), "name": "bee"}], "short_share": 0.25},
+        # windows the folders' ~200 tokens can fill: the preflight checks them wherever the tokenizer is here
+        "data": {
+            "sources": [{"source": str(a), "weight": 3}, {"source": str(b), "name": "bee"}],
+            "short_share": 0.25,
+            "seq_len": 128,
+        },
+        "pose": {"enabled": False},
     }
     path = tmp_path / "mix.yaml"
     path.write_text(yaml.safe_dump(raw))
