@@ -1,0 +1,67 @@
+"""The table of issue 51's point 5: an already extended model taken further three ways (as shipped,
+composed on its scaling, replaced from the pretraining frequencies), perplexity on the same windows.
+
+    python benchmarks/shipped_ppl_table.py evals/measured/shipped-yarn2
+
+Reads the suite's perplexity cells (``cells/*__perplexity__N.json``; every row scored the same windows, so
+the comparison is paired) and prints, per length, each row's perplexity and, for composed against
+replaced, the ratio of their perplexities with a 95 % interval from the per-window differences of mean
+NLL (Student's t over the windows; the ratio is exp of the mean difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from scipy import stats
+
+
+def cells(folder: Path) -> dict[tuple[str, int], dict]:
+    """(row label, length) -> the cell's result (window NLLs and token counts included)."""
+    out = {}
+    for path in sorted((folder / "cells").glob("*__perplexity__*.json")):
+        cell = json.loads(path.read_text())
+        out[cell["method"], int(cell["length"])] = cell["result"]
+    return out
+
+
+def paired_ratio(a: dict, b: dict) -> tuple[float, float, float, int]:
+    """PPL(a) / PPL(b) and its 95 % interval, from the per-window differences of mean NLL."""
+    if a["window_tokens"] != b["window_tokens"]:
+        raise SystemExit("the two rows did not score the same windows")
+    diffs = [(x - y) / n for x, y, n in zip(a["window_nll"], b["window_nll"], a["window_tokens"], strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else float("nan")
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
+    ratio = math.exp((a["total_nll"] - b["total_nll"]) / a["tokens_scored"])
+    return ratio, math.exp(mean - half), math.exp(mean + half), n
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("--composed", default="yarn x2 on the shipped yarn x2 (composed)")
+    ap.add_argument("--replaced", default="yarn x4 from 8k (replaced)")
+    ap.add_argument("--shipped", default="yarn x2 (saved)")
+    args = ap.parse_args(argv)
+    got = cells(args.folder)
+    lengths = sorted({n for _, n in got})
+    rows = [args.shipped, args.composed, args.replaced]
+    print("| length | " + " | ".join(rows) + " | composed / replaced (95 %, windows) |")
+    print("|---" * (len(rows) + 2) + "|")
+    for n in lengths:
+        ppl = [f"{got[r, n]['ppl']:.2f}" if (r, n) in got else "not measured" for r in rows]
+        if (args.composed, n) in got and (args.replaced, n) in got:
+            ratio, low, high, k = paired_ratio(got[args.composed, n], got[args.replaced, n])
+            paired = f"{ratio:.4f} [{low:.4f}, {high:.4f}], {k} windows"
+        else:
+            paired = "not measured"
+        print(f"| {n:,} | " + " | ".join(ppl) + f" | {paired} |")
+
+
+if __name__ == "__main__":
+    main()
