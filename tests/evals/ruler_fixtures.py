@@ -22,12 +22,13 @@ def ruler_corpus() -> list[str]:
     return lines * 3
 
 
-def save_ruler_model(path, tok: PreTrainedTokenizerFast) -> str:
+def save_ruler_model(path, tok: PreTrainedTokenizerFast, seed: int = 0) -> str:
     """A tiny random Llama whose vocabulary and special tokens are ``tok``'s (1,024 positions, SDPA), saved
-    with ``tok`` into ``path``, as a user's checkpoint folder; returns the path."""
+    with ``tok`` into ``path``, as a user's checkpoint folder; returns the path. ``seed``: other weights."""
     from tests.conftest import tiny_model
 
     model = tiny_model(
+        seed=seed,
         vocab_size=len(tok),
         max_position_embeddings=1024,
         bos_token_id=tok.bos_token_id,

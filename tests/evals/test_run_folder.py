@@ -17,22 +17,7 @@ import pytest
 
 from ropescale.cli.main import main
 from tests.conftest import tiny_model
-from tests.evals.ruler_fixtures import ruler_tokenizer
-
-
-def _save(path: Path, tok, seed: int) -> str:
-    model = tiny_model(
-        seed=seed,
-        vocab_size=len(tok),
-        max_position_embeddings=1024,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        attn_implementation="sdpa",
-    )
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +25,7 @@ def models(tmp_path_factory):
     """Two tiny RULER models of other weights, same tokenizer: ``u0`` and ``u1``."""
     tok = ruler_tokenizer()
     root = tmp_path_factory.mktemp("models")
-    return {name: _save(root / name, tok, seed) for name, seed in (("u0", 0), ("u1", 1))}
+    return {name: save_ruler_model(root / name, tok, seed) for name, seed in (("u0", 0), ("u1", 1))}
 
 
 def _ruler(model: str, out: Path, *extra: str) -> int:
