@@ -87,23 +87,14 @@ def build_meta_model(config: TrainConfig, hf_config: Any, source: str = "") -> M
 
     from ..models.loading import buildable_config
     from ..patching.plan import check_supported, patch_config, quiet_transformers
-    from .modeling import _start_kwargs, check_lengths, wrap_lora
+    from .modeling import check_lengths, recipe_scaling, wrap_lora
     from .shipped import shipped_scaling_line
 
-    s = config.scaling
     check_supported(hf_config)
     shipped = shipped_scaling_line(config, hf_config, source or "config.json")
-    start = _start_kwargs(config, hf_config)  # composed on the shipped scaling, or replacing it: as the run does
+    args, kwargs = recipe_scaling(config, hf_config)  # the scaling the run puts on this model, as it does
     try:
-        scaled = patch_config(
-            hf_config,
-            s.method,
-            s.factor,
-            s.original_max_position_embeddings,
-            replace=start["replace"],
-            sliding_window=config.model.sliding_window,
-            **{**s.params, **start["params"]},
-        )
+        scaled = patch_config(hf_config, *args, **kwargs)
     except (ValueError, TypeError) as exc:
         raise RopescaleError(f"scaling: {' '.join(str(exc).split())}") from None
     check_lengths(_ConfigOnly(scaled), config)

@@ -68,16 +68,19 @@ def scale_model(model: Any, config: TrainConfig) -> Any:
     block = provenance(model.config)
     if block is not None and block["method"] == wanted.name and block["params"] == wanted.params():
         return model
-    start = _start_kwargs(config, model.config)
-    return patch(
-        model,
-        s.method,
-        s.factor,
-        s.original_max_position_embeddings,
-        replace=start["replace"],
-        sliding_window=config.model.sliding_window,
-        **{**s.params, **start["params"]},
-    )
+    args, kwargs = recipe_scaling(config, model.config)
+    return patch(model, *args, **kwargs)
+
+
+def recipe_scaling(config: TrainConfig, hf_config: Any) -> tuple[tuple, dict[str, Any]]:
+    """The arguments of ``patch``/``patch_config`` that put the recipe's scaling on ``hf_config``'s model:
+    its method, factor and trained context, its parameters, its sliding window, and whether it composes on
+    or replaces a scaling the checkpoint carries (:func:`_start_kwargs`). One place for the trainer, the
+    dry run and the preflight, so the three plan the same model."""
+    s = config.scaling
+    start = _start_kwargs(config, hf_config)
+    kwargs = {"replace": start["replace"], "sliding_window": config.model.sliding_window, **s.params, **start["params"]}
+    return (s.method, s.factor, s.original_max_position_embeddings), kwargs
 
 
 def _start_kwargs(config: TrainConfig, hf_config: Any) -> dict[str, Any]:

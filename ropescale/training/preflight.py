@@ -372,23 +372,14 @@ def scaled_config(config: TrainConfig, hf_config: Any = None) -> Any:
     load says why)."""
     from ..patching.plan import patch_config
     from .dryrun import config_source
-    from .modeling import _start_kwargs
+    from .modeling import recipe_scaling
 
-    s = config.scaling
     try:
         if hf_config is None:
             hf_config, _ = config_source(config.model.name)
-        start = _start_kwargs(config, hf_config)  # composed on a shipped scaling, or replacing it, as the run
+        args, kwargs = recipe_scaling(config, hf_config)  # as the run scales it
         with warnings.catch_warnings():  # the sliding-window warning is given once, by the load itself
             warnings.simplefilter("ignore")
-            return patch_config(
-                hf_config,
-                s.method,
-                s.factor,
-                s.original_max_position_embeddings,
-                replace=start["replace"],
-                sliding_window=config.model.sliding_window,
-                **{**s.params, **start["params"]},
-            )
+            return patch_config(hf_config, *args, **kwargs)
     except Exception:  # noqa: BLE001 - the weights' load reports an unreadable config in its own line
         return None
