@@ -137,6 +137,7 @@ def _start(args: argparse.Namespace, config) -> tuple[int, str, str] | None:
     pretraining one when replacing), the flag the printed commands carry and the line that says which
     (ropescale.patching.shipped). On plain RoPE: the pretraining context, no flag, the line naming its source."""
     from ropescale.patching.plan import is_scaled
+    from ropescale.patching.readback import scaling_label
     from ropescale.patching.shipped import COMPOSE, shipped_of, start_mode
 
     shipped = shipped_of(config, args.shipped_context, args.original_max_position_embeddings)
@@ -146,8 +147,7 @@ def _start(args: argparse.Namespace, config) -> tuple[int, str, str] | None:
             "",
             f"from the pretraining context {shipped.pretraining} ({shipped.pretraining_source})",
         )
-    carried = shipped.scaling or {}
-    label = f"{carried.get('method')} x{float(carried.get('factor') or 1):g}"
+    label = scaling_label(shipped.scaling or {})
     if args.target_length <= shipped.context and not args.replace:
         print(
             f"recommendation:  none needed: {args.model} serves {shipped.context:,} tokens as shipped ({label}; "

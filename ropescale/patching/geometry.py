@@ -84,4 +84,32 @@ def carried(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps({"method": method, "factor": params.get("factor"), "params": params}, default=float))
 
 
-__all__ = ["GEOMETRY_KEYS", "NATIVE_NAMES", "PROVENANCE_KEY", "carried", "is_scaled", "original_geometry", "provenance"]
+def is_unscaled(scaling: dict[str, Any]) -> bool:
+    """Whether a :func:`scaling_of` record is plain RoPE (``default``, or a factor-1 no-op)."""
+    return scaling.get("method") in ("default", "none")
+
+
+def scaling_label(scaling: dict[str, Any]) -> str:
+    """``yarn x4``, ``llama3 x8``, ``none``: how a report names a :func:`scaling_of` record."""
+    if is_unscaled(scaling):
+        return "none"
+    factor = scaling.get("factor")
+    params = scaling.get("params") or {}
+    if scaling.get("method") == "composed" and isinstance(params.get("base"), dict):  # yarn x4 on llama3 x8
+        base = params["base"]
+        inner = f"{base.get('method')} x{float((base.get('params') or {}).get('factor') or 1):g}"
+        return f"{(params.get('on_top') or {}).get('method')} x{float(factor or 1):g} on {inner}"
+    return f"{scaling['method']} x{float(factor):g}" if isinstance(factor, (int, float)) else str(scaling["method"])
+
+
+__all__ = [
+    "GEOMETRY_KEYS",
+    "NATIVE_NAMES",
+    "PROVENANCE_KEY",
+    "carried",
+    "is_scaled",
+    "is_unscaled",
+    "original_geometry",
+    "provenance",
+    "scaling_label",
+]

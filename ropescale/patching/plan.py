@@ -29,7 +29,7 @@ from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import coerce
 from ..methods.factor import resolve_factor
-from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance
+from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
@@ -210,18 +210,13 @@ def _check_int64(scaling: ScalingMethod, spec: RotarySpec) -> None:
         )
 
 
-def _label(scaling: dict[str, Any] | None) -> str:
-    carried = scaling or {}
-    return f"{carried.get('method')} x{float(carried.get('factor') or 1):g}"
-
-
 def _check_target_within(shipped: Shipped, target_length: int | None, explicit_replace: bool, config: Any) -> None:
     """A target the checkpoint already serves as shipped needs no new scaling: say so, and how to check it."""
     if target_length is None or explicit_replace or target_length > shipped.context:
         return
     raise RopescaleError(
         f"target length {target_length} is within the shipped context {shipped.context} ({shipped.context_source}): "
-        f"the model serves it as shipped ({_label(shipped.scaling)}); check it with `ropescale eval passkey "
+        f"the model serves it as shipped ({scaling_label(shipped.scaling or {})}); check it with `ropescale eval passkey "
         f"--model {getattr(config, '_name_or_path', '') or 'M'} --lengths {target_length}` (its saved scaling), or pass --replace to rescale from the "
         "pretraining context"
     )
@@ -237,11 +232,11 @@ def _start_text(shipped: Shipped, mode: str | None, L: int) -> str:
         why += f"; --{mode}"
     if mode == COMPOSE:
         return (
-            f"composed on the shipped {_label(shipped.scaling)} ({why}), from the shipped context {shipped.context} "
+            f"composed on the shipped {scaling_label(shipped.scaling or {})} ({why}), from the shipped context {shipped.context} "
             f"({shipped.context_source})"
         )
     return (
-        f"replaced the shipped {_label(shipped.scaling)} ({why}), from the pretraining "
+        f"replaced the shipped {scaling_label(shipped.scaling or {})} ({why}), from the pretraining "
         f"frequencies and context {L} ({shipped.pretraining_source})"
     )
 
@@ -266,12 +261,12 @@ def _plan_composed(
         name = method_class(method).name
     if name == "default":
         raise RopescaleError(
-            f"--method none on top of the shipped {_label(shipped.scaling)} is the model as shipped: evaluate it "
+            f"--method none on top of the shipped {scaling_label(shipped.scaling or {})} is the model as shipped: evaluate it "
             "with its saved scaling (no --method), or pass --replace to remove the scaling"
         )
     if name not in ON_TOP:
         raise RopescaleError(
-            f"{name} cannot be composed on the shipped {_label(shipped.scaling)} ({shipped.trained_source}): "
+            f"{name} cannot be composed on the shipped {scaling_label(shipped.scaling or {})} ({shipped.trained_source}): "
             f"ropescale composes {', '.join(ON_TOP)}; pass --replace to run {name} from the pretraining frequencies"
         )
     base = _shipped_method(config, shipped.scaling or {})

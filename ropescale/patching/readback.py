@@ -13,7 +13,7 @@ import copy
 import json
 from typing import Any
 
-from .geometry import carried, provenance
+from .geometry import carried, is_unscaled, provenance, scaling_label
 from .plan import plan_from_provenance, quiet_transformers
 
 
@@ -33,24 +33,6 @@ def scaling_of(model_or_config: Any) -> dict[str, Any]:
         scale = getattr(getattr(rotary_owner(model_or_config), "rotary_emb", None), "attention_scaling", None)
         out["attention_factor"] = None if scale is None else float(scale)
     return json.loads(json.dumps(out, default=float))
-
-
-def is_unscaled(scaling: dict[str, Any]) -> bool:
-    """Whether a :func:`scaling_of` record is plain RoPE (``default``, or a factor-1 no-op)."""
-    return scaling.get("method") in ("default", "none")
-
-
-def scaling_label(scaling: dict[str, Any]) -> str:
-    """``yarn x4``, ``llama3 x8``, ``none``: how a report names a :func:`scaling_of` record."""
-    if is_unscaled(scaling):
-        return "none"
-    factor = scaling.get("factor")
-    params = scaling.get("params") or {}
-    if scaling.get("method") == "composed" and isinstance(params.get("base"), dict):  # yarn x4 on llama3 x8
-        base = params["base"]
-        inner = f"{base.get('method')} x{float((base.get('params') or {}).get('factor') or 1):g}"
-        return f"{(params.get('on_top') or {}).get('method')} x{float(factor or 1):g} on {inner}"
-    return f"{scaling['method']} x{float(factor):g}" if isinstance(factor, (int, float)) else str(scaling["method"])
 
 
 def snapshot_scaling(model: Any) -> dict[str, Any]:

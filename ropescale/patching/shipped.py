@@ -269,9 +269,11 @@ def start_mode(shipped: Shipped, compose: bool | None, replace: bool | None, wha
         return COMPOSE
     if shipped.trained is False:
         return REPLACE
+    from .geometry import scaling_label
+
     carried = shipped.scaling or {}
     raise AlreadyScaledError(
-        f"{what or 'the model'} ships with {carried.get('method')} x{float(carried.get('factor') or 1):g} and "
+        f"{what or 'the model'} ships with {scaling_label(carried)} and "
         "nothing says whether its weights were trained with it (no family row, no ropescale provenance): pass "
         "--compose to build on it (trained with it) or --replace to start from the pretraining frequencies"
     )

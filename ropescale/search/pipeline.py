@@ -390,14 +390,14 @@ def select_texts(tokenizer: Any, options: SearchOptions, need_calibration: int, 
 def shipped_line(config: Any) -> str:
     """What a search does with the scaling a checkpoint ships with: every candidate starts from the
     pretraining frequencies (the search's space is LongRoPE/YaRN from L), the model as shipped beside them."""
+    from ..patching.geometry import scaling_label
     from ..patching.shipped import shipped_of
 
     shipped = shipped_of(config)
-    carried = shipped.scaling or {}
     trained = {True: "trained with it", False: "applied without training", None: "unknown"}[shipped.trained]
     return (
-        f"ropescale: search: every candidate replaces the shipped {carried.get('method')} "
-        f"x{float(carried.get('factor') or 1):g} ({trained}: {shipped.trained_source}), starting from the "
+        f"ropescale: search: every candidate replaces the shipped {scaling_label(shipped.scaling or {})} "
+        f"({trained}: {shipped.trained_source}), starting from the "
         f"pretraining frequencies at {shipped.pretraining}; the model as shipped is measured beside them (saved)"
     )
 
