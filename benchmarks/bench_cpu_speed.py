@@ -277,8 +277,11 @@ def main(argv=None) -> int:
     import torch
 
     from ropescale._io import atomic_write_json
-    from ropescale.models.runtime import load_average
+    from ropescale.models.runtime import keep_freed_memory, load_average
 
+    malloc = (
+        "kept (keep_freed_memory)" if keep_freed_memory() else "system"
+    )  # as the CLI runs; ROPESCALE_MALLOC=system: before
     if args.threads:
         torch.set_num_threads(args.threads)
     load_before = load_average()
@@ -286,7 +289,7 @@ def main(argv=None) -> int:
     print(
         f"machine: {facts['cpu']}, {facts['cores']} cores, {facts['threads']} threads, torch {facts['torch']}, "
         f"bf16 by {facts['bf16_kernels']} (amx_bf16 {facts['flags']['amx_bf16']}, avx512_bf16 "
-        f"{facts['flags']['avx512_bf16']}), load average {load_before}",
+        f"{facts['flags']['avx512_bf16']}), malloc {malloc}, load average {load_before}",
         flush=True,
     )
     tokens = [int(x) for x in args.tokens.split(",") if x]
@@ -311,6 +314,7 @@ def main(argv=None) -> int:
     s = shapes(model.config)
     original = original_spec(model.config).original_max_position_embeddings
     facts["prefill_dtype"] = runtime.dtype
+    facts["malloc"] = malloc
     result: dict = {"machine": facts, "shapes": s, "load_avg_before": load_before, "command": _command(argv)}
     result["matmul"] = matmul_rate(s, tokens, args.repeats, torch)
     rate = result["matmul"]["rate"]["bfloat16"]

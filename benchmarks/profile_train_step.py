@@ -25,6 +25,10 @@ def main(argv=None) -> None:
     import torch
     from accelerate.state import AcceleratorState
 
+    from ropescale.models.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as the CLI runs (ROPESCALE_MALLOC=system: as before it did)
+
     import ropescale
     from ropescale.training.config import load_config
     from ropescale.training.trainer import Trainer

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -144,6 +145,34 @@ def load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         return None
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep the memory torch frees, instead of handing it back to the OS.
+
+    Large CPU tensors (logits chunks, attention blocks, activations) are allocated and freed every
+    step. glibc serves each allocation above 32 MB with a fresh ``mmap`` and returns it with
+    ``munmap``, so every step pays page faults to map and zero the same gigabytes again: a third of
+    the process's time was system time in one SmolLM2 training step on 2 cores, and the step took
+    14.4 s instead of 10.8 s (issue 54; benchmarks/README.md, "CPU speed"). Serving large blocks from
+    the heap (``M_MMAP_MAX`` = 0) and trimming it only above 2 GB freed (``M_TRIM_THRESHOLD``) keeps
+    the pages mapped for the next step: the peak resident memory is the same, the memory held after a
+    peak is not returned to the OS until the process ends. This is what tcmalloc or jemalloc preloaded
+    would give, without a preload. ``ROPESCALE_MALLOC=system`` leaves malloc as it is.
+
+    Returns whether the setting was applied (glibc on Linux, not turned off).
+    """
+    if os.environ.get("ROPESCALE_MALLOC", "").lower() == "system" or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def auto_dtype(device: str) -> str:

@@ -4,6 +4,15 @@ The full ``[T, vocab]`` logits are never materialised: only the scored positions
 hidden states go through ``lm_head``, ``chunk_size`` positions at a time, with the cross entropy in
 fp32. With gradients enabled each chunk is recomputed in the backward pass (activation
 checkpointing), so training's peak memory is ``chunk × vocab`` logits too.
+
+On the CPU a plain ``nn.Linear`` head takes the fused path instead (:class:`_FusedHeadLoss`): each
+chunk's gradients are computed in the forward pass, while its logits exist, as Liger-Kernel's fused
+linear cross entropy does (github.com/linkedin/Liger-Kernel). The CPU spent a sixth of a training step
+on the vocabulary's log-softmax, its backward and the casts around them (benchmarks/README.md,
+"CPU speed", issue 54); the fused pass does one softmax per chunk instead of a log-softmax twice (the
+recomputation) and its backward, and no head recomputation. It keeps one fp32 ``[vocab, hidden]``
+gradient buffer (113 MB for SmolLM2), which is why GPUs, where memory is the scarce side, keep the
+recomputing path.
 """
 
 from __future__ import annotations
@@ -63,6 +72,9 @@ def summed_nll(
     h = hidden[:, :-1][keep]  # [N, H] only the positions that are scored
     t = targets[keep]  # [N]
 
+    if torch.is_grad_enabled() and hidden.requires_grad and _fusable(lm_head, hidden, softcap):
+        return _FusedHeadLoss.apply(h, lm_head.weight, t, chunk_size), int(t.numel())
+
     def piece(h_i: torch.Tensor, t_i: torch.Tensor) -> torch.Tensor:
         logits = lm_head(h_i).float()  # [c, V]
         if softcap:
@@ -79,3 +91,61 @@ def summed_nll(
     if t.numel() == 0:
         total = total + hidden.sum() * 0.0  # keeps the graph connected for an empty batch
     return total, int(t.numel())
+
+
+def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:
+    """Whether the fused CPU path computes exactly what the recomputing one does: a plain bias-free
+    ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the whole matrix) on the CPU."""
+    weight = getattr(lm_head, "weight", None)
+    return (
+        hidden.device.type == "cpu"
+        and not softcap
+        and type(lm_head) is torch.nn.Linear
+        and lm_head.bias is None
+        and type(weight) in (torch.Tensor, torch.nn.Parameter)
+    )
+
+
+class _FusedHeadLoss(torch.autograd.Function):
+    """Summed cross entropy of ``h @ weight.T`` whose gradients are computed chunk by chunk in the forward.
+
+    For a chunk with logits ``z`` and targets ``t``: loss ``Σ (logsumexp(z) - z[t])``, and
+    ``dloss/dz = softmax(z) - onehot(t)``, from which ``dh = dz @ W`` and ``dW = dz.T @ h``. The matmuls run
+    in autocast's dtype when autocast is on (as ``lm_head(h)`` would), the softmax in fp32, ``dW``
+    accumulates in fp32. The backward only scales the stored gradients by the incoming one.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+        device = h.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        w, x_all = weight.to(dtype), h.to(dtype)
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        grad_h = torch.empty_like(h) if need_h else None  # [N, H]
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if need_w else None  # [V, H]
+        total = torch.zeros((), dtype=torch.float64, device=h.device)
+        with torch.autocast(device, enabled=False):
+            for i in range(0, x_all.shape[0], chunk):
+                x, t = x_all[i : i + chunk], targets[i : i + chunk]  # [c, H], [c]
+                logits = (x @ w.t()).float()  # [c, V]
+                lse = torch.logsumexp(logits, dim=-1)  # [c]
+                total += (lse - logits.gather(1, t[:, None]).squeeze(1)).sum().double()
+                if need_h or need_w:
+                    dz = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
+                    dz[torch.arange(t.numel(), device=t.device), t] -= 1.0
+                    dz = dz.to(dtype)
+                    if need_h:
+                        grad_h[i : i + chunk] = dz @ w
+                    if need_w:
+                        grad_w += (dz.t() @ x).float()
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.weight_dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None]:
+        grad_h, grad_w = ctx.saved_tensors
+        g = grad.float()
+        dh = grad_h * g.to(grad_h.dtype) if ctx.needs_input_grad[0] else None
+        dw = (grad_w * g).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        return dh, dw, None, None

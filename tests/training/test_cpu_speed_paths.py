@@ -1,0 +1,88 @@
+"""The two CPU speed changes of issue 54 compute what the plain paths compute.
+
+- The fused head loss (:class:`ropescale.scoring.nll._FusedHeadLoss`) against the recomputing path:
+  the same loss and the same gradients for the hidden states and a tied head weight, fp32 and under
+  bf16 autocast.
+- ``keep_freed_memory``: freed memory stays mapped (the resident size does not fall after a large
+  tensor is freed), and ``ROPESCALE_MALLOC=system`` leaves glibc as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ropescale.scoring import nll
+
+
+def _loss_and_grads(fused: bool, autocast: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    vocab, width, tokens = 97, 16, 45
+    head = torch.nn.Linear(width, vocab, bias=False)
+    hidden = torch.randn(2, tokens, width, requires_grad=True)
+    labels = torch.randint(0, vocab, (2, tokens))
+    labels[0, :7] = nll.IGNORE_INDEX
+    original = nll._fusable
+    nll._fusable = (lambda *a: True) if fused else (lambda *a: False)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            total, n = nll.summed_nll(hidden * 1.0, head, labels, chunk_size=16)
+        total.backward()
+    finally:
+        nll._fusable = original
+    assert n == int((labels[:, 1:] != nll.IGNORE_INDEX).sum())
+    return total.detach(), hidden.grad, head.weight.grad
+
+
+def test_the_fused_head_loss_gives_the_recomputed_loss_and_gradients_in_fp32():
+    plain, fused = _loss_and_grads(False, False), _loss_and_grads(True, False)
+    for a, b in zip(plain, fused):
+        torch.testing.assert_close(b.double(), a.double(), rtol=1e-5, atol=1e-6)
+
+
+def test_under_bf16_autocast_the_fused_head_loss_is_as_close_to_fp32_as_the_recomputed_one():
+    """bf16 rounds both paths differently (the recomputing one rounds the weight gradient to bf16, the
+    fused one accumulates it in fp32), so each is compared with the fp32 result."""
+    exact = _loss_and_grads(False, False)
+    plain, fused = _loss_and_grads(False, True), _loss_and_grads(True, True)
+    for e, a, b in zip(exact, plain, fused):
+        err_plain = (a.double() - e.double()).abs().max()
+        err_fused = (b.double() - e.double()).abs().max()
+        assert err_fused <= 1.5 * err_plain + 1e-6, (err_fused, err_plain)
+
+
+def test_the_fused_path_is_taken_for_a_plain_cpu_head_only():
+    hidden = torch.zeros(1, 3, 4)
+    assert nll._fusable(torch.nn.Linear(4, 5, bias=False), hidden, None)
+    assert not nll._fusable(torch.nn.Linear(4, 5, bias=True), hidden, None)
+    assert not nll._fusable(torch.nn.Linear(4, 5, bias=False), hidden, 30.0)  # softcapping: recompute path
+    assert not nll._fusable(torch.nn.Sequential(torch.nn.Linear(4, 5, bias=False)), hidden, None)
+
+
+_RESIDENT = """
+import sys
+from ropescale.models.runtime import keep_freed_memory
+print(keep_freed_memory())
+import numpy as np
+def rss():
+    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) // 1024
+a = np.ones(300 * 2**20 // 8); before = rss(); del a
+print(before - rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.parametrize("setting", ["", "system"])
+def test_freed_memory_stays_mapped_unless_told_otherwise(setting):
+    env = {**os.environ, "ROPESCALE_MALLOC": setting}
+    out = subprocess.run([sys.executable, "-c", _RESIDENT], env=env, capture_output=True, text=True, check=True)
+    applied, released_mb = out.stdout.split()
+    assert applied == str(setting != "system")
+    if setting == "system":
+        assert int(released_mb) > 250  # glibc unmaps a 300 MB block when it is freed
+    else:
+        assert int(released_mb) < 50  # kept for the next step
