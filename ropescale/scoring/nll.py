@@ -17,6 +17,7 @@ recomputing path.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -98,7 +99,8 @@ def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:
     ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the whole matrix) on the CPU."""
     weight = getattr(lm_head, "weight", None)
     return (
-        hidden.device.type == "cpu"
+        os.environ.get("ROPESCALE_FUSED_LOSS", "1") != "0"  # 0: the recomputing path (benchmarks/bench_train_step.py)
+        and hidden.device.type == "cpu"
         and not softcap
         and type(lm_head) is torch.nn.Linear
         and lm_head.bias is None
