@@ -208,11 +208,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     import bench_extension as bx
 
     from ropescale.evals.extension_ruler import _emma
-    from ropescale.evals.ruler.record import Scaling
     from ropescale.evals.ruler.run import RulerRun
     from ropescale.evals.ruler.tasks import get_task
     from ropescale.evals.suite import run_suite, suite_from_dict
     from ropescale.models.runtime import resolve_runtime
+    from ropescale.scaling import Scaling
 
     try:  # a task name that is not RULER's stops before anything trains
         tasks = [get_task(t) for t in task_names(args)]

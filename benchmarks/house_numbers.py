@@ -10,8 +10,9 @@
   ``cli`` and ``evals``) whose arguments or locals hold the factor, directly, in a dict, list or tuple
   or as an object's attribute, counts. The modules are listed in the order the factor reaches them;
   *modules* is how many distinct ones, *re-entries* how many times the factor comes back to a module it
-  had left. The path ends where the checkpoint is written: ``patch`` then reads its own config.json
-  back to say which loaders keep the scaling (``print_saved``), a new edge that builds from the file. Only ropescale's code counts (argparse, transformers and the standard library do not).
+  had left. The path ends where the checkpoint is written (``save_pretrained``): from there the scaling
+  is config.json, checked as each loader reads it and read back to say which loaders keep it, JSON at
+  the file boundary, which the issue leaves a dict. Only ropescale's code counts (argparse, transformers and the standard library do not).
 - **dict[str, Any]**: annotations (arguments, returns, variables, fields) whose text is
   ``dict[str, Any]`` or ``Dict[str, Any]`` in ropescale/, evals/ and cli/, counted with ``ast``; an
   alias assigned to it counts at each use, as the issue asks (renaming is not typing). Also every
@@ -35,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("ropescale", "evals", "cli")
 SENTINEL = 3.0625
+#: where the path ends: the checkpoint's config is written (``save_pretrained``); what reads it back as JSON
+#: (the checks of what each loader reads, ``doctor``'s verdict) is the file boundary, not the value's path
+STOP_AT = ("save_pretrained", "print_saved")
 
 
 def code_lines(source: str) -> int:
@@ -94,7 +98,7 @@ def factor_path(loose: bool = False) -> list[str]:
     def profile(frame, event, arg):
         if event not in ("call", "return") or done:
             return
-        if frame.f_code.co_name == "print_saved":  # the written checkpoint read back: a new edge, not this path
+        if frame.f_code.co_name in STOP_AT:  # the config is being written: JSON from here on (the file boundary)
             done.append(True)
             return
         module = _module_of(frame)

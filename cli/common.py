@@ -7,10 +7,13 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale import options
 from ropescale.errors import RopescaleError
+
+if TYPE_CHECKING:
+    from ropescale.scaling import Scaling
 
 
 def typed(parse: Callable[..., Any], name: str | None = None) -> Callable[[str], Any]:
@@ -161,8 +164,10 @@ def parse_sliding_window(text: Any) -> Any:
     return options.sliding_window(text, "--sliding-window")
 
 
-def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Keyword arguments for ``plan_patch`` / ``from_pretrained`` from the parsed flags."""
+def scaling_from_args(args: argparse.Namespace) -> Scaling:
+    """The one :class:`~ropescale.scaling.Scaling` of the parsed scaling flags (``add_scaling_args``)."""
+    from ropescale.scaling import Scaling
+
     params = parse_params(args.param)
     for reserved in ("factor", "method", "target_length"):
         if reserved in params:
@@ -170,19 +175,30 @@ def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     target_length = getattr(args, "target_length", None)
     if getattr(args, "factor_required", False) and args.factor is None and target_length is None:
         raise ValueError("the following arguments are required: --factor (or --target-length)")
+    return Scaling.of(
+        args.method,
+        args.factor,  # a float (argparse type); its range is the method's check
+        args.original_max_position_embeddings,
+        args.replace,
+        parse_sliding_window(args.sliding_window),
+        target_length=target_length,  # resolved to a factor by the plan once the model's context is known
+        **params,
+        **({"compose": True} if getattr(args, "compose", False) else {}),
+        **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
+    )
+
+
+def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword form of :func:`scaling_from_args` (lm-eval's ``model_args`` are text: they pass it on)."""
+    s = scaling_from_args(args)
     return {
         "method": args.method,
-        "factor": args.factor,  # a float (argparse type); its range is the method's check
-        # resolved to a factor by plan_patch once the model's original context is known
-        "target_length": target_length,
-        "original_max_position_embeddings": args.original_max_position_embeddings,
-        "replace": args.replace,
-        "sliding_window": parse_sliding_window(args.sliding_window),
-        "params": {
-            **params,
-            **({"compose": True} if getattr(args, "compose", False) else {}),
-            **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
-        },
+        "factor": s.factor,
+        "target_length": s.target_length,
+        "original_max_position_embeddings": s.original_context,
+        "replace": s.replace,
+        "sliding_window": s.sliding_window,
+        "params": s.method_params(),
     }
 
 

@@ -39,7 +39,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
 
 
 def _scaling(method: str, factor: float | None, params: dict, flag: str):
-    from ropescale.evals.ruler.run import Scaling
+    from ropescale.scaling import Scaling
 
     if method.lower() in ("none", "default"):
         return Scaling("none")

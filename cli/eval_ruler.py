@@ -63,9 +63,10 @@ def run_cmd(args: argparse.Namespace) -> int:
     import sys
 
     from ropescale.evals.ruler.cell import MIN_SAMPLES
-    from ropescale.evals.ruler.run import RulerRun, Scaling
+    from ropescale.evals.ruler.run import RulerRun
     from ropescale.evals.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
+    from ropescale.scaling import Scaling
 
     tasks = [get_task(t) for t in args.tasks.split(",") if t.strip()]
     if not tasks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ropescale.cli.common import add_model_args, add_scaling_args, check_output_dir, scaling_kwargs
+from ropescale.cli.common import add_model_args, add_scaling_args, check_output_dir, scaling_from_args
 
 EXAMPLES = """examples:
   ropescale patch --factor 4                                   # summary for the embedded SmolLM2-135M
@@ -44,54 +44,40 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ropescale.patching.plan import check_method_args
-
     _from_search(args)
-    kw = scaling_kwargs(args)
+    scaling = scaling_from_args(args)
     if args.config_only and not args.output:
         raise ValueError("--config-only needs --output")
-    # the method and its parameters fail here, before the model is resolved (an embedded one converted)
-    check_method_args(kw["method"], kw["factor"], **kw["params"])
+    scaling.check()  # the method and its parameters fail here, before the model is resolved (an embedded one converted)
     if not args.output:
-        return _patch(args, kw, None)
+        return _patch(args, scaling, None)
     from ropescale._lock import output_lock
 
     inputs = {"model": args.model, "search results": args.from_search}  # what --overwrite must never delete
     check_output_dir(args.output, args.overwrite, inputs)  # a clear line for an unwritable output, before the lock
     with output_lock(args.output):  # one writer per output; a second one stops here, naming this one
-        return _patch(args, kw, check_output_dir(args.output, args.overwrite, inputs))
+        return _patch(args, scaling, check_output_dir(args.output, args.overwrite, inputs))
 
 
-def _patch(args: argparse.Namespace, kw: dict, out) -> int:
+def _patch(args: argparse.Namespace, scaling, out) -> int:
     from ropescale.models.checkpoint import save_pretrained
     from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
-    from ropescale.patching.plan import apply_plan, plan_patch
+    from ropescale.patching.plan import apply_plan, plan_scaling
 
-    config = load_config(args.model, kw["original_max_position_embeddings"])
-    plan = plan_patch(
-        config,
-        kw["method"],
-        kw["factor"],
-        kw["original_max_position_embeddings"],
-        kw["replace"],
-        target_length=kw["target_length"],
-        **kw["params"],
-    )
+    config = load_config(args.model, scaling.original_context)
+    plan = plan_scaling(config, scaling)
     if out is None:
         print(summary(args.model, plan, verbose=args.verbose))
         return 0
     from ropescale.cli.doctor import print_saved, saving_quietly
 
     if args.config_only:
-        apply_plan(config, plan, kw["sliding_window"])
+        apply_plan(config, plan)
         with saving_quietly():
             save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
     else:
         model = from_pretrained(  # the plan made (and printed) above is the one that writes the checkpoint
-            args.model,
-            original_max_position_embeddings=kw["original_max_position_embeddings"],
-            sliding_window=kw["sliding_window"],
-            plan=plan,
+            args.model, original_max_position_embeddings=scaling.original_context, plan=plan
         )
         with saving_quietly():
             save_pretrained(

@@ -46,14 +46,15 @@ def cell_record(
 @functools.lru_cache(maxsize=64)
 def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str, Any] | None:
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import plan_patch
+    from ropescale.patching.plan import plan_scaling
+    from ropescale.scaling import Scaling
 
     try:
         config = load_config(model)
     except (RopescaleError, OSError, ValueError):  # a report of a folder copied without its model
         return None
     params = json.loads(params)
-    plan = plan_patch(config, method, factor=factor, replace=not params.get("compose"), **params)
+    plan = plan_scaling(config, Scaling.evaluated(method, factor, params))
     return json.loads(json.dumps({"method": plan.method.name, "params": plan.method.params()}))
 
 

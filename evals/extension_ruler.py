@@ -36,8 +36,9 @@ def ruler_runs(
     """Each role's :class:`~.ruler.run.RulerRun` (not yet run): the unscaled base model (``none``) and
     the control (its export, unscaled) at L; the fine-tune (its export, its YaRN as saved) at L and
     every passkey length beyond it. Raises ValueError for an unknown task name."""
-    from ropescale.evals.ruler.run import RulerRun, Scaling
+    from ropescale.evals.ruler.run import RulerRun
     from ropescale.evals.ruler.tasks import get_task
+    from ropescale.scaling import Scaling
 
     chosen = [get_task(t) for t in tasks]
     L = plan.original_context

@@ -18,8 +18,9 @@ from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.longppl import ALPHA, BETA, LongPPLDocument, combine, evaluator_spans, score_text, text_window
-from ropescale.evals.ruler.run import Scaling, cell_name
+from ropescale.evals.ruler.run import cell_name
 from ropescale.markdown import table
+from ropescale.scaling import Scaling
 
 SCHEMA = "ropescale.longppl.cell/1"
 RESULTS_SCHEMA = "ropescale.longppl.results/1"

@@ -58,6 +58,7 @@ from ropescale.evals.task_base import CellContext, SuiteError, suite_meta
 from ropescale.models.runtime import ATTENTIONS as RUNTIME_ATTENTIONS
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 from ropescale.models.runtime import load_average, same_runtime
+from ropescale.scaling import Scaling
 
 DTYPES = ("auto", *RUNTIME_DTYPES)
 ATTENTIONS = ("auto", *RUNTIME_ATTENTIONS)
@@ -75,6 +76,11 @@ class MethodEntry:
 
     def runs(self, task: str, length: int) -> bool:
         return task not in self.only or length in self.only[task]
+
+    @property
+    def scaling(self) -> Scaling:
+        """The entry's one :class:`~ropescale.scaling.Scaling` (a shipped scaling is replaced unless it composes)."""
+        return Scaling.evaluated(self.method, self.factor, self.params)
 
     @property
     def title(self) -> str:
@@ -503,10 +509,9 @@ class SuiteRunner:
                 if entry != current and is_saved(entry.method):
                     restore_scaling(model, as_loaded)
                 elif entry != current:
-                    compose = bool(entry.params.get("compose"))  # on the scaling the checkpoint ships with
-                    if compose:
+                    if entry.scaling.compose:  # on the scaling the checkpoint ships with
                         restore_scaling(model, as_loaded)
-                    patch(model, entry.method, factor=entry.factor, replace=not compose, **entry.params)
+                    patch(model, entry.scaling)
                 current = entry
                 bar.set_postfix_str(f"{entry.label} {task} {length}")
                 load = load_average()  # beside the result: a cell timed beside another job says so

@@ -92,7 +92,7 @@ def check_against_model(suite: Any, config: Any) -> None:
     from pathlib import Path
 
     from ropescale.models.runnable import check_partial_rotary
-    from ropescale.patching.plan import apply_plan, plan_patch
+    from ropescale.patching.plan import apply_plan, plan_scaling
 
     name = str(getattr(config, "_name_or_path", "") or suite.model)
     source = str(Path(name) / "config.json") if (Path(name) / "config.json").is_file() else name
@@ -100,8 +100,7 @@ def check_against_model(suite: Any, config: Any) -> None:
         if str(entry.method).lower() == "saved":  # nothing to plan: the checkpoint's own scaling
             continue
         try:
-            compose = bool(entry.params.get("compose"))  # built on the shipped scaling, else replacing it
-            plan = plan_patch(config, entry.method, factor=entry.factor, replace=not compose, **entry.params)
+            plan = plan_scaling(config, entry.scaling)  # built on the shipped scaling, else replacing it
             # the suite patches the loaded model in place, past from_pretrained's own check: a scaled
             # rotary of part of a head on an attention that rotates all of it failed on the first batch
             scaled = copy.deepcopy(config)

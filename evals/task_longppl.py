@@ -105,7 +105,7 @@ def evaluator_scaling(settings: LongPPLSettings, flag: str = "--evaluator-method
     Raises:
         ValueError: a scaling method without a factor (``--evaluator-method yarn needs a factor``).
     """
-    from ropescale.evals.ruler.run import Scaling
+    from ropescale.scaling import Scaling
 
     method = settings.evaluator_method
     if method.lower() in ("none", "default"):

@@ -5,6 +5,7 @@ Public API (imported lazily so ``import ropescale`` and the CLI start fast)::
     ropescale.from_pretrained(name_or_path, method="yarn", factor=8, **hf_kwargs)
     ropescale.patch(model, method="yarn", factor=8)
     ropescale.patch_config(config, method="yarn", factor=8)
+    ropescale.patch(model, ropescale.Scaling("yarn", 8, {"beta_fast": 16}))   # the one scaling value
     ropescale.save_pretrained(model, directory, tokenizer=None)
     ropescale.get_method("yarn", factor=8).compute(spec)
 """
@@ -22,6 +23,7 @@ _LAZY = {
     "patch": "ropescale.patching.model",
     "save_pretrained": "ropescale.models.checkpoint",
     "patch_config": "ropescale.patching.plan",
+    "Scaling": "ropescale.scaling",
     "get_method": "ropescale.methods",
     "METHODS": "ropescale.methods",
     "RotarySpec": "ropescale.methods",

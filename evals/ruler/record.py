@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from ropescale.evals.json_fields import only_known, take
 from ropescale.evals.ruler.cell import RulerCell
+from ropescale.scaling import Scaling
 
 #: version of a cell file's layout
 SCHEMA = "ropescale.ruler.cell/1"
@@ -24,32 +24,6 @@ SCHEMA = "ropescale.ruler.cell/1"
 
 class CellFileError(ValueError):
     """A file that is not a :data:`SCHEMA` cell file this ropescale reads; the message says why."""
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """What the user asked for: a method (None: the checkpoint's own scaling, as saved), its factor
-    and parameters."""
-
-    method: str | None
-    factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        name = self.method or "as-saved"
-        if self.factor is not None and name.lower() not in ("none", "default"):
-            name += f"-x{self.factor:g}"
-        if self.params:
-            name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
-        return name
-
-    @property
-    def unscaled(self) -> bool:
-        return (self.method or "").lower() in ("none", "default")
-
-    def request(self) -> dict[str, Any]:
-        return {"method": self.method, "factor": self.factor, "params": dict(self.params)}
 
 
 def _take(data: Any, key: str, kinds: tuple[type, ...], what: str, where: str = "") -> Any:

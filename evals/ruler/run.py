@@ -20,8 +20,9 @@ from typing import Any
 
 from ropescale._io import atomic_write_json
 from ropescale.evals.ruler.cell import run_ruler_cell
-from ropescale.evals.ruler.record import SCHEMA, CellFingerprint, CellRecord, Scaling, load_cells, read_cells
+from ropescale.evals.ruler.record import SCHEMA, CellFingerprint, CellRecord, load_cells, read_cells
 from ropescale.evals.ruler.tasks import RulerTask, essay_haystack
+from ropescale.scaling import REPLACE, Scaling
 
 
 def row_label(scaling: Scaling, prompt: str = "plain") -> str:
@@ -173,10 +174,8 @@ class RulerRun:
         tokenizer = load_tokenizer(self.model)
         essay = essay_haystack(self.essay_text) if self.essay_text else None
         kwargs = self.runtime.load_kwargs() if self.runtime else {}
-        s = self.scaling
-        model = from_pretrained(
-            self.model, method=s.method, factor=s.factor, replace=True, method_params=dict(s.params) or None, **kwargs
-        )
+        s = self.scaling  # a method named here replaces a scaling the checkpoint ships with
+        model = from_pretrained(self.model, s if s.as_saved else s.with_(start=REPLACE), **kwargs)
         model = (self.runtime.place(model) if self.runtime else model).eval()
         runtime = {**(self.runtime.to_dict() if self.runtime else {}), "attention": attention_kernel(model)}
         for task, length in todo:

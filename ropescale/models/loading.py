@@ -19,15 +19,15 @@ from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
 from ..patching.model import install_rotary
 from ..patching.plan import (
-    KEEP,
+    FROM_PLAN,
     NON_NATIVE_PREFIX,
     apply_plan,
-    check_method_args,
     check_supported,
     plan_from_provenance,
-    plan_patch,
+    plan_scaling,
     quiet_transformers,
 )
+from ..scaling import KEEP, Scaling, as_scaling
 from .checkpoint import unmark_config_dict
 from .config_check import check_config_dict, transformers_rejection
 from .embedded import EMBEDDED_MODELS, drop_gguf_quantizer, embedded_model_dir
@@ -216,7 +216,7 @@ def _check_runnable(config: Any, plan: Any, sliding_window: Any, resolved: Resol
 
 def from_pretrained(
     name_or_path: str | os.PathLike,
-    method: str | None = None,
+    method: str | Scaling | None = None,
     factor: float | None = None,
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
@@ -231,7 +231,8 @@ def from_pretrained(
 
     Args:
         name_or_path: local directory, ``.gguf`` file, Hub id, or ``smollm2-135m``.
-        method: scaling method name (``ropescale methods``); None (or ``"saved"``, the evaluation
+        method: a :class:`~ropescale.scaling.Scaling` (then none of the scaling arguments below), or
+            a scaling method name (``ropescale methods``); None (or ``"saved"``, the evaluation
             commands' default) keeps the checkpoint's own scaling (a checkpoint saved by ropescale
             reloads with the same behaviour); ``"none"`` with ``replace=True`` removes it.
         factor: scaling factor s; extended context = s × original.
@@ -253,31 +254,32 @@ def from_pretrained(
     """
     from transformers import AutoModelForCausalLM
 
-    if isinstance(method, str) and method.strip().lower() == "saved":
-        method = None  # the scaling the checkpoint carries, as the evaluation commands spell it
     given, plan = plan, None
-    if given is not None and (method is not None or factor is not None or method_params or target_length is not None):
+    scaling = as_scaling(
+        method,
+        factor,
+        original_max_position_embeddings,
+        replace,
+        sliding_window,
+        target_length=target_length,
+        **(method_params or {}),
+    )
+    loose = scaling.factor is not None or scaling.params or scaling.target_length is not None
+    if given is not None and (loose or not scaling.as_saved):
         raise ValueError("give from_pretrained either a plan or method/factor/target_length/parameters, not both")
-    if method is not None:  # a wrong name or parameter fails before any conversion or download
-        check_method_args(method, factor if target_length is None else None, **(method_params or {}))
+    if scaling.as_saved and loose:
+        raise ValueError("factor/target_length/method parameters given without a method")
+    scaling.check()  # a wrong name or parameter fails before any conversion or download
+    # a plan made beforehand carries its own window (its Scaling's), unless one is given here too
+    sliding_window = FROM_PLAN if given is not None and sliding_window == KEEP else scaling.sliding_window
     resolved = resolve_model(name_or_path)
     shared = {k: hf_kwargs[k] for k in _SHARED_KWARGS if k in hf_kwargs}
-    config = _read_config(resolved, original_max_position_embeddings, **shared)
+    config = _read_config(resolved, scaling.original_context, **shared)
     check_supported(config)
     if given is not None:
         plan = given
-    elif method is not None:
-        plan = plan_patch(
-            config,
-            method,
-            factor,
-            original_max_position_embeddings,
-            replace,
-            target_length=target_length,
-            **(method_params or {}),
-        )
-    elif factor is not None or method_params or target_length is not None:
-        raise ValueError("factor/target_length/method parameters given without a method")
+    elif not scaling.as_saved:
+        plan = plan_scaling(config, scaling)
     else:
         plan = plan_from_provenance(config)
         if plan is not None and not plan.custom_rotary:

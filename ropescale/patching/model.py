@@ -16,7 +16,8 @@ import torch
 from ..attention.rotary_embedding import ScaledRotaryEmbedding
 from ..errors import RopescaleError
 from ..methods import ScalingMethod
-from .plan import KEEP, PatchPlan, apply_plan, plan_patch
+from ..scaling import KEEP, Scaling, as_scaling
+from .plan import PatchPlan, apply_plan, plan_scaling
 
 
 def rotary_owner(model: Any) -> Any:
@@ -58,7 +59,7 @@ def install_rotary(model: Any, plan: PatchPlan) -> None:
 
 def patch(
     model: Any,
-    method: str | ScalingMethod = "yarn",
+    method: str | ScalingMethod | Scaling = "yarn",
     factor: float | None = None,
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
@@ -69,14 +70,16 @@ def patch(
 ) -> Any:
     """Patch a loaded transformers model in place and return it.
 
-    Args are those of :func:`ropescale.patch_config` (``target_length=N`` instead of ``factor``
-    included). The model's config is updated in place (its submodules share it) and its rotary
-    module rebuilt; weights are untouched.
+    Args are those of :func:`ropescale.patch_config`: a :class:`~ropescale.scaling.Scaling`, or the
+    keyword form it is built from (``target_length=N`` instead of ``factor`` included). The model's
+    config is updated in place (its submodules share it) and its rotary module rebuilt; weights are
+    untouched.
     """
-    plan = plan_patch(
-        model.config, method, factor, original_max_position_embeddings, replace, target_length=target_length, **params
+    scaling = as_scaling(
+        method, factor, original_max_position_embeddings, replace, sliding_window, target_length=target_length, **params
     )
-    apply_plan(model.config, plan, sliding_window)
+    plan = plan_scaling(model.config, scaling)
+    apply_plan(model.config, plan)
     install_rotary(model, plan)
     return model
 

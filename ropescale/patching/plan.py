@@ -27,8 +27,8 @@ from typing import Any
 from .. import __version__
 from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
-from ..methods.base import coerce
 from ..methods.factor import resolve_factor
+from ..scaling import KEEP, Scaling, as_scaling, kv_consistent_option
 from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 
@@ -46,7 +46,8 @@ INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
 #: Loader that plain transformers finds through ``auto_map`` for checkpoints it cannot build.
 REMOTE_CODE_MODULE = "modeling_ropescale"
 
-KEEP = "keep"  # sentinel: leave Mistral's sliding_window as it is
+#: apply_plan's default: the sliding window the plan's Scaling asked for
+FROM_PLAN = "from the plan"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class PatchPlan:
     mode: str | None = None
     #: rebuilt from a checkpoint whose weights were trained with this scaling (``ropescale export``)
     fine_tuned: bool = False
+    #: Mistral-style sliding window, as the Scaling asked (``"keep"``, None or a width)
+    sliding_window: Any = KEEP
 
     @property
     def native(self) -> bool:
@@ -145,7 +148,7 @@ def trained_context(config: Any) -> int:
 
 def plan_patch(
     config: Any,
-    method: str | ScalingMethod,
+    method: str | ScalingMethod | Scaling,
     factor: float | None = None,
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
@@ -157,44 +160,64 @@ def plan_patch(
 ) -> PatchPlan:
     """Validate everything and decide what patching will do, without changing ``config``.
 
+    ``method`` is a :class:`~ropescale.scaling.Scaling` (and nothing else is given), or the keyword form
+    it is built from (:meth:`Scaling.of`): a method name or object, its factor (or ``target_length``), the
+    pretraining context, ``replace``/``compose``, ``shipped_context`` and the method's parameters.
+    """
+    options = {"compose": True} if compose else {}
+    options.update({"shipped_context": shipped_context} if shipped_context else {})
+    scaling = as_scaling(
+        method, factor, original_max_position_embeddings, replace, target_length=target_length, **params, **options
+    )
+    return plan_scaling(config, scaling)
+
+
+def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
+    """The plan of ``scaling`` on ``config``'s model, which is not changed.
+
     ``target_length`` (instead of ``factor``) asks for the factor that reaches that context. On a
     checkpoint that already carries a scaling the new one is composed on top of it (``compose``, from the
-    shipped context) or replaces it (``replace``, from the pretraining frequencies): the user's flag, else
-    the rule of :mod:`ropescale.patching.shipped` (composed where the weights were trained with the shipped
-    scaling); :attr:`PatchPlan.start` says which, and where each context came from.
+    shipped context) or replaces it (``replace``, from the pretraining frequencies): the user's word
+    (:attr:`Scaling.start`), else the rule of :mod:`ropescale.patching.shipped` (composed where the
+    weights were trained with the shipped scaling); :attr:`PatchPlan.start` says which, and where each
+    context came from.
     """
+    s = scaling
+    if s.as_saved:
+        raise ValueError("the checkpoint's own scaling has no plan to make: load it as saved (no method)")
     check_supported(config)
-    kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
-    _check_attention_on_extended(config, method)
-    shipped = shipped_of(config, shipped_context, original_max_position_embeddings)
+    _check_attention_on_extended(config, s.method)
+    shipped = shipped_of(config, s.shipped_context, s.original_context)
     mode = None
     if is_scaled(config):
-        mode = start_mode(shipped, compose, replace or None, _model_name(config))
-        _check_target_within(shipped, target_length, bool(replace), config)
-    elif compose:
+        mode = start_mode(shipped, s.compose or None, s.replace or None, _model_name(config))
+        _check_target_within(shipped, s.target_length, s.replace, config)
+    elif s.compose:
         raise RopescaleError("--compose builds on a shipped scaling, and this model carries none (plain RoPE)")
     if mode == COMPOSE:
-        return _plan_composed(config, shipped, method, factor, target_length, params, kv_consistent)
-    if original_max_position_embeddings is None and mode is None and shipped.family:
-        original_max_position_embeddings = shipped.pretraining  # the family table's, named in plan.start
-    params = {**_as_saved(config, method, factor, target_length), **params} if mode and not params else params
-    if isinstance(method, ScalingMethod):
-        if factor is not None or params or target_length is not None:
-            raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
-        scaling = method
+        return _plan_composed(config, shipped, s)
+    original = s.original_context
+    if original is None and mode is None and shipped.family:
+        original = shipped.pretraining  # the family table's, named in plan.start
+    if isinstance(s.method, ScalingMethod):
+        method = s.method
     else:
-        if target_length is not None:
-            L = original_geometry(config, original_max_position_embeddings)[2]
-            factor = resolve_factor(method, factor, target_length, L)
-        if factor is not None:
-            params["factor"] = factor
-        scaling = get_method(method, **params)
-    rope, field, L = original_geometry(config, original_max_position_embeddings)
+        saved = _as_saved(config, s.method, s.factor, s.target_length) if mode and not s.params else {}
+        factor = s.factor
+        if s.target_length is not None:
+            factor = resolve_factor(s.method, factor, s.target_length, original_geometry(config, original)[2])
+        if saved:  # a re-patch naming no parameter keeps the saved ones (a fine-tuned checkpoint's own)
+            method = get_method(s.method, **saved, **({"factor": factor} if factor is not None else {}))
+        else:
+            method = s.build(factor)
+    rope, field, L = original_geometry(config, original)
     spec = rotary_spec(config, rope, L)
-    scaling.validate_for(spec)
-    _check_int64(scaling, spec)
-    start = _start_text(shipped, mode, L)
-    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent), start, mode)
+    method.validate_for(spec)
+    _check_int64(method, spec)
+    kv = kv_consistent_option(method, s.kv_consistent)
+    return PatchPlan(
+        method, spec, rope, field, kv, _start_text(shipped, mode, L), mode, sliding_window=s.sliding_window
+    )
 
 
 def _model_name(config: Any) -> str:
@@ -241,24 +264,15 @@ def _start_text(shipped: Shipped, mode: str | None, L: int) -> str:
     )
 
 
-def _plan_composed(
-    config: Any,
-    shipped: Shipped,
-    method: str | ScalingMethod,
-    factor: Any,
-    target_length: int | None,
-    params: dict[str, Any],
-    kv_consistent: Any,
-) -> PatchPlan:
+def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
     """The plan of a method composed on top of the shipped scaling (:mod:`ropescale.methods.composed`)."""
     from ..methods.composed import ON_TOP, Composed
 
-    if isinstance(method, ScalingMethod):
-        if factor is not None or params or target_length is not None:
-            raise ValueError("give either a ScalingMethod instance or a method name with parameters, not both")
-        name, factor, params = method.name, method.factor, {k: v for k, v in method.params().items() if k != "factor"}
+    if isinstance(s.method, ScalingMethod):
+        name, factor = s.method.name, s.method.factor
+        params = {k: v for k, v in s.method.params().items() if k != "factor"}
     else:
-        name = method_class(method).name
+        name, factor, params = method_class(s.method).name, s.factor, s.params
     if name == "default":
         raise RopescaleError(
             f"--method none on top of the shipped {scaling_label(shipped.scaling or {})} is the model as shipped: evaluate it "
@@ -270,7 +284,7 @@ def _plan_composed(
             f"ropescale composes {', '.join(ON_TOP)}; pass --replace to run {name} from the pretraining frequencies"
         )
     base = _shipped_method(config, shipped.scaling or {})
-    factor = resolve_factor(name, factor, target_length, shipped.context)
+    factor = resolve_factor(name, factor, s.target_length, shipped.context)
     scaling = Composed(
         factor=1.0 if factor is None else factor,
         base=base,
@@ -283,7 +297,8 @@ def _plan_composed(
     scaling.validate_for(spec)
     _check_int64(scaling, spec)
     start = _start_text(shipped, COMPOSE, L)
-    return PatchPlan(scaling, spec, rope, field, kv_consistent_option(scaling, kv_consistent), start, COMPOSE)
+    kv = kv_consistent_option(scaling, s.kv_consistent)
+    return PatchPlan(scaling, spec, rope, field, kv, start, COMPOSE, sliding_window=s.sliding_window)
 
 
 def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
@@ -360,8 +375,9 @@ def _as_saved(config: Any, method: Any, factor: float | None, target_length: int
     return {k: v for k, v in saved.items() if k != "factor" or factor is None} if same else {}
 
 
-def check_method_args(method: str | ScalingMethod, factor: Any = None, **params: Any) -> None:
-    """Validate a method name and its parameters before any model is resolved, converted or loaded.
+def check_method_args(method: str | ScalingMethod | Scaling, factor: Any = None, **params: Any) -> None:
+    """Validate a method name and its parameters before any model is resolved, converted or loaded
+    (:meth:`ropescale.scaling.Scaling.check`; the keyword form is :meth:`~ropescale.scaling.Scaling.of`'s).
 
     What needs the model (list lengths against its rotary dim, a target length against its
     context) is checked later by :func:`plan_patch`; a missing ``factor`` is checked with the
@@ -370,33 +386,13 @@ def check_method_args(method: str | ScalingMethod, factor: Any = None, **params:
     Raises:
         ValueError: an unknown method or parameter, or a bad value, in one line naming it.
     """
-    if isinstance(method, ScalingMethod):
-        return
-    params = dict(params)
-    kv_consistent = params.pop("kv_consistent", None)  # a patch option, not a method parameter
-    for option in ("compose", "shipped_context"):  # what to do with a shipped scaling: plan_patch's
-        params.pop(option, None)
-    scaling = get_method(method, **params, **({"factor": factor} if factor is not None else {}))
-    kv_consistent_option(scaling, kv_consistent)
+    as_scaling(method, factor, **params).check()
 
 
-def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
-    """``kv_consistent``: default on for methods whose frequencies follow the current length (dynamic
-    methods, LongRoPE with short ≠ long factors); only they have anything to make consistent."""
-    if value is None:
-        return method.varies_with_length()
-    value = coerce("kv_consistent", value, bool)
-    if value and not method.varies_with_length():
-        raise ValueError(
-            "kv_consistent applies to methods whose frequencies change with the length (dynamic_ntk, "
-            f"dynamic_yarn, longrope with short_factor != long_factor); '{method.name}' has fixed frequencies "
-            "here, so its cached keys are already consistent"
-        )
-    return value
-
-
-def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP, fine_tuned: bool = False) -> None:
+def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fine_tuned: bool = False) -> None:
     """Write ``plan`` into ``config`` in place (rope_parameters, max_position_embeddings, provenance).
+
+    ``sliding_window``: the plan's own (its Scaling's) unless given.
 
     ``fine_tuned``: the weights were trained with this scaling (``ropescale export`` of a run), so a later
     extension composes on top of it by default (:func:`ropescale.patching.shipped.start_mode`)."""
@@ -416,7 +412,7 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = KEEP, fine_tu
             }
     config.max_position_embeddings = method.max_position_embeddings(spec)
     extended = method.extended_context(spec)
-    _apply_sliding_window(config, extended, sliding_window)
+    _apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
     setattr(
         config,
         PROVENANCE_KEY,
@@ -491,7 +487,7 @@ def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> No
 
 def patch_config(
     config: Any,
-    method: str | ScalingMethod = "yarn",
+    method: str | ScalingMethod | Scaling = "yarn",
     factor: float | None = None,
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
@@ -504,7 +500,8 @@ def patch_config(
 
     Args:
         config: a ``PreTrainedConfig`` of a supported architecture (Llama, Mistral, Qwen2, Qwen3).
-        method: a registered method name (see ``ropescale methods``) or a ``ScalingMethod``.
+        method: a :class:`~ropescale.scaling.Scaling` (then nothing else), or a registered method name
+            (see ``ropescale methods``) or a ``ScalingMethod`` with the arguments below.
         factor: the scaling factor s (extended context = s × original).
         original_max_position_embeddings: the trained context L, if the config does not say it.
         replace: allow re-patching an already scaled config (starts from its original parameters).
@@ -517,11 +514,12 @@ def patch_config(
     Returns:
         A new config; ``config`` itself is not modified.
     """
-    plan = plan_patch(
-        config, method, factor, original_max_position_embeddings, replace, target_length=target_length, **params
+    scaling = as_scaling(
+        method, factor, original_max_position_embeddings, replace, sliding_window, target_length=target_length, **params
     )
+    plan = plan_scaling(config, scaling)
     new = copy.deepcopy(config)
-    apply_plan(new, plan, sliding_window)
+    apply_plan(new, plan)
     return new
 
 

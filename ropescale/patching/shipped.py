@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AlreadyScaledError, RopescaleError
+from ..scaling import COMPOSE, REPLACE
 
 
 @dataclass(frozen=True)
@@ -247,9 +248,6 @@ def shipped_of(
             "pass --shipped-context N or --original-max-position-embeddings N"
         )
     return Shipped(context, source, L, pre_source, scaling, trained, trained_source, family and family.name)
-
-
-COMPOSE, REPLACE = "compose", "replace"
 
 
 def start_mode(shipped: Shipped, compose: bool | None, replace: bool | None, what: str = "") -> str:

@@ -4,7 +4,7 @@ perplexity or on needle retrieval (:mod:`.needles`), seeded with the closed form
 
 >>> from ropescale.search import SearchOptions, run_search_job, load_search
 >>> run_search_job(SearchOptions(target_length=32768, budget=16), "runs/search")   # doctest: +SKIP
->>> ropescale.patch(model, replace=True, **load_search("runs/search").patch_kwargs())  # doctest: +SKIP
+>>> ropescale.patch(model, load_search("runs/search").scaling())  # doctest: +SKIP
 """
 
 from __future__ import annotations

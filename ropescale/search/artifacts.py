@@ -58,8 +58,16 @@ class SearchResult:
     directory: Path
 
     def patch_kwargs(self) -> dict[str, Any]:
-        """``ropescale.patch(model, **result.patch_kwargs(), replace=True)``."""
+        """``ropescale.patch(model, **result.patch_kwargs(), replace=True)`` (the keyword form of :meth:`scaling`)."""
         return {"method": self.method, **self.params}
+
+    def scaling(self) -> Any:
+        """The best configuration as one :class:`~ropescale.scaling.Scaling`: ``ropescale.patch(model,
+        result.scaling())``. It replaces a scaling the checkpoint ships with, as the search measured it."""
+        from ..scaling import REPLACE, Scaling  # the methods load torch; the search's parser must not
+
+        params = {k: v for k, v in self.params.items() if k != "factor"}
+        return Scaling(self.method, self.params.get("factor"), params, start=REPLACE)
 
     def suite_entry(self, label: str = "searched") -> dict[str, Any]:
         """A ``methods:`` entry of an evaluation suite."""

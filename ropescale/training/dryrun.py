@@ -92,9 +92,9 @@ def build_meta_model(config: TrainConfig, hf_config: Any, source: str = "") -> M
 
     check_supported(hf_config)
     shipped = shipped_scaling_line(config, hf_config, source or "config.json")
-    args, kwargs = recipe_scaling(config, hf_config)  # the scaling the run puts on this model, as it does
+    scaling = recipe_scaling(config, hf_config)  # the scaling the run puts on this model, as it does
     try:
-        scaled = patch_config(hf_config, *args, **kwargs)
+        scaled = patch_config(hf_config, scaling)
     except (ValueError, TypeError) as exc:
         raise RopescaleError(f"scaling: {' '.join(str(exc).split())}") from None
     check_lengths(_ConfigOnly(scaled), config)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import RopescaleError
+from ..scaling import Scaling
 from ..scoring.nll import IGNORE_INDEX, summed_nll
 from .config import TrainConfig
 from .memory import check_mlp_tiling, enable_activation_checkpointing, tile_mlps
@@ -39,22 +40,11 @@ def load_base_model(config: TrainConfig, dtype: str | None = None) -> Any:
     """
     from ..models.loading import from_pretrained, load_config
 
-    s = config.scaling
-    start = _start_kwargs(config, load_config(config.model.name, s.original_max_position_embeddings))
+    scaling = recipe_scaling(config, load_config(config.model.name, config.scaling.original_max_position_embeddings))
     dtype = dtype or config.model.dtype
     attn = config.model.attn_implementation
     attn = "sdpa" if attn == "auto" and config.train.context_parallel > 1 else resolve_attn_implementation(attn, dtype)
-    return from_pretrained(
-        config.model.name,
-        method=s.method,
-        factor=s.factor,
-        method_params={**dict(s.params), **start["params"]},
-        replace=start["replace"],
-        original_max_position_embeddings=s.original_max_position_embeddings,
-        sliding_window=config.model.sliding_window,
-        dtype=getattr(torch, dtype),
-        attn_implementation=attn,
-    )
+    return from_pretrained(config.model.name, scaling, dtype=getattr(torch, dtype), attn_implementation=attn)
 
 
 def scale_model(model: Any, config: TrainConfig) -> Any:
@@ -68,29 +58,26 @@ def scale_model(model: Any, config: TrainConfig) -> Any:
     block = provenance(model.config)
     if block is not None and block["method"] == wanted.name and block["params"] == wanted.params():
         return model
-    args, kwargs = recipe_scaling(config, model.config)
-    return patch(model, *args, **kwargs)
+    return patch(model, recipe_scaling(config, model.config))
 
 
-def recipe_scaling(config: TrainConfig, hf_config: Any) -> tuple[tuple, dict[str, Any]]:
-    """The arguments of ``patch``/``patch_config`` that put the recipe's scaling on ``hf_config``'s model:
-    its method, factor and trained context, its parameters, its sliding window, and whether it composes on
-    or replaces a scaling the checkpoint carries (:func:`_start_kwargs`). One place for the trainer, the
-    dry run and the preflight, so the three plan the same model."""
-    s = config.scaling
-    start = _start_kwargs(config, hf_config)
-    kwargs = {"replace": start["replace"], "sliding_window": config.model.sliding_window, **s.params, **start["params"]}
-    return (s.method, s.factor, s.original_max_position_embeddings), kwargs
-
-
-def _start_kwargs(config: TrainConfig, hf_config: Any) -> dict[str, Any]:
-    """How the recipe's scaling meets one the checkpoint carries (:func:`ropescale.training.shipped.shipped_mode`,
-    the rule patch and recommend follow): composed on it, or replacing it from the pretraining frequencies."""
+def recipe_scaling(config: TrainConfig, hf_config: Any) -> Scaling:
+    """The recipe's :class:`~ropescale.scaling.Scaling` on ``hf_config``'s model: its method, factor and
+    trained context, its parameters, its sliding window, and whether it composes on or replaces a scaling
+    the checkpoint carries (:func:`ropescale.training.shipped.shipped_mode`, the rule patch and recommend
+    follow). One place for the trainer, the dry run and the preflight, so the three plan the same model."""
     from .shipped import shipped_mode
 
-    if shipped_mode(config, hf_config) == "compose":
-        return {"replace": False, "params": {"compose": True}}
-    return {"replace": True, "params": {}}
+    s = config.scaling
+    return Scaling.of(
+        s.method,
+        s.factor,
+        s.original_max_position_embeddings,
+        replace=shipped_mode(config, hf_config) != "compose",
+        sliding_window=config.model.sliding_window,
+        **dict(s.params),
+        **({"compose": True} if shipped_mode(config, hf_config) == "compose" else {}),
+    )
 
 
 def target_length(base: Any, config: TrainConfig) -> int:

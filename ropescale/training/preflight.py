@@ -377,9 +377,9 @@ def scaled_config(config: TrainConfig, hf_config: Any = None) -> Any:
     try:
         if hf_config is None:
             hf_config, _ = config_source(config.model.name)
-        args, kwargs = recipe_scaling(config, hf_config)  # as the run scales it
+        scaling = recipe_scaling(config, hf_config)  # as the run scales it
         with warnings.catch_warnings():  # the sliding-window warning is given once, by the load itself
             warnings.simplefilter("ignore")
-            return patch_config(hf_config, *args, **kwargs)
+            return patch_config(hf_config, scaling)
     except Exception:  # noqa: BLE001 - the weights' load reports an unreadable config in its own line
         return None

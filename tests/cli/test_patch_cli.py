@@ -203,9 +203,9 @@ def test_the_plan_printed_is_the_plan_written(capsys, model_dir, tmp_path, monke
     import ropescale.patching.plan as plan_mod
 
     made, applied = [], []
-    real_plan, real_load = plan_mod.plan_patch, loading.from_pretrained
-    monkeypatch.setattr(plan_mod, "plan_patch", lambda *a, **k: made.append(real_plan(*a, **k)) or made[-1])
-    monkeypatch.setattr(loading, "plan_patch", plan_mod.plan_patch)
+    real_plan, real_load = plan_mod.plan_scaling, loading.from_pretrained
+    monkeypatch.setattr(plan_mod, "plan_scaling", lambda *a, **k: made.append(real_plan(*a, **k)) or made[-1])
+    monkeypatch.setattr(loading, "plan_scaling", plan_mod.plan_scaling)
     monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: applied.append(k.get("plan")) or real_load(*a, **k))
     out = tmp_path / "y2"
     code, stdout, err = run(
