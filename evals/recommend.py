@@ -30,6 +30,7 @@ losses are told apart from the noise of their prompts (Newcombe's interval of th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -410,9 +411,9 @@ def format_short(rec: Recommendation) -> str:
         lines += wrap("measured:", rec.perplexity)
     lines += wrap("why:", rec.why)
     if rec.retrieval:
-        lines += wrap("retrieval:", rec.retrieval)
+        lines += wrap("retrieval:", _cited_once(rec.retrieval, rec.why))
     if rec.battery:
-        lines += wrap("battery:", rec.battery)
+        lines += wrap("battery:", _battery_short(rec.battery))
     for other in rec.also:
         lines += wrap("also:", other)
     if rec.serve:
@@ -429,6 +430,24 @@ def format_short(rec: Recommendation) -> str:
         lines += [f"{what}:", f"  {command}"]
     lines.append("more:      --verbose (every reason, the measured trade-offs and their evidence), --json (the record)")
     return "\n".join(lines)
+
+
+def _cited_once(text: str, before: str) -> str:
+    """``text`` without the evidence files the line above already cites (the short answer names each once)."""
+    for path in re.findall(r"evals/measured/[\w./-]+\.json", text):
+        if path in before:
+            text = text.replace(f", {path}", "").replace(f" ({path})", "")
+    return text
+
+
+def _battery_short(line: str) -> str:
+    """The battery line's first clause (the recommended method's row) and its folder; the alternative's
+    row, which method holds and the tasks beyond the model are ``--verbose``'s (the ``more:`` line says so)."""
+    first, _, rest = line.partition("; ")
+    folder = re.search(r"\((evals/measured/[^()]+)\)$", line)
+    if not rest:
+        return line
+    return f"{first} ({folder.group(1)})" if folder else first
 
 
 def to_record(rec: Recommendation) -> dict[str, Any]:
