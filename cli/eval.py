@@ -114,8 +114,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ropescale.cli import frontier as frontier_cmd
 
     frontier_cmd.register(tasks)
-    __import__("ropescale.cli.eval_ruler", fromlist=["register"]).register(tasks)  # RULER's tasks, own file
-    __import__("ropescale.cli.eval_longppl", fromlist=["register"]).register(tasks)  # LongPPL, own file
+    from ropescale.cli import eval_longppl as longppl_cmd  # LongPPL, its own file
+    from ropescale.cli import eval_ruler as ruler_cmd  # RULER's tasks, their own file
+
+    ruler_cmd.register(tasks)
+    longppl_cmd.register(tasks)
 
 
 def _task_parser(tasks, name: str, help_text: str, example: str = "") -> argparse.ArgumentParser:
