@@ -11,7 +11,7 @@ resumably; print the table, the goal's verdict and write the plots and the evide
     python benchmarks/bench_extension.py --recipe smollm2-135m/yarn_x4_long --output runs/extension-x4-long \
         --jitter 0.125 --skip-curve     # issue 41: the mixed-data recipe, its held-out curves and RULER
 
-Models (evals/extension.py): the embedded SmolLM2-135M-Instruct as trained (``none``), with
+Models (benchmarks/extension_plan.py): the embedded SmolLM2-135M-Instruct as trained (``none``), with
 training-free YaRN ×4 (``yarn``), fine-tuned at YaRN ×4 by ``configs/train/smollm2-135m/yarn_x4.yaml``
 (``fine-tuned yarn``), and fine-tuned by ``yarn_x4_control.yaml`` (``control``: the same text, windows,
 steps and optimizer, no scaling, positions within 8192). Every model is measured by the same suites:
@@ -22,9 +22,9 @@ to 8k). The gain curve: perplexity of every saved checkpoint at 32k (fine-tuned)
 ``--recipe`` names another fine-tune (its factor is the recipe's; its control is ``CONTROLS[recipe]``,
 else the recipe's ``_control`` sibling). Each fine-tune's held-out curve is read from its run's
 ``metrics.jsonl`` (recipes with ``eval.every``), and with ``--recipe`` (or ``--ruler-tasks``) RULER's
-battery (evals/extension_ruler.py) runs on the unscaled model and the control at L and on the fine-tune
+battery (benchmarks/extension_ruler.py) runs on the unscaled model and the control at L and on the fine-tune
 from L to its target, unless ``--skip-ruler``; the goal of issue 41 is then judged part by part
-(evals/extension_goal.py).
+(benchmarks/extension_goal.py).
 
 Every step resumes: training from its newest complete checkpoint, exports and curve points are kept,
 suite cells are kept and an interrupted passkey cell resumes at its first unfinished prompt.
@@ -42,7 +42,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED
-from ropescale.evals.extension import ROLES, SUITE_OF
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
+from extension_plan import ROLES, SUITE_OF  # noqa: E402
 
 #: the fine-tune's recipe per factor; the control (no scaling, positions within 8192) is the same at every factor
 SCALED = {4: "smollm2-135m/yarn_x4", 8: "smollm2-135m/yarn_x8"}
@@ -64,7 +66,7 @@ def parse_args(argv=None):
     ap.add_argument("--output", default="runs/extension-x4", help="runs, exports, suites and report")
     ap.add_argument("--factor", type=int, default=None, choices=sorted(SCALED), help="YaRN factor (x8: to 64k)")
     ap.add_argument("--recipe", default=None, help="the fine-tune's recipe (default: smollm2-135m/yarn_x<factor>)")
-    ap.add_argument("--skip-ruler", action="store_true", help="no RULER cells (evals/extension_ruler.py)")
+    ap.add_argument("--skip-ruler", action="store_true", help="no RULER cells (benchmarks/extension_ruler.py)")
     ap.add_argument(
         "--ruler-tasks",
         default=None,
@@ -163,9 +165,10 @@ def with_baselines(out: Path, rows: list, path: str, plan, before: bool = False)
     """``rows`` with the ``none``/``yarn`` rows of the shipped file ``path`` where ``out`` has none of its own,
     in the table's order, and the labels taken. Exits (2, one line) where the file is of another model, factor,
     passkey placement or runtime (``baseline_rows``): that of ``out``'s cells, else (``before`` training) this machine's."""
+    from extension_plan import baseline_rows
+
     from ropescale.errors import RopescaleError
     from ropescale.evals.cell_keys import cells_runtime
-    from ropescale.evals.extension import baseline_rows
     from ropescale.models.runtime import resolve_runtime
 
     try:
@@ -411,7 +414,7 @@ def plot(out: Path, rows, points, plan) -> list[str]:
 
 def make_plan(factor: int, jitter: float):
     """The experiment's protocol at ``factor`` (the shipped lengths and prompts; tests give a tiny one)."""
-    from ropescale.evals.extension import Plan
+    from extension_plan import Plan
 
     return Plan.at(factor, jitter=jitter)
 
@@ -419,11 +422,12 @@ def make_plan(factor: int, jitter: float):
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from extension_goal import goal_parts, heldout_curve, verdict
+    from extension_plan import collect, evidence_dict, goal_lines, render_table, suite_dicts
+    from extension_ruler import BATTERY, ruler_lines, ruler_runs, ruler_scores
+
     from ropescale._io import atomic_write_text
     from ropescale.evals.evidence import write_shipped
-    from ropescale.evals.extension import collect, evidence_dict, goal_lines, render_table, suite_dicts
-    from ropescale.evals.extension_goal import goal_parts, heldout_curve, verdict
-    from ropescale.evals.extension_ruler import BATTERY, ruler_lines, ruler_runs, ruler_scores
     from ropescale.evals.ruler.tasks import get_task
     from ropescale.evals.suite import run_suite, suite_from_dict
     from ropescale.models.runtime import resolve_runtime
@@ -509,7 +513,7 @@ def main(argv=None) -> int:
             "RULER (the battery's tasks, % of expected strings found):",
             *ruler_lines(ruler),
             "",
-            "Goal of issue 41 (evals/extension_goal.py):",
+            "Goal of issue 41 (benchmarks/extension_goal.py):",
             *(p.line() for p in parts),
             verdict(parts),
             "",

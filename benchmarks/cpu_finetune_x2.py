@@ -16,11 +16,11 @@ Steps, each skipped where its output exists (so an interrupted run resumes; run 
 3. perplexity of held-out *Emma* (non-overlapping windows with BOS, 4 windows of the target: 65,536
    tokens at x2) at 2k/8k and every doubling to the target: the unscaled model and the control at
    ≤ 8k, training-free YaRN ×s and the fine-tune at every length (the suites of bench_extension.py);
-4. RULER's four countable tasks (:data:`~ropescale.evals.extension_cpu_goal.COUNTABLE`), 30 prompts
+4. RULER's four countable tasks (``COUNTABLE`` of benchmarks/extension_cpu_goal.py), 30 prompts
    each: the fine-tune at the target, the unscaled model at 4k (its cells shipped in
    evals/measured/ruler/smollm2-135m-x4-cpu/ are taken where their fingerprint matches this machine's
    runtime, else run: ~2 min a task);
-5. the goal (evals/extension_cpu_goal.py) and the convergence of both held-out curves: a run whose
+5. the goal (benchmarks/extension_cpu_goal.py) and the convergence of both held-out curves: a run whose
    curve still falls at its last point is reported "not converged", not as the recipe's result.
 
 Evidence, written after every step into ``--ship`` (default ``evals/measured/finetune-cpu-x<s>/``,
@@ -83,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def make_plan(factor: int):
     """The protocol: perplexity at L/4, L and every doubling to the target, 4 windows of the target."""
-    from ropescale.evals.extension import Plan
+    from extension_plan import Plan
 
     plan = Plan.at(factor)
     return replace(plan, ppl_max_tokens=4 * max(plan.ppl_lengths))
@@ -152,7 +152,7 @@ def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
 
 def ppl_suites(plan, exports: dict) -> dict[str, dict]:
     """The three suites of bench_extension without passkey: the unscaled model and the control at ≤ L."""
-    from ropescale.evals.extension import suite_dicts
+    from extension_plan import suite_dicts
 
     short = [n for n in plan.ppl_lengths if n <= plan.original_context]
     raws = suite_dicts(plan, exports["fine-tuned yarn"], exports["control"])
@@ -178,7 +178,7 @@ def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, 
 
 def task_names(args) -> tuple[str, ...]:
     """The RULER tasks judged: ``--tasks`` or the four countable ones."""
-    from ropescale.evals.extension_cpu_goal import COUNTABLE
+    from extension_cpu_goal import COUNTABLE
 
     return tuple(t for t in args.tasks.split(",") if t.strip()) if args.tasks else COUNTABLE
 
@@ -206,8 +206,8 @@ def free_lines(base_cells: Path, target: int, tasks) -> list[str]:
 def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: int) -> None:
     """Steps 1-4, each skipped where its output exists."""
     import bench_extension as bx
+    from extension_ruler import _emma
 
-    from ropescale.evals.extension_ruler import _emma
     from ropescale.evals.ruler.run import RulerRun
     from ropescale.evals.ruler.tasks import get_task
     from ropescale.evals.suite import run_suite, suite_from_dict
@@ -260,11 +260,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import bench_extension as bx
+    from extension_cpu_goal import goal_parts, heldout_records, verdict
+    from extension_plan import collect, evidence_dict
 
     from ropescale._io import atomic_write_text
     from ropescale.evals.evidence import CONTROL, FINE_TUNED, write_shipped
-    from ropescale.evals.extension import collect, evidence_dict
-    from ropescale.evals.extension_cpu_goal import goal_parts, heldout_records, verdict
 
     factor = args.factor
     recipes = {FINE_TUNED: args.recipe or RECIPES[factor], CONTROL: args.control or CONTROL_RECIPE}
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
         "Training-free beside it, same prompts (listed, not judged):",
         *free_lines(Path(args.base_cells), target, tasks),
         "",
-        "Goal (evals/extension_cpu_goal.py):",
+        "Goal (benchmarks/extension_cpu_goal.py):",
         *(p.line() for p in parts),
         verdict(parts),
     ]

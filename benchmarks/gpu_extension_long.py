@@ -83,8 +83,9 @@ def countable_tasks(folder: Path | None = None) -> tuple[list[str], dict[str, fl
     the goal reports it and does not count it, so the GPU does not decode it. A task with no such cell
     is kept (nothing says it is beyond the model).
     """
+    from extension_ruler import BATTERY
+
     from ropescale.evals.battery_evidence import read_folder
-    from ropescale.evals.extension_ruler import BATTERY
 
     folder = BASE_CELLS if folder is None else folder
     cells = read_folder(folder, "smollm2-135m") if folder.is_dir() else None
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
                 f"RULER {task}: not run (the unscaled model scores {score:.0%} at <= L, {BASE_CELLS.name}: beyond it)"
             )
     else:
-        from ropescale.evals.extension_ruler import BATTERY
+        from extension_ruler import BATTERY
 
         tasks = list(BATTERY) if args.ruler_tasks == "all" else [t for t in args.ruler_tasks.split(",") if t.strip()]
     n = len(tasks)

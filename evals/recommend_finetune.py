@@ -16,7 +16,7 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.evidence import CONTROL, FINE_TUNED, Evidence, Measured
 from ropescale.evals.evidence import length_text as _k
-from ropescale.evals.extension import command_overrides, fine_tune_measured
+from ropescale.evals.finetune_evidence import command_overrides, fine_tune_measured
 from ropescale.evals.proportions import difference_interval
 
 

@@ -77,3 +77,8 @@ def _isolated_cache(session_cache, monkeypatch):
     """Tests never read or write the user's ~/.cache/ropescale (the embedded model converts once
     per test session into a temporary cache)."""
     monkeypatch.setenv("ROPESCALE_CACHE", str(session_cache))
+
+
+# The experiment drivers in benchmarks/ (extension_plan.py, extension_goal.py, ...) import each other by file
+# name, as they do when run as scripts; the tests import them the same way.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

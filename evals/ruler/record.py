@@ -4,7 +4,7 @@
 :data:`SCHEMA`); :func:`read_cells` reads them back, skipping with its reason any file that is not one
 (not JSON, another schema, a key missing or of the wrong type). The report (:mod:`.report`),
 ``recommend``'s battery line (:mod:`ropescale.evals.battery_evidence`) and the extension experiment
-(:mod:`ropescale.evals.extension_ruler`) read the record's attributes, never the file's keys.
+(benchmarks/extension_ruler.py) read the record's attributes, never the file's keys.
 """
 
 from __future__ import annotations

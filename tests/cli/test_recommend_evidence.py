@@ -49,8 +49,9 @@ def test_a_fine_tune_leads_with_its_perplexity_against_its_control(capsys, tmp_p
 
 def test_a_recall_fine_tune_quoted_first_has_its_passkey_labelled_trained_format(tmp_path):
     """Where the quoted experiment itself trained recall sentences, its own passkey cells carry the label."""
+    from extension_plan import Plan, evidence_dict
+
     from ropescale.evals.evidence import Measured, load_measured
-    from ropescale.evals.extension import Plan, evidence_dict
     from ropescale.evals.recommend import format_short, recommend
 
     command = "python benchmarks/bench_extension.py --jitter 0.125 --overrides data.recall_facts=4"

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import yaml
+from extension_plan import Plan
 
-from ropescale.evals.extension import Plan
 from tests.conftest import load_script, tiny_model
 from tests.evals.ruler_fixtures import ruler_tokenizer
 
@@ -189,7 +189,8 @@ def test_the_gpu_script_estimates_its_time_and_names_a_missing_source_before_run
 
 def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, monkeypatch):
     """The evidence files' commands (no --recipe) resume as they ran; --ruler-tasks or --recipe adds RULER."""
-    import ropescale.evals.extension_ruler as extension_ruler
+    import extension_ruler
+
     import ropescale.evals.suite as suite
 
     monkeypatch.setattr(bench, "check_recipes", lambda *a, **k: None)

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 import yaml
+from extension_plan import Plan
 
-from ropescale.evals.extension import Plan
 from tests.conftest import load_script, tiny_model
 from tests.evals.ruler_fixtures import ruler_tokenizer
 

@@ -9,10 +9,10 @@ import shlex
 from dataclasses import replace
 
 import numpy as np
+from extension_plan import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
 
 import ropescale
 from ropescale.evals.evidence import load_measured
-from ropescale.evals.extension import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
 from ropescale.evals.suite import run_suite, suite_from_dict
 from ropescale.training.config import load_config
 from ropescale.training.data import WindowDataset, WindowSpec
@@ -137,7 +137,7 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
 
 def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrieves_less(tmp_path):
     from ropescale.evals.evidence import Measured
-    from ropescale.evals.extension import fine_tune_measured
+    from ropescale.evals.finetune_evidence import fine_tune_measured
 
     def experiment(name: str, passkey: dict[int, float]):
         rows = [
@@ -170,7 +170,7 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
 
 def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them_is_named(tmp_path):
     from ropescale.evals.evidence import Measured
-    from ropescale.evals.extension import command_overrides, fine_tune_measured
+    from ropescale.evals.finetune_evidence import command_overrides, fine_tune_measured
     from ropescale.evals.recommend import recommend
 
     def experiment(name, passkey, command, jitter=0.125, trials=None, base=True, ppl=None):
@@ -266,7 +266,7 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
 
 def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_keeps_keys():
     from ropescale.evals.evidence import shipped_evidence
-    from ropescale.evals.extension import fine_tune_measured
+    from ropescale.evals.finetune_evidence import fine_tune_measured
 
     quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
     assert "finetune-400steps-jitter.json" in quote.line and quote.caveat  # the recipe's most complete: loses keys

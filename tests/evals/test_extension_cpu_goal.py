@@ -3,14 +3,15 @@ part, in progress, and not judged while a held-out curve still falls beyond the 
 
 from __future__ import annotations
 
-from ropescale.evals.evidence import Measured
-from ropescale.evals.extension_cpu_goal import (
+from extension_cpu_goal import (
     COUNTABLE,
     NOT_CONVERGED,
     curve_falling,
     goal_parts,
     verdict,
 )
+
+from ropescale.evals.evidence import Measured
 
 L, T = 8192, 16384
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured
-from ropescale.evals.extension_goal import (
+from extension_goal import (
     MET,
     MISSING,
     NOT_COUNTED,
@@ -17,6 +16,8 @@ from ropescale.evals.extension_goal import (
     still_improving,
     verdict,
 )
+
+from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured
 
 L = 8192
 TASKS = ("niah_single_1", "vt")

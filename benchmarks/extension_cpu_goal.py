@@ -20,12 +20,15 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured, length_text
-from ropescale.evals.extension_goal import MET, MISSING, NOT_MET, GoalPart
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
+from extension_goal import MET, MISSING, NOT_MET, GoalPart  # noqa: E402
 
 #: the four countable RULER tasks: those the unscaled SmolLM2-135M scores ≥ 30 % at 4k, one per skill
 #: (evals/measured/ruler/smollm2-135m-x4-cpu/; docs/battery.md)
