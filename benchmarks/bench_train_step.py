@@ -9,8 +9,8 @@ Variants (each adds to the one above):
 
 - ``before``: glibc's malloc as it is (``ROPESCALE_MALLOC=system``), the recomputing head loss
   (``ROPESCALE_FUSED_LOSS=0``): the code before issue 54's changes;
-- ``malloc``: freed memory kept mapped (``ropescale.models.runtime.keep_freed_memory``);
-- ``fused``: the fused head loss (``ropescale.scoring.nll._FusedHeadLoss``): what ropescale ships;
+- ``malloc``: freed memory kept mapped (``ropescale.models.runtime.keep_freed_memory``): what ropescale ships;
+- ``fused``: the fused head loss (``ropescale.scoring.nll._FusedHeadLoss``, opt-in: ``ROPESCALE_FUSED_LOSS=1``);
 - ``compile``: each decoder layer through ``torch.compile`` (not shipped: measured to size the next change).
 
 Per variant: the median seconds of the timed steps (the first ``--warmup`` steps are not timed), the

@@ -5,14 +5,18 @@ hidden states go through ``lm_head``, ``chunk_size`` positions at a time, with t
 fp32. With gradients enabled each chunk is recomputed in the backward pass (activation
 checkpointing), so training's peak memory is ``chunk × vocab`` logits too.
 
-On the CPU a plain ``nn.Linear`` head takes the fused path instead (:class:`_FusedHeadLoss`): each
+With ``ROPESCALE_FUSED_LOSS=1`` a plain ``nn.Linear`` head on the CPU takes the fused path instead
+(:class:`_FusedHeadLoss`; off by default, see below): each
 chunk's gradients are computed in the forward pass, while its logits exist, as Liger-Kernel's fused
 linear cross entropy does (github.com/linkedin/Liger-Kernel). The CPU spent a sixth of a training step
 on the vocabulary's log-softmax, its backward and the casts around them (benchmarks/README.md,
 "CPU speed", issue 54); the fused pass does one softmax per chunk instead of a log-softmax twice (the
 recomputation) and its backward, and no head recomputation. It keeps one fp32 ``[vocab, hidden]``
 gradient buffer (113 MB for SmolLM2), which is why GPUs, where memory is the scarce side, keep the
-recomputing path.
+recomputing path. It is opt-in because under bf16 autocast its rounding depends on ``train.loss_chunk``
+more than the recomputing path's does: three LoRA steps with ``loss_chunk`` 5 and 1024 end 1e-4 apart in
+a weight (tests/training/test_memory.py), which the recomputing path keeps closer. It saved 5 % of a
+SmolLM2 step (benchmarks/README.md); what makes it chunk-dependent is not yet found.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:
     ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the whole matrix) on the CPU."""
     weight = getattr(lm_head, "weight", None)
     return (
-        os.environ.get("ROPESCALE_FUSED_LOSS", "1") != "0"  # 0: the recomputing path (benchmarks/bench_train_step.py)
+        os.environ.get("ROPESCALE_FUSED_LOSS", "0") == "1"  # opt-in: see the module docstring
         and hidden.device.type == "cpu"
         and not softcap
         and type(lm_head) is torch.nn.Linear

@@ -55,12 +55,15 @@ def test_under_bf16_autocast_the_fused_head_loss_is_as_close_to_fp32_as_the_reco
         assert err_fused <= 1.5 * err_plain + 1e-6, (err_fused, err_plain)
 
 
-def test_the_fused_path_is_taken_for_a_plain_cpu_head_only():
+def test_the_fused_path_is_taken_for_a_plain_cpu_head_only(monkeypatch):
+    monkeypatch.setenv("ROPESCALE_FUSED_LOSS", "1")
     hidden = torch.zeros(1, 3, 4)
     assert nll._fusable(torch.nn.Linear(4, 5, bias=False), hidden, None)
     assert not nll._fusable(torch.nn.Linear(4, 5, bias=True), hidden, None)
     assert not nll._fusable(torch.nn.Linear(4, 5, bias=False), hidden, 30.0)  # softcapping: recompute path
     assert not nll._fusable(torch.nn.Sequential(torch.nn.Linear(4, 5, bias=False)), hidden, None)
+    monkeypatch.setenv("ROPESCALE_FUSED_LOSS", "0")  # opt-in: off unless asked
+    assert not nll._fusable(torch.nn.Linear(4, 5, bias=False), hidden, None)
 
 
 _RESIDENT = """
