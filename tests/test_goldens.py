@@ -176,7 +176,10 @@ _VOLATILE = (
 
 
 def mask(text: str, tmp: Path) -> str:
-    text = text.replace(str(tmp), "<TMP>").replace(str(HERE.parent), "<ROOT>").replace(__version__, "<VERSION>")
+    text = text.replace(str(tmp), "<TMP>")
+    if len(tmp.parts) > 2:  # pytest's base folder, wherever TMPDIR is
+        text = text.replace(str(tmp.parent), "<BASETEMP>")
+    text = text.replace(str(HERE.parent), "<ROOT>").replace(__version__, "<VERSION>")
     text = re.sub(_VOLATILE, r'"\1": "<volatile>"', text)
     text = re.sub(r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?", "<DATE>", text)
     text = re.sub(r"\b\d+(\.\d+)? ?(s|min) (a |per )?(cell|step)\b", "<TIME>", text)
