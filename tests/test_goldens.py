@@ -131,7 +131,6 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "recommend-smollm2-32k": (["recommend", "--target-length", "32768"], []),
     "recommend-llama3.1-256k": (["recommend", "--model", shape("llama3.1-8b"), "--target-length", "262144"], []),
     "recommend-qwen3-128k": (["recommend", "--model", shape("qwen3-8b"), "--target-length", "131072", "--verbose"], []),
-    "train-dry-run-yarn-x2-cpu": (["train", "--config", "smollm2-135m/yarn_x2_cpu", "--dry-run"], []),
     "eval-plan-llama3.1": (
         [
             "eval",
