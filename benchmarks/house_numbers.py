@@ -30,33 +30,18 @@ import contextlib
 import io
 import json
 import sys
-import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("ropescale", "evals", "cli")
 SENTINEL = 3.0625
+
+sys.path.insert(0, str(ROOT))
+from tests.test_layout import code_lines  # noqa: E402 - the layout rule's own count of code lines
+
 #: where the path ends: the checkpoint's config is written (``save_pretrained``); what reads it back as JSON
 #: (the checks of what each loader reads, ``doctor``'s verdict) is the file boundary, not the value's path
 STOP_AT = ("save_pretrained", "print_saved")
-
-
-def code_lines(source: str) -> int:
-    """Lines that hold code, as tests/test_layout.py counts them."""
-    lines: set[int] = set()
-    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
-    for i, tok in enumerate(tokens):
-        if tok.type in skip:
-            continue
-        if tok.type == tokenize.STRING:
-            before = next((t for t in reversed(tokens[:i]) if t.type not in (tokenize.NL, tokenize.COMMENT)), None)
-            after = tokens[i + 1] if i + 1 < len(tokens) else None
-            starts = before is None or before.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
-            if starts and after is not None and after.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
-                continue
-        lines.update(range(tok.start[0], tok.end[0] + 1))
-    return len(lines)
 
 
 def _holds(value, depth: int = 0, loose: bool = False) -> bool:

@@ -193,22 +193,10 @@ def mask(text: str, tmp: Path) -> str:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny random Llama with the evaluation tests' byte-level tokenizer (both deterministic)."""
-    import torch
-
-    from ropescale.models import tiny as tiny_models
-    from tests.evals.conftest import _train
+    from tests.evals.conftest import _train, sharpened_tiny_llama
 
     tok = _train("bytelevel")
-    model = tiny_models.tiny_model(
-        vocab_size=len(tok),
-        max_position_embeddings=256,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        attn_implementation="sdpa",
-    )
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
+    model = sharpened_tiny_llama(tok)
     path = tmp_path_factory.mktemp("golden") / "tiny"
     model.save_pretrained(path)
     tok.save_pretrained(path)

@@ -74,7 +74,11 @@ def tokenizer(request) -> PreTrainedTokenizerFast:
 @pytest.fixture(scope="session")
 def tiny_llama(bytelevel_tokenizer) -> LlamaForCausalLM:
     """A 2-layer random Llama whose vocabulary matches the byte-level tokenizer, in eval mode."""
-    tok = bytelevel_tokenizer
+    return sharpened_tiny_llama(bytelevel_tokenizer)
+
+
+def sharpened_tiny_llama(tok: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    """:func:`tiny_llama` for ``tok`` (also used outside this folder: tests/test_goldens.py)."""
     model = tiny.tiny_model(
         vocab_size=len(tok),
         max_position_embeddings=256,
