@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from ..interop.config_json import RopeDict
+
 #: a method parameter as JSON holds it (a scaling read back from a model may be any method's)
 ParamValue = float | int | str | bool | list[float] | None
 
@@ -257,6 +259,13 @@ class SearchReport(_SearchReport, total=False):
     wall_seconds_this_run: float
 
 
+class CalibrationScore(TypedDict):
+    """The best candidate's calibration score in ``best.json``."""
+
+    ppl: float
+    tokens: int
+
+
 class BestFile(TypedDict):
     """``best.json``: the best candidate as ``ropescale.patch`` arguments and the config it patches to."""
 
@@ -266,8 +275,8 @@ class BestFile(TypedDict):
     candidate: int
     origin: str
     objective: str
-    calibration: dict[str, float]
-    rope_parameters: dict[str, ParamValue]
+    calibration: CalibrationScore
+    rope_parameters: RopeDict
     max_position_embeddings: int
 
 
@@ -283,6 +292,7 @@ class SuiteEntry(TypedDict):
 __all__ = [
     "BestFile",
     "BestRecord",
+    "CalibrationScore",
     "Candidate",
     "Column",
     "GridCandidate",
