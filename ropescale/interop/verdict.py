@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ..rope_math import yarn_mscale
+from .config_json import ConfigJSON, RopeDict
 from .engines import (
     APPROXIMATES,
     CANNOT,
@@ -38,6 +39,27 @@ class EngineVerdict:
     why: str
 
 
+class EngineVerdictJSON(TypedDict):
+    """:class:`EngineVerdict` as ``doctor --json`` writes it (``dataclasses.asdict``)."""
+
+    engine: str
+    name: str
+    versions: str
+    verdict: str
+    why: str
+
+
+class ReportJSON(TypedDict):
+    """:meth:`Report.to_json`: the intended scaling, whether every engine keeps it, and each verdict."""
+
+    source: str
+    method: str
+    scaled: bool
+    note: str | None
+    ok: bool
+    engines: list[EngineVerdictJSON]
+
+
 @dataclass(frozen=True)
 class Report:
     """What :func:`check` found: the intended scaling and one verdict per engine."""
@@ -56,7 +78,7 @@ class Report:
     def fails(self) -> list[EngineVerdict]:
         return [v for v in self.verdicts if v.verdict == FAILS]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportJSON:
         return {
             "source": self.source,
             "method": self.method,
@@ -73,7 +95,7 @@ class Report:
 
 @dataclass(frozen=True)
 class Intent:
-    rope: dict[str, Any]  # the rope dict as ropescale / transformers 5 build the model from it
+    rope: RopeDict  # the rope dict as ropescale / transformers 5 build the model from it
     method: str
     native: bool
     attention_mode: str | None
@@ -372,7 +394,7 @@ __all__ = [
 ]
 
 
-def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
+def read_config_json(name_or_path: str) -> tuple[ConfigJSON, str]:
     """A checkpoint's config.json (no weights): a directory, a .json file, or a Hub id ``org/name``.
 
     Args:
