@@ -174,8 +174,14 @@ class Composed(ScalingMethod):
                 f"shipped_context {self.shipped_context} is below the pretraining context "
                 f"{spec.original_max_position_embeddings}"
             )
-        if self.attention:
-            self.outer.validate_for(self.shipped_spec(spec))  # its sizes against L_s, naming themselves
+        if self.attention:  # its sizes against L_s, naming themselves
+            try:
+                self.outer.validate_for(self.shipped_spec(spec))
+            except ValueError as error:
+                raise ValueError(
+                    f"{self.outer.name} on the shipped {self.inner.name} x{self.inner.factor:g}, measured in the shipped "
+                    f"context {self.shipped_context} (its 'original context' below): {error}"
+                ) from None
 
     def varies_with_length(self) -> bool:
         return self.outer.varies_with_length() or self.inner.varies_with_length()
