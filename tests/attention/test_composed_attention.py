@@ -135,6 +135,16 @@ def by_hand(attn, hidden: torch.Tensor, pairs, inv_freq, factor, query_scale=lam
     return out.reshape(n, H * hd) @ attn.o_proj.weight.double().T
 
 
+def sharpened(model):
+    """The model with its first layer's q and k projections ×12: random init gives near-uniform attention,
+    which hides a change of the slow pairs' frequencies (llama3 changes only wavelengths over L/4)."""
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        attn.q_proj.weight.mul_(12)
+        attn.k_proj.weight.mul_(12)
+    return model
+
+
 def layer_io(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, output) of the first attention layer on ``ids``."""
     attn, seen = model.model.layers[0].self_attn, {}
@@ -177,7 +187,7 @@ CASES = [  # (id, arch, rope, max_position_embeddings, method, params, patch opt
 def test_composed_attention_equals_attention_by_hand(case):
     _, arch, rope, field, method, params, options, frequencies, pairs, own = case
     model = tiny_model(arch, rope_parameters=dict(rope), max_position_embeddings=field, attn_implementation="sdpa")
-    ropescale.patch(model, method, **params, **options)
+    ropescale.patch(sharpened(model), method, **params, **options)
     assert model.config.ropescale["mode"] == "compose"
     inv_freq, shipped = frequencies(model.config.head_dim, rope)
     ids = torch.randint(0, 128, (1, N), generator=torch.Generator().manual_seed(3))
@@ -192,7 +202,7 @@ def test_replaced_on_qwens_switch_rotates_with_plain_rope():
     model = tiny_model(
         "qwen2", rope_parameters=dict(QWEN_YARN), max_position_embeddings=131072, attn_implementation="sdpa"
     )
-    ropescale.patch(model, "string", shift=16, local_window=4)
+    ropescale.patch(sharpened(model), "string", shift=16, local_window=4)
     assert model.config.ropescale["mode"] == "replace"
     ids = torch.randint(0, 128, (1, N), generator=torch.Generator().manual_seed(3))
     hidden, out = layer_io(model, ids)
@@ -223,7 +233,7 @@ def test_dca_temperature_and_self_extend_logn_count_from_the_shipped_context():
         model = tiny_model(
             rope_parameters=dict(SMALL_LLAMA3), max_position_embeddings=field, attn_implementation="sdpa"
         )
-        ropescale.patch(model, method, compose=True, **params)
+        ropescale.patch(sharpened(model), method, compose=True, **params)
         hidden, out = layer_io(model, ids)
         expected = by_hand(model.model.layers[0].self_attn, hidden, pairs, inv_freq, 1.0, scale)
         torch.testing.assert_close(out[0].double(), expected, rtol=1e-4, atol=1e-5)
