@@ -140,3 +140,15 @@ def test_a_checkpoint_ropescale_scaled_is_repatched_from_its_recorded_original(m
     config = ropescale.patch_config(tiny_config("llama"), "yarn", factor=4)
     new = ropescale.patch_config(config, method, factor=1.25, replace=True)
     assert new.ropescale["method"] == method and new.ropescale["original_max_position_embeddings"] == 64
+
+
+def test_composed_sizes_are_checked_against_the_shipped_context():
+    """STRING alone reaches L + shift − local_window; composed, L is the shipped 512 and the line says so."""
+    config = tiny_config("llama", rope_parameters=dict(UNDECIDED), max_position_embeddings=512)
+    with pytest.raises(ValueError) as info:
+        ropescale.patch_config(config, "string", factor=1.25, compose=True)
+    assert str(info.value) == (
+        "string on the shipped llama3 x8, measured in the shipped context 512 (its 'original context' below): "
+        "STRING with plain RoPE reaches 552 tokens (L + shift - local_window), less than factor 1.25 x 512; add "
+        "frequencies=yarn, or use a smaller factor"
+    )
