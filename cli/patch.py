@@ -150,7 +150,7 @@ def summary(model: str, plan, verbose: bool = False) -> str:
         native += " + KV-consistent attention (cached keys follow the current frequencies; sdpa/eager)"
     what = method.label() if hasattr(method, "label") else method.name  # a composition names both scalings
     if hasattr(method, "label"):  # an attention-level method on top: its sizes, measured in the shipped context
-        params = ", ".join(f"{k}={v}" for k, v in method.on_top_params(spec).items())
+        params = method.on_top_summary(spec)
     lines = [
         f"model:              {model}",
         f"method:             {what} (factor {method.factor:g}{', ' + params if params else ''})",

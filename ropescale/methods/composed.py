@@ -198,14 +198,14 @@ class Composed(ScalingMethod):
             return self.outer.extended_context(self.shipped_spec(spec))
         return int(round(self.factor * self.shipped_context))
 
-    def on_top_params(self, spec: RotarySpec) -> dict[str, Any]:
-        """The second method's parameters for a summary: an attention-level method's resolved sizes (from
-        L_s), a frequency method's as given."""
+    def on_top_summary(self, spec: RotarySpec) -> str:
+        """The second method's parameters as ``patch`` prints them (``group_size=3, window=1024, ...``): an
+        attention-level method's resolved sizes (from L_s), a frequency method's as given."""
         if self.attention:
             params = self.outer.resolved_params(self.shipped_spec(spec))
         else:
             params = dict(self.on_top.get("params") or {})
-        return {k: v for k, v in params.items() if k != "factor" and v is not None}
+        return ", ".join(f"{k}={v}" for k, v in params.items() if k != "factor" and v is not None)
 
     def max_position_embeddings(self, spec: RotarySpec) -> int:
         """s × L_s, or L_s for a dynamic second method (transformers' convention for dynamic rope)."""
