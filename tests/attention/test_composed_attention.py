@@ -254,3 +254,21 @@ def test_defaults_are_measured_in_the_shipped_context():
         assert {k: getattr(rotary, k) for k in settings} == settings
         assert model.config.ropescale["params"]["factor"] == 160000 / 131072  # the target over the shipped context
         assert rotary.spec.original_max_position_embeddings == 131072
+
+
+#: llama.cpp's grouping depends on where its batches start (a generated token is a batch of one), so its
+#: cached decoding differs from a recomputation by design (tests/attention/test_self_extend_llamacpp.py)
+CACHED = [c for c in CASES if c[1] == "llama" and c[4] != "self_extend_llamacpp"]
+
+
+@pytest.mark.parametrize("case", CACHED, ids=[c[0] for c in CACHED])
+def test_composed_cached_decoding_equals_recomputation(case):
+    """The pinned shipped frequencies serve the cached path too (rotated keys kept beside the cache)."""
+    from tests.attention.decoding import cached_vs_full, max_diff
+
+    _, arch, rope, field, method, params, options, *_ = case
+    model = tiny_model(arch, rope_parameters=dict(rope), max_position_embeddings=field, attn_implementation="sdpa")
+    ropescale.patch(sharpened(model), method, **params, **options)
+    ids = torch.randint(0, 128, (1, N), generator=torch.Generator().manual_seed(4))
+    cached, full = cached_vs_full(model, ids, prompt=N - 6)
+    assert max_diff(cached, full) < 1e-4
