@@ -131,10 +131,30 @@ def intent_of(data: dict) -> Intent:
         attention = "self_extend"
     elif block.get("kv_consistent"):
         attention = "kv_consistent"
-    method = block.get("method") or rope_type
+    method = _attention_composed(block) or block.get("method") or rope_type
     original = float(block.get("original_rope_theta", rope["rope_theta"]))
     extended = block.get("extended_context")
     return Intent(rope, method, native, attention, original, int(extended) if extended else None)
+
+
+#: the attention-level methods (``ropescale.methods.composed.ATTENTION_ON_TOP``; no torch here)
+_ATTENTION_METHODS = ("self_extend", "dca", "string", "self_extend_llamacpp")
+
+
+def _attention_composed(block: dict) -> str | None:
+    """``self_extend x2 on llama3 x8 (composed)`` for an attention-level method composed on a shipped scaling
+    (a provenance block's ``composed`` with such an ``on_top``), so that a verdict names what cannot be
+    expressed rather than "composed" (a composed frequency method is saved as LongRoPE and engines read it)."""
+    params = block.get("params") if block.get("method") == "composed" else None
+    on_top, base = (params or {}).get("on_top"), (params or {}).get("base")
+    if not isinstance(on_top, dict) or not isinstance(base, dict) or on_top.get("method") not in _ATTENTION_METHODS:
+        return None
+    shipped = (base.get("params") or {}).get("factor")
+    return (
+        f"{on_top['method']} x{float(params.get('factor') or 1):g} on the shipped {base.get('method')}"
+        + (f" x{float(shipped):g}" if shipped else "")
+        + " (composed)"
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
