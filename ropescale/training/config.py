@@ -52,6 +52,7 @@ from .sections import (  # re-exported: recipes are built, and their sections im
     PoseSection,
     S2AttnSection,
     ScalingSection,
+    Section,
     TrainConfig,
     TrainSection,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "POSE_CONTENT",
     "SCHEDULES",
     "SECTIONS",
+    "Section",
     "ConfigError",
     "DataSection",
     "EvalSection",
@@ -159,7 +161,7 @@ def config_from_dict(raw: dict[str, Any], name: str = "run") -> TrainConfig:
     if not isinstance(raw, dict):
         raise ConfigError("a training recipe must be a mapping of sections (model, scaling, lora, ...)")
     known = ["name", *SECTIONS]
-    sections: dict[str, Any] = {}
+    sections: dict[str, Section] = {}
     for key, value in raw.items():
         if key not in known:
             raise ConfigError(f"unknown section '{key}'{_did_you_mean(str(key), known)}")

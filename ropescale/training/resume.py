@@ -19,6 +19,8 @@ from .._io import atomic_write_json, atomic_write_text, remove_path
 from .checkpoints import (
     CHECKPOINTS,
     TRAINABLE_FILE,
+    CheckpointState,
+    RunIdentity,
     check_resumable,
     fingerprint,
     gather_trainable,
@@ -46,28 +48,27 @@ class Checkpointing:
     module: Any
     optimizer: Any
     scheduler: Any
-    identity: dict
+    identity: RunIdentity
     trainable_names: list[str]
     fsdp_version: int | None
     step: int
     tokens_seen: int
     elapsed: float
 
-    def _restore_weights(self) -> dict[str, Any] | None:
+    def _restore_weights(self) -> CheckpointState | None:
         """Load the newest checkpoint's trainable weights before wrapping; returns its state."""
         path = resume_point(self.output_dir, announce=self.accelerator.is_main_process)
         if path is None:
             return None  # --resume on a fresh directory starts from scratch
-        state = json.loads((path / "state.json").read_text())
-        check_resumable(state, self.config, path, self.identity)
+        state = CheckpointState.read(path)
+        check_resumable(state, self.config, self.identity)
         from safetensors.torch import load_file
 
         load_trainable(self.peft_model, load_file(path / TRAINABLE_FILE))
-        state["path"] = str(path)
         return state
 
-    def _restore_training_state(self, state: dict[str, Any]) -> None:
-        path, acc = Path(state["path"]), self.accelerator
+    def _restore_training_state(self, state: CheckpointState) -> None:
+        path, acc = state.path, self.accelerator
         if self._fsdp():
             from accelerate.utils import load_fsdp_optimizer
 
@@ -79,7 +80,7 @@ class Checkpointing:
         rng = path / rng_file(acc.process_index)
         if rng.is_file():
             set_rng_state(load_state(rng))
-        self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens"], state["elapsed"]
+        self.step, self.tokens_seen, self.elapsed = state.step, state.tokens, state.elapsed
         if acc.is_main_process:
             self._trim_metrics(self.step)
 

@@ -116,6 +116,19 @@ class EvalSection:
     data: str | None = None  # default: the held-out documents of data.source
 
 
+#: any one section of a recipe (what :data:`SECTIONS` maps a name to, built)
+Section = (
+    ModelSection
+    | ScalingSection
+    | LoraSection
+    | DataSection
+    | PoseSection
+    | S2AttnSection
+    | OptimSection
+    | TrainSection
+    | EvalSection
+)
+
 SECTIONS = {
     "model": ModelSection,
     "scaling": ScalingSection,

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from ..patching.plan import original_spec, sliding_window_setting
 from .checkpoints import left_as_found, list_checkpoints, prepare_output_dir, run_identity
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
+from .evaluation import EvalRecord
 from .mixing import mixed_windows
 from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: re-exported (older imports)
     CausalLMLoss,
@@ -80,11 +81,23 @@ def _require_training_deps() -> None:
             raise MissingDependencyError(f"training needs {name}: pip install 'ropescale[train]'")
 
 
+class StepRecord(TypedDict):
+    """One optimizer step's line of ``metrics.jsonl`` (with the load average :meth:`Trainer._log` adds)."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float | None  # None: optim.max_grad_norm is null (no clipping, no norm computed)
+    tokens: int  # seen so far, over every process
+    tokens_per_s: float
+    elapsed: float  # seconds of training steps so far, over every session of the run
+
+
 @dataclass
 class TrainResult:
     step: int
     losses: list[float] = field(default_factory=list)  # per step of this session
-    evals: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[EvalRecord] = field(default_factory=list)
     output_dir: Path | None = None
     seconds: float = 0.0
     tokens: int = 0
@@ -286,7 +299,7 @@ class Trainer(Checkpointing):
             return mixed_windows(c, self.tokenizer, self.output_dir / "data", spec, recall)
         return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)
 
-    def _log(self, record: dict[str, Any]) -> None:
+    def _log(self, record: StepRecord | EvalRecord) -> None:
         """One line of ``metrics.jsonl``, with the load average it ran under (a step timed beside another
         job is slower by its share: the line says so)."""
         if self.accelerator.is_main_process:
@@ -295,12 +308,12 @@ class Trainer(Checkpointing):
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def evaluate(self) -> dict[str, Any]:
+    def evaluate(self) -> EvalRecord:
         """Perplexity at the target length on held-out text, with full attention, in eval mode."""
         from .evaluation import eval_documents, evaluate_peft_model
 
         c, acc = self.config, self.accelerator
-        record: dict[str, Any] = {}
+        record: EvalRecord = {}
         if acc.is_main_process:
             length = c.eval.length or self.target_length
             if self.eval_tokens is None:
@@ -373,15 +386,15 @@ class Trainer(Checkpointing):
             result.losses.append(step_loss)
             if self.step % c.train.log_every == 0 or self.step == c.train.max_steps:
                 self._log(
-                    {
-                        "step": self.step,
-                        "loss": step_loss,
-                        "lr": lr,
-                        "grad_norm": grad_norm,
-                        "tokens": self.tokens_seen,
-                        "tokens_per_s": step_tokens / dt,
-                        "elapsed": self.elapsed,
-                    }
+                    StepRecord(
+                        step=self.step,
+                        loss=step_loss,
+                        lr=lr,
+                        grad_norm=grad_norm,
+                        tokens=self.tokens_seen,
+                        tokens_per_s=step_tokens / dt,
+                        elapsed=self.elapsed,
+                    )
                 )
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.4f}", tok_s=f"{step_tokens / dt:.0f}", lr=f"{lr:.2e}")
