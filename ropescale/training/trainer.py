@@ -81,7 +81,11 @@ def _require_training_deps() -> None:
             raise MissingDependencyError(f"training needs {name}: pip install 'ropescale[train]'")
 
 
-class StepRecord(TypedDict):
+class _CompiledStep(TypedDict, total=False):
+    compiled_layers: int  # train.compile: the decoder layers that ran compiled (absent when off)
+
+
+class StepRecord(_CompiledStep):
     """One optimizer step's line of ``metrics.jsonl`` (with the load average :meth:`Trainer._log` adds)."""
 
     step: int
@@ -135,6 +139,7 @@ class Trainer(Checkpointing):
         self.step = 0
         self.tokens_seen = 0
         self.elapsed = 0.0
+        self.compiled_layers = 0
         self._ready = False
 
     # ------------------------------------------------------------------------------ setup
@@ -192,6 +197,10 @@ class Trainer(Checkpointing):
             from .s2attn import enable_s2attn
 
             enable_s2attn(self.peft_model.get_base_model(), c.s2attn.group_ratio)
+        if c.train.compile:  # after every change to the layers' code (LoRA, memory options, S2-Attn): it is traced
+            from .compiling import compile_layers
+
+            self.compiled_layers = compile_layers(self.peft_model.get_base_model())
         with acc.main_process_first():
             self.dataset = self._build_dataset()
         state = self._restore_weights() if resume else None
@@ -251,6 +260,7 @@ class Trainer(Checkpointing):
                 recipe_data=self._train_tokens is None,
                 gpus=acc.num_processes,
                 eval_tokens=self.eval_tokens,
+                device=acc.device.type,
             )
             try:
                 self.preflight_lines = run_preflight(pf)
@@ -385,17 +395,18 @@ class Trainer(Checkpointing):
             self.elapsed += dt
             result.losses.append(step_loss)
             if self.step % c.train.log_every == 0 or self.step == c.train.max_steps:
-                self._log(
-                    StepRecord(
-                        step=self.step,
-                        loss=step_loss,
-                        lr=lr,
-                        grad_norm=grad_norm,
-                        tokens=self.tokens_seen,
-                        tokens_per_s=step_tokens / dt,
-                        elapsed=self.elapsed,
-                    )
+                record = StepRecord(
+                    step=self.step,
+                    loss=step_loss,
+                    lr=lr,
+                    grad_norm=grad_norm,
+                    tokens=self.tokens_seen,
+                    tokens_per_s=step_tokens / dt,
+                    elapsed=self.elapsed,
                 )
+                if self.compiled_layers:  # what produced the step's numbers (config.yaml says train.compile too)
+                    record["compiled_layers"] = self.compiled_layers
+                self._log(record)
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.4f}", tok_s=f"{step_tokens / dt:.0f}", lr=f"{lr:.2e}")
             if c.eval.every and self.step % c.eval.every == 0:
