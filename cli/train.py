@@ -147,7 +147,7 @@ def _summary(config) -> str:
         f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
         f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len // c.train.context_parallel} tokens per device "
         "per step" + (f": 1/{c.train.context_parallel} of each window" if c.train.context_parallel > 1 else "") + "), "
-        f"precision {c.train.mixed_precision}",
+        f"precision {c.train.mixed_precision}" + (", torch.compile of each decoder layer" if c.train.compile else ""),
         _memory_line(c.train),
         f"output:        {c.output_dir}",
     ]
