@@ -16,7 +16,7 @@ from typing import Any
 
 from ropescale import options
 from ropescale.cli.common import _length, add_model_args, add_scaling_args, typed
-from ropescale.evals.saved import is_saved
+from ropescale.evals.tasks.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 #: weights dtypes of the ``ropescale`` lm-eval model (``auto``: as stored)

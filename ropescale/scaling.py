@@ -197,7 +197,7 @@ class Scaling:
     # JSON, at the file boundary
     def request(self) -> dict[str, Any]:
         """``{"method", "factor", "params"}``: the three keys RULER's cells have recorded since their first
-        schema (:mod:`ropescale.evals.ruler.record`), kept so that every shipped cell still matches."""
+        schema (:mod:`ropescale.evals.tasks.ruler.record`), kept so that every shipped cell still matches."""
         return {
             "method": None if self.method is None else self.name,
             "factor": self.factor,

@@ -39,7 +39,7 @@ from .objective import LAYOUTS, make_windows
 from .options import SearchOptions
 from .space import make_space, pair_factors
 
-#: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/saved.py``)
+#: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/tasks/saved.py``)
 SAVED = "saved"
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
 
