@@ -41,7 +41,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
 from extension_plan import ROLES, SUITE_OF  # noqa: E402
@@ -134,12 +134,12 @@ def fail(message: str) -> None:
 
 def measured_on(out: Path, machine: str | None) -> tuple[str, dict[str, str] | None]:
     """The evidence note's machine (``machine`` if given, else this one as the cells' runtimes name it)
-    and the runtime that computed the cells (:func:`~ropescale.evals.cell_keys.cells_runtime`).
+    and the runtime that computed the cells (:func:`~ropescale.evals.report.cell_keys.cells_runtime`).
 
     Exits (status 2) when the cells come from more than one runtime, or from a GPU that this machine
     does not have and ``--machine`` does not name."""
     from ropescale.errors import RopescaleError
-    from ropescale.evals.cell_keys import cells_runtime
+    from ropescale.evals.report.cell_keys import cells_runtime
 
     try:
         runtime = cells_runtime(sorted(p for p in out.iterdir() if (p / "cells").is_dir()))
@@ -168,7 +168,7 @@ def with_baselines(out: Path, rows: list, path: str, plan, before: bool = False)
     from extension_plan import baseline_rows
 
     from ropescale.errors import RopescaleError
-    from ropescale.evals.cell_keys import cells_runtime
+    from ropescale.evals.report.cell_keys import cells_runtime
     from ropescale.models.runtime import resolve_runtime
 
     try:
@@ -290,7 +290,7 @@ def curve(out: Path, plan, suites: set[str], tasks: tuple[str, ...] = ("perplexi
 
     import ropescale as rs
     from ropescale.data.documents import load_documents, tokenize_documents
-    from ropescale.evals.passkey import run_passkey
+    from ropescale.evals.tasks.passkey import run_passkey
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scoring.perplexity import evaluate_perplexity
     from ropescale.training.checkpoints import list_checkpoints
@@ -427,9 +427,9 @@ def main(argv=None) -> int:
     from extension_ruler import BATTERY, ruler_lines, ruler_runs, ruler_scores
 
     from ropescale._io import atomic_write_text
-    from ropescale.evals.evidence import write_shipped
-    from ropescale.evals.ruler.tasks import get_task
-    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.advice.evidence import write_shipped
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
 
     out = Path(args.output)
@@ -470,7 +470,7 @@ def main(argv=None) -> int:
             for run in ruler_runs(out, plan, exports, suites, ruler_tasks, args.ruler_samples, runtime).values():
                 run.run()
     else:  # the suites' reports of their finished cells and, marked in progress, the partial ones
-        from ropescale.evals.suite import SuiteRunner
+        from ropescale.evals.suite.runner import SuiteRunner
 
         for name, raw in suite_dicts(plan, exports[FINE_TUNED], exports[CONTROL]).items():
             if (out / name / "cells").is_dir():

@@ -1,7 +1,7 @@
 """Greedy passkey answers of llama.cpp on an exported GGUF, with no rope flags, beside ropescale's
 on the checkpoint it was exported from: does the model's retrieval leave with the file?
 
-For each (depth, trial): the passkey prompt of ``ropescale eval passkey`` (``evals/passkey.py``: the
+For each (depth, trial): the passkey prompt of ``ropescale eval passkey`` (``evals/tasks/passkey.py``: the
 same keys, depths and text) at ``--length`` tokens, decoded to text; ``llama-completion`` runs it
 greedily on the GGUF (``ropescale export-gguf CHECKPOINT``, f32 matrices: the rope scaling travels in
 the file's metadata, no ``--rope-*`` flag is given); ropescale decodes llama.cpp's own prompt tokens
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import torch
 
     from ropescale._io import atomic_write_json
-    from ropescale.evals.passkey import build_passkey_prompt, passkey_key, score_passkey
+    from ropescale.evals.tasks.passkey import build_passkey_prompt, passkey_key, score_passkey
     from ropescale.export.llamacpp_completion import compare_greedy, prepare_comparison
     from ropescale.models.loading import from_pretrained
 

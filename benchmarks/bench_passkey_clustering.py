@@ -1,12 +1,12 @@
 """Are a passkey cell's 30 prompts 30 measurements? Agreement within depth groups, fixed placement
 against jittered, read from finished suite cells.
 
-With the papers' placement (``evals/passkey.py``) the 6 trials of one (length, depth) sit at the
+With the papers' placement (``evals/tasks/passkey.py``) the 6 trials of one (length, depth) sit at the
 same token offset and differ only in the key's digits; with ``jitter`` each draws its own depth from
 a band around it. For every passkey cell of the given result folders this prints the accuracy, the
 number of depth groups whose trials all agree, the intra-class correlation of the answers, the
 design effect and effective number of trials it implies, and the plain and the design-corrected
-Wilson intervals (:func:`ropescale.evals.proportions.group_agreement`), then the cells measured with
+Wilson intervals (:func:`ropescale.evals.tasks.proportions.group_agreement`), then the cells measured with
 both placements side by side.
 
     python benchmarks/bench_passkey_clustering.py runs/passkey-jitter runs/smollm2-frontier-32k-30
@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def cell_rows(folder: Path) -> list[dict]:
     """One row per finished passkey cell of a suite result folder."""
-    from ropescale.evals.proportions import depth_groups, group_agreement
+    from ropescale.evals.tasks.proportions import depth_groups, group_agreement
 
     rows = []
     for path in sorted((folder / "cells").glob("*__passkey__*.json")):
@@ -124,7 +124,7 @@ def _name(row: dict, names: dict[str, str]) -> str:
 def print_pairs(rows: list[dict]) -> None:
     """Every two models measured on the same prompts (same keys and needle positions), compared prompt
     by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
-    from ropescale.evals.proportions import paired_exact_p
+    from ropescale.evals.tasks.proportions import paired_exact_p
     from ropescale.markdown import table
 
     lines, names = [], folder_names(r["folder"] for r in rows)

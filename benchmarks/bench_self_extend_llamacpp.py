@@ -1,7 +1,7 @@
 """Passkey answers of llama.cpp's Self-Extend beside ropescale's ``self_extend_llamacpp`` (and LongLM's
 ``self_extend`` for contrast) on the embedded SmolLM2-135M (trained at 8192).
 
-For each (depth, trial): the passkey prompt of ``ropescale eval passkey`` (``evals/passkey.py``, key
+For each (depth, trial): the passkey prompt of ``ropescale eval passkey`` (``evals/tasks/passkey.py``, key
 from ``passkey_key``) at ``--length`` tokens, decoded to text; ``llama-completion`` runs it greedily
 on the exported GGUF (f32 weights, ``ropescale export-gguf``) with ``--grp-attn-n G --grp-attn-w W``
 (llama.cpp's default f16 KV cache, and ``-ctk f32 -ctv f32`` with ``--f32-cache``); ropescale decodes
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
 
     from ropescale import patch
     from ropescale._io import atomic_write_json
-    from ropescale.evals.passkey import build_passkey_prompt, passkey_key, score_passkey
+    from ropescale.evals.tasks.passkey import build_passkey_prompt, passkey_key, score_passkey
     from ropescale.export.llamacpp_completion import compare_greedy, prepare_comparison
     from ropescale.models.loading import from_pretrained
 

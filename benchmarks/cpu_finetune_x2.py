@@ -167,7 +167,7 @@ def ppl_suites(plan, exports: dict) -> dict[str, dict]:
 
 def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int]]]:
     """``{task: {length: (score, prompts)}}`` of the complete plain-prompt cells in ``folder`` (of ``label``)."""
-    from ropescale.evals.ruler.record import load_cells
+    from ropescale.evals.tasks.ruler.record import load_cells
 
     out: dict[str, dict[int, tuple[float, int]]] = {}
     for r in load_cells(folder) if folder.is_dir() else []:
@@ -185,7 +185,7 @@ def task_names(args) -> tuple[str, ...]:
 
 def base_cells(folder: Path, length: int, tasks: tuple[str, ...]) -> list[Path]:
     """The shipped cells of the unscaled model on ``tasks`` at ``length``."""
-    from ropescale.evals.ruler.record import load_cells
+    from ropescale.evals.tasks.ruler.record import load_cells
 
     cells = load_cells(folder) if folder.is_dir() else []
     return [r.path for r in cells if r.unscaled and r.label == "none" and r.task in tasks and r.length == length]
@@ -193,7 +193,7 @@ def base_cells(folder: Path, length: int, tasks: tuple[str, ...]) -> list[Path]:
 
 def free_lines(base_cells: Path, target: int, tasks) -> list[str]:
     """Training-free scalings' RULER cells at the target, on the same prompts (listed, not judged)."""
-    from ropescale.evals.ruler.record import load_cells
+    from ropescale.evals.tasks.ruler.record import load_cells
 
     lines = []
     for r in load_cells(base_cells) if base_cells.is_dir() else []:
@@ -208,9 +208,9 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     import bench_extension as bx
     from extension_ruler import _emma
 
-    from ropescale.evals.ruler.run import RulerRun
-    from ropescale.evals.ruler.tasks import get_task
-    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import Scaling
 
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     from extension_plan import collect, evidence_dict
 
     from ropescale._io import atomic_write_text
-    from ropescale.evals.evidence import CONTROL, FINE_TUNED, write_shipped
+    from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, write_shipped
 
     factor = args.factor
     recipes = {FINE_TUNED: args.recipe or RECIPES[factor], CONTROL: args.control or CONTROL_RECIPE}

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured, length_text
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Measured, length_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
 from extension_goal import MET, MISSING, NOT_MET, GoalPart  # noqa: E402

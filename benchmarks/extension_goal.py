@@ -7,7 +7,7 @@ At ×s on a model of trained context L, the fine-tuned YaRN model meets the goal
    has started to overfit (its held-out perplexity rising again) compares a fine-tune with a control
    that got worse, and does not count;
 2. its perplexity at the shortest length (2k) is at most 1.01 × the control's there;
-3. on the battery's RULER tasks (evals/ruler/, tasks it never trained on) its mean score at every
+3. on the battery's RULER tasks (evals/tasks/ruler/, tasks it never trained on) its mean score at every
    length beyond L is at least the unscaled model's at L;
 4. passkey as the experiment has always asked: at the shortest length at least the unscaled model's,
    at L and beyond at least the unscaled model's at L.
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured, length_text
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Measured, length_text
 
 MET, NOT_MET, NOT_COUNTED, MISSING = "met", "NOT met", "not counted", "not measured yet"
 

@@ -16,7 +16,7 @@ folder: the base model runs ``none`` and ``yarn``; each export runs as saved), a
 :func:`collect` reads their ``results.json`` back into one :class:`~.evidence.Measured` row per
 model, which :func:`render_table`, :func:`goal_lines` and :func:`evidence_dict` turn into the
 report, the goal's verdict and the shipped evidence (``evals/measured/``). The library
-quotes that evidence for ``ropescale recommend --budget fine-tune`` (evals/finetune_evidence.py); it never
+quotes that evidence for ``ropescale recommend --budget fine-tune`` (evals/advice/finetune_evidence.py); it never
 imports this driver.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
-from ropescale.evals.evidence import (
+from ropescale.evals.advice.evidence import (
     CONTROL,
     FINE_TUNED,
     Evidence,
@@ -39,7 +39,7 @@ from ropescale.evals.evidence import (
     same_model,
     shipped_dict,
 )
-from ropescale.evals.proportions import wilson_interval
+from ropescale.evals.tasks.proportions import wilson_interval
 from ropescale.markdown import table
 from ropescale.models.runtime import runtime_text, same_runtime
 

@@ -1,4 +1,4 @@
-"""RULER's tasks in the extension experiment: the battery's tasks (evals/ruler/) on the unscaled model,
+"""RULER's tasks in the extension experiment: the battery's tasks (evals/tasks/ruler/) on the unscaled model,
 the fine-tuned YaRN model and its control, each in its own folder of cells (``OUTPUT/ruler/<role>/``).
 
 Recall sentences in the training windows train retrieval in their own forms; RULER's tasks (needles
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED
 
 #: the battery's offline tasks, as ``ropescale eval ruler`` runs them by default (docs/battery.md)
 BATTERY = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
@@ -36,8 +36,8 @@ def ruler_runs(
     """Each role's :class:`~.ruler.run.RulerRun` (not yet run): the unscaled base model (``none``) and
     the control (its export, unscaled) at L; the fine-tune (its export, its YaRN as saved) at L and
     every passkey length beyond it. Raises ValueError for an unknown task name."""
-    from ropescale.evals.ruler.run import RulerRun
-    from ropescale.evals.ruler.tasks import get_task
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.scaling import Scaling
 
     chosen = [get_task(t) for t in tasks]
@@ -77,7 +77,7 @@ def _emma(data: str) -> str:
 
 def ruler_scores(out: str | Path) -> dict[str, dict[str, dict[int, float]]]:
     """``{role: {task: {length: score 0-1}}}`` of the complete cells under ``OUTPUT/ruler/``."""
-    from ropescale.evals.ruler.record import load_cells
+    from ropescale.evals.tasks.ruler.record import load_cells
 
     scores: dict[str, dict[str, dict[int, float]]] = {}
     for role, folder in FOLDERS.items():

@@ -79,13 +79,13 @@ def countable_tasks(folder: Path | None = None) -> tuple[list[str], dict[str, fl
     ``folder`` (the ``[austen]`` variants: the essay-haystack tasks on held-out *Emma*).
 
     A task whose unscaled score (the mean of its cells at lengths ≤ L in ``folder``) is below 30 % is
-    beyond the model at any length (``recommend``'s rule, :meth:`~ropescale.evals.battery_evidence.Folder.beyond`):
+    beyond the model at any length (``recommend``'s rule, :meth:`~ropescale.evals.advice.battery_evidence.Folder.beyond`):
     the goal reports it and does not count it, so the GPU does not decode it. A task with no such cell
     is kept (nothing says it is beyond the model).
     """
     from extension_ruler import BATTERY
 
-    from ropescale.evals.battery_evidence import read_folder
+    from ropescale.evals.advice.battery_evidence import read_folder
 
     folder = BASE_CELLS if folder is None else folder
     cells = read_folder(folder, "smollm2-135m") if folder.is_dir() else None

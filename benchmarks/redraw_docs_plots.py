@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ropescale.evals.evidence import load_measured
-from ropescale.evals.frontier import plot_frontier, with_rows
+from ropescale.evals.advice.evidence import load_measured
+from ropescale.evals.advice.frontier import plot_frontier, with_rows
 from ropescale.plots.curves import plot_perplexity_curves
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,7 +3,7 @@
 Each task command builds a one-task suite from its flags and runs it through the same runner as
 ``ropescale eval suite``: cells are written atomically under ``--output`` as they finish, a re-run
 skips finished cells, and the run ends with a table, ``report.md``, ``results.json`` and plots. A
-task's flags are its settings' fields (:mod:`ropescale.evals.task_table`), as a suite file's keys are.
+task's flags are its settings' fields (:mod:`ropescale.evals.tasks.task_table`), as a suite file's keys are.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from ropescale.cli.common import (
     typed,
 )
 from ropescale.cli.plan import add_plan_args, print_eval_plan
-from ropescale.evals import task_table
-from ropescale.evals.saved import SAVED, is_saved
-from ropescale.evals.suite_size import lengths_option
+from ropescale.evals.suite.size import lengths_option
+from ropescale.evals.tasks import task_table
+from ropescale.evals.tasks.saved import SAVED, is_saved
 
 _LENGTHS = typed(options.lengths, "--lengths")
 
@@ -218,7 +218,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
-    from ropescale.evals.suite import suite_from_dict
+    from ropescale.evals.suite.runner import suite_from_dict
 
     if args.dry_run or args.gpu:
         return print_eval_plan(args, lambda: suite_from_dict(suite_from_args(args)))
@@ -228,7 +228,7 @@ def run_task_cmd(args: argparse.Namespace) -> int:
 
 
 def run_suite_cmd(args: argparse.Namespace) -> int:
-    from ropescale.evals.suite import load_suite
+    from ropescale.evals.suite.runner import load_suite
 
     if args.gpu and not args.dry_run:
         raise ValueError("--gpu plans a run: add --dry-run (a suite runs on the device it finds)")
@@ -247,11 +247,11 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         from ropescale.cli.suite_plan import print_suite_plan
-        from ropescale.evals.suite import SuiteRunner
+        from ropescale.evals.suite.runner import SuiteRunner
 
         return print_suite_plan(SuiteRunner(suite, output, progress=False).suite, output, args.gpu)
     if args.report_only:
-        from ropescale.evals.suite import SuiteRunner
+        from ropescale.evals.suite.runner import SuiteRunner
 
         summary = SuiteRunner(suite, output, progress=False).report()
         print(summary["markdown"] if args.verbose else answer(summary["markdown"]))
@@ -286,7 +286,7 @@ def answer(markdown: str) -> str:
 def _run(suite, output: str, no_progress: bool, verbose: bool = False) -> int:
     import time
 
-    from ropescale.evals.suite import run_suite
+    from ropescale.evals.suite.runner import run_suite
 
     start = time.time()
     summary = run_suite(suite, output, progress=not no_progress)

@@ -4,7 +4,7 @@
 
 Key tokens are chosen by ``--evaluator`` (default: the evaluated checkpoint itself, unscaled; the
 report says which) with the authors' rule and defaults (``--trunc-len 4096``, ``--internal 1024``).
-Those flags are the keys of a suite's ``longppl:`` block (:class:`~ropescale.evals.task_longppl.LongPPLSettings`).
+Those flags are the keys of a suite's ``longppl:`` block (:class:`~ropescale.evals.tasks.task_longppl.LongPPLSettings`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 
 from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
 from ropescale.cli.eval_ruler import parse_lengths
-from ropescale.evals.task_longppl import LongPPLSettings
+from ropescale.evals.tasks.task_longppl import LongPPLSettings
 from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
@@ -53,8 +53,8 @@ def _scaling(method: str, factor: float | None, params: dict, flag: str):
 def run_cmd(args: argparse.Namespace) -> int:
     from ropescale._lock import writing
     from ropescale.data.documents import load_documents
-    from ropescale.evals.longppl_run import run_longppl
-    from ropescale.evals.task_longppl import evaluator_scaling
+    from ropescale.evals.tasks.longppl_run import run_longppl
+    from ropescale.evals.tasks.task_longppl import evaluator_scaling
     from ropescale.models.runtime import resolve_runtime
     from ropescale.options import from_arguments
 

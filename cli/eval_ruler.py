@@ -13,7 +13,7 @@ import argparse
 
 from ropescale import options
 from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
-from ropescale.evals.task_ruler import RulerSettings, essay_text
+from ropescale.evals.tasks.task_ruler import RulerSettings, essay_text
 from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
@@ -62,9 +62,9 @@ def register(tasks: argparse._SubParsersAction) -> None:
 def run_cmd(args: argparse.Namespace) -> int:
     import sys
 
-    from ropescale.evals.ruler.cell import MIN_SAMPLES
-    from ropescale.evals.ruler.run import RulerRun
-    from ropescale.evals.ruler.tasks import get_task
+    from ropescale.evals.tasks.ruler.cell import MIN_SAMPLES
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import COMPOSE, Scaling
 

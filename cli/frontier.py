@@ -1,7 +1,7 @@
 """``ropescale eval frontier``: which methods keep both native perplexity and retrieval at N / L.
 
 Runs (or resumes) a suite of candidate methods at the factor N / L, perplexity and passkey at
-several lengths up to N (:func:`ropescale.evals.frontier.frontier_suite`), then writes
+several lengths up to N (:func:`ropescale.evals.advice.frontier.frontier_suite`), then writes
 ``frontier.md`` and ``frontier.png`` beside the suite's results. ``--results`` reads an existing
 suite run instead and runs nothing. ``ropescale recommend`` reads the same results.
 """
@@ -39,7 +39,7 @@ def register(tasks: argparse._SubParsersAction) -> None:
         default=None,
         help="comma-separated candidates among yarn, ntk, dynamic_ntk, self_extend, dca, string-yarn (default: all "
         "of those), self_extend-logn, dca-logn, dca-flash, self_extend-float, dca-l16-notemp, "
-        "string-yarn-own-factor (only when named; evals/frontier.py OPTIONAL_PARAMS)",
+        "string-yarn-own-factor (only when named; evals/advice/frontier.py OPTIONAL_PARAMS)",
     )
     p.add_argument("--depths", default="0.2,0.4,0.6,0.8", help="passkey depths per length")
     p.add_argument("--trials", type=_positive_int, default=1, help="passkey trials per depth and length")
@@ -90,9 +90,15 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from ropescale._io import atomic_write_text
-    from ropescale.evals.evidence import load_results
-    from ropescale.evals.frontier import format_frontier, format_verdict, frontier_suite, plot_frontier, with_rows
-    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.advice.evidence import load_results
+    from ropescale.evals.advice.frontier import (
+        format_frontier,
+        format_verdict,
+        frontier_suite,
+        plot_frontier,
+        with_rows,
+    )
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
 
     if args.results:
         path = Path(args.results)
@@ -126,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"'{results}' is not a suite's results.json")
     original = _original_context(ev.model, args.original_max_position_embeddings)
     if args.evidence:
-        from ropescale.evals.cell_keys import cells_jitter, cells_runtime
-        from ropescale.evals.evidence import shipped_dict, write_shipped
+        from ropescale.evals.advice.evidence import shipped_dict, write_shipped
+        from ropescale.evals.report.cell_keys import cells_jitter, cells_runtime
 
         if not args.command:
             raise ValueError("--evidence needs --command: the command that reproduces the numbers")
@@ -140,8 +146,8 @@ def run(args: argparse.Namespace) -> int:
         ev = with_rows(ev, _load_any(extra))
     report = format_frontier(ev, original, args.target_length)
     if args.battery:
-        from ropescale.evals.battery_evidence import battery_folders
-        from ropescale.evals.frontier_battery import battery_section
+        from ropescale.evals.advice.battery_evidence import battery_folders
+        from ropescale.evals.advice.frontier_battery import battery_section
 
         folders = battery_folders(
             ev.model, args.battery, shipped=False
@@ -161,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _load_any(path: str):
     """Evidence from a shipped-format file or a suite's results (folder or results.json)."""
-    from ropescale.evals.evidence import load_measured, load_results
+    from ropescale.evals.advice.evidence import load_measured, load_results
 
     p = Path(path)
     found = load_results(p / "results.json" if p.is_dir() else p)
@@ -172,7 +178,7 @@ def _load_any(path: str):
 
 def _scaled(model: str) -> bool:
     """Whether ``model``'s checkpoint carries a scaling (its config only)."""
-    from ropescale.evals.saved import carried
+    from ropescale.evals.tasks.saved import carried
     from ropescale.models.loading import load_config
 
     return carried(load_config(model)) is not None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ropescale import options
 from ropescale.cli.common import ParamValue, _length, add_model_args, add_scaling_args, typed
-from ropescale.evals.saved import is_saved
+from ropescale.evals.tasks.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 #: weights dtypes of the ``ropescale`` lm-eval model (``auto``: as stored)

@@ -69,7 +69,7 @@ def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any] | None
     """Print the plan; ``suite_of`` builds the suite the run would build, whose lengths are checked
     against the tokenizer as the run checks them (:meth:`Task.check_lengths`) before any row says "fits"."""
     from ropescale.errors import RopescaleError
-    from ropescale.evals import task_table
+    from ropescale.evals.tasks import task_table
     from ropescale.training.dryrun import config_source
 
     if not args.dry_run:

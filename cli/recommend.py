@@ -67,18 +67,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from ropescale.evals.evidence import find_evidence
-    from ropescale.evals.recommend import format_recommendation, format_short, recommend, to_record
+    from ropescale.evals.advice.evidence import find_evidence
+    from ropescale.evals.advice.recommend import format_recommendation, format_short, recommend, to_record
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import is_scaled, plan_patch
 
     # an engine it does not know, a --results file it cannot read: named here, before the model is resolved
     engines = None
     if args.serve_with is not None:
-        from ropescale.evals.serving import engines_for
+        from ropescale.evals.advice.serving import engines_for
 
         engines = engines_for(args.serve_with)
-    from ropescale.evals.battery_evidence import battery_folders, is_battery
+    from ropescale.evals.advice.battery_evidence import battery_folders, is_battery
 
     ruler = [p for p in args.results or [] if is_battery(p)]
     evidence = find_evidence(args.model, [p for p in args.results or [] if p not in ruler] or None)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     )
     serving = None
     if engines is not None:
-        from ropescale.evals.serving import Serving
+        from ropescale.evals.advice.serving import Serving
 
         serving = Serving(args.serve_with, engines, config, args.original_max_position_embeddings, is_scaled(config))
     rec = recommend(

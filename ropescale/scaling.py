@@ -198,9 +198,9 @@ class Scaling:
     # JSON, at the file boundary
     def request(self) -> dict[str, Any]:
         """``{"method", "factor", "params"}``: the three keys RULER's cells have recorded since their first
-        schema (:mod:`ropescale.evals.ruler.record`), kept so that every shipped cell still matches. An
+        schema (:mod:`ropescale.evals.tasks.ruler.record`), kept so that every shipped cell still matches. An
         evaluation replaces a shipped scaling unless asked to compose, so ``compose: true`` among the
-        parameters is what tells a composed cell from a replaced one (:meth:`evaluated` reads it back)."""
+        parameters is what tells a composed cell from a replaced one (RULER's cell reader reads it back)."""
         return {
             "method": None if self.method is None else self.name,
             "factor": self.factor,

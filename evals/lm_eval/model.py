@@ -69,11 +69,11 @@ def _load(name: str, scaling: dict[str, Any], load: dict[str, Any], dtype: Any, 
 
 
 def _origin(name: str, method: str | None, load: dict[str, Any]) -> str:
-    """How the scaling that will run relates to the one ``name`` was saved with (``evals/saved.py``):
+    """How the scaling that will run relates to the one ``name`` was saved with (``evals/tasks/saved.py``):
     ``saved``, ``requested`` (an unscaled checkpoint), ``scaling removed`` or ``replaces saved yarn x4``."""
     if method is None:
         return "saved"
-    from ropescale.evals.saved import REMOVED, carried
+    from ropescale.evals.tasks.saved import REMOVED, carried
     from ropescale.models.loading import load_config
     from ropescale.patching.readback import scaling_label
 

@@ -1,6 +1,6 @@
 """Run lm-eval tasks on a RoPE-scaled model: :func:`run_harness`, the task manager, results files.
 
-The task folder ``evals/tasks`` (installed as ``ropescale/evals/tasks``: ``passkey_2k`` ...
+The task folder ``evals/lm_eval/tasks`` (installed as ``ropescale/evals/lm_eval/tasks``: ``passkey_2k`` ...
 ``passkey_128k`` and the group ``ropescale_passkey``; lm-eval has its own ``passkey``, a LIBRA Hub
 task) is always on the include path. The model's tokenizer is handed to the tasks as metadata
 (RULER and the passkey tasks size their prompts with it), and RULER's ``max_seq_lengths``
@@ -22,7 +22,7 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.lm_eval.model import MODEL_NAME, lm_eval_missing, register_lm_eval_model
 
-TASKS_DIR = Path(__file__).resolve().parents[1] / "tasks"
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 RESULTS_FILE = "results.json"
 
 
@@ -271,7 +271,7 @@ def run_harness(
     if not log_samples:
         results.pop("samples", None)
     block = getattr(lm, "ropescale_config", None) or {}
-    scaling = getattr(lm, "scaling", None) or {}  # read back from the loaded model (evals/saved.py)
+    scaling = getattr(lm, "scaling", None) or {}  # read back from the loaded model (evals/tasks/saved.py)
     results["ropescale"] = {
         "model": name,
         "method": scaling.get("method", block.get("method")),

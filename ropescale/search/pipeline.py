@@ -40,7 +40,7 @@ from .options import SearchOptions
 from .records import HeldoutCell, MethodParams, SearchReport, SearchSettings, SpaceSettings, Trial
 from .space import make_space, pair_factors
 
-#: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/saved.py``)
+#: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/tasks/saved.py``)
 SAVED = "saved"
 OUR_FILES = (BEST, HISTORY, HELDOUT, CONFIG, PLOT, SCALING, "report.md", "report.json")
 

@@ -51,8 +51,8 @@ def test_a_recall_fine_tune_quoted_first_has_its_passkey_labelled_trained_format
     """Where the quoted experiment itself trained recall sentences, its own passkey cells carry the label."""
     from extension_plan import Plan, evidence_dict
 
-    from ropescale.evals.evidence import Measured, load_measured
-    from ropescale.evals.recommend import format_short, recommend
+    from ropescale.evals.advice.evidence import Measured, load_measured
+    from ropescale.evals.advice.recommend import format_short, recommend
 
     command = "python benchmarks/bench_extension.py --jitter 0.125 --overrides data.recall_facts=4"
     rows = [
@@ -119,7 +119,7 @@ def test_serve_with_keeps_only_what_the_engine_serves(capsys, model_dir, tmp_pat
 
 
 def test_serve_with_an_engine_that_serves_none_of_the_candidates_is_one_line(capsys, tmp_path, monkeypatch):
-    from ropescale.evals.serving import Serving
+    from ropescale.evals.advice.serving import Serving
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Serving, "refusals", lambda self, method, *a, **k: [f"TGI 3: cannot express ({method})"])

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from ropescale.evals.passkey import FILLER, NEEDLE, QUESTION, TASK
+from ropescale.evals.tasks.passkey import FILLER, NEEDLE, QUESTION, TASK
 from ropescale.models import tiny
 
 SPECIAL = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}

@@ -162,7 +162,7 @@ def test_x8_trains_its_own_recipe_measures_to_64k_and_never_reads_a_x4_run(bench
 def test_the_curve_can_follow_retrieval_and_a_bad_task_stops_before_training(bench, tmp_path, monkeypatch, capsys):
     from extension_plan import Plan
 
-    from ropescale.evals.evidence import Measured
+    from ropescale.evals.advice.evidence import Measured
 
     ran = []
     monkeypatch.setattr(bench, "ropescale", lambda *args: ran.append(args))
@@ -187,7 +187,7 @@ def test_a_variant_takes_its_baselines_from_a_shipped_experiment_of_the_same_pro
 ):
     from extension_plan import Plan, evidence_dict
 
-    from ropescale.evals.evidence import Measured
+    from ropescale.evals.advice.evidence import Measured
 
     gpu = {"device": "cuda", "dtype": "bfloat16", "attention": "sdpa"}
 
@@ -228,7 +228,7 @@ def test_a_variant_takes_its_baselines_from_a_shipped_experiment_of_the_same_pro
 def test_a_report_with_baselines_shows_and_ships_their_rows_and_names_the_file(bench, tmp_path, capsys):
     from extension_plan import Plan, evidence_dict
 
-    from ropescale.evals.evidence import Measured, load_measured
+    from ropescale.evals.advice.evidence import Measured, load_measured
 
     base = tmp_path / "base.json"
     rows = [
@@ -262,7 +262,7 @@ def test_a_report_with_baselines_shows_and_ships_their_rows_and_names_the_file(b
 def test_baselines_of_another_runtime_stop_a_run_before_anything_trains(bench, tmp_path, monkeypatch, capsys):
     from extension_plan import Plan, evidence_dict
 
-    from ropescale.evals.evidence import Measured
+    from ropescale.evals.advice.evidence import Measured
 
     gpu = tmp_path / "gpu.json"  # measured on a GPU; this machine trains and measures on its CPU
     rows = [Measured("none", "default", passkey={8192: 0.77}, passkey_trials={8192: 30}, commands=("a",))]

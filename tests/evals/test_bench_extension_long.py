@@ -87,7 +87,7 @@ def tiny(tmp_path, monkeypatch):
 
 def test_the_long_experiment_runs_end_to_end_and_resumes(bench, tiny, tmp_path, monkeypatch, capsys):
     from ropescale.cli.main import main
-    from ropescale.evals.ruler import run as ruler_run
+    from ropescale.evals.tasks.ruler import run as ruler_run
 
     recipe, plan = tiny
     monkeypatch.setattr(bench, "make_plan", lambda factor, jitter: plan)
@@ -191,7 +191,7 @@ def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, m
     """The evidence files' commands (no --recipe) resume as they ran; --ruler-tasks or --recipe adds RULER."""
     import extension_ruler
 
-    import ropescale.evals.suite as suite
+    import ropescale.evals.suite.runner as suite
 
     monkeypatch.setattr(bench, "check_recipes", lambda *a, **k: None)
     monkeypatch.setattr(bench, "train_and_export", lambda out, *a, **k: bench.export_dirs(out))
@@ -213,8 +213,8 @@ def test_the_shipped_pairs_commands_run_no_ruler_unless_asked(bench, tmp_path, m
 def _base_cell(folder, task: str, length: int, correct: int, samples: int = 30) -> None:
     """An unscaled model's RULER cell file as ``ropescale eval ruler`` writes it, in a shipped folder's
     layout (evals/measured/ruler/*/: the files without the run's ``cells/``)."""
-    from ropescale.evals.ruler.cell import RulerCell, RulerRecord
-    from ropescale.evals.ruler.record import CellFingerprint, CellRecord, Scaling
+    from ropescale.evals.tasks.ruler.cell import RulerCell, RulerRecord
+    from ropescale.evals.tasks.ruler.record import CellFingerprint, CellRecord, Scaling
 
     cell = RulerCell(task, length, samples, 0, 128, task, "-")
     cell.records = [

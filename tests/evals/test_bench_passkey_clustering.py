@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from ropescale.evals.proportions import group_agreement, paired_exact_p
-from ropescale.evals.suite import SuiteError, SuiteRunner, run_suite, suite_from_dict
+from ropescale.evals.suite.runner import SuiteError, SuiteRunner, run_suite, suite_from_dict
+from ropescale.evals.tasks.proportions import group_agreement, paired_exact_p
 from tests.conftest import load_script, squeezed
 
 

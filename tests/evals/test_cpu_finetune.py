@@ -79,8 +79,8 @@ def tiny(tmp_path, monkeypatch):
 
 def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver, tiny, monkeypatch, capsys):
     from ropescale.cli.main import main
-    from ropescale.evals.evidence import load_measured
-    from ropescale.evals.ruler import run as ruler_run
+    from ropescale.evals.advice.evidence import load_measured
+    from ropescale.evals.tasks.ruler import run as ruler_run
 
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
@@ -133,7 +133,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     assert ev.budget == "fine-tune" and ft.factor == 2.0 and sorted(ft.ppl) == [64, L, 2 * L]
     assert {r.label for r in ev.rows} == {"none", "yarn", "fine-tuned yarn", "control"}
     # recommend --budget fine-tune reads it where the shipped evidence lives, and says it has no passkey cells
-    import ropescale.evals.evidence as evidence_module
+    import ropescale.evals.advice.evidence as evidence_module
 
     measured = tmp / "measured"
     measured.mkdir()
@@ -157,7 +157,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
         shutil.rmtree(out / suite / "cells")
     calls.clear()
     monkeypatch.setattr(ruler_run, "run_ruler_cell", lambda *a, **k: pytest.fail("a committed RULER cell recomputed"))
-    import ropescale.evals.suite as suite_module
+    import ropescale.evals.suite.runner as suite_module
 
     ran = []
     real = suite_module.SuiteRunner._run_cell
@@ -198,8 +198,8 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     trained there if not yet, never again under the x4 output; the suites and curves use it."""
     import bench_extension as bx
 
-    import ropescale.evals.ruler.run as ruler_run
-    import ropescale.evals.suite as suite_module
+    import ropescale.evals.suite.runner as suite_module
+    import ropescale.evals.tasks.ruler.run as ruler_run
 
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)

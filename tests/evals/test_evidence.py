@@ -10,8 +10,9 @@ import pytest
 
 from ropescale._lock import output_lock
 from ropescale.errors import RopescaleError
-from ropescale.evals import cell_keys, evidence
-from ropescale.evals.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
+from ropescale.evals.advice import evidence
+from ropescale.evals.advice.evidence import MEASURED_DIR, find_evidence, load_measured, shipped_evidence
+from ropescale.evals.report import cell_keys
 from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ def test_shipped_measurements_load_with_their_commands():
 def test_every_shipped_command_names_something_that_exists(tmp_path):
     """A command is only worth shipping if it can be run: suites, benchmark scripts and methods exist."""
     from ropescale.cli.main import build_parser
-    from ropescale.evals.suite import load_suite
+    from ropescale.evals.suite.runner import load_suite
 
     parser = build_parser()
     extension = load_script("benchmarks/bench_extension.py")
@@ -71,7 +72,7 @@ def test_every_shipped_command_names_something_that_exists(tmp_path):
 
 
 def test_the_full_suite_is_the_main_suite_without_its_skips():
-    from ropescale.evals.suite import load_suite
+    from ropescale.evals.suite.runner import load_suite
 
     main, full = load_suite("smollm2-x4"), load_suite("smollm2-x4-full")
     assert [(m.method, m.factor) for m in main.methods] == [(m.method, m.factor) for m in full.methods]
@@ -252,7 +253,7 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
     assert [e.source for e in found] == [str(run / "results.json"), *shipped]
     assert found[0].find("yarn").ppl == {2048: 9.0} and not found[0].rows[0].commands
     assert [e.source for e in find_evidence("other", root=tmp_path)] == shipped
-    assert MEASURED_DIR == Path(evidence.__file__).parent / "measured"
+    assert MEASURED_DIR == Path(evidence.__file__).parents[1] / "measured"
 
 
 def test_every_shipped_file_names_the_runtime_that_computed_it():

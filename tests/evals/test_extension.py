@@ -12,8 +12,8 @@ import numpy as np
 from extension_plan import Plan, collect, evidence_dict, goal_lines, render_table, suite_dicts
 
 import ropescale
-from ropescale.evals.evidence import load_measured
-from ropescale.evals.suite import run_suite, suite_from_dict
+from ropescale.evals.advice.evidence import load_measured
+from ropescale.evals.suite.runner import run_suite, suite_from_dict
 from ropescale.training.config import load_config
 from ropescale.training.data import WindowDataset, WindowSpec
 from tests.conftest import squeezed
@@ -94,8 +94,8 @@ def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, by
 
 
 def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_free(tmp_path):
-    from ropescale.evals.evidence import Measured, shipped_evidence
-    from ropescale.evals.recommend import format_short, recommend
+    from ropescale.evals.advice.evidence import Measured, shipped_evidence
+    from ropescale.evals.advice.recommend import format_short, recommend
 
     rows = [
         Measured(
@@ -136,8 +136,8 @@ def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_
 
 
 def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrieves_less(tmp_path):
-    from ropescale.evals.evidence import Measured
-    from ropescale.evals.finetune_evidence import fine_tune_measured
+    from ropescale.evals.advice.evidence import Measured
+    from ropescale.evals.advice.finetune_evidence import fine_tune_measured
 
     def experiment(name: str, passkey: dict[int, float]):
         rows = [
@@ -169,9 +169,9 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
 
 
 def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them_is_named(tmp_path):
-    from ropescale.evals.evidence import Measured
-    from ropescale.evals.finetune_evidence import command_overrides, fine_tune_measured
-    from ropescale.evals.recommend import recommend
+    from ropescale.evals.advice.evidence import Measured
+    from ropescale.evals.advice.finetune_evidence import command_overrides, fine_tune_measured
+    from ropescale.evals.advice.recommend import recommend
 
     def experiment(name, passkey, command, jitter=0.125, trials=None, base=True, ppl=None):
         rows = [
@@ -265,14 +265,14 @@ def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them
 
 
 def test_the_shipped_x4_fine_tune_names_recall_sentences_as_the_variant_that_keeps_keys():
-    from ropescale.evals.evidence import shipped_evidence
-    from ropescale.evals.finetune_evidence import fine_tune_measured
+    from ropescale.evals.advice.evidence import shipped_evidence
+    from ropescale.evals.advice.finetune_evidence import fine_tune_measured
 
     quote = fine_tune_measured(list(shipped_evidence()), "smollm2-135m", 4)
     assert "finetune-400steps-jitter.json" in quote.line and quote.caveat  # the recipe's most complete: loses keys
     assert "data.recall_facts=4" in quote.variant and "optim.lr=1.0e-4" in quote.variant  # 60 steps, lowest PPL
     assert "recall-lr1e-4-60steps-jitter.json" in quote.variant_text
-    from ropescale.evals.recommend import recommend
+    from ropescale.evals.advice.recommend import recommend
 
     rec = recommend(
         "smollm2-135m", 8192, 32768, "fine-tune", evidence=list(shipped_evidence()), train_recipe="smollm2-135m/yarn_x4"
@@ -305,8 +305,8 @@ def test_a_jittered_experiment_places_every_suites_needles_so_and_says_so(tmp_pa
 def test_trade_offs_read_a_fine_tune_files_training_free_rows_only(tmp_path):
     """The x8 experiment's file holds training-free YaRN x8 (a trade-off the rule's answer should quote) and the
     fine-tuned and control models (which must never stand in for it or for the unscaled baseline)."""
-    from ropescale.evals.evidence import Measured
-    from ropescale.evals.tradeoffs import measure
+    from ropescale.evals.advice.evidence import Measured
+    from ropescale.evals.advice.tradeoffs import measure
 
     rows = [
         Measured("none", "default", ppl={2048: 28.8, 65536: 1925.0}, passkey={4096: 1.0}, passkey_trials={4096: 30}),
@@ -325,7 +325,7 @@ def test_trade_offs_read_a_fine_tune_files_training_free_rows_only(tmp_path):
 def test_the_goal_reads_a_report_whose_perplexity_stops_at_the_trained_context():
     # `--ppl-lengths 2048,8192` (a screen of the short cells first) with both fine-tunes measured: the long
     # perplexity part is not measured yet, and the report still prints (max() of nothing crashed it)
-    from ropescale.evals.evidence import Measured
+    from ropescale.evals.advice.evidence import Measured
 
     plan = replace(Plan.at(4), ppl_lengths=(2048, 8192))
     rows = [

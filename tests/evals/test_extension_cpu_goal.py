@@ -11,7 +11,7 @@ from extension_cpu_goal import (
     verdict,
 )
 
-from ropescale.evals.evidence import Measured
+from ropescale.evals.advice.evidence import Measured
 
 L, T = 8192, 16384
 

@@ -17,7 +17,7 @@ from extension_goal import (
     verdict,
 )
 
-from ropescale.evals.evidence import CONTROL, FINE_TUNED, Measured
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Measured
 
 L = 8192
 TASKS = ("niah_single_1", "vt")

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from ropescale.cli.main import main
-from ropescale.evals.evidence import Evidence, Measured, load_measured, load_results
-from ropescale.evals.frontier import (
+from ropescale.evals.advice.evidence import Evidence, Measured, load_measured, load_results
+from ropescale.evals.advice.frontier import (
     OPTIONAL,
     format_frontier,
     frontier_choice,
@@ -19,8 +19,8 @@ from ropescale.evals.frontier import (
     verdicts,
     with_rows,
 )
-from ropescale.evals.recommend import format_recommendation, format_short, recommend
-from ropescale.evals.suite import suite_from_dict
+from ropescale.evals.advice.recommend import format_recommendation, format_short, recommend
+from ropescale.evals.suite.runner import suite_from_dict
 from tests.conftest import squeezed
 
 L = 8192
@@ -216,7 +216,7 @@ def test_recommend_takes_the_frontier_of_this_model_only():
 
 
 def test_the_shipped_frontier_decides_the_embedded_models_2x():
-    from ropescale.evals.evidence import shipped_evidence
+    from ropescale.evals.advice.evidence import shipped_evidence
 
     rec = recommend("smollm2-135m", L, 16384, evidence=list(shipped_evidence()))
     assert (rec.method, rec.factor) == ("self_extend", 2.0)
@@ -289,7 +289,7 @@ def test_recommend_shipped_frontier_in_a_few_lines():
     """The embedded model at 32k, default output: the method, why with its prompt count and source,
     the portable alternative for engines, and the RULER battery's line (each method's tasks past L, the
     tasks beyond the model), in at most 16 lines."""
-    from ropescale.evals.evidence import shipped_evidence
+    from ropescale.evals.advice.evidence import shipped_evidence
 
     rec = recommend("smollm2-135m", 8192, 32768, evidence=list(shipped_evidence()))
     out = format_short(rec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ropescale.evals.generation import (
+from ropescale.evals.tasks.generation import (
     PromptJournal,
     check_depth,
     check_grid,
@@ -91,7 +91,7 @@ def test_checks():
 
 
 def test_prompt_token_helpers(bytelevel_tokenizer):
-    from ropescale.evals.generation import bos_prefix, encode, tokenizer_adds_bos
+    from ropescale.evals.tasks.generation import bos_prefix, encode, tokenizer_adds_bos
 
     bos = bytelevel_tokenizer.bos_token_id
     assert tokenizer_adds_bos(bytelevel_tokenizer) and bos_prefix(bytelevel_tokenizer, None) == [bos]
@@ -104,7 +104,7 @@ def test_prompt_token_helpers(bytelevel_tokenizer):
 
 
 def test_accuracy_heatmap_reads_the_grid(tmp_path, monkeypatch):
-    from ropescale.evals import generation
+    from ropescale.evals.tasks import generation
     from ropescale.plots import grids
 
     class Result(generation.GridResult):
@@ -124,7 +124,7 @@ def test_accuracy_heatmap_reads_the_grid(tmp_path, monkeypatch):
 
 
 def test_wilson_interval_matches_the_textbook_values():
-    from ropescale.evals.proportions import wilson_interval
+    from ropescale.evals.tasks.proportions import wilson_interval
 
     for (k, n), (low, high) in {
         (5, 10): (0.236593, 0.763407),
@@ -141,8 +141,8 @@ def test_wilson_interval_matches_the_textbook_values():
 
 
 def test_grid_results_carry_trials_and_intervals_per_cell_and_length():
-    from ropescale.evals.passkey import PasskeyResult, PasskeyTrial
-    from ropescale.evals.proportions import wilson_interval
+    from ropescale.evals.tasks.passkey import PasskeyResult, PasskeyTrial
+    from ropescale.evals.tasks.proportions import wilson_interval
 
     result = PasskeyResult([100, 200], [0.25, 0.75], trials=3, seed=0, max_new_tokens=4)
     for length, depth, correct in [(100, 0.25, [1, 1, 1]), (100, 0.75, [1, 0, 1]), (200, 0.25, [0, 0, 0])]:
@@ -158,7 +158,7 @@ def test_grid_results_carry_trials_and_intervals_per_cell_and_length():
 
 
 def test_difference_interval_excludes_zero_only_beyond_the_noise():
-    from ropescale.evals.proportions import difference_interval
+    from ropescale.evals.tasks.proportions import difference_interval
 
     assert difference_interval(6, 6, 5, 6) == pytest.approx((-0.2469, 0.5635), abs=1e-4)
     assert difference_interval(6, 6, 2, 6)[0] == pytest.approx(0.1311, abs=1e-4)

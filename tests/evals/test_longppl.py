@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ropescale.cli.main import main
-from ropescale.evals.longppl import evaluator_spans, find_key_tokens, score_text
+from ropescale.evals.tasks.longppl import evaluator_spans, find_key_tokens, score_text
 from tests.conftest import tiny_model
 
 TEXT = " ".join(

@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from ropescale.evals import needle as needle_mod
-from ropescale.evals.needle import (
+from ropescale.evals.tasks import needle as needle_mod
+from ropescale.evals.tasks.needle import (
     RULER_THRESHOLD,
     TASKS,
     NeedleResult,
@@ -250,7 +250,7 @@ def test_needle_heatmap_names_the_effective_context(bytelevel_tokenizer, tmp_pat
 
 
 def test_jittered_needles_spread_over_the_band_and_jitter_0_is_the_fixed_grid(bytelevel_tokenizer):
-    from ropescale.evals.passkey import placed_depth
+    from ropescale.evals.tasks.passkey import placed_depth
 
     tok = bytelevel_tokenizer
     kw = dict(task="niah_multikey", lengths=[600], depths=[0.25, 0.75], trials=4, haystack=HAYSTACK, progress=False)

@@ -10,9 +10,18 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import PreTrainedTokenizerFast
 
 from ropescale.data.corpus import CorpusNotInstalledError, Document
-from ropescale.evals import needle_prompt
-from ropescale.evals.needle_prompt import build_needle_prompt, sentence_boundaries
-from ropescale.evals.needle_tasks import ADJECTIVES, ANSWER_PREFIX, INTRO, NEEDLE, NOUNS, QUESTION, TASKS, get_task
+from ropescale.evals.tasks import needle_prompt
+from ropescale.evals.tasks.needle_prompt import build_needle_prompt, sentence_boundaries
+from ropescale.evals.tasks.needle_tasks import (
+    ADJECTIVES,
+    ANSWER_PREFIX,
+    INTRO,
+    NEEDLE,
+    NOUNS,
+    QUESTION,
+    TASKS,
+    get_task,
+)
 
 # Made-up prose (not the corpus): paragraphs, dialogue, titles and initials that must not end a
 # sentence, and a two-line verse.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ropescale.evals.needle_tasks import METRICS, TASKS, get_task, string_match_all, string_match_part
+from ropescale.evals.tasks.needle_tasks import METRICS, TASKS, get_task, string_match_all, string_match_part
 
 # --------------------------------------------------------------------------- scoring
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from ropescale.evals.passkey import (
+from ropescale.evals.tasks.passkey import (
     FILLER,
     NEEDLE,
     QUESTION,
@@ -260,7 +260,7 @@ def test_heatmap_gets_the_usual_permissions(bytelevel_tokenizer, tmp_path, umask
 
 def test_a_cell_is_decoded_trial_by_trial_and_recorded_depth_by_depth(bytelevel_tokenizer, monkeypatch):
     """Every depth once, then again: a cell cut short has sampled every depth alike."""
-    import ropescale.evals.passkey as passkey
+    import ropescale.evals.tasks.passkey as passkey
 
     seen = []
 

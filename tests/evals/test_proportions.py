@@ -1,4 +1,4 @@
-"""evals/proportions.py against scipy.stats and against values worked by hand."""
+"""evals/tasks/proportions.py against scipy.stats and against values worked by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ropescale.evals.proportions import paired_exact_p, wilson_interval
+from ropescale.evals.tasks.proportions import paired_exact_p, wilson_interval
 
 scipy_stats = pytest.importorskip("scipy.stats")
 

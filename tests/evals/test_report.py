@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from ropescale.evals.cell_record import SuiteCell
-from ropescale.evals.report import write_report
-from ropescale.evals.suite import cell_id, suite_from_dict
+from ropescale.evals.report.aggregate import write_report
+from ropescale.evals.report.cell_record import SuiteCell
+from ropescale.evals.suite.runner import cell_id, suite_from_dict
 from tests.conftest import squeezed
 
 
@@ -82,7 +82,7 @@ def test_nothing_flagged_and_no_baseline(suite, tmp_path, model_dir):
 def test_results_read_back_without_their_suite_file(suite, tmp_path):
     """A results folder merged from several runs (cells copied, report written again) has no suite.yaml
     of the labels it reports: results.json itself says what each label ran and where the needles sat."""
-    from ropescale.evals.evidence import load_results
+    from ropescale.evals.advice.evidence import load_results
 
     labelled = suite_from_dict(
         {
@@ -109,7 +109,7 @@ def test_results_read_back_without_their_suite_file(suite, tmp_path):
 
 def test_the_perplexity_plot_names_the_model_the_factor_and_the_trained_context(suite, tmp_path, monkeypatch):
     """The suite's plot gets what the reader needs beside the curves (make demo's docs/img/demo.png had none)."""
-    import ropescale.evals.report_cells as report_cells
+    import ropescale.evals.tasks.report_cells as report_cells
 
     seen = {}
 

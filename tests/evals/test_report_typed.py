@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ropescale.evals.cell_record import load_cells
-from ropescale.evals.report import TaskTable, collect
-from ropescale.evals.report_cells import render_values
+from ropescale.evals.report.aggregate import TaskTable, collect
+from ropescale.evals.report.cell_record import load_cells
+from ropescale.evals.tasks.report_cells import render_values
 from tests.evals.test_suite_cell_record import golden_suite
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "suite_cells"
@@ -41,7 +41,7 @@ def golden(tmp_path):
 
 
 def test_every_rows_section_value_and_plot_reads_the_typed_results_only(golden, tmp_path, monkeypatch):
-    import ropescale.evals.report_cells as report_cells
+    import ropescale.evals.tasks.report_cells as report_cells
 
     suite, cells = golden
     labels, entries = [m.label for m in suite.methods], {m.label: m for m in suite.methods}

@@ -9,7 +9,7 @@ import pytest
 
 from ropescale.cli.eval_ruler import parse_lengths
 from ropescale.cli.main import main
-from ropescale.evals.ruler.measures import (
+from ropescale.evals.tasks.ruler.measures import (
     base_score,
     effective_length_absolute,
     effective_length_relative,
@@ -61,8 +61,8 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
 
 def test_a_suite_runs_rulers_battery_through_the_task_table(ruler_model_dir, tmp_path):
     """``ruler:`` in a suite: one cell per method and length holding every task, resumable, reported."""
-    from ropescale.evals.suite import run_suite, suite_from_dict
-    from ropescale.evals.task_ruler import RulerBattery
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.tasks.task_ruler import RulerBattery
 
     raw = {
         "name": "battery",

@@ -1,4 +1,4 @@
-"""``--prompt chat``: RULER's prompts in the model's chat template (evals/ruler/prompt.py).
+"""``--prompt chat``: RULER's prompts in the model's chat template (evals/tasks/ruler/prompt.py).
 
 The chat text is checked against lm-eval's own path for a ``gen_prefix`` task under
 ``--apply_chat_template`` (its ``build_qa_turn``, ``multiturn_to_singleturn`` and ``HFLM.apply_chat_template``);
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from ropescale.cli.main import main
-from ropescale.evals.ruler import cell as cell_module
-from ropescale.evals.ruler.prompt import chat_text, template_tokens
-from ropescale.evals.ruler.tasks import TASKS, generate_samples
+from ropescale.evals.tasks.ruler import cell as cell_module
+from ropescale.evals.tasks.ruler.prompt import chat_text, template_tokens
+from ropescale.evals.tasks.ruler.tasks import TASKS, generate_samples
 from tests.cli.test_recommend_battery import write_cell
 from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
 
@@ -148,8 +148,8 @@ def _mixed_folder(folder):
 
 
 def test_the_report_compares_a_chat_row_with_the_chat_base_only(tmp_path):
-    from ropescale.evals.ruler.record import load_cells
-    from ropescale.evals.ruler.report import summarize
+    from ropescale.evals.tasks.ruler.record import load_cells
+    from ropescale.evals.tasks.ruler.report import summarize
 
     _mixed_folder(tmp_path)
     summary = summarize(load_cells(tmp_path))
@@ -160,7 +160,7 @@ def test_the_report_compares_a_chat_row_with_the_chat_base_only(tmp_path):
 
 
 def test_recommend_reads_a_folder_of_both_formats_as_two_batteries(tmp_path):
-    from ropescale.evals.battery_evidence import battery_folders
+    from ropescale.evals.advice.battery_evidence import battery_folders
 
     _mixed_folder(tmp_path)
     plain, chat = battery_folders("smollm2-135m", [tmp_path])[:2]
@@ -171,7 +171,7 @@ def test_recommend_reads_a_folder_of_both_formats_as_two_batteries(tmp_path):
 
 
 def test_a_suite_keys_a_chat_battery_apart_and_plain_as_before():
-    from ropescale.evals.task_table import get, protocol
+    from ropescale.evals.tasks.task_table import get, protocol
 
     ruler = get("ruler")
     assert protocol(ruler, {"tasks": ["vt"], "prompt": "chat"}, 0)["prompt"] == "chat"
@@ -179,7 +179,7 @@ def test_a_suite_keys_a_chat_battery_apart_and_plain_as_before():
 
 
 def test_a_cell_file_with_an_unknown_prompt_format_is_refused_with_its_reason(tmp_path):
-    from ropescale.evals.ruler.record import CellFileError, CellRecord
+    from ropescale.evals.tasks.ruler.record import CellFileError, CellRecord
 
     data = json.loads(write_cell(tmp_path, "vt", 4096, 3, prompt="chat").read_text())
     data["fingerprint"]["prompt"] = "html"
@@ -188,8 +188,8 @@ def test_a_cell_file_with_an_unknown_prompt_format_is_refused_with_its_reason(tm
 
 
 def test_a_suite_runs_the_battery_in_the_chat_template_and_says_so(chat_model_dir, tmp_path):
-    from ropescale.evals.suite import run_suite, suite_from_dict
-    from ropescale.evals.task_ruler import RulerBattery
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.tasks.task_ruler import RulerBattery
 
     raw = {
         "name": "battery-chat",
@@ -207,7 +207,7 @@ def test_a_suite_runs_the_battery_in_the_chat_template_and_says_so(chat_model_di
 
 def test_every_named_folder_is_read_in_each_of_its_formats_and_the_shipped_only_when_asked(tmp_path):
     """``eval frontier --battery A --battery B`` reads A (both formats) and B, and no shipped folder."""
-    from ropescale.evals.battery_evidence import battery_folders
+    from ropescale.evals.advice.battery_evidence import battery_folders
 
     a, b = tmp_path / "a", tmp_path / "b"
     _mixed_folder(a)

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from ropescale._io import atomic_write_json
-from ropescale.evals.battery_evidence import BATTERY_DIR
-from ropescale.evals.ruler.cell import RulerCell, RulerRecord
-from ropescale.evals.ruler.record import SCHEMA, CellFileError, CellRecord, Scaling, read_cells
-from ropescale.evals.ruler.run import RulerRun
-from ropescale.evals.ruler.tasks import TASKS
+from ropescale.evals.advice.battery_evidence import BATTERY_DIR
+from ropescale.evals.tasks.ruler.cell import RulerCell, RulerRecord
+from ropescale.evals.tasks.ruler.record import SCHEMA, CellFileError, CellRecord, Scaling, read_cells
+from ropescale.evals.tasks.ruler.run import RulerRun
+from ropescale.evals.tasks.ruler.tasks import TASKS
 
 SHIPPED = sorted(BATTERY_DIR.glob("*/*.json"))
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from ropescale.evals.ruler.tasks import (
+from ropescale.evals.tasks.ruler.tasks import (
     TASKS,
     _cwe_rng_at_import,
     _prepare_niah,
@@ -149,7 +149,7 @@ def test_a_needle_length_below_the_smallest_prompt_is_refused_in_our_words(name,
     name, said after the weights had loaded), and at the length the line advises it makes them."""
     import re
 
-    from ropescale.evals.ruler.tasks import _generate, check_fits
+    from ropescale.evals.tasks.ruler.tasks import _generate, check_fits
 
     tok, task = ruler_tokenizer(), TASKS[name]
     essay = essay_haystack(_prose()) if "austen" in name else None
@@ -191,9 +191,9 @@ def test_score_is_lm_evals_string_match_all():
 
 
 def test_stopping_once_answered_cannot_change_the_score():
-    """The cell stops decoding once every expected string is in the output (evals/ruler/cell.py):
+    """The cell stops decoding once every expected string is in the output (evals/tasks/ruler/cell.py):
     exact only while lm-eval's score can never fall, nor rise past 1, as the text grows."""
-    from ropescale.evals.ruler.cell import RulerCell, _answered
+    from ropescale.evals.tasks.ruler.cell import RulerCell, _answered
 
     outputs = ["4430567", "uuid-ab12", "Tree"]
     text = " 4430567 and uuid-AB12, then tree.\nThe grass is green. 999"

@@ -1,5 +1,5 @@
 """Issue 52, "results replaced or mixed": ``eval ruler`` and ``eval longppl`` keep the suite runner's
-guarantees (:mod:`ropescale.evals.run_folder`), tried from outside on tiny random models.
+guarantees (:mod:`ropescale.evals.tasks.run_folder`), tried from outside on tiny random models.
 
 A cell is keyed by the model's content, seed, samples and data: another one at the same path is refused
 naming the difference (never replaced, never reused); one writer per folder; a file of a newer schema, or
@@ -91,7 +91,7 @@ def test_a_newer_ruler_schema_is_refused_and_left_as_it_is(models, tmp_path, cap
 
 
 def test_a_perplexity_folder_is_refused_by_eval_ruler(models, tmp_path, capsys):
-    from ropescale.evals.suite import run_suite, suite_from_dict
+    from ropescale.evals.suite.runner import run_suite, suite_from_dict
 
     data = tmp_path / "doc.txt"
     data.write_text("The quick brown fox jumps over the lazy dog. " * 200)
@@ -111,14 +111,14 @@ def no_prompt_floor(monkeypatch):
     """Without the smallest-prompt refusal (``tasks.check_fits``), which now stops most lengths where lm-eval
     would fill a cell short: what is left of that case (random keys that vary a few tokens) is made here at
     a length below the floor, so the short-cell refusal behind it stays tested."""
-    from ropescale.evals.ruler import tasks
+    from ropescale.evals.tasks.ruler import tasks
 
     monkeypatch.setattr(tasks, "check_fits", lambda *args, **kwargs: None)
 
 
 def _short_length(tok, samples: int) -> int:
     """A length at which lm-eval's niah_multikey_2 generator fits some but not all samples."""
-    from ropescale.evals.ruler.tasks import TASKS, generate_samples
+    from ropescale.evals.tasks.ruler.tasks import TASKS, generate_samples
 
     for n in range(200, 320, 2):
         try:
@@ -148,7 +148,7 @@ def test_a_cell_lm_eval_fills_short_is_refused_before_the_weights_load(models, t
 
 
 def _shipped(name: str) -> Path:
-    from ropescale.evals.battery_evidence import BATTERY_DIR
+    from ropescale.evals.advice.battery_evidence import BATTERY_DIR
 
     return BATTERY_DIR / "smollm2-135m-x4-cpu" / name
 
@@ -161,9 +161,9 @@ class _Runtime:
 
 
 def _shipped_run(cells: Path, task: str, length: int, **kw):
-    from ropescale.evals.ruler.record import Scaling
-    from ropescale.evals.ruler.run import RulerRun
-    from ropescale.evals.ruler.tasks import get_task
+    from ropescale.evals.tasks.ruler.record import Scaling
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
 
     run = RulerRun("smollm2-135m", Scaling("none"), [get_task(task)], [length], 30, cells, runtime=_Runtime(), **kw)
     run.__dict__["model_content"] = "a92fe8c8ef37"  # whatever its content now: the shipped cell could not record it
@@ -191,8 +191,8 @@ def test_a_shipped_cell_counts_as_done_under_the_new_keys(tmp_path, name, task, 
 
 
 def test_a_cell_stored_short_is_never_counted_done_and_the_report_says_it(tmp_path):
-    from ropescale.evals.ruler.record import CellRecord
-    from ropescale.evals.ruler.report import markdown, summarize
+    from ropescale.evals.tasks.ruler.record import CellRecord
+    from ropescale.evals.tasks.ruler.report import markdown, summarize
 
     name = "none__niah_single_1__4096.json"
     data = json.loads(_shipped(name).read_text())
@@ -210,7 +210,7 @@ def test_a_cell_stored_short_is_never_counted_done_and_the_report_says_it(tmp_pa
 def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypatch):
     """A cell interrupted under today's keys (its journal's fingerprint holds neither the model's content
     nor the haystack) resumes at its first undecoded prompt under the new ones, not set aside."""
-    from ropescale.evals import generation
+    from ropescale.evals.tasks import generation
 
     out = tmp_path / "o"
     recorded = []
@@ -338,8 +338,8 @@ def test_longppl_leaves_a_newer_schema_or_another_tasks_folder_as_it_is(longppl_
 def test_a_suite_ruler_cell_lm_eval_fills_short_is_refused_before_it_decodes(models):
     from transformers import AutoTokenizer
 
-    from ropescale.evals.ruler.cell import run_ruler_cell
-    from ropescale.evals.ruler.tasks import TASKS
+    from ropescale.evals.tasks.ruler.cell import run_ruler_cell
+    from ropescale.evals.tasks.ruler.tasks import TASKS
 
     tok = AutoTokenizer.from_pretrained(models["u0"])
     n = _short_length(tok, 6)
@@ -351,7 +351,7 @@ def test_a_suite_ruler_cell_lm_eval_fills_short_is_refused_before_it_decodes(mod
 def test_a_suite_leaves_a_newer_or_another_tasks_results_json_as_it_is(models, tmp_path, schema):
     """The suite runner's own report (run, and ``--report-only``) refuses the same files."""
     from ropescale.errors import RopescaleError
-    from ropescale.evals.suite import SuiteRunner, suite_from_dict
+    from ropescale.evals.suite.runner import SuiteRunner, suite_from_dict
 
     data = tmp_path / "doc.txt"
     data.write_text("The quick brown fox jumps over the lazy dog. " * 200)

@@ -157,7 +157,7 @@ def test_frontier_measures_a_scaled_checkpoint_as_saved_and_without_its_scaling(
 def test_recommend_reads_a_saved_row_as_the_scaling_it_ran(folders, tmp_path, capsys):
     """recommend's evidence (``load_results``): the saved row is the method its cells read back, the
     `none (scaling removed)` row the native baseline."""
-    from ropescale.evals.evidence import load_results
+    from ropescale.evals.advice.evidence import load_results
 
     out = tmp_path / "both"
     model = folders / "llama-y4"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ropescale.cli.main import main
-from ropescale.evals import suite as suite_mod
-from ropescale.evals.suite import SuiteError, load_suite, run_suite, suite_from_dict
+from ropescale.evals.suite import runner as suite_mod
+from ropescale.evals.suite.runner import SuiteError, load_suite, run_suite, suite_from_dict
 from tests.conftest import squeezed
 
 TEXT = (
@@ -190,7 +190,7 @@ def test_factor_too_small_and_length_larger_than_text(suite_dict, tmp_path):
 
 
 def test_shipped_suites_parse(model_dir):
-    from ropescale.evals.suite import SUITES_DIR
+    from ropescale.evals.suite.runner import SUITES_DIR
 
     names = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
     assert names
@@ -261,9 +261,9 @@ def test_cli_eval_commands(model_dir, tmp_path, capsys, monkeypatch):
 def test_report_context_uses_each_results_threshold(tmp_path):
     """A length counts towards the context column when it reaches its own result's threshold: 0.85
     passes passkey's 0.8 but not RULER's 0.856."""
-    from ropescale.evals.cell_record import SuiteCell
-    from ropescale.evals.report import write_report
-    from ropescale.evals.suite import MethodEntry, cell_id
+    from ropescale.evals.report.aggregate import write_report
+    from ropescale.evals.report.cell_record import SuiteCell
+    from ropescale.evals.suite.runner import MethodEntry, cell_id
 
     suite = suite_from_dict(
         {
@@ -293,7 +293,7 @@ def test_report_context_uses_each_results_threshold(tmp_path):
 def _interrupt_after(n: int, monkeypatch):
     """Make the n+1-th prompt a retrieval cell records raise KeyboardInterrupt (a cut-short run).
     Returns the real ``PromptJournal.record`` and the list of what was recorded."""
-    from ropescale.evals.generation import PromptJournal
+    from ropescale.evals.tasks.generation import PromptJournal
 
     real, recorded = PromptJournal.record, []
 
@@ -308,7 +308,7 @@ def _interrupt_after(n: int, monkeypatch):
 
 
 def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suite_dict, tmp_path, monkeypatch):
-    from ropescale.evals.generation import PromptJournal
+    from ropescale.evals.tasks.generation import PromptJournal
 
     one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], perplexity=None)
     one["passkey"] = {"lengths": [128], "depths": [0.0, 0.5, 1.0], "trials": 2}
@@ -352,7 +352,7 @@ def test_prompts_decoded_under_another_scaling_are_not_resumed(suite_dict, tmp_p
     """The journal of a cut-short cell names the scaling that ran (every resolved parameter): a cell
     resumed under other parameters (a saved checkpoint's own, where an older version used the defaults)
     decodes every prompt again instead of mixing two scalings' answers."""
-    from ropescale.evals.generation import PromptJournal
+    from ropescale.evals.tasks.generation import PromptJournal
 
     one = dict(suite_dict, methods=[{"method": "yarn", "factor": 4}], perplexity=None)
     one["passkey"] = {"lengths": [128], "depths": [0.0, 1.0], "trials": 2}
@@ -374,8 +374,8 @@ def test_prompts_decoded_under_another_scaling_are_not_resumed(suite_dict, tmp_p
 
 def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
     """A cell in progress may have sampled some depths only: each cell is read at its own depths."""
-    from ropescale.evals.report import _plot_grids
-    from ropescale.evals.task_retrieval import RetrievalCell
+    from ropescale.evals.report.aggregate import _plot_grids
+    from ropescale.evals.tasks.task_retrieval import RetrievalCell
 
     full = {"depths": [0.0, 0.5, 1.0], "accuracy": [[1.0, 0.5, 0.0]]}
     partial = {"depths": [0.5], "accuracy": [[1.0]], "cell_trials": [[2]], "partial": {"prompts": 2, "of": 3}}
@@ -385,7 +385,7 @@ def test_a_heatmap_takes_the_union_of_its_cells_depths(tmp_path):
         seen.update(lengths=lengths, depths=depths, grid=grid, title=title, texts=texts)
         return path
 
-    import ropescale.evals.report_cells as report  # where the report's sections and plots are drawn
+    import ropescale.evals.tasks.report_cells as report  # where the report's sections and plots are drawn
 
     real, report.plot_accuracy_grid = report.plot_accuracy_grid, fake_plot
     try:

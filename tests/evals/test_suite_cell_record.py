@@ -1,4 +1,4 @@
-"""A suite's cell file as one typed record (evals/cell_record.py): every cell main's suite wrote reads
+"""A suite's cell file as one typed record (evals/report/cell_record.py): every cell main's suite wrote reads
 and writes back byte for byte, older layouts load with their defaults, and a damaged or newer file is
 refused in one line naming the file and the key (or the version).
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from ropescale.errors import RopescaleError
-from ropescale.evals.cell_record import CELL_REMEDY, SCHEMA, CellFileError, NewerCellError, SuiteCell, load_cells
-from ropescale.evals.suite import MethodEntry
+from ropescale.evals.report.cell_record import CELL_REMEDY, SCHEMA, CellFileError, NewerCellError, SuiteCell, load_cells
+from ropescale.evals.suite.runner import MethodEntry
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "suite_cells"
 CELLS = sorted((DATA / "cells").glob("*.json")) + sorted((DATA / "ruler").glob("*.json"))
@@ -112,8 +112,8 @@ def test_a_cell_naming_a_schema_is_refused_naming_the_version(tmp_path):
 def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(tmp_path):
     """A damaged cell the suite runs is recomputed (``is_done`` is False); one it does not run would be
     read by the report, so the run stops first naming it; a newer ropescale's cell is never overwritten."""
-    from ropescale.evals.cell_keys import check_measured
-    from ropescale.evals.suite import SuiteRunner, suite_from_dict
+    from ropescale.evals.report.cell_keys import check_measured
+    from ropescale.evals.suite.runner import SuiteRunner, suite_from_dict
 
     suite = suite_from_dict({"name": "t", "model": "unused", "methods": ["none"], "passkey": {"lengths": [128]}})
     runner = SuiteRunner(suite, tmp_path)
@@ -134,7 +134,7 @@ def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(
 # -- the report reads the records: results.json and report.md unchanged ---------------------------------
 def golden_suite(model_dir, **blocks):
     """The suite the golden cells were written by (``blocks``: more task blocks, e.g. ``ruler``)."""
-    from ropescale.evals.suite import suite_from_dict
+    from ropescale.evals.suite.runner import suite_from_dict
 
     methods = [
         {"method": "saved"},
@@ -167,7 +167,7 @@ def test_results_json_and_the_report_are_what_main_wrote_for_the_same_cells(mode
     row's unfinished passkey cell at 128 (``partial.json``) shown as ``--report-only`` shows it."""
     import shutil
 
-    from ropescale.evals.report import write_report
+    from ropescale.evals.report.aggregate import write_report
 
     out = tmp_path / "out"
     shutil.copytree(DATA / "cells", out / "cells")
@@ -180,7 +180,7 @@ def test_results_json_and_the_report_are_what_main_wrote_for_the_same_cells(mode
 
 
 def test_the_report_refuses_a_damaged_cell_in_one_line(model_dir, tmp_path):
-    from ropescale.evals.report import write_report
+    from ropescale.evals.report.aggregate import write_report
 
     _damaged(tmp_path, lambda d: d.pop("length"))
     with pytest.raises(CellFileError, match=r"yarn__passkey__128.json': length = \(missing\); remove it"):
@@ -189,10 +189,10 @@ def test_the_report_refuses_a_damaged_cell_in_one_line(model_dir, tmp_path):
 
 # -- results.json read back typed (evidence.read_results) ----------------------------------------------
 def test_results_json_reads_back_as_a_typed_summary_and_the_same_evidence(tmp_path):
-    from ropescale.evals.evidence import read_results
-    from ropescale.evals.results_schema import Ran, ResultsSummary
-    from ropescale.evals.task_perplexity import PerplexityCell
-    from ropescale.evals.task_retrieval import RetrievalCell
+    from ropescale.evals.advice.evidence import read_results
+    from ropescale.evals.report.results_schema import Ran, ResultsSummary
+    from ropescale.evals.tasks.task_perplexity import PerplexityCell
+    from ropescale.evals.tasks.task_retrieval import RetrievalCell
 
     data = json.loads((DATA / "results.json").read_text())
     summary = ResultsSummary.from_json(data, DATA / "results.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ropescale.evals.suite import SuiteError, run_suite, suite_from_dict
+from ropescale.evals.suite.runner import SuiteError, run_suite, suite_from_dict
 from ropescale.models import loading
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ropescale.evals import suite as suite_mod
-from ropescale.evals.suite import suite_from_dict
+from ropescale.evals.suite import runner as suite_mod
+from ropescale.evals.suite.runner import suite_from_dict
 from ropescale.models.runtime import Runtime
 from tests.attention.test_kernel_restore import CALLS, register_kernel
 

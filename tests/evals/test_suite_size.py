@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from ropescale.cli.main import main
-from ropescale.evals import task_table
-from ropescale.evals.suite import MethodEntry, SuiteError, SuiteRunner, load_suite
+from ropescale.evals.suite.runner import MethodEntry, SuiteError, SuiteRunner, load_suite
+from ropescale.evals.tasks import task_table
 from tests.conftest import squeezed, tiny_model
 
 TEXT = (
@@ -199,7 +199,7 @@ def test_rows_keep_a_factor_the_label_already_says():
 
 
 def test_plot_names_are_plain_whatever_the_label():
-    from ropescale.evals.report_cells import plot_name
+    from ropescale.evals.tasks.report_cells import plot_name
 
     assert plot_name("passkey", "yarn x2 (saved)") == "passkey_yarn-x2-saved.png"
     assert plot_name("needle", "none (scaling removed)") == "needle_none-scaling-removed.png"

@@ -1,4 +1,4 @@
-"""LongPPL as a row of the table of tasks (evals/task_longppl.py): a suite's ``longppl:`` block runs on
+"""LongPPL as a row of the table of tasks (evals/tasks/task_longppl.py): a suite's ``longppl:`` block runs on
 a tiny random model and reports what ``ropescale eval longppl`` reports for the same windows; its keys
 are checked as ``longppl.<key>``; the command's flags are the settings' fields."""
 
@@ -13,11 +13,11 @@ import yaml
 
 from ropescale.cli.main import build_parser, main
 from ropescale.errors import RopescaleError
-from ropescale.evals import longppl_run, task_table
-from ropescale.evals.longppl import evaluator_spans
-from ropescale.evals.report_cells import fmt
-from ropescale.evals.suite import suite_from_dict
-from ropescale.evals.task_longppl import LongPPLCell, LongPPLSettings
+from ropescale.evals.suite.runner import suite_from_dict
+from ropescale.evals.tasks import longppl_run, task_table
+from ropescale.evals.tasks.longppl import evaluator_spans
+from ropescale.evals.tasks.report_cells import fmt
+from ropescale.evals.tasks.task_longppl import LongPPLCell, LongPPLSettings
 from tests.conftest import squeezed, tiny_model
 from tests.evals.test_longppl import TEXT
 
@@ -89,8 +89,8 @@ def test_a_longppl_block_runs_in_a_suite_as_eval_longppl_reports_it(model_dir, l
 
 
 def test_the_report_names_another_evaluator_and_a_cell_without_key_tokens(model_dir, tmp_path):
-    from ropescale.evals.cell_record import SuiteCell
-    from ropescale.evals.report import write_report
+    from ropescale.evals.report.aggregate import write_report
+    from ropescale.evals.report.cell_record import SuiteCell
 
     raw = _suite(model_dir, tmp_path / "doc.txt", evaluator="org/judge", evaluator_method="yarn", evaluator_factor=2)
     suite = suite_from_dict(raw)
@@ -148,7 +148,7 @@ def test_the_flags_of_each_task_command_are_its_settings_fields():
     """Every settings field is a flag of ``ropescale eval <task>`` (under its ``dest``) and, for the
     commands with a runner of their own, every flag is a settings field or one of the command's own:
     a field added without a flag, or a task flag written by hand, fails here."""
-    from ropescale.evals.longppl import INTERNAL, TRUNC_LEN
+    from ropescale.evals.tasks.longppl import INTERNAL, TRUNC_LEN
 
     parser = build_parser()
     eval_commands = next(a for a in parser._actions if a.dest == "command").choices["eval"]

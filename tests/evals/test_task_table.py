@@ -1,4 +1,4 @@
-"""The table of evaluation tasks (evals/task_table.py): a new task is one row, each task's result
+"""The table of evaluation tasks (evals/tasks/task_table.py): a new task is one row, each task's result
 reads back from its JSON, result files carry a schema version and a newer one is refused, and the
 passkey's defaults moved (spread needles) without changing what shipped suites and old cells mean."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from ropescale.cli.main import build_parser, main
 from ropescale.errors import RopescaleError
-from ropescale.evals import task_table
-from ropescale.evals.cell_keys import measured
-from ropescale.evals.suite import SUITES_DIR, load_suite, run_suite, suite_from_dict
-from ropescale.evals.task_base import Task, positive_int, setting
+from ropescale.evals.report.cell_keys import measured
+from ropescale.evals.suite.runner import SUITES_DIR, load_suite, run_suite, suite_from_dict
+from ropescale.evals.tasks import task_table
+from ropescale.evals.tasks.task_base import Task, positive_int, setting
 from tests.conftest import squeezed
 
 
@@ -93,7 +93,7 @@ def test_a_new_task_is_one_row_suite_report_and_command(constant, model_dir, tmp
 
 def test_the_built_in_rows_and_their_commands():
     assert task_table.names()[:4] == ("perplexity", "passkey", "needle", "ruler")
-    from ropescale.evals.task_perplexity import MODES
+    from ropescale.evals.tasks.task_perplexity import MODES
     from ropescale.scoring.perplexity import MODES as SCORING_MODES
 
     assert MODES == SCORING_MODES
@@ -111,8 +111,8 @@ def test_the_built_in_rows_and_their_commands():
 
 # -- typed results: each task's JSON round trip -----------------------------------------------------------
 def test_perplexity_and_retrieval_results_round_trip():
-    from ropescale.evals.task_perplexity import PerplexityCell
-    from ropescale.evals.task_retrieval import RetrievalCell
+    from ropescale.evals.tasks.task_perplexity import PerplexityCell
+    from ropescale.evals.tasks.task_retrieval import RetrievalCell
 
     ppl = {"mode": "nonoverlap", "window": 64, "stride": 64, "bos_token_id": 1, "n_documents": 1, "tokens_scored": 128}
     ppl |= {"total_nll": 300.0, "ppl": 10.5, "mean_window_ppl": 10.4, "window_nll": [150.0, 150.0], "elapsed_s": 1.0}
@@ -133,8 +133,8 @@ def test_perplexity_and_retrieval_results_round_trip():
 
 
 def test_ruler_battery_round_trips():
-    from ropescale.evals.ruler.cell import RulerCell, RulerRecord
-    from ropescale.evals.task_ruler import RulerBattery
+    from ropescale.evals.tasks.ruler.cell import RulerCell, RulerRecord
+    from ropescale.evals.tasks.task_ruler import RulerBattery
 
     cell = RulerCell("vt", 1024, 2, 0, 30, "ruler_vt", "-", [RulerRecord(0, 900, ["a"], "a", 1.0)], 1.5)
     cell.records.append(RulerRecord(1, 910, ["b", "c"], "b", 0.5))
@@ -160,7 +160,7 @@ def test_a_ruler_block_is_a_suite_task(model_dir):
 # -- one versioned schema ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("schema", ["ropescale.results/9", "someone.else/1", 2])
 def test_a_newer_or_unknown_schema_is_refused_in_one_line(tmp_path, capsys, schema):
-    from ropescale.evals.evidence import load_measured, read_results
+    from ropescale.evals.advice.evidence import load_measured, read_results
 
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"schema": schema, "suite": "s", "model": "m", "tasks": {}}))
@@ -180,7 +180,7 @@ def test_a_newer_or_unknown_schema_is_refused_in_one_line(tmp_path, capsys, sche
 
 
 def test_version_1_and_2_files_load(tmp_path):
-    from ropescale.evals.evidence import read_results, shipped_evidence
+    from ropescale.evals.advice.evidence import read_results, shipped_evidence
 
     assert shipped_evidence()  # the shipped evidence names no schema: version 1
     row = {"none": {"64": {"ppl": 10.0}}}

@@ -12,7 +12,7 @@ import pytest
 import ropescale
 from ropescale.cli.main import main
 from ropescale.errors import RopescaleError
-from ropescale.evals.serving import Serving, engines_for
+from ropescale.evals.advice.serving import Serving, engines_for
 from ropescale.export import export_gguf
 from ropescale.interop import engines
 from ropescale.interop.gguf_support import DYNAMIC_METHODS, GGUF_ARCH

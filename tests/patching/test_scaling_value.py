@@ -83,7 +83,7 @@ def test_from_pretrained_takes_the_value(tmp_path):
 
 
 def test_ruler_cells_and_search_results_name_the_same_value():
-    from ropescale.evals.ruler import record
+    from ropescale.evals.tasks.ruler import record
     from ropescale.search.artifacts import SearchResult
 
     assert record.Scaling is Scaling  # the cells' scaling_requested is the value's request()

@@ -19,7 +19,7 @@ SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]
 
 
 def task_utils():
-    """evals/tasks/utils.py, loaded by path as lm-eval loads it."""
+    """evals/lm_eval/tasks/utils.py, loaded by path as lm-eval loads it."""
     return load_script(TASKS_DIR / "utils.py", "passkey_task_utils")
 
 

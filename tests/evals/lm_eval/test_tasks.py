@@ -1,4 +1,4 @@
-"""The passkey task YAMLs in evals/tasks, loaded through lm-eval's TaskManager (offline)."""
+"""The passkey task YAMLs in evals/lm_eval/tasks, loaded through lm-eval's TaskManager (offline)."""
 
 from __future__ import annotations
 

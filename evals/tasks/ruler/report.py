@@ -1,0 +1,145 @@
+"""The RULER battery's report: scores per scaling × task × length with their intervals, and, where the
+unscaled model's cells of the same model are in the folder, short-context retention and effective
+length (:mod:`.measures`) of every scaling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ropescale._io import atomic_write_json, atomic_write_text
+from ropescale.evals.tasks.ruler.measures import (
+    RETENTION_BAR,
+    effective_length_absolute,
+    effective_length_relative,
+    retention,
+    worst_retention,
+)
+from ropescale.evals.tasks.ruler.record import CellRecord, load_cells
+from ropescale.markdown import table as md_table
+
+#: the layout of the ``results.json`` ``ropescale eval ruler`` writes
+RESULTS_SCHEMA = "ropescale.ruler.results/1"
+#: a task whose unscaled base (0-100) is below this is beyond the model at any length: reported, not counted
+BEYOND_FLOOR = 30.0
+
+
+def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, Any]:
+    """Scores (0-100) of ``cells`` (:func:`.record.load_cells`) as ``{label: {task: {length: ...}}}``
+    and the measures against the unscaled model's cells, when there are any."""
+    if model is not None:
+        cells = [c for c in cells if c.model == str(model)]
+    table: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    # the unscaled base of each prompt format: a row is compared with prompts of its own format only
+    unscaled: dict[str, dict[str, dict[int, float]]] = {}
+    prompt_of: dict[str, str] = {}
+    context = None
+    for c in cells:
+        r = c.result
+        lo, hi = r.interval
+        entry = {"score": 100 * r.score, "interval": [100 * lo, 100 * hi], "samples": r.samples, "seed": r.seed}
+        if c.short:  # fewer samples than asked (written before such a cell was refused): said, never done
+            entry["asked"] = c.fingerprint.samples
+        table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
+        prompt_of[c.label] = c.prompt
+        context = c.original_context
+        if c.unscaled:
+            unscaled.setdefault(c.prompt, {}).setdefault(r.task, {})[r.length] = 100 * r.score
+    measures: dict[str, dict[str, Any]] = {}
+    for label, tasks in table.items():
+        for task, by_length in tasks.items():
+            scores = {n: e["score"] for n, e in by_length.items()}
+            row: dict[str, Any] = {"effective_length_ruler": effective_length_absolute(scores)}
+            base = unscaled.get(prompt_of[label], {}).get(task)
+            if context is not None:
+                length, why = effective_length_relative(scores, context, base=base, floor=BEYOND_FLOOR)
+                row.update(effective_length_relative=length, relative_note=why, base="unscaled" if base else "own")
+            if base and context is not None:
+                kept = retention(scores, base, context)
+                row.update(retention={str(n): v for n, v in kept.items()}, worst_retention=worst_retention(kept))
+            measures.setdefault(label, {})[task] = row
+    return {
+        "original_context": context,
+        "scores": table,
+        "measures": measures,
+        "has_unscaled": bool(unscaled),
+        **({"prompts": prompt_of} if set(prompt_of.values()) - {"plain"} else {}),
+    }
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The summary as markdown: one table of scores, one of the measures."""
+    table = summary["scores"]
+    lengths = sorted({n for tasks in table.values() for by in tasks.values() for n in by})
+    rows = [
+        [
+            label,
+            task,
+            *(
+                ""
+                if (e := by.get(n)) is None
+                else f"{e['score']:.1f} [{e['interval'][0]:.0f}, {e['interval'][1]:.0f}] n={e['samples']}"
+                + (f" of {e['asked']} asked (short)" if "asked" in e else "")
+                for n in lengths
+            ),
+        ]
+        for label, tasks in sorted(table.items())
+        for task, by in sorted(tasks.items())
+    ]
+    lines = ["## RULER scores (% , 95% Wilson interval, samples per cell)", ""]
+    lines += md_table(["scaling", "task", *(str(n) for n in lengths)], rows).splitlines()
+    if summary.get("prompts"):
+        lines += ["", "Rows marked `+chat`: prompts in the model's chat template (`--prompt chat`), compared with the"]
+        lines += ["unscaled model's `+chat` cells only; the other rows are lm-eval's plain text."]
+    context = summary["original_context"]
+    lines += ["", f"## Effective length and short-context retention (trained context L = {context})", ""]
+    if not summary["has_unscaled"]:
+        lines += ["No cells of the unscaled model (`--method none`) here: no retention; the relative", ""]
+        lines += ["effective length uses each scaling's own scores at ≤ L.", ""]
+    rows = []
+    for label, tasks in sorted(summary["measures"].items()):
+        for task, m in sorted(tasks.items()):
+            rel = m.get("effective_length_relative")
+            rel_text = str(rel) if rel is not None else f"none: {m.get('relative_note', '')}"
+            if m.get("base"):
+                rel_text += f" (base: {m['base']})"
+            worst = m.get("worst_retention")
+            rows.append(
+                [
+                    label,
+                    task,
+                    m["effective_length_ruler"] or "none",
+                    rel_text,
+                    "" if worst is None else f"{worst:.1f} %",
+                ]
+            )
+    headers = [
+        "scaling",
+        "task",
+        "effective (RULER 85.6)",
+        "effective (85 % of base at ≤ L)",
+        f"worst retention ≤ L (bar {RETENTION_BAR} %)",
+    ]
+    lines += md_table(headers, rows).splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output: str | Path, model: str | None = None) -> dict[str, Any]:
+    """Write ``report.md`` and ``results.json`` of every cell in ``output`` (of ``model``) atomically."""
+    output = Path(output)
+    summary = summarize(load_cells(output), model)
+    text = markdown(summary)
+    atomic_write_text(output / "report.md", text)
+    atomic_write_json(output / "results.json", {"schema": RESULTS_SCHEMA, **_jsonable(summary)})
+    return {**summary, "markdown": text, "report": str(output / "report.md")}
+
+
+def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+    scores = {
+        label: {task: {str(n): e for n, e in by.items()} for task, by in tasks.items()}
+        for label, tasks in summary["scores"].items()
+    }
+    return {**summary, "scores": scores}
+
+
+__all__ = ["BEYOND_FLOOR", "RESULTS_SCHEMA", "markdown", "summarize", "write_report"]

@@ -1,0 +1,138 @@
+"""The perplexity task: sliding-window perplexity of the suite's documents at each length
+(:func:`ropescale.scoring.perplexity.evaluate_perplexity`), one row of :mod:`.task_table`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ropescale import options
+from ropescale.evals.tasks.task_base import (
+    CellContext,
+    SuiteError,
+    Task,
+    flag_type,
+    one_of,
+    optional_positive_int,
+    result_json,
+    result_values,
+    setting,
+)
+
+if TYPE_CHECKING:
+    from ropescale.evals.tasks.report_cells import PlotContext
+
+#: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
+MODES = ("yarn", "longlora", "nonoverlap")
+
+
+@dataclass(frozen=True)
+class PerplexitySettings:
+    """``perplexity:`` in a suite file; the flags of ``ropescale eval perplexity``."""
+
+    mode: str = setting(
+        "yarn",
+        "window protocol: yarn (PI/YaRN, stride 256, each token once), longlora (every token of windows every "
+        "STRIDE), nonoverlap (lm-eval rolling)",
+        check=one_of(*MODES),
+        choices=list(MODES),
+    )
+    stride: int | None = setting(
+        None,
+        "window stride in tokens (default 256; window for nonoverlap)",
+        check=optional_positive_int,
+        is_length=True,
+        type=flag_type(options.length, "--stride"),
+    )
+    max_tokens: int | None = setting(
+        None,
+        "tokens scored per cell (default: 4 windows)",
+        check=optional_positive_int,
+        is_length=True,
+        type=flag_type(options.length, "--max-tokens"),
+    )
+
+
+@dataclass
+class PerplexityCell:
+    """A perplexity cell's result: the numbers the report reads, typed, and the rest of what
+    :class:`~ropescale.scoring.perplexity.PerplexityResult` wrote (window NLLs, timing) as it was."""
+
+    ppl: float
+    mean_window_ppl: float | None = None
+    tokens_scored: int = 0
+    mode: str = "yarn"
+    window: int | None = None
+    stride: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return result_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PerplexityCell:
+        if not isinstance(data, dict) or "ppl" not in data:
+            raise ValueError("a perplexity result needs 'ppl'")
+        named, extra = result_values(cls, data)
+        return cls(**named, extra=extra)
+
+
+class Perplexity(Task):
+    name = "perplexity"
+    settings = PerplexitySettings
+    result = PerplexityCell
+    metric = "ppl"
+    higher_is_better = False
+    seeded = False
+    help = "sliding-window perplexity at several lengths"
+    example = (
+        "example: ropescale eval perplexity --methods none,linear,ntk,dynamic_ntk,yarn --factor 4 "
+        "--lengths 2048,8192,16384 --output runs/ppl"
+    )
+
+    def uses_data(self, suite: Any) -> bool:
+        return True
+
+    def prepare(self, suite: Any, settings: PerplexitySettings, tokenizer: Any) -> Any:
+        from ropescale.data.documents import load_documents, tokenize_documents
+
+        longest = max(suite.block(self.name)["lengths"])
+        budget = int(settings.max_tokens or 4 * longest)
+        documents = tokenize_documents(tokenizer, load_documents(suite.data), max_tokens=max(budget, longest) * 2)
+        have = max((len(d) for d in documents), default=0)
+        if have < longest:
+            raise SuiteError(
+                f"perplexity length {longest} is larger than the longest document of the data ({have} tokens)"
+            )
+        return documents
+
+    def run_cell(self, ctx: CellContext, settings: PerplexitySettings, length: int) -> PerplexityCell:
+        from ropescale.scoring.perplexity import evaluate_perplexity
+
+        result = evaluate_perplexity(
+            ctx.model,
+            [d for d in ctx.data if len(d) >= length],
+            window=length,
+            stride=settings.stride,
+            mode=settings.mode,
+            bos_token_id=ctx.tokenizer.bos_token_id,
+            max_tokens=max(length, int(settings.max_tokens or 4 * length)),
+            progress=ctx.progress,
+        )
+        out = result.to_dict()
+        out.pop("window_document", None)
+        return PerplexityCell.from_json(out)
+
+    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+        from ropescale.evals.tasks.report_cells import render_perplexity
+
+        return render_perplexity(table, labels, entries)
+
+    def plot(self, output: Path, table: Any, labels: list[str], context: PlotContext | None = None) -> list[str | None]:
+        from ropescale.evals.tasks.report_cells import plot_ppl
+
+        return [plot_ppl(output, table.results, labels, table.lengths, **(context or {}))]
+
+
+PERPLEXITY = Perplexity()
