@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
+from ..attention.modes import mode as attention_row
 from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.factor import resolve_factor
@@ -68,6 +69,10 @@ class PatchPlan:
     fine_tuned: bool = False
     #: Mistral-style sliding window, as the Scaling asked (``"keep"``, None or a width)
     sliding_window: Any = KEEP
+
+    def __post_init__(self) -> None:
+        if self.method.attention is not None:  # a mode without its row: one line here, before weights load
+            attention_row(self.method.attention)
 
     @property
     def native(self) -> bool:
