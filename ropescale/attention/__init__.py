@@ -39,6 +39,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     from .rotate_on_read import LAYER_ATTR, AttentionRotary
 
     kernel = kernel_of(mode)  # unknown modes: one line naming the known ones
+    row = kernel.mode
     requested = model.config._attn_implementation or "sdpa"
     inner = kernel_for(mode, requested)
     if inner != requested and requested not in consistent.NAMES:
@@ -50,7 +51,7 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     native = model.config if plan.native and plan.method.varies_with_length() else None
     rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
     rotary.restore = requested  # the user's kernel, given back by uninstall
-    for attr, value in kernel.mode.settings(plan.method, plan.spec).items():
+    for attr, value in row.settings(plan.method, plan.spec).items():
         setattr(rotary, attr, value)
     kernel.register()
     name = kernel.name(inner)
