@@ -71,8 +71,7 @@ class PatchPlan:
     sliding_window: Any = KEEP
 
     def __post_init__(self) -> None:
-        if self.method.attention is not None:  # a mode without its row: one line here, before weights load
-            attention_row(self.method.attention)
+        attention_mode(self.method, self.kv_consistent)  # a mode without its row: one line here, before weights load
 
     @property
     def native(self) -> bool:
@@ -90,8 +89,12 @@ class PatchPlan:
 
 
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
-    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
-    return method.attention or ("kv_consistent" if kv_consistent else None)
+    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None.
+
+    A method names its mode (the methods room sits below the attention room); the name is checked here
+    against the modes' table, so a mode without its row (and kernel) is one line when the plan is made."""
+    mode = method.attention or ("kv_consistent" if kv_consistent else None)
+    return mode if mode is None else attention_row(mode).name
 
 
 @contextlib.contextmanager
