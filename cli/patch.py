@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_scaling_args, check_output_dir, scaling_from_args
 
 EXAMPLES = """examples:
@@ -15,15 +16,7 @@ EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "patch",
-        help="apply a scaling method to a model: print a summary or write the patched checkpoint",
-        description="Apply a RoPE scaling method. Without --output, print what it changes; with --output, "
-        "write the patched checkpoint (weights, tokenizer, config) or only its config.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_scaling_args(p, factor_required=False)  # not with --from-search; checked in _from_search
     p.add_argument(
@@ -40,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="without --output: add each rotary pair's wavelength before/after; with it: the table of loaders",
     )
-    p.set_defaults(func=run, model=None, method=None)  # defaults resolved in _from_search
+    p.set_defaults(model=None, method=None)  # defaults resolved in _from_search
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,3 +179,15 @@ def summary(model: str, plan, verbose: bool = False) -> str:
         )
     lines.append(f"  {pairs}")
     return "\n".join([*lines, *tail])
+
+
+COMMAND = Command(
+    "patch",
+    help="apply a scaling method to a model: print a summary or write the patched checkpoint",
+    description="Apply a RoPE scaling method. Without --output, print what it changes; with --output, "
+    "write the patched checkpoint (weights, tokenizer, config) or only its config.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

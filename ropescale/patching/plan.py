@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
+from ..attention.modes import mode as attention_row
 from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.factor import resolve_factor
@@ -69,6 +70,9 @@ class PatchPlan:
     #: Mistral-style sliding window, as the Scaling asked (``"keep"``, None or a width)
     sliding_window: Any = KEEP
 
+    def __post_init__(self) -> None:
+        attention_mode(self.method, self.kv_consistent)  # a mode without its row: one line here, before weights load
+
     @property
     def native(self) -> bool:
         return self.method.rope_parameters(self.spec) is not None
@@ -85,8 +89,12 @@ class PatchPlan:
 
 
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
-    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
-    return method.attention or ("kv_consistent" if kv_consistent else None)
+    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None.
+
+    A method names its mode (the methods room sits below the attention room); the name is checked here
+    against the modes' table, so a mode without its row (and kernel) is one line when the plan is made."""
+    mode = method.attention or ("kv_consistent" if kv_consistent else None)
+    return mode if mode is None else attention_row(mode).name
 
 
 @contextlib.contextmanager
