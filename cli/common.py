@@ -165,7 +165,9 @@ def parse_sliding_window(text: Any) -> Any:
 
 
 def scaling_from_args(args: argparse.Namespace) -> Scaling:
-    """The one :class:`~ropescale.scaling.Scaling` of the parsed scaling flags (``add_scaling_args``)."""
+    """The one :class:`~ropescale.scaling.Scaling` of the parsed scaling flags (``add_scaling_args``),
+    checked (:meth:`~ropescale.scaling.Scaling.check`): a wrong method or parameter fails here, before any
+    model is resolved, and the method object that passed is the one the plan uses."""
     from ropescale.scaling import Scaling
 
     params = parse_params(args.param)
@@ -185,7 +187,7 @@ def scaling_from_args(args: argparse.Namespace) -> Scaling:
         **params,
         **({"compose": True} if getattr(args, "compose", False) else {}),
         **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
-    )
+    ).checked()
 
 
 def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:

@@ -21,14 +21,22 @@ import contextvars
 import copy
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
 from ..errors import RopescaleError, UnsupportedModelError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
+from ..methods.base import Rotary
 from ..methods.factor import resolve_factor
-from ..scaling import KEEP, Scaling, as_scaling, kv_consistent_option
+from ..scaling import (
+    KEEP,
+    REPLACE,
+    Scaling,
+    as_scaling,
+    kv_consistent_for,
+    kv_consistent_option,  # noqa: F401 - evals/ import it from here
+)
 from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 
@@ -68,20 +76,24 @@ class PatchPlan:
     fine_tuned: bool = False
     #: Mistral-style sliding window, as the Scaling asked (``"keep"``, None or a width)
     sliding_window: Any = KEEP
+    #: what the method makes of the geometry (:meth:`~ropescale.methods.base.ScalingMethod.on`), asked
+    #: once: the planner passes the one it checked; otherwise it is computed here
+    rotary: Rotary | None = field(default=None, repr=False)
+    #: transformers builds the rotary module from the written ``rope_parameters`` alone
+    native: bool = field(init=False)
+    #: the attention-level mode patching installs (``ropescale.attention``), or None
+    attention_mode: str | None = field(init=False)
+    #: whether ropescale installs its own rotary module (otherwise transformers builds it)
+    custom_rotary: bool = field(init=False)
 
-    @property
-    def native(self) -> bool:
-        return self.method.rope_parameters(self.spec) is not None
-
-    @property
-    def attention_mode(self) -> str | None:
-        """The attention-level mode patching installs (``ropescale.attention``), or None."""
-        return attention_mode(self.method, self.kv_consistent)
-
-    @property
-    def custom_rotary(self) -> bool:
-        """Whether ropescale installs its own rotary module (otherwise transformers builds it)."""
-        return not self.native or self.attention_mode is not None
+    def __post_init__(self) -> None:
+        # the facts every reader of a plan needs, settled with it: loading, writing and printing read them
+        rotary = self.rotary if self.rotary is not None else self.method.on(self.spec, check=False)
+        mode = attention_mode(self.method, self.kv_consistent)
+        object.__setattr__(self, "rotary", rotary)
+        object.__setattr__(self, "native", rotary.rope_parameters is not None)
+        object.__setattr__(self, "attention_mode", mode)
+        object.__setattr__(self, "custom_rotary", rotary.rope_parameters is None or mode is not None)
 
 
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
@@ -183,16 +195,16 @@ def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
     context came from.
     """
     s = scaling
-    if s.as_saved:
+    if s.method is None:
         raise ValueError("the checkpoint's own scaling has no plan to make: load it as saved (no method)")
     check_supported(config)
     _check_attention_on_extended(config, s.method)
     shipped = shipped_of(config, s.shipped_context, s.original_context)
-    mode = None
+    mode, compose, replace = None, s.start == COMPOSE, s.start == REPLACE
     if is_scaled(config):
-        mode = start_mode(shipped, s.compose or None, s.replace or None, _model_name(config))
-        _check_target_within(shipped, s.target_length, s.replace, config)
-    elif s.compose:
+        mode = start_mode(shipped, compose or None, replace or None, _model_name(config))
+        _check_target_within(shipped, s.target_length, replace, config)
+    elif compose:
         raise RopescaleError("--compose builds on a shipped scaling, and this model carries none (plain RoPE)")
     if mode == COMPOSE:
         return _plan_composed(config, shipped, s)
@@ -208,24 +220,23 @@ def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
             factor = resolve_factor(s.method, factor, s.target_length, original_geometry(config, original)[2])
         if saved:  # a re-patch naming no parameter keeps the saved ones (a fine-tuned checkpoint's own)
             method = get_method(s.method, **saved, **({"factor": factor} if factor is not None else {}))
-        else:
-            method = s.build(factor)
-    rope, field, L = original_geometry(config, original)
+        else:  # the object the edge checked, unless a target length gave the factor only now
+            method = s.resolved if s.target_length is None else s.build(factor)
+    rope, field_, L = original_geometry(config, original)
     spec = rotary_spec(config, rope, L)
-    method.validate_for(spec)
-    _check_int64(method, spec)
-    kv = kv_consistent_option(method, s.kv_consistent)
-    return PatchPlan(
-        method, spec, rope, field, kv, _start_text(shipped, mode, L), mode, sliding_window=s.sliding_window
-    )
+    rotary = method.on(spec)  # validated against the geometry; asked once, the plan carries the answer
+    _check_int64(method, rotary, spec)
+    kv = kv_consistent_for(method.name, rotary.varies_with_length, s.kv_consistent)
+    start = _start_text(shipped, mode, L)
+    return PatchPlan(method, spec, rope, field_, kv, start, mode, sliding_window=s.sliding_window, rotary=rotary)
 
 
 def _model_name(config: Any) -> str:
     return f"'{config._name_or_path}'" if getattr(config, "_name_or_path", "") else "the model"
 
 
-def _check_int64(scaling: ScalingMethod, spec: RotarySpec) -> None:
-    written = scaling.max_position_embeddings(spec)
+def _check_int64(scaling: ScalingMethod, rotary: Rotary, spec: RotarySpec) -> None:
+    written = rotary.max_position_embeddings
     if written > INT64_MAX:  # transformers would write it; every loader would then overflow
         raise ValueError(
             f"factor {scaling.factor:g} x original context {spec.original_max_position_embeddings} gives "
@@ -292,13 +303,13 @@ def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
         shipped_context=shipped.context,
     )
     scaling.outer  # noqa: B018 - the second method's parameters fail here, naming themselves
-    rope, field, L = original_geometry(config)
+    rope, field_, L = original_geometry(config)
     spec = rotary_spec(config, rope, L)
-    scaling.validate_for(spec)
-    _check_int64(scaling, spec)
+    rotary = scaling.on(spec)
+    _check_int64(scaling, rotary, spec)
     start = _start_text(shipped, COMPOSE, L)
-    kv = kv_consistent_option(scaling, s.kv_consistent)
-    return PatchPlan(scaling, spec, rope, field, kv, start, COMPOSE, sliding_window=s.sliding_window)
+    kv = kv_consistent_for(scaling.name, rotary.varies_with_length, s.kv_consistent)
+    return PatchPlan(scaling, spec, rope, field_, kv, start, COMPOSE, sliding_window=s.sliding_window, rotary=rotary)
 
 
 def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
@@ -396,8 +407,10 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
 
     ``fine_tuned``: the weights were trained with this scaling (``ropescale export`` of a run), so a later
     extension composes on top of it by default (:func:`ropescale.patching.shipped.start_mode`)."""
-    method, spec = plan.method, plan.spec
-    native = method.rope_parameters(spec)
+    # the plan's facts only (its method was asked once, when it was made); copies, so that configs
+    # written from one plan share no list or dict with it or with each other
+    method, spec, rotary = plan.method, plan.spec, plan.rotary
+    native = copy.deepcopy(rotary.rope_parameters)
     carried = {k: v for k, v in plan.original_rope_parameters.items() if k == "partial_rotary_factor"}
     if native is not None:
         config.rope_parameters = {**carried, **native}
@@ -408,17 +421,17 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
                 "rope_type": NON_NATIVE_PREFIX + method.name,
                 "rope_theta": spec.base,
                 "original_max_position_embeddings": spec.original_max_position_embeddings,
-                **{k: v for k, v in method.params().items() if v is not None},
+                **{k: v for k, v in copy.deepcopy(rotary.params).items() if v is not None},
             }
-    config.max_position_embeddings = method.max_position_embeddings(spec)
-    extended = method.extended_context(spec)
+    config.max_position_embeddings = rotary.max_position_embeddings
+    extended = rotary.extended_context
     _apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
     setattr(
         config,
         PROVENANCE_KEY,
         {
             "method": method.name,
-            "params": method.params(),
+            "params": copy.deepcopy(rotary.params),
             "native": native is not None,
             "original_max_position_embeddings": spec.original_max_position_embeddings,
             "original_rope_theta": spec.base,
@@ -517,10 +530,20 @@ def patch_config(
     scaling = as_scaling(
         method, factor, original_max_position_embeddings, replace, sliding_window, target_length=target_length, **params
     )
-    plan = plan_scaling(config, scaling)
-    new = copy.deepcopy(config)
-    apply_plan(new, plan)
-    return new
+    return patched_copy(config, plan_scaling(config, scaling))
+
+
+def patched_copy(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, quietly: bool = False) -> Any:
+    """A copy of ``config`` with ``plan`` written into it (:func:`apply_plan`); ``quietly``: without the
+    sliding-window warning (a copy made only to be checked; the config the model keeps gives it once)."""
+    patched = copy.deepcopy(config)
+    if not quietly:
+        apply_plan(patched, plan, sliding_window)
+        return patched
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_plan(patched, plan, sliding_window)
+    return patched
 
 
 def plan_from_provenance(config: Any) -> PatchPlan | None:
