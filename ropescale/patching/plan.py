@@ -16,16 +16,13 @@ can be re-patched from its original geometry.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..errors import RopescaleError, UnsupportedModelError
+from ..errors import RopescaleError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import Rotary
 from ..methods.factor import resolve_factor
@@ -39,15 +36,15 @@ from ..scaling import (
 )
 from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
-
-#: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
-#: exactly like Llama's (checked by the tests for each entry).
-SUPPORTED_MODEL_TYPES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
+from .supported import (  # noqa: F401 - re-exported: callers import the supported models and geometry from here
+    SUPPORTED_MODEL_TYPES,
+    check_supported,
+    original_spec,
+    quiet_transformers,
+    rotary_spec,
+    trained_context,
+)
+from .window import apply_sliding_window, sliding_window_setting  # noqa: F401 - sliding_window_setting re-exported
 
 NON_NATIVE_PREFIX = "ropescale_"
 INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
@@ -99,63 +96,6 @@ class PatchPlan:
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
     """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
     return method.attention or ("kv_consistent" if kv_consistent else None)
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence transformers' logger warnings (it cannot validate ``rope_type: ropescale_*``)."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-
-
-def check_supported(config: Any) -> None:
-    """Raise :class:`UnsupportedModelError` unless the config is a supported RoPE architecture."""
-    model_type = getattr(config, "model_type", "?")
-    has_rope = bool(getattr(config, "rope_parameters", None)) or getattr(config, "rope_theta", None) is not None
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        if not has_rope:
-            raise UnsupportedModelError(
-                f"model type '{model_type}' has no rotary position embedding (RoPE); ropescale scales RoPE models only"
-            )
-        raise UnsupportedModelError(
-            f"model type '{model_type}' is not supported; supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}"
-        )
-    if not has_rope:
-        raise UnsupportedModelError(f"model type '{model_type}' config has no rope parameters")
-
-
-def _head_dim(config: Any) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def rotary_spec(config: Any, rope: dict[str, Any], original_context: int) -> RotarySpec:
-    """The rotary geometry of ``config`` with base and partial rotary factor from ``rope`` (original
-    rope parameters) and the trained context ``original_context``."""
-    return RotarySpec(
-        head_dim=_head_dim(config),
-        base=float(rope["rope_theta"]),
-        original_max_position_embeddings=int(original_context),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
-    )
-
-
-def original_spec(config: Any) -> RotarySpec:
-    """The model's original rotary geometry (before any scaling it carries)."""
-    check_supported(config)
-    rope, _, L = original_geometry(config)
-    return rotary_spec(config, rope, L)
-
-
-def trained_context(config: Any) -> int:
-    """L, the context the model was trained at: a scaled checkpoint's original context (from its provenance
-    block or its rope parameters), an unscaled one's ``max_position_embeddings``."""
-    return original_geometry(config)[2]
 
 
 def plan_patch(
@@ -425,7 +365,7 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
             }
     config.max_position_embeddings = rotary.max_position_embeddings
     extended = rotary.extended_context
-    _apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
+    apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
     setattr(
         config,
         PROVENANCE_KEY,
@@ -444,58 +384,6 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
             "version": __version__,
         },
     )
-
-
-#: how the sliding-window warning names the setting: the caller's own (train: its recipe key)
-_SLIDING_WINDOW_SETTING: contextvars.ContextVar[str] = contextvars.ContextVar(
-    "sliding_window_setting", default="Pass sliding_window=None (CLI: --sliding-window none)"
-)
-
-
-@contextlib.contextmanager
-def sliding_window_setting(text: str) -> Iterator[None]:
-    """Within the block, the sliding-window warning tells the user ``text`` (e.g. ``Set
-    model.sliding_window=null``) rather than the patch flag, which a training recipe does not have."""
-    token = _SLIDING_WINDOW_SETTING.set(text)
-    try:
-        yield
-    finally:
-        _SLIDING_WINDOW_SETTING.reset(token)
-
-
-def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> None:
-    """Mistral-style sliding window: keep it (warning if it is narrower than the new context),
-    remove it (``None``) or set a width."""
-    if sliding_window == KEEP:
-        window = getattr(config, "sliding_window", None)
-        if window is not None and window < extended:
-            warnings.warn(
-                f"sliding_window={window} is smaller than the extended context {extended}: attention stays local "
-                f"to {window} tokens. {_SLIDING_WINDOW_SETTING.get()} to attend over the whole context, or a "
-                "number to widen it.",
-                stacklevel=3,
-            )
-        return
-    if sliding_window is not None and (
-        isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window <= 0
-    ):
-        raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
-    if not hasattr(config, "sliding_window"):
-        raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
-    layers = getattr(config, "layer_types", None)
-    if sliding_window is None and layers and "sliding_attention" in layers:
-        # Qwen2/Qwen3 pick each layer's mask by layer_types: a null width with sliding layers cannot be
-        # built, so "no sliding window" makes those layers full (as use_sliding_window=false would)
-        config.layer_types = ["full_attention"] * len(layers)
-        if hasattr(config, "use_sliding_window"):
-            config.use_sliding_window = False
-    elif sliding_window is not None and getattr(config, "use_sliding_window", True) is False:
-        raise RopescaleError(
-            f"use_sliding_window = false: {config.model_type} attends over the whole context in every layer "
-            f"(layer_types), so sliding_window = {sliding_window} would be ignored by every loader; leave "
-            "--sliding-window out (or set use_sliding_window and layer_types in config.json)"
-        )
-    config.sliding_window = sliding_window
 
 
 def patch_config(
