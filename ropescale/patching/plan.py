@@ -38,6 +38,7 @@ from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, 
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 from .supported import (  # noqa: F401 - re-exported: callers import the supported models and geometry from here
     SUPPORTED_MODEL_TYPES,
+    _head_dim,
     check_supported,
     original_spec,
     quiet_transformers,
