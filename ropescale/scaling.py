@@ -23,11 +23,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from .methods import ScalingMethod, method_class
 from .methods.base import coerce
 from .methods.registry import check_parameter_names
+from .methods.types import MethodParams
 
 KEEP = "keep"  # sentinel: leave Mistral's sliding_window as it is
 COMPOSE, REPLACE = "compose", "replace"
@@ -35,6 +36,28 @@ COMPOSE, REPLACE = "compose", "replace"
 RESERVED = ("factor", "method", "target_length")
 #: patch options that used to ride in ``**params``; :meth:`Scaling.of` moves them to their fields
 OPTIONS = ("compose", "shipped_context", "kv_consistent")
+
+
+class ScalingRequest(TypedDict):
+    """:meth:`Scaling.request`: what RULER's cells record of the scaling they ran."""
+
+    method: str | None
+    factor: float | None
+    params: MethodParams
+
+
+class ScalingJSON(TypedDict):
+    """:meth:`Scaling.to_json`: every field, JSON-safe."""
+
+    method: str | None
+    factor: float | None
+    target_length: int | None
+    params: MethodParams
+    original_context: int | None
+    shipped_context: int | None
+    start: str | None
+    sliding_window: str | int | None
+    kv_consistent: bool | None
 
 
 @dataclass(frozen=True)
@@ -58,7 +81,7 @@ class Scaling:
 
     method: str | ScalingMethod | None = "yarn"
     factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: MethodParams = field(default_factory=dict)
     target_length: int | None = None
     original_context: int | None = None
     shipped_context: int | None = None
@@ -114,9 +137,7 @@ class Scaling:
         )
 
     @classmethod
-    def evaluated(
-        cls, method: str | None, factor: float | None = None, params: dict[str, Any] | None = None
-    ) -> Scaling:
+    def evaluated(cls, method: str | None, factor: float | None = None, params: MethodParams | None = None) -> Scaling:
         """An evaluation's scaling (a suite's ``methods:`` entry, a RULER run): it replaces a scaling the
         checkpoint ships with, unless its parameters say ``compose: true``; ``"saved"`` is the checkpoint's own."""
         params = dict(params or {})
@@ -158,7 +179,7 @@ class Scaling:
             name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
         return name
 
-    def method_params(self) -> dict[str, Any]:
+    def method_params(self) -> MethodParams:
         """The method's parameters with the patch options among them: the keyword form (``**params``)."""
         return {
             **self.params,
@@ -207,7 +228,7 @@ class Scaling:
         return self
 
     # JSON, at the file boundary
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ScalingRequest:
         """``{"method", "factor", "params"}``: the three keys RULER's cells have recorded since their first
         schema (:mod:`ropescale.evals.ruler.record`), kept so that every shipped cell still matches."""
         return {
@@ -216,7 +237,7 @@ class Scaling:
             "params": dict(self.params),
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScalingJSON:
         """Every field, JSON-safe; :meth:`from_json` reads it back (a ready method object is written by name
         and parameters)."""
         method, factor, params = self.method, self.factor, dict(self.params)

@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from .types import MethodParams, RopeParameters
+
 
 @dataclass(frozen=True)
 class RotarySpec:
@@ -112,13 +114,13 @@ class Rotary:
     """What one method makes of one model's geometry (:meth:`ScalingMethod.on`), computed once."""
 
     #: transformers' ``rope_parameters`` for the method, or None where transformers cannot express it
-    rope_parameters: dict[str, Any] | None
+    rope_parameters: RopeParameters | None
     #: what patching writes to ``config.max_position_embeddings``
     max_position_embeddings: int
     #: the context the scaling targets (factor × L)
     extended_context: int
     #: the method's parameters as JSON values (the provenance block's ``params``)
-    params: dict[str, Any]
+    params: MethodParams
     #: whether the frequencies follow the current length (what KV consistency is about)
     varies_with_length: bool
 
@@ -165,7 +167,7 @@ class ScalingMethod:
         """Return ``(inv_freq [d/2] fp32, attention_factor)`` for ``spec`` at ``seq_len``."""
         raise NotImplementedError
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any] | None:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters | None:
         """A complete transformers ``rope_parameters`` dict, or None if transformers cannot express it."""
         return None
 
@@ -186,7 +188,7 @@ class ScalingMethod:
         """
         return spec.original_max_position_embeddings if self.dynamic else self.extended_context(spec)
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> MethodParams:
         """The method's parameters as plain JSON values (provenance, CLI listing)."""
         out = {}
         for f in dataclasses.fields(self):
@@ -194,7 +196,7 @@ class ScalingMethod:
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         """:meth:`params` with defaults that depend on the model filled in (for summaries)."""
         return self.params()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
+from ..methods.types import MethodParams
 from ..patching.model import install_rotary
 from ..patching.plan import (
     FROM_PLAN,
@@ -45,7 +46,7 @@ class ResolvedModel:
     """Where to load from: ``path`` (directory or Hub id) plus extra from_pretrained kwargs."""
 
     path: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, str] = field(default_factory=dict)  # {"gguf_file": name} for a .gguf file
     display: str = ""
 
 
@@ -217,7 +218,7 @@ def from_pretrained(
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
     sliding_window: Any = KEEP,
-    method_params: dict[str, Any] | None = None,
+    method_params: MethodParams | None = None,
     *,
     target_length: int | None = None,
     plan: PatchPlan | None = None,

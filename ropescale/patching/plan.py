@@ -26,6 +26,7 @@ from ..errors import RopescaleError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
 from ..methods.base import Rotary
 from ..methods.factor import resolve_factor
+from ..methods.types import MethodParams, MethodRef, RopeParameters
 from ..scaling import (
     KEEP,
     REPLACE,
@@ -34,7 +35,7 @@ from ..scaling import (
     kv_consistent_for,
     kv_consistent_option,  # noqa: F401 - evals/ import it from here
 )
-from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
+from .geometry import PROVENANCE_KEY, CarriedScaling, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 from .supported import (  # noqa: F401 - re-exported: callers import the supported models and geometry from here
     SUPPORTED_MODEL_TYPES,
@@ -62,7 +63,7 @@ class PatchPlan:
 
     method: ScalingMethod
     spec: RotarySpec  # the ORIGINAL geometry (base and context before any scaling)
-    original_rope_parameters: dict[str, Any]
+    original_rope_parameters: RopeParameters
     original_max_position_embeddings_field: int
     #: dynamic methods: rotate cached keys with the current frequencies (``ropescale.attention``)
     kv_consistent: bool = False
@@ -253,7 +254,7 @@ def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
     return PatchPlan(scaling, spec, rope, field_, kv, start, COMPOSE, sliding_window=s.sliding_window, rotary=rotary)
 
 
-def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
+def _shipped_method(config: Any, carried: CarriedScaling) -> MethodRef:
     """The shipped scaling as ``{"method", "params"}`` a method can be built from (its own keys only)."""
     block = provenance(config)
     name = str(block["method"] if block else carried.get("method"))
@@ -315,7 +316,7 @@ def _check_attention_on_extended(config: Any, method: str | ScalingMethod) -> No
     )
 
 
-def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> dict[str, Any]:
+def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> MethodParams:
     """The saved scaling's own parameters when a re-patch asks for the same method at the same factor and
     names no parameter: a fine-tuned checkpoint is measured with the scaling it was trained with (its
     attention factor, say), not the method's defaults. Anything else starts from the defaults."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import UnsupportedModelError
 from ..methods import RotarySpec
+from ..methods.types import RopeParameters
 from .geometry import original_geometry
 
 #: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
@@ -57,7 +58,7 @@ def _head_dim(config: Any) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
-def rotary_spec(config: Any, rope: dict[str, Any], original_context: int) -> RotarySpec:
+def rotary_spec(config: Any, rope: RopeParameters, original_context: int) -> RotarySpec:
     """The rotary geometry of ``config`` with base and partial rotary factor from ``rope`` (original
     rope parameters) and the trained context ``original_context``."""
     return RotarySpec(
