@@ -1,5 +1,6 @@
 """The records a suite's report reads and writes, by name: what a cell measured and the scaling it ran
-(``cells/*.json``), and ``results.json`` with its regression flags and retrieval statistics.
+(``cells/*.json``; what it measured is :mod:`.run_folder`'s, shared with the RULER and LongPPL runners),
+and ``results.json`` with its regression flags and retrieval statistics.
 
 They are ``TypedDict``s, not dataclasses, for the reason of :mod:`ropescale.search.records`: each is the
 JSON object a file holds, so its keys, their order and their values stay what earlier versions wrote
@@ -11,33 +12,12 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from ropescale.evals.tasks.report_cells import StatisticsJSON
+from ropescale.evals.tasks.run_folder import Fingerprint, MeasuredJSON, Settings, SettingValue
 from ropescale.search.records import ParamValue
 
 #: a method's own parameters as a suite entry and a cell record them
 Params = dict[str, ParamValue]
-#: a value of a task's settings as a suite file writes it (a number, a name, a list of lengths or depths)
-SettingValue = float | int | str | bool | list[int] | list[float] | list[str] | None
-#: a task's settings by name (its row's fields: each task has its own), as the suite file and a cell's
-#: ``protocol`` hold them
-Settings = dict[str, SettingValue]
-
-
-class Fingerprint(TypedDict, total=False):
-    """A model's or data's name as given and its content fingerprint (:mod:`ropescale.models.identity`);
-    a corpus or hub data names no fingerprint, no data names null."""
-
-    name: str | None
-    fingerprint: str
-
-
-class MeasuredJSON(TypedDict):
-    """A cell's ``measured`` key (:func:`.cell_keys.measured`)."""
-
-    model: Fingerprint
-    data: Fingerprint | None
-    protocol: Settings
-
-
 #: the scaling a model ran, read back from it (:func:`ropescale.patching.readback.scaling_of`), with
 #: ``as``: ``saved``, ``replaced``, ``composed`` ...; a cell's ``scaling``, ``results.json``'s ``methods``
 ScalingJSON = TypedDict(
@@ -63,15 +43,6 @@ class CellJSON(TypedDict, total=False):
     load_avg: list[float | None]
     #: the task's result as the file holds it: its keys are the task row's (:mod:`.task_table`)
     result: dict[str, Any]
-
-
-class StatisticsJSON(TypedDict):
-    """A retrieval cell's statistics (``results.json``'s ``statistics``)."""
-
-    accuracy: float
-    trials: int
-    successes: float
-    wilson95: list[float]
 
 
 class RegressionFlag(TypedDict, total=False):
