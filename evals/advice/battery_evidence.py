@@ -25,15 +25,7 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.advice.evidence import MEASURED_DIR, same_model
 from ropescale.evals.advice.evidence import length_text as _k
-from ropescale.evals.advice.records import (
-    BatteryRecord,
-    BatterySummary,
-    Comparison,
-    FolderRecord,
-    Params,
-    RowRecord,
-    ScoreEntry,
-)
+from ropescale.evals.advice.records import BatteryRecord, BatterySummary, Comparison, FolderRecord, Params, ScoreEntry
 
 #: the shipped battery folders
 BATTERY_DIR = MEASURED_DIR / "ruler"
@@ -388,7 +380,7 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRe
 
 
 def _record(folder: Folder) -> FolderRecord:
-    rows: list[RowRecord] = []
+    rows = []  # RowRecord: the row's fields (Row's, in order) between its title and its scores
     order = {"unscaled": 0, "method": 1, "checkpoint": 2}
     for label, row in sorted(folder.rows.items(), key=lambda item: (order[item[1].kind], folder.title(item[1]))):
         tasks = {
@@ -396,19 +388,7 @@ def _record(folder: Folder) -> FolderRecord:
             for task, by in sorted(folder.scores(label).items())
         }
         measures = folder.summary["measures"].get(label, {})
-        rows.append(
-            {
-                "label": label,
-                "title": row.title(),
-                "kind": row.kind,
-                "method": row.method,
-                "factor": row.factor,
-                "params": row.params,
-                "checkpoint": row.checkpoint,
-                "tasks": tasks,
-                "measures": measures,
-            }
-        )
+        rows.append({"label": label, "title": row.title(), **row.__dict__, "tasks": tasks, "measures": measures})
     return {
         "source": folder.source,
         "original_context": folder.context,
