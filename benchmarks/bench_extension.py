@@ -298,7 +298,8 @@ def main(argv=None) -> int:
 
     from ropescale._io import atomic_write_text
     from ropescale.evals.advice.evidence import write_shipped
-    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import run_suite
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
 

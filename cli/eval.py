@@ -204,7 +204,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_task_cmd(args: argparse.Namespace) -> int:
-    from ropescale.evals.suite.runner import suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
 
     if args.dry_run or args.gpu:
         return print_eval_plan(args, lambda: suite_from_dict(suite_from_args(args)))
@@ -214,7 +214,7 @@ def run_task_cmd(args: argparse.Namespace) -> int:
 
 
 def run_suite_cmd(args: argparse.Namespace) -> int:
-    from ropescale.evals.suite.runner import load_suite
+    from ropescale.evals.suite.parse import load_suite
 
     if args.gpu and not args.dry_run:
         raise ValueError("--gpu plans a run: add --dry-run (a suite runs on the device it finds)")

@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         plot_frontier,
         with_rows,
     )
-    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import run_suite
 
     if args.results:
         path = Path(args.results)

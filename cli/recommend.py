@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     import importlib.util
 
     from ropescale.evals.advice.evidence import find_evidence
-    from ropescale.evals.advice.recommend import format_recommendation, format_short, recommend, to_record
+    from ropescale.evals.advice.recommend import recommend
+    from ropescale.evals.advice.recommend_text import format_recommendation, format_short, to_record
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import is_scaled, plan_patch
 

@@ -2,7 +2,7 @@
 ties its numbers to the model, data and protocol that produced them.
 
 A cell's record names its method and runtime (a different one is recomputed, see
-:meth:`.runner.SuiteRunner.is_done`) and, under ``measured``, the model's content fingerprint
+:meth:`.folder.SuiteFolder.is_done`) and, under ``measured``, the model's content fingerprint
 (:func:`ropescale.models.identity.model_identity`), the data it read and the task's protocol
 (mode, stride, token budget, depths, trials, seed...). A results folder whose cells measured
 something else stops the run with the first difference named (:func:`check_measured`): the report
@@ -40,7 +40,7 @@ def cell_record(
 ) -> CellJSON:
     """A cell file's content (:meth:`.cell_record.SuiteCell.to_json` of :meth:`~.cell_record.SuiteCell.of`):
     which method, task and length, on which runtime, what it measured (model, data, protocol:
-    :meth:`SuiteRunner.measured`), the scaling it ran (:func:`scaling_run`), and its result."""
+    :meth:`.folder.SuiteFolder.measured`), the scaling it ran (:func:`scaling_run`), and its result."""
     return SuiteCell.of(entry, task, length, runtime, result, measured, scaling).to_json()
 
 

@@ -137,8 +137,8 @@ class SuiteCell:
         load_avg: list[float | None] | None = None,
     ) -> SuiteCell:
         """The record of a cell a suite ran (or is running): ``entry`` its method (a
-        :class:`.runner.MethodEntry`), ``result`` the task's typed result or its JSON (an unfinished
-        cell's, :func:`.in_progress.partial_cells`), ``measured`` :meth:`.runner.SuiteRunner.measured`
+        :class:`.spec.MethodEntry`), ``result`` the task's typed result or its JSON (an unfinished
+        cell's, :func:`.in_progress.partial_cells`), ``measured`` :meth:`.folder.SuiteFolder.measured`
         and ``scaling`` what the model ran (:func:`ropescale.patching.readback.scaling_of`)."""
         raw = result if isinstance(result, dict) else result.to_json()
         return cls(
@@ -233,7 +233,7 @@ class SuiteCell:
         return cls.from_json(read_json_file(path, "cell file", CELL_REMEDY), path)
 
     def runs(self, entry: Any) -> bool:
-        """Whether the cell ran what ``entry`` (a :class:`.runner.MethodEntry`) asks: its method, factor
+        """Whether the cell ran what ``entry`` (a :class:`.spec.MethodEntry`) asks: its method, factor
         and parameters."""
         return (self.method_name, self.factor, self.params) == (entry.method, entry.factor, entry.params)
 

@@ -69,7 +69,7 @@ def with_lengths(raw: Any, lengths: list[int | str] | None) -> Any:
 
 
 def keep_only_asked(raw: Any) -> Any:
-    """``raw`` (lengths resolved and read, :func:`.runner._read_lengths`) with each method's ``only``
+    """``raw`` (lengths resolved and read, :func:`.parse._read_lengths`) with each method's ``only``
     reduced to the lengths its task still runs: ``only: {passkey: [4096]}`` of a suite asked at
     ``--lengths 2k`` runs that method's passkey nowhere (``[]``), as the suite meant it to run only there."""
     if not isinstance(raw, dict) or not isinstance(raw.get("methods"), list):

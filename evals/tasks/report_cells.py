@@ -45,7 +45,7 @@ def fmt(x: float | None, digits: int = 2) -> str:
 
 
 def row_name(entries: Any, label: str) -> str:
-    """The name of a method's row: its label with its factor (:attr:`.runner.MethodEntry.title`), so that a
+    """The name of a method's row: its label with its factor (:attr:`.spec.MethodEntry.title`), so that a
     comparison never shows ``yarn`` for ``yarn ×4``; ``entries``: label -> the suite's method entry."""
     return str(getattr(entries.get(label), "title", label))
 

@@ -9,7 +9,7 @@ import pytest
 
 from ropescale import options
 from ropescale.cli.main import build_parser
-from ropescale.evals.suite.runner import SuiteError, suite_from_dict
+from ropescale.evals.suite.parse import SuiteError, suite_from_dict
 from tests.cli.test_patch_cli import assert_one_line_error, run
 
 

@@ -91,7 +91,7 @@ def test_no_method_holds_when_each_loses_a_task(tmp_path):
     rec = _recommend(tmp_path)
     assert rec.battery_record["holds"][0]["holds"] == []
     assert rec.battery_record["holds"][0]["worst"] == pytest.approx({"self_extend ×4": 15.0, "yarn ×4": 30.0})
-    from ropescale.evals.advice.recommend import format_recommendation
+    from ropescale.evals.advice.recommend_text import format_recommendation
 
     assert "holds across tasks at 16k (cwe, niah_single_1): none (85 % of base on each task)" in (
         format_recommendation(rec)
@@ -135,7 +135,7 @@ def test_a_variant_measured_on_one_task_does_not_shrink_the_comparison(tmp_path)
     assert c["tasks"] == ["cwe", "niah_single_1", "niah_single_2"]
     assert c["holds"] == ["self_extend ×4 (group_size=8, window=1024)"]
     assert c["incomplete"] == {"self_extend ×4 (group_size=8, window=4096)": 1}
-    from ropescale.evals.advice.recommend import format_recommendation, format_short
+    from ropescale.evals.advice.recommend_text import format_recommendation, format_short
 
     assert "self_extend ×4 (group_size=8, window=4096) 100 % (1 of 3 tasks)" in _flat(format_recommendation(rec))
     assert "window=4096" not in format_short(rec)  # the short answer compares whole rows; --verbose has the variant
@@ -145,7 +145,7 @@ def test_a_variant_measured_on_one_task_does_not_shrink_the_comparison(tmp_path)
 def test_the_short_answer_never_cuts_a_number_from_its_unit(pad):
     """Wherever the width falls, "(< 30 % at 4k)" and "22 % of base" stay whole on a line (the shipped short
     answer printed "(< 30" and "% at 4k)" on two lines), and the text is otherwise unchanged."""
-    from ropescale.evals.advice.recommend import wrap_field
+    from ropescale.evals.advice.recommend_text import wrap_field
 
     text = "x" * pad + " worst 2/30 (22 % of base); beyond the model (< 30 % at 4k): cwe, fwe, vt"
     for width in range(40, 60):
@@ -181,7 +181,7 @@ def test_the_method_that_holds_across_tasks_is_named_and_the_choice_stays(tmp_pa
         rec.battery
     )
     assert rec.battery_record["holds"][0]["holds"] == ["self_extend ×4"]
-    from ropescale.evals.advice.recommend import format_recommendation, format_short
+    from ropescale.evals.advice.recommend_text import format_recommendation, format_short
 
     assert any(
         line.startswith("battery:   yarn ×4 cwe 16k 20/30 (100 % of base)") for line in format_short(rec).splitlines()

@@ -52,7 +52,8 @@ def test_a_recall_fine_tune_quoted_first_has_its_passkey_labelled_trained_format
     from extension_plan import Plan, evidence_dict
 
     from ropescale.evals.advice.evidence import Measured, load_measured
-    from ropescale.evals.advice.recommend import format_short, recommend
+    from ropescale.evals.advice.recommend import recommend
+    from ropescale.evals.advice.recommend_text import format_short
 
     command = "python benchmarks/bench_extension.py --jitter 0.125 --overrides data.recall_facts=4"
     rows = [

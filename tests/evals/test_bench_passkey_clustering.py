@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from ropescale.evals.suite.runner import SuiteError, SuiteRunner, run_suite, suite_from_dict
+from ropescale.evals.suite.parse import SuiteError, suite_from_dict
+from ropescale.evals.suite.runner import SuiteRunner, run_suite
 from ropescale.evals.tasks.proportions import group_agreement, paired_exact_p
 from tests.conftest import load_script, squeezed
 

@@ -11,7 +11,7 @@ import pytest
 
 from ropescale.cli.main import main
 from ropescale.evals.report.cell_keys import measured
-from ropescale.evals.suite.runner import suite_from_dict
+from ropescale.evals.suite.parse import suite_from_dict
 from tests.conftest import tiny_model
 from tests.training.conftest import char_tokenizer
 

@@ -53,7 +53,7 @@ def test_shipped_measurements_load_with_their_commands():
 def test_every_shipped_command_names_something_that_exists(tmp_path):
     """A command is only worth shipping if it can be run: suites, benchmark scripts and methods exist."""
     from ropescale.cli.main import build_parser
-    from ropescale.evals.suite.runner import load_suite
+    from ropescale.evals.suite.parse import load_suite
 
     parser = build_parser()
     extension = load_script("benchmarks/bench_extension.py")
@@ -72,7 +72,7 @@ def test_every_shipped_command_names_something_that_exists(tmp_path):
 
 
 def test_the_full_suite_is_the_main_suite_without_its_skips():
-    from ropescale.evals.suite.runner import load_suite
+    from ropescale.evals.suite.parse import load_suite
 
     main, full = load_suite("smollm2-x4"), load_suite("smollm2-x4-full")
     assert [(m.method, m.factor) for m in main.methods] == [(m.method, m.factor) for m in full.methods]

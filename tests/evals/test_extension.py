@@ -13,7 +13,8 @@ from extension_plan import Plan, collect, evidence_dict, goal_lines, render_tabl
 
 import ropescale
 from ropescale.evals.advice.evidence import load_measured
-from ropescale.evals.suite.runner import run_suite, suite_from_dict
+from ropescale.evals.suite.parse import suite_from_dict
+from ropescale.evals.suite.runner import run_suite
 from ropescale.training.config import load_config
 from ropescale.training.data import WindowDataset, WindowSpec
 from tests.conftest import squeezed
@@ -95,7 +96,8 @@ def test_the_table_reads_the_three_suites_real_results(model_dir, tiny_llama, by
 
 def test_recommend_quotes_the_shipped_fine_tune_and_never_takes_it_for_training_free(tmp_path):
     from ropescale.evals.advice.evidence import Measured, shipped_evidence
-    from ropescale.evals.advice.recommend import format_short, recommend
+    from ropescale.evals.advice.recommend import recommend
+    from ropescale.evals.advice.recommend_text import format_short
 
     rows = [
         Measured(

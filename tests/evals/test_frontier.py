@@ -19,8 +19,9 @@ from ropescale.evals.advice.frontier import (
     verdicts,
     with_rows,
 )
-from ropescale.evals.advice.recommend import format_recommendation, format_short, recommend
-from ropescale.evals.suite.runner import suite_from_dict
+from ropescale.evals.advice.recommend import recommend
+from ropescale.evals.advice.recommend_text import format_recommendation, format_short
+from ropescale.evals.suite.parse import suite_from_dict
 from tests.conftest import squeezed
 
 L = 8192

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from ropescale.evals.report.aggregate import write_report
+from ropescale.evals.report.cell_keys import cell_id
 from ropescale.evals.report.cell_record import SuiteCell
-from ropescale.evals.suite.runner import cell_id, suite_from_dict
+from ropescale.evals.suite.parse import suite_from_dict
 from tests.conftest import squeezed
 
 

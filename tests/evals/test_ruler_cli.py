@@ -61,7 +61,8 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
 
 def test_a_suite_runs_rulers_battery_through_the_task_table(ruler_model_dir, tmp_path):
     """``ruler:`` in a suite: one cell per method and length holding every task, resumable, reported."""
-    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import run_suite
     from ropescale.evals.tasks.task_ruler import RulerBattery
 
     raw = {

@@ -188,7 +188,8 @@ def test_a_cell_file_with_an_unknown_prompt_format_is_refused_with_its_reason(tm
 
 
 def test_a_suite_runs_the_battery_in_the_chat_template_and_says_so(chat_model_dir, tmp_path):
-    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import run_suite
     from ropescale.evals.tasks.task_ruler import RulerBattery
 
     raw = {

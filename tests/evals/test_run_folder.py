@@ -91,7 +91,8 @@ def test_a_newer_ruler_schema_is_refused_and_left_as_it_is(models, tmp_path, cap
 
 
 def test_a_perplexity_folder_is_refused_by_eval_ruler(models, tmp_path, capsys):
-    from ropescale.evals.suite.runner import run_suite, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import run_suite
 
     data = tmp_path / "doc.txt"
     data.write_text("The quick brown fox jumps over the lazy dog. " * 200)
@@ -351,7 +352,8 @@ def test_a_suite_ruler_cell_lm_eval_fills_short_is_refused_before_it_decodes(mod
 def test_a_suite_leaves_a_newer_or_another_tasks_results_json_as_it_is(models, tmp_path, schema):
     """The suite runner's own report (run, and ``--report-only``) refuses the same files."""
     from ropescale.errors import RopescaleError
-    from ropescale.evals.suite.runner import SuiteRunner, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import SuiteRunner
 
     data = tmp_path / "doc.txt"
     data.write_text("The quick brown fox jumps over the lazy dog. " * 200)

@@ -10,7 +10,8 @@ import torch
 
 from ropescale.cli.main import main
 from ropescale.evals.suite import runner as suite_mod
-from ropescale.evals.suite.runner import SuiteError, load_suite, run_suite, suite_from_dict
+from ropescale.evals.suite.parse import SuiteError, load_suite, suite_from_dict
+from ropescale.evals.suite.runner import run_suite
 from tests.conftest import squeezed
 
 TEXT = (
@@ -190,7 +191,7 @@ def test_factor_too_small_and_length_larger_than_text(suite_dict, tmp_path):
 
 
 def test_shipped_suites_parse(model_dir):
-    from ropescale.evals.suite.runner import SUITES_DIR
+    from ropescale.evals.suite.parse import SUITES_DIR
 
     names = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
     assert names
@@ -262,8 +263,9 @@ def test_report_context_uses_each_results_threshold(tmp_path):
     """A length counts towards the context column when it reaches its own result's threshold: 0.85
     passes passkey's 0.8 but not RULER's 0.856."""
     from ropescale.evals.report.aggregate import write_report
+    from ropescale.evals.report.cell_keys import cell_id
     from ropescale.evals.report.cell_record import SuiteCell
-    from ropescale.evals.suite.runner import MethodEntry, cell_id
+    from ropescale.evals.suite.spec import MethodEntry
 
     suite = suite_from_dict(
         {

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ropescale.cli.main import main
-from ropescale.evals.suite.runner import SuiteError, load_suite, suite_from_dict
+from ropescale.evals.suite.parse import SuiteError, load_suite, suite_from_dict
 from tests.conftest import tiny_model
 
 TEXT = (
@@ -94,7 +94,7 @@ def test_a_relative_suite_runs_on_each_family_scaled_or_not(family_dirs, tmp_pat
 
 
 def test_the_embedded_model_stays_the_default():
-    from ropescale.evals.suite.runner import SUITES_DIR
+    from ropescale.evals.suite.parse import SUITES_DIR
 
     assert yaml.safe_load((SUITES_DIR / "extend-check.yaml").read_text())["model"] == "smollm2-135m"
     assert load_suite("smollm2-x4").model == "smollm2-135m"  # no --model: the suite's own

@@ -23,7 +23,7 @@ import pytest
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.report.cell_record import CELL_REMEDY, SCHEMA, CellFileError, NewerCellError, SuiteCell, load_cells
-from ropescale.evals.suite.runner import MethodEntry
+from ropescale.evals.suite.spec import MethodEntry
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "suite_cells"
 CELLS = sorted((DATA / "cells").glob("*.json")) + sorted((DATA / "ruler").glob("*.json"))
@@ -113,7 +113,8 @@ def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(
     """A damaged cell the suite runs is recomputed (``is_done`` is False); one it does not run would be
     read by the report, so the run stops first naming it; a newer ropescale's cell is never overwritten."""
     from ropescale.evals.report.cell_keys import check_measured
-    from ropescale.evals.suite.runner import SuiteRunner, suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.suite.runner import SuiteRunner
 
     suite = suite_from_dict({"name": "t", "model": "unused", "methods": ["none"], "passkey": {"lengths": [128]}})
     runner = SuiteRunner(suite, tmp_path)
@@ -134,7 +135,7 @@ def test_the_suite_recomputes_a_damaged_cell_of_its_own_and_refuses_a_newer_one(
 # -- the report reads the records: results.json and report.md unchanged ---------------------------------
 def golden_suite(model_dir, **blocks):
     """The suite the golden cells were written by (``blocks``: more task blocks, e.g. ``ruler``)."""
-    from ropescale.evals.suite.runner import suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
 
     methods = [
         {"method": "saved"},

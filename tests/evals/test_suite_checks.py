@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ropescale.evals.suite.runner import SuiteError, run_suite, suite_from_dict
+from ropescale.evals.suite.parse import SuiteError, suite_from_dict
+from ropescale.evals.suite.runner import run_suite
 from ropescale.models import loading
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ropescale.evals.suite import runner as suite_mod
-from ropescale.evals.suite.runner import suite_from_dict
+from ropescale.evals.suite.parse import suite_from_dict
 from ropescale.models.runtime import Runtime
 from tests.attention.test_kernel_restore import CALLS, register_kernel
 

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from ropescale.cli.main import main
-from ropescale.evals.suite.runner import MethodEntry, SuiteError, SuiteRunner, load_suite
+from ropescale.evals.suite.parse import SuiteError, load_suite
+from ropescale.evals.suite.runner import SuiteRunner
+from ropescale.evals.suite.spec import MethodEntry
 from ropescale.evals.tasks import task_table
 from tests.conftest import squeezed, tiny_model
 

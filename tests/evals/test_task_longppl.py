@@ -13,7 +13,7 @@ import yaml
 
 from ropescale.cli.main import build_parser, main
 from ropescale.errors import RopescaleError
-from ropescale.evals.suite.runner import suite_from_dict
+from ropescale.evals.suite.parse import suite_from_dict
 from ropescale.evals.tasks import longppl_run, task_table
 from ropescale.evals.tasks.longppl import evaluator_spans
 from ropescale.evals.tasks.report_cells import fmt

@@ -12,7 +12,8 @@ import pytest
 from ropescale.cli.main import build_parser, main
 from ropescale.errors import RopescaleError
 from ropescale.evals.report.cell_keys import measured
-from ropescale.evals.suite.runner import SUITES_DIR, load_suite, run_suite, suite_from_dict
+from ropescale.evals.suite.parse import SUITES_DIR, load_suite, suite_from_dict
+from ropescale.evals.suite.runner import run_suite
 from ropescale.evals.tasks import task_table
 from ropescale.evals.tasks.task_base import Task, positive_int, setting
 from tests.conftest import squeezed

@@ -173,7 +173,7 @@ def test_load_search_plugs_into_patch(searched):
     # scaling.yaml is a suite's methods entry as written (and a training recipe's scaling section)
     import yaml
 
-    from ropescale.evals.suite.runner import suite_from_dict
+    from ropescale.evals.suite.parse import suite_from_dict
 
     scaling = yaml.safe_load((out / "scaling.yaml").read_text())
     assert scaling == {k: v for k, v in entry.items() if k != "label"}
