@@ -60,6 +60,9 @@ class Recommendation:
     params: dict[str, Any] = field(default_factory=dict)
     why: str = ""  # the one line that answers: what backs the choice, with its numbers
     retrieval: str | None = None  # what it does to retrieval, losses first (the short answer says it)
+    #: the why already says what retrieval keeps, with its numbers (a measured frontier's pick): the short
+    #: answer leaves the retrieval line's per-length counts to --verbose's trade-offs and --json
+    retrieval_in_why: bool = False
     perplexity: str | None = None  # the rule's answer: its measured perplexity against the unscaled model's
     also: list[str] = field(default_factory=list)  # another shipped recipe, and what its numbers measure
     serve: str | None = None  # --serve-with: what the engine serves of the candidates
@@ -356,4 +359,5 @@ def _from_frontier(rec: Recommendation, evidence: list[Evidence], patch_command,
     found = measure(row.method, first, rec.original_context, rec.target_length, dict(row.params))
     rec.tradeoffs = [(t.sentence(), t.source) for t in found]
     rec.retrieval = _retrieval(rec, found)
+    rec.retrieval_in_why = True
     return True

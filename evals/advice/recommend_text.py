@@ -59,7 +59,7 @@ def format_short(rec: Recommendation) -> str:
     if rec.perplexity:
         lines += wrap("measured:", rec.perplexity)
     lines += wrap("why:", rec.why)
-    if rec.retrieval:
+    if rec.retrieval and not rec.retrieval_in_why:  # one line per fact: the why's retrieval is the frontier's
         lines += wrap("retrieval:", _cited_once(rec.retrieval, rec.why))
     if rec.battery:
         lines += wrap("battery:", _battery_short(rec.battery))
