@@ -7,7 +7,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ropescale import options
 from ropescale.errors import RopescaleError
@@ -154,7 +154,24 @@ _positive_int = typed(options.positive_int)
 _length = typed(options.length)
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
+#: a ``--param KEY=VALUE`` value as YAML reads it (``32``, ``1e4``, ``[1, 2]``, ``keep``); the keys are the
+#: chosen method's parameter names, which its dataclass checks once the method is known
+ParamValue = str | int | float | bool | None | list["ParamValue"] | dict[str, "ParamValue"]
+
+
+class ScalingKwargs(TypedDict):
+    """:func:`scaling_kwargs`: the scaling flags as keyword arguments (lm-eval's ``model_args`` pass them on)."""
+
+    method: str
+    factor: float | None
+    target_length: int | None
+    original_max_position_embeddings: int | None
+    replace: bool
+    sliding_window: str | int | None  # "keep", None (full attention) or a width
+    params: dict[str, ParamValue]
+
+
+def parse_params(items: list[str]) -> dict[str, ParamValue]:
     """``["beta_fast=32", "long_factor=[1,2]"]`` → ``{"beta_fast": 32, "long_factor": [1, 2]}``."""
     return options.key_values(items, "--param")
 
@@ -188,7 +205,7 @@ def scaling_from_args(args: argparse.Namespace) -> Scaling:
     )
 
 
-def scaling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def scaling_kwargs(args: argparse.Namespace) -> ScalingKwargs:
     """The keyword form of :func:`scaling_from_args` (lm-eval's ``model_args`` are text: they pass it on)."""
     s = scaling_from_args(args)
     return {

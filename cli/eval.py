@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ropescale import options
 from ropescale.cli.common import (
+    ParamValue,
     _length,
     add_factor_args,
     add_model_args,
@@ -152,7 +153,15 @@ def _task_parser(tasks, name: str, help_text: str, example: str = "") -> argpars
     return p
 
 
-def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
+class MethodEntry(TypedDict, total=False):
+    """A suite's ``methods:`` entry, as the flags give it (``factor`` absent for saved, none and default)."""
+
+    method: str
+    params: dict[str, ParamValue]
+    factor: float
+
+
+def methods_from_args(args: argparse.Namespace) -> list[MethodEntry]:
     if args.method and args.methods:
         raise ValueError("give --method or --methods, not both")
     names = [m.strip() for m in (args.methods or args.method or SAVED).split(",") if m.strip()]
@@ -168,7 +177,7 @@ def methods_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
     original_context = _original_context(args.model) if target_length is not None else None
     entries = []
     for name in names:
-        entry: dict[str, Any] = {"method": name, "params": params}
+        entry: MethodEntry = {"method": name, "params": params}
         if is_saved(name):
             entry["params"] = {}
         elif name.lower() not in ("none", "default"):

@@ -39,13 +39,15 @@ def register(tasks: argparse._SubParsersAction) -> None:
 
 
 def _scaling(method: str, factor: float | None, params: dict, flag: str):
-    from ropescale.scaling import Scaling
+    from ropescale.scaling import COMPOSE, Scaling
 
     if method.lower() in ("none", "default"):
         return Scaling("none")
     if factor is None:
         raise ValueError(f"{flag} {method} needs a factor")
-    return Scaling(method, factor, params)
+    params = dict(params)
+    compose = params.pop("compose", False) is True  # on top of the checkpoint's shipped scaling; else it replaces it
+    return Scaling(method, factor, params, start=COMPOSE if compose else None)
 
 
 def run_cmd(args: argparse.Namespace) -> int:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ropescale import options
-from ropescale.cli.common import _length, add_model_args, add_scaling_args, typed
+from ropescale.cli.common import ParamValue, _length, add_model_args, add_scaling_args, typed
 from ropescale.evals.tasks.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
@@ -109,7 +108,7 @@ def _batch_size(text: str) -> int | str:
     return text if str(text).startswith("auto") else options.positive_int(text, "--batch-size")
 
 
-def _key_values(items: list[str], flag: str) -> dict[str, Any]:
+def _key_values(items: list[str], flag: str) -> dict[str, ParamValue]:
     return options.key_values(items, flag, allow_json=True)
 
 

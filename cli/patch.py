@@ -149,8 +149,8 @@ def summary(model: str, plan, verbose: bool = False) -> str:
     if plan.attention_mode == "kv_consistent":  # dynamic methods, LongRoPE's switch at L
         native += " + KV-consistent attention (cached keys follow the current frequencies; sdpa/eager)"
     what = method.label() if hasattr(method, "label") else method.name  # a composition names both scalings
-    if hasattr(method, "label"):
-        params = ", ".join(f"{k}={v}" for k, v in method.on_top.get("params", {}).items())
+    if hasattr(method, "label"):  # an attention-level method on top: its sizes, measured in the shipped context
+        params = method.on_top_summary(spec)
     lines = [
         f"model:              {model}",
         f"method:             {what} (factor {method.factor:g}{', ' + params if params else ''})",
@@ -165,9 +165,12 @@ def summary(model: str, plan, verbose: bool = False) -> str:
     rows = pair_changes(method, spec, extended)
     counts = {s: sum(r.status == s for r in rows) for s in ("kept", "blended", "interpolated", "extrapolated")}
     pairs = ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(rows)} pairs"
+    from ..attention import attention_target
     from ..methods.self_extend_llamacpp import llamacpp_note
 
-    note = llamacpp_note(method, spec)  # Self-Extend: the llama.cpp flags, and what llama.cpp computes
+    note = llamacpp_note(
+        *attention_target(method, spec)
+    )  # Self-Extend: the llama.cpp flags, and what llama.cpp computes
     tail = [note] if note else []
     if not verbose:
         return "\n".join([*lines, f"rotary pairs:       {pairs} (--verbose: each pair's wavelength)", *tail])

@@ -11,7 +11,7 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +335,7 @@ def _within(inner: Path, outer: Path) -> bool:
 
 
 def overlapping_input(
-    output: str | os.PathLike, inputs: dict[str, Any], replaced_inside: bool = True
+    output: str | os.PathLike, inputs: Mapping[str, str | os.PathLike[str] | None], replaced_inside: bool = True
 ) -> tuple[str, str, str] | None:
     """The first input that replacing ``output`` would delete: ``(label, input as given, relation)`` or None.
 

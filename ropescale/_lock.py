@@ -24,9 +24,9 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from filelock import FileLock, Timeout
 
@@ -62,11 +62,22 @@ def holder_path(output: str | os.PathLike) -> Path:
 _HELD: dict[Path, FileLock] = {}  # this process's locks, by lock file
 
 
-def _describe(holder: dict[str, Any]) -> str:
+class HolderNote(TypedDict, total=False):
+    """``.<key>.holder``: who holds the lock (read back from a file another process may have left,
+    damaged or half-written: every key may be missing)."""
+
+    pid: int
+    host: str
+    started: str  # local time, for the message
+    process_start: str | None  # :func:`ropescale._io.process_start`: tells a reused pid apart
+    command: str  # the command line, cut to 300 characters
+
+
+def _describe(holder: HolderNote) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('started')}"
 
 
-def _read(note: Path) -> dict[str, Any]:
+def _read(note: Path) -> HolderNote:
     try:
         data = json.loads(note.read_text())
     except (OSError, ValueError):
@@ -74,7 +85,7 @@ def _read(note: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _running(holder: dict[str, Any]) -> bool:
+def _running(holder: HolderNote) -> bool:
     """The note names a process that may hold the lock (one on another host cannot be checked)."""
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid <= 0:
@@ -109,7 +120,7 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
                 "or choose another output"
             )
     path.parent.mkdir(parents=True, exist_ok=True)
-    holder: dict[str, Any] = {}
+    holder: HolderNote = {}
     for _ in range(40):  # the holder writes its note just after locking, and removes it just before unlocking
         lock = FileLock(path, timeout=0)
         try:
@@ -129,16 +140,14 @@ def acquire(output: str | os.PathLike, what: str = "output", folder: bool = True
             )
         _HELD[path] = lock
         try:
-            atomic_write_json(
-                note,
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                    "process_start": process_start(os.getpid()),
-                    "command": " ".join(sys.argv)[:300],
-                },
-            )
+            mine: HolderNote = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                "process_start": process_start(os.getpid()),
+                "command": " ".join(sys.argv)[:300],
+            }
+            atomic_write_json(note, mine)
             _remove_leftovers(output)
         except BaseException:
             release(path)
@@ -255,7 +264,7 @@ def _remove_leftovers(output: Path) -> None:
 
 def refuse_overwriting_inputs(
     output: str | os.PathLike,
-    inputs: dict[str, Any],
+    inputs: Mapping[str, str | os.PathLike[str] | None],
     flag: str = "--output",
     replaced_inside: bool = True,
     by: str = "--overwrite",

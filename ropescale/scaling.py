@@ -154,8 +154,9 @@ class Scaling:
         name = self.name if self.method is not None else "as-saved"
         if self.factor is not None and name.lower() not in ("none", "default"):
             name += f"-x{self.factor:g}"
-        if self.params:
-            name += "-" + hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:8]
+        asked = self.request()["params"]  # composed: a cell of its own, never mixed with the replaced one
+        if asked:
+            name += "-" + hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:8]
         return name
 
     def method_params(self) -> dict[str, Any]:
@@ -197,11 +198,13 @@ class Scaling:
     # JSON, at the file boundary
     def request(self) -> dict[str, Any]:
         """``{"method", "factor", "params"}``: the three keys RULER's cells have recorded since their first
-        schema (:mod:`ropescale.evals.tasks.ruler.record`), kept so that every shipped cell still matches."""
+        schema (:mod:`ropescale.evals.tasks.ruler.record`), kept so that every shipped cell still matches. An
+        evaluation replaces a shipped scaling unless asked to compose, so ``compose: true`` among the
+        parameters is what tells a composed cell from a replaced one (:meth:`evaluated` reads it back)."""
         return {
             "method": None if self.method is None else self.name,
             "factor": self.factor,
-            "params": dict(self.params),
+            "params": {**self.params, **({"compose": True} if self.compose else {})},
         }
 
     def to_json(self) -> dict[str, Any]:

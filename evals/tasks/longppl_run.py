@@ -38,13 +38,9 @@ def _load(model: str, scaling: Scaling, runtime: Any):
     from ropescale.models.loading import from_pretrained
 
     kwargs = runtime.load_kwargs() if runtime else {}
+    # a method named here replaces a scaling the checkpoint ships with, unless asked to compose
     m = from_pretrained(
-        model,
-        method=scaling.method,
-        factor=scaling.factor,
-        replace=True,
-        method_params=scaling.params or None,
-        **kwargs,
+        model, scaling if scaling.as_saved or scaling.start else scaling.with_(start="replace"), **kwargs
     )
     return (runtime.place(m) if runtime else m).eval()
 

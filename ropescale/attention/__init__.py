@@ -10,6 +10,10 @@
 * ``string`` (:mod:`.string`): STRING's shifted positions, the ``string`` method.
 * ``self_extend_llamacpp`` (:mod:`.self_extend_llamacpp`): llama.cpp's grouped-KV Self-Extend.
 
+On a checkpoint that ships a scaling (Llama 3.1's llama3, a YaRN Qwen) a mode composed on it
+(:class:`~ropescale.methods.composed.Composed`) rotates with the shipped frequencies and attention
+factor, and measures its sizes in the shipped context (:func:`attention_target`).
+
 Both keep keys unrotated in the KV cache (:mod:`.rotary`). Installing one swaps the model's rotary
 module for an :class:`~.rotary.AttentionRotary`, points every attention layer at it and sets
 ``config._attn_implementation`` to the mode's registered name; removing it restores the model's
@@ -47,21 +51,36 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
             stacklevel=3,
         )
     native = model.config if plan.native and plan.method.varies_with_length() else None
-    rotary = AttentionRotary(plan.method, plan.spec, mode, inner, device=device, native_config=native)
+    method, spec = attention_target(plan.method, plan.spec)
+    rotary = AttentionRotary(method, spec, mode, inner, device=device, native_config=native)
+    if method is not plan.method:  # composed on the shipped scaling: its frequencies and attention factor
+        rotary.pin_frequencies(*plan.method.compute(plan.spec, None, device))
     rotary.restore = requested  # the user's kernel, given back by uninstall
-    for attr, value in row.settings(plan.method, plan.spec).items():
+    for attr, value in row.settings(method, spec).items():
         setattr(rotary, attr, value)
     kernel = importlib.import_module(f"{__name__}.{row.kernel}")
     kernel.register()
     name = consistent.NAMES[inner] if kernel is consistent else kernel.NAME
-    if getattr(plan.method, "logn", False):
-        rotary.logn_context = plan.spec.original_max_position_embeddings
+    if getattr(method, "logn", False):
+        rotary.logn_context = spec.original_max_position_embeddings
     for layer in _attention_layers(owner):
         layer.__dict__[LAYER_ATTR] = rotary  # a plain reference, not a submodule
     _set_implementation(model, name)
     rotary._config, rotary.attention_name = model.config, name  # switched away later: layers rotate again
     rotary._cache_hook = cache_guard.install_hook(owner, rotary)  # a static cache is refused, not misread
     return rotary
+
+
+def attention_target(method: Any, spec: Any) -> tuple[Any, Any]:
+    """The attention-level method a mode runs and the geometry its sizes are measured in.
+
+    A method alone: itself and the model's original geometry. Composed on a shipped scaling
+    (:meth:`~ropescale.methods.composed.Composed.attention_view`): the second method, measured from the
+    shipped context L_s (its window, group, chunk, shift; its logn and temperature context), while the
+    frequencies it rotates with are the composition's (the shipped ones, pinned by :func:`install`).
+    """
+    view = getattr(method, "attention_view", None)
+    return view(spec) if view is not None and method.attention else (method, spec)
 
 
 def uninstall(model: Any, owner: Any) -> None:
@@ -108,4 +127,4 @@ def _set_implementation(model: Any, name: str) -> None:
         model.config._attn_implementation = name
 
 
-__all__ = ["MODES", "install", "kernel_for", "uninstall"]
+__all__ = ["MODES", "attention_target", "install", "kernel_for", "uninstall"]

@@ -57,6 +57,15 @@ class AttentionRotary(ScaledRotaryEmbedding):
         self.logn_context: int | None = None
         self._rotated_cache: Any = None  # weak reference to the cache of the current forward pass
 
+    def pin_frequencies(self, inv_freq: torch.Tensor, attention_scaling: float) -> None:
+        """Rotate with ``inv_freq`` and ``attention_scaling`` instead of the method's own: a mode composed on
+        a shipped scaling rotates with the shipped frequencies (:func:`ropescale.attention.attention_target`).
+        The attention-level methods' frequencies do not follow the length, so nothing recomputes them."""
+        if self.method.varies_with_length():
+            raise ValueError(f"{self.method.name}'s frequencies follow the length: they cannot be pinned")
+        self.inv_freq, self.attention_scaling = inv_freq.float(), float(attention_scaling)
+        self._table = None
+
     def _update(self, seq_len: int, device: torch.device) -> None:
         if self._native_config is None:
             return super()._update(seq_len, device)

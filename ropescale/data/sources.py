@@ -32,7 +32,7 @@ import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import RopescaleError
 
@@ -170,7 +170,15 @@ def mix_documents(
     return out
 
 
-def describe_source(spec: SourceSpec) -> dict[str, Any]:
+class SourceSummary(TypedDict):
+    """A source as ``ropescale data list`` prints it: documents and bytes (None: unknown) and a note."""
+
+    documents: int | None
+    bytes: int | None
+    note: str
+
+
+def describe_source(spec: SourceSpec) -> SourceSummary:
     """What ``ropescale data list`` prints about a source, from the files' sizes (nothing tokenized):
     ``{documents, bytes, note}``."""
     s = spec.source

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..interop.engines import ENGINES
 from ..interop.legacy import with_legacy_keys
@@ -19,8 +19,24 @@ from ..interop.verdict import check
 from ..markdown import table
 
 L = 4096
+
+
+class CaseParams(TypedDict, total=False):
+    """A column's method parameters (``compose_on``: the method the model ships with first; ``compose``:
+    set by :func:`apply_case` when it composes on it)."""
+
+    kv_consistent: bool
+    attention_factor: float
+    beta_fast: float
+    beta_slow: float
+    long_factor: list[float]
+    short_factor: list[float]
+    compose_on: str
+    compose: bool
+
+
 #: column -> (method, params): the cases tests/interop/cases.py saves and runs through each engine
-METHODS = {
+METHODS: dict[str, tuple[str, CaseParams]] = {
     "linear": ("linear", {}),
     "ntk": ("ntk", {}),
     "dynamic_ntk": ("dynamic_ntk", {"kv_consistent": False}),
@@ -37,10 +53,10 @@ METHODS = {
 }
 
 
-def apply_case(target: Any, method: str, params: dict[str, Any], factor: float, patcher: Any) -> Any:
+def apply_case(target: Any, method: str, params: CaseParams, factor: float, patcher: Any) -> Any:
     """Scale ``target`` (a config or model, with ``patcher`` = patch_config or patch) as a column says: a
     ``compose_on`` column first ships the model with that method at ``factor``, then composes on it."""
-    params = dict(params)
+    params = CaseParams(**params)
     on = params.pop("compose_on", None)
     if on is not None:
         target = patcher(target, on, factor=factor)

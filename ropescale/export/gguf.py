@@ -41,7 +41,7 @@ from ..patching.plan import (
     patch_config,
     plan_from_provenance,
 )
-from .gguf_rope import GGUFRope, NotExpressibleError, rope_for_gguf
+from .gguf_rope import GGUFMetadata, GGUFRope, NotExpressibleError, rope_for_gguf
 from .gguf_vocab import vocab_metadata
 
 U32_MAX = 2**32 - 1
@@ -144,10 +144,10 @@ def check_exportable(config: Any) -> str:
     return arch
 
 
-def model_metadata(config: Any, rope: GGUFRope, name: str, file_type: int, arch: str = "llama") -> dict[str, Any]:
+def model_metadata(config: Any, rope: GGUFRope, name: str, file_type: int, arch: str = "llama") -> GGUFMetadata:
     """The ``general.*`` and ``<arch>.*`` keys of the file (rope included)."""
     head_dim = _head_dim(config)
-    out: dict[str, Any] = {
+    out: GGUFMetadata = {
         "general.type": "model",
         "general.name": name,
         "general.file_type": file_type,
@@ -256,9 +256,10 @@ def _plan_tensors(
 
 
 def _resolve(
-    model: Any, tokenizer: Any, method: str | None, factor: Any, replace: bool, params: dict[str, Any]
+    model: Any, tokenizer: Any, method: str | None, factor: Any, replace: bool, **params: Any
 ) -> tuple[Any, Any, Callable[[], Any], str]:
-    """(config, weights source, tokenizer getter, display name) for a directory, embedded name or loaded model."""
+    """(config, weights source, tokenizer getter, display name) for a directory, embedded name or loaded model
+    (``params``: the method's keyword arguments, passed on to :func:`ropescale.patch_config`)."""
     if isinstance(model, torch.nn.Module):
         if method is not None or factor is not None or params:
             raise ValueError("patch a loaded model with ropescale.patch before exporting it; method= is for paths")
@@ -317,7 +318,7 @@ def export_gguf(
     path = Path(path).expanduser()
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists (pass overwrite=True / --overwrite to replace it)")
-    config, source, get_tokenizer, name = _resolve(model, tokenizer, method, factor, replace, dict(params))
+    config, source, get_tokenizer, name = _resolve(model, tokenizer, method, factor, replace, **params)
     arch = check_exportable(config)
     rope = rope_for_gguf(*scaling_of(config))
     file_type = {
@@ -333,7 +334,7 @@ def export_gguf(
     return path
 
 
-def _write(path: Path, metadata: dict[str, Any], planned: list, arch: str = "llama") -> None:
+def _write(path: Path, metadata: GGUFMetadata, planned: list, arch: str = "llama") -> None:
     """Header, metadata, tensor infos, then one tensor at a time into a sibling temp file; rename."""
     import gguf
     from gguf.quants import quant_shape_to_byte_shape

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -35,6 +34,11 @@ from ..methods import RotarySpec, ScalingMethod
 from ..methods.basic import NTK, Default, Linear
 from ..methods.longrope import LongRope
 from ..methods.yarn import Yarn, yarn_mscale
+
+#: a GGUF metadata value as the writer takes it (:func:`ropescale.export.gguf._add_kv` picks the GGUF type)
+GGUFValue = bool | int | float | str | list[int] | list[float] | list[str]
+#: GGUF metadata: its keys are built from the architecture (``llama.rope.freq_base``), so a mapping, not named fields
+GGUFMetadata = dict[str, GGUFValue]
 
 #: YaRN's ramp ends that llama.cpp's llama architecture always uses (its hparams defaults; only
 #: a few other architectures read ``rope.scaling.yarn_beta_fast/slow``).
@@ -69,9 +73,9 @@ class GGUFRope:
     yarn_betas: tuple[float, float] | None = None
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def metadata(self, arch: str = "llama") -> dict[str, Any]:
+    def metadata(self, arch: str = "llama") -> GGUFMetadata:
         """The GGUF keys (``<arch>.rope.*``) and values; floats are written as float32."""
-        out: dict[str, Any] = {
+        out: GGUFMetadata = {
             f"{arch}.rope.freq_base": float(self.freq_base),
             f"{arch}.rope.dimension_count": int(self.dimension_count),
             f"{arch}.rope.scaling.type": self.scaling_type,

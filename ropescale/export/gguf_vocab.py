@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import RopescaleError
+from .gguf_rope import GGUFMetadata
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6  # gguf.TokenType values
 
@@ -39,7 +40,48 @@ QWEN2_SPLIT = (
 SPM_SPACE = "\u2581"  # ▁
 
 
-def tokenizer_json(tokenizer: Any) -> dict[str, Any]:
+class TokenizerStep(TypedDict, total=False):
+    """One step of ``tokenizer.json``'s ``normalizer`` or ``pre_tokenizer`` (a ``Sequence`` holds
+    others): the keys read to name llama.cpp's pre-tokenizer and its space prefix."""
+
+    type: str
+    pretokenizers: list[TokenizerStep]
+    normalizers: list[TokenizerStep]
+    use_regex: bool
+    individual_digits: bool
+    pattern: dict[str, str]  # {"Regex": ...} or {"String": ...}
+    prepend: str
+    prepend_scheme: str
+    add_prefix_space: bool
+
+
+class BPEModel(TypedDict, total=False):
+    """``tokenizer.json``'s ``model``: the keys of a BPE model read here."""
+
+    type: str
+    vocab: dict[str, int]
+    merges: list[str] | list[list[str]]
+    byte_fallback: bool
+
+
+class AddedToken(TypedDict, total=False):
+    """An entry of ``tokenizer.json``'s ``added_tokens``."""
+
+    id: int
+    content: str
+    special: bool
+
+
+class TokenizerJSON(TypedDict, total=False):
+    """A fast tokenizer's ``tokenizer.json`` (JSON read from the tokenizer): the keys read here."""
+
+    model: BPEModel
+    normalizer: TokenizerStep | None
+    pre_tokenizer: TokenizerStep | None
+    added_tokens: list[AddedToken]
+
+
+def tokenizer_json(tokenizer: Any) -> TokenizerJSON:
     """The ``tokenizer.json`` structure of a fast tokenizer."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
@@ -49,7 +91,7 @@ def tokenizer_json(tokenizer: Any) -> dict[str, Any]:
     return json.loads(backend.to_str())
 
 
-def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = None) -> dict[str, Any]:
+def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = None) -> GGUFMetadata:
     """All ``tokenizer.ggml.*`` keys for ``tokenizer`` on a model with ``vocab_size`` embeddings.
 
     Args:
@@ -61,7 +103,7 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
         Key → value (lists for arrays); the writer picks the GGUF types.
     """
     spec = tokenizer_json(tokenizer)
-    model = spec.get("model") or {}
+    model: BPEModel = spec.get("model") or {}
     if model.get("type") != "BPE":
         raise RopescaleError(
             f"GGUF export supports BPE tokenizers (GPT-2 and SentencePiece style), got {model.get('type')!r}"
@@ -69,7 +111,7 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
     spm = bool(model.get("byte_fallback"))
     tokens, types = _tokens_and_types(spec, vocab_size, spm, getattr(tokenizer, "unk_token_id", None))
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    out: dict[str, Any] = {"tokenizer.ggml.model": "llama" if spm else "gpt2"}
+    out: GGUFMetadata = {"tokenizer.ggml.model": "llama" if spm else "gpt2"}
     if spm:
         out["tokenizer.ggml.tokens"] = tokens
         out["tokenizer.ggml.scores"] = merge_scores(tokens, merges)
@@ -97,7 +139,7 @@ def vocab_metadata(tokenizer: Any, vocab_size: int, pre_tokenizer: str | None = 
 
 
 def _tokens_and_types(
-    spec: dict[str, Any], vocab_size: int, spm: bool, unk_id: int | None
+    spec: TokenizerJSON, vocab_size: int, spm: bool, unk_id: int | None
 ) -> tuple[list[str], list[int]]:
     by_id: dict[int, str] = {int(i): t for t, i in spec["model"]["vocab"].items()}
     added = {int(a["id"]): a for a in spec.get("added_tokens", [])}
@@ -134,7 +176,7 @@ def merge_scores(tokens: list[str], merges: list[str]) -> list[float]:
     return [float(-rank[t]) if t in rank else 0.0 for t in tokens]
 
 
-def _parts(node: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _parts(node: TokenizerStep | None) -> list[TokenizerStep]:
     """The steps of a (possibly Sequence) normalizer or pre-tokenizer."""
     if not node:
         return []
@@ -144,11 +186,11 @@ def _parts(node: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [node]
 
 
-def _byte_level(node: dict[str, Any] | None) -> dict[str, Any]:
+def _byte_level(node: TokenizerStep | None) -> TokenizerStep:
     return next((p for p in _parts(node) if p.get("type") == "ByteLevel"), {})
 
 
-def detect_pre_tokenizer(spec: dict[str, Any]) -> str:
+def detect_pre_tokenizer(spec: TokenizerJSON) -> str:
     """llama.cpp's name for a byte-level BPE pre-tokenizer, read off its steps."""
     parts = [p for p in _parts(spec.get("pre_tokenizer"))]
     kinds = [p.get("type") for p in parts]
@@ -168,7 +210,7 @@ def detect_pre_tokenizer(spec: dict[str, Any]) -> str:
     )
 
 
-def spm_adds_space_prefix(spec: dict[str, Any]) -> bool:
+def spm_adds_space_prefix(spec: TokenizerJSON) -> bool:
     """Whether a SentencePiece-style tokenizer prepends ``▁`` to the text (llama.cpp's add_space_prefix)."""
     for p in _parts(spec.get("normalizer")):
         if p.get("type") == "Prepend" and p.get("prepend") == SPM_SPACE:

@@ -126,6 +126,11 @@ def token_bytes(tokenizer: Any, ids: Sequence[int]) -> bytes:
     return bytes(out)
 
 
+#: a benchmark's cell of ``results.json``: each model's answer (text) and seconds (``NAME_s``) by name,
+#: with the benchmark's own columns (``key``, ``prompt_tokens``, ``same``...): named by the models compared
+ComparisonRow = dict[str, str | int | float | bool]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """What a llama.cpp-versus-ropescale benchmark needs before its first prompt.
@@ -139,7 +144,7 @@ class Comparison:
     """
 
     results_path: Path
-    results: dict[str, dict[str, Any]]
+    results: dict[str, ComparisonRow]
     tokenizer: Any
     gguf: Path
     banned: list[int]
@@ -183,9 +188,9 @@ class GreedyAnswers:
     answers: dict[str, bytes]
     seconds: dict[str, float]
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> ComparisonRow:
         """``{name: answer as text (undecodable bytes replaced), f"{name}_s": seconds}``, side by side in order."""
-        row: dict[str, Any] = {}
+        row: ComparisonRow = {}
         for name, answer in self.answers.items():
             row[name], row[f"{name}_s"] = answer.decode("utf-8", "replace"), self.seconds[name]
         return row

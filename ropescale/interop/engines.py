@@ -41,6 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config_json import RopeDict
+
 # The same as ropescale.patching.plan's (not imported: that pulls in torch; the CLI stays fast).
 NON_NATIVE_PREFIX = "ropescale_"
 PROVENANCE_KEY = "ropescale"
@@ -127,7 +129,7 @@ def engine_context(engine: Engine, rope: dict, data: dict) -> int | None:
     return int(max_pos * (factor if kind != "default" else 1))
 
 
-def flat_rope(value: Any) -> dict[str, Any] | None:
+def flat_rope(value: Any) -> RopeDict | None:
     if not isinstance(value, dict) or not value:
         return None
     out = dict(value)

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rope_math import yarn_mscale
+from .config_json import ConfigJSON, DualChunkConfig, LegacyKeys, RopeDict
 
 #: rope types whose original context transformers / the engines read from a field of its own
 NEEDS_ORIGINAL_CONTEXT = ("yarn", "llama3", "longrope")
@@ -80,7 +81,7 @@ LEGACY_KEYS = (
 )
 
 
-def _as_dict(config: Any) -> dict[str, Any]:
+def _as_dict(config: Any) -> ConfigJSON:
     if isinstance(config, dict):
         return config
     return {
@@ -90,7 +91,7 @@ def _as_dict(config: Any) -> dict[str, Any]:
     }
 
 
-def legacy_rope_scaling(rope: dict[str, Any], max_position_embeddings: int | None) -> dict[str, Any] | None:
+def legacy_rope_scaling(rope: RopeDict, max_position_embeddings: int | None) -> RopeDict | None:
     """The transformers-4 ``rope_scaling`` dict for a transformers-5 ``rope_parameters`` dict.
 
     Args:
@@ -106,7 +107,7 @@ def legacy_rope_scaling(rope: dict[str, Any], max_position_embeddings: int | Non
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type not in FIELDS:
         return None
-    out: dict[str, Any] = {"rope_type": rope_type, "type": rope_type}
+    out: RopeDict = {"rope_type": rope_type, "type": rope_type}
     for key in FIELDS[rope_type]:
         if rope.get(key) is not None:
             out[key] = list(rope[key]) if isinstance(rope[key], tuple) else rope[key]
@@ -124,7 +125,7 @@ def legacy_rope_scaling(rope: dict[str, Any], max_position_embeddings: int | Non
     return out
 
 
-def legacy_keys(config: Any) -> dict[str, Any]:
+def legacy_keys(config: Any) -> LegacyKeys:
     """The legacy top-level keys for a transformers config (or a config.json dict).
 
     Args:
@@ -141,7 +142,7 @@ def legacy_keys(config: Any) -> dict[str, Any]:
     if not isinstance(rope, dict) or "rope_theta" not in rope or isinstance(rope.get("full_attention"), dict):
         return {}
     max_pos = data.get("max_position_embeddings")
-    out: dict[str, Any] = {
+    out: LegacyKeys = {
         "rope_scaling": legacy_rope_scaling(rope, max_pos),
         "rope_theta": rope["rope_theta"],
     }
@@ -164,7 +165,7 @@ def legacy_keys(config: Any) -> dict[str, Any]:
     return out
 
 
-def with_legacy_keys(data: dict[str, Any]) -> dict[str, Any]:
+def with_legacy_keys(data: ConfigJSON) -> ConfigJSON:
     """A config.json dict with the legacy keys set from its ``rope_parameters`` (a new dict).
 
     A top-level ``original_max_position_embeddings`` left over from an earlier scaling is removed
@@ -204,7 +205,7 @@ def restore_serving_fields(config: Any) -> Any:
 DUAL_CHUNK_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
-def dual_chunk_attention_config(method: Any, spec: Any, model_type: str) -> dict[str, Any] | None:
+def dual_chunk_attention_config(method: Any, spec: Any, model_type: str) -> DualChunkConfig | None:
     """vLLM's ``dual_chunk_attention_config`` for a DCA checkpoint of a Qwen2-family model, else None.
 
     Args:
@@ -227,7 +228,7 @@ def dual_chunk_attention_config(method: Any, spec: Any, model_type: str) -> dict
     }
 
 
-def write_engine_keys(path: str | Path, method: Any, spec: Any) -> dict[str, Any]:
+def write_engine_keys(path: str | Path, method: Any, spec: Any) -> ConfigJSON:
     """Add the method-specific engine keys (:func:`dual_chunk_attention_config`) to a config.json in place."""
     path = Path(path)
     data = json.loads(path.read_text())
@@ -238,7 +239,7 @@ def write_engine_keys(path: str | Path, method: Any, spec: Any) -> dict[str, Any
     return data
 
 
-def write_legacy_keys(path: str | Path) -> dict[str, Any]:
+def write_legacy_keys(path: str | Path) -> ConfigJSON:
     """Add the legacy keys to a config.json file in place; returns the new dict."""
     path = Path(path)
     data = with_legacy_keys(json.loads(path.read_text()))

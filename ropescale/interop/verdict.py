@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ..rope_math import yarn_mscale
+from .config_json import ConfigJSON, RopeDict
 from .engines import (
     APPROXIMATES,
     CANNOT,
@@ -38,6 +39,27 @@ class EngineVerdict:
     why: str
 
 
+class EngineVerdictJSON(TypedDict):
+    """:class:`EngineVerdict` as ``doctor --json`` writes it (``dataclasses.asdict``)."""
+
+    engine: str
+    name: str
+    versions: str
+    verdict: str
+    why: str
+
+
+class ReportJSON(TypedDict):
+    """:meth:`Report.to_json`: the intended scaling, whether every engine keeps it, and each verdict."""
+
+    source: str
+    method: str
+    scaled: bool
+    note: str | None
+    ok: bool
+    engines: list[EngineVerdictJSON]
+
+
 @dataclass(frozen=True)
 class Report:
     """What :func:`check` found: the intended scaling and one verdict per engine."""
@@ -56,7 +78,7 @@ class Report:
     def fails(self) -> list[EngineVerdict]:
         return [v for v in self.verdicts if v.verdict == FAILS]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportJSON:
         return {
             "source": self.source,
             "method": self.method,
@@ -73,7 +95,7 @@ class Report:
 
 @dataclass(frozen=True)
 class Intent:
-    rope: dict[str, Any]  # the rope dict as ropescale / transformers 5 build the model from it
+    rope: RopeDict  # the rope dict as ropescale / transformers 5 build the model from it
     method: str
     native: bool
     attention_mode: str | None
@@ -109,10 +131,30 @@ def intent_of(data: dict) -> Intent:
         attention = "self_extend"
     elif block.get("kv_consistent"):
         attention = "kv_consistent"
-    method = block.get("method") or rope_type
+    method = _attention_composed(block) or block.get("method") or rope_type
     original = float(block.get("original_rope_theta", rope["rope_theta"]))
     extended = block.get("extended_context")
     return Intent(rope, method, native, attention, original, int(extended) if extended else None)
+
+
+#: the attention-level methods (``ropescale.methods.composed.ATTENTION_ON_TOP``; no torch here)
+_ATTENTION_METHODS = ("self_extend", "dca", "string", "self_extend_llamacpp")
+
+
+def _attention_composed(block: dict) -> str | None:
+    """``self_extend x2 on llama3 x8 (composed)`` for an attention-level method composed on a shipped scaling
+    (a provenance block's ``composed`` with such an ``on_top``), so that a verdict names what cannot be
+    expressed rather than "composed" (a composed frequency method is saved as LongRoPE and engines read it)."""
+    params = block.get("params") if block.get("method") == "composed" else None
+    on_top, base = (params or {}).get("on_top"), (params or {}).get("base")
+    if not isinstance(on_top, dict) or not isinstance(base, dict) or on_top.get("method") not in _ATTENTION_METHODS:
+        return None
+    shipped = (base.get("params") or {}).get("factor")
+    return (
+        f"{on_top['method']} x{float(params.get('factor') or 1):g} on the shipped {base.get('method')}"
+        + (f" x{float(shipped):g}" if shipped else "")
+        + " (composed)"
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -372,7 +414,7 @@ __all__ = [
 ]
 
 
-def read_config_json(name_or_path: str) -> tuple[dict[str, Any], str]:
+def read_config_json(name_or_path: str) -> tuple[ConfigJSON, str]:
     """A checkpoint's config.json (no weights): a directory, a .json file, or a Hub id ``org/name``.
 
     Args:

@@ -22,6 +22,16 @@ frequencies; nothing switches with the length) and its attention factor written 
 (``attention_factor`` for transformers, ``short_mscale``/``long_mscale`` for vLLM and SGLang); a
 second method whose frequencies follow the length (dynamic NTK/YaRN) is run by ropescale's rotary
 module instead. The extended context is s × L_s.
+
+An attention-level second method (Self-Extend, DCA, STRING, llama.cpp's grouped attention:
+:data:`ATTENTION_ON_TOP`) remaps positions instead of frequencies. Composed, it rotates q and k at its
+remapped positions with the shipped frequencies θ'_i and attention factor a₁ (the model's trained
+rotary, as LongLM's Self-Extend does by calling the model's own rotary module), times its own factor a₂
+on plain RoPE (1, or STRING's 0.1·ln 2 + 1); STRING's ``frequencies=yarn|linear|ntk`` goes on top of θ'
+by the frequency rule above. Its window, group, chunk and shift sizes and its log-length/temperature
+context are measured in L_s (:meth:`Composed.attention_view`), so its defaults on Llama 3.1 are those of
+a model trained at 131,072 (STRING's shift int(0.33 · 131072) = 43253, the authors' README value). It runs
+in ropescale's attention functions only (nothing to save in config.json for an engine).
 """
 
 from __future__ import annotations
@@ -34,9 +44,12 @@ import torch
 
 from .base import RotarySpec, ScalingMethod, check_number
 
-#: second methods a composition takes: those that only change frequencies (the attention-level methods
-#: rotate with plain RoPE in ropescale's kernels, so they cannot keep the shipped frequencies yet)
+#: frequency methods a composition takes (their frequencies go on top of the shipped ones)
 ON_TOP = ("linear", "ntk", "yarn", "llama3", "dynamic_ntk", "dynamic_yarn")
+#: attention-level methods a composition takes (their positions, rotated with the shipped frequencies)
+ATTENTION_ON_TOP = ("self_extend", "dca", "string", "self_extend_llamacpp")
+#: every second method a composition takes
+COMPOSABLE = ON_TOP + ATTENTION_ON_TOP
 
 
 def effective_index(theta: torch.Tensor, spec: RotarySpec) -> torch.Tensor:
@@ -80,11 +93,15 @@ def on_top_ratio(
 
 
 class _FollowsOnTop:
-    """``Composed.dynamic``: False on the class (a registry scan sees a static method, as the composition of
-    static ones is), the second method's on an instance (dynamic NTK/YaRN on top follow the length)."""
+    """``Composed.dynamic`` and ``Composed.attention``: the base class's value on the class (a registry scan
+    sees a static frequency method, as the composition of static ones is), the second method's on an
+    instance (dynamic NTK/YaRN on top follow the length; Self-Extend on top installs its attention)."""
 
-    def __get__(self, obj: Any, cls: Any = None) -> bool:
-        return False if obj is None else obj.outer.dynamic
+    def __init__(self, attribute: str, default: Any):
+        self.attribute, self.default = attribute, default
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        return self.default if obj is None else getattr(obj.outer, self.attribute)
 
 
 @dataclass(frozen=True)
@@ -116,8 +133,8 @@ class Composed(ScalingMethod):
         from .registry import method_class
 
         name = method_class(self.on_top["method"]).name
-        if name not in ON_TOP:
-            raise ValueError(f"'{name}' cannot be composed on a shipped scaling; composable: {', '.join(ON_TOP)}")
+        if name not in COMPOSABLE:
+            raise ValueError(f"'{name}' cannot be composed on a shipped scaling; composable: {', '.join(COMPOSABLE)}")
         if isinstance(self.shipped_context, bool) or not isinstance(self.shipped_context, int):
             raise ValueError(f"shipped_context must be a positive integer, got {self.shipped_context!r}")
         check_number("shipped_context", self.shipped_context, minimum=1)
@@ -138,7 +155,17 @@ class Composed(ScalingMethod):
         params = {k: v for k, v in dict(self.on_top.get("params") or {}).items() if k != "factor"}
         return get_method(self.on_top["method"], factor=self.factor, **params)
 
-    dynamic = _FollowsOnTop()  # type: ignore[assignment]
+    dynamic = _FollowsOnTop("dynamic", False)  # type: ignore[assignment]
+    attention = _FollowsOnTop("attention", None)  # type: ignore[assignment]
+
+    def shipped_spec(self, spec: RotarySpec) -> RotarySpec:
+        """``spec`` measured from the shipped context L_s: the geometry a model trained at L_s would have."""
+        return RotarySpec(spec.head_dim, spec.base, int(self.shipped_context), spec.partial_rotary_factor)
+
+    def attention_view(self, spec: RotarySpec) -> tuple[ScalingMethod, RotarySpec]:
+        """(the attention-level method, the geometry its sizes are measured in: L_s) that the attention
+        functions read (window, group, chunk, shift, logn and temperature contexts)."""
+        return self.outer, self.shipped_spec(spec)
 
     def validate_for(self, spec: RotarySpec) -> None:
         self.inner.validate_for(spec)
@@ -147,17 +174,38 @@ class Composed(ScalingMethod):
                 f"shipped_context {self.shipped_context} is below the pretraining context "
                 f"{spec.original_max_position_embeddings}"
             )
+        if self.attention:  # its sizes against L_s, naming themselves
+            try:
+                self.outer.validate_for(self.shipped_spec(spec))
+            except ValueError as error:
+                raise ValueError(
+                    f"{self.outer.name} on the shipped {self.inner.name} x{self.inner.factor:g}, measured in the shipped "
+                    f"context {self.shipped_context} (its 'original context' below): {error}"
+                ) from None
 
     def varies_with_length(self) -> bool:
         return self.outer.varies_with_length() or self.inner.varies_with_length()
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         theta, a1 = self.inner.compute(spec, None, device)  # [d/2]: what the weights were trained with
+        if self.attention:
+            return _attention_on_top(self.outer, theta, a1, self.shipped_spec(spec), seq_len)
         ratio, a2 = on_top_ratio(self.outer, theta, spec, self.shipped_context, seq_len)
         return theta * ratio, a1 * a2
 
     def extended_context(self, spec: RotarySpec) -> int:
+        if self.attention:  # Self-Extend at factor 1 reaches what its group gives, from L_s
+            return self.outer.extended_context(self.shipped_spec(spec))
         return int(round(self.factor * self.shipped_context))
+
+    def on_top_summary(self, spec: RotarySpec) -> str:
+        """The second method's parameters as ``patch`` prints them (``group_size=3, window=1024, ...``): an
+        attention-level method's resolved sizes (from L_s), a frequency method's as given."""
+        if self.attention:
+            params = self.outer.resolved_params(self.shipped_spec(spec))
+        else:
+            params = dict(self.on_top.get("params") or {})
+        return ", ".join(f"{k}={v}" for k, v in params.items() if k != "factor" and v is not None)
 
     def max_position_embeddings(self, spec: RotarySpec) -> int:
         """s × L_s, or L_s for a dynamic second method (transformers' convention for dynamic rope)."""
@@ -171,8 +219,8 @@ class Composed(ScalingMethod):
     def rope_parameters(self, spec: RotarySpec) -> dict[str, Any] | None:
         """LongRoPE with equal short and long factors (nothing switches), the attention factor under
         every name a loader reads it by; None for a dynamic second method (ropescale's rotary runs it)."""
-        if self.varies_with_length():
-            return None
+        if self.varies_with_length() or self.attention:
+            return None  # an attention-level remapping lives in ropescale's attention functions
         factors = self.per_pair_factors(spec)
         _, attention = self.compute(spec)
         return {
@@ -194,4 +242,19 @@ class Composed(ScalingMethod):
         return f"{self.on_top['method']} x{self.factor:g} on {inner.name} x{inner.factor:g}"
 
 
-__all__ = ["ON_TOP", "Composed", "effective_index", "on_top_ratio"]
+def _attention_on_top(
+    method: ScalingMethod, theta: torch.Tensor, a1: float, shipped: RotarySpec, seq_len: int | None
+) -> tuple[torch.Tensor, float]:
+    """An attention-level method's frequencies and factor on the shipped θ' (a₁): θ' itself, or STRING's
+    ``frequencies`` method on top of θ' by :func:`on_top_ratio`; a₁ times the method's own factor (what
+    it multiplies plain RoPE's cos/sin by at the shipped context)."""
+    frequency = getattr(method, "frequency_method", None)
+    inner = frequency() if frequency is not None else None
+    ratio = torch.ones_like(theta)
+    if inner is not None and inner.name != "default":
+        ratio, _ = on_top_ratio(inner, theta, shipped, shipped.original_max_position_embeddings, seq_len)
+    _, a2 = method.compute(shipped, seq_len, theta.device)
+    return theta * ratio, a1 * a2
+
+
+__all__ = ["ATTENTION_ON_TOP", "COMPOSABLE", "ON_TOP", "Composed", "effective_index", "on_top_ratio"]

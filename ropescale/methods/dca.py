@@ -15,10 +15,10 @@ where the key it looks at lies (``r = i mod s`` is the query's own offset):
 So every relative position the model sees lies in ``[0, chunk_size]``, which the model was trained
 on as long as ``chunk_size`` < L, whatever the length. The paper writes the cap as L − 1;
 ChunkLlama's released code uses ``chunk_size`` (3/4 of L by default), as here. Frequencies stay
-plain RoPE, as in ChunkLlama (``ChunkLlamaRotaryEmbedding`` from ``rope_theta`` alone); on a
-checkpoint its maker already extended (Llama 3.1's ``llama3``, a YaRN Qwen) that would drop the
-frequencies it was trained with, so ropescale refuses it in one line
-(:func:`ropescale.patching.plan._check_attention_on_extended`). The attention function is
+plain RoPE, as in ChunkLlama (``ChunkLlamaRotaryEmbedding`` from ``rope_theta`` alone, whatever the
+model's rotary held); on a checkpoint its maker extended with training (Llama 3.1's ``llama3``) ropescale
+composes instead (:mod:`ropescale.methods.composed`: the shipped frequencies, chunk sizes and temperature
+measured in the shipped context), and ``--replace`` gives ChunkLlama's plain RoPE. The attention function is
 :mod:`ropescale.attention.dca`; its cached decoding step gives every cached key the current
 length's temperature, where ChunkLlama keeps each key's from the step that wrote it (see there).
 

@@ -11,10 +11,10 @@ model saw in training:
 
 The frequencies are plain RoPE; the method lives in the attention function
 (:mod:`ropescale.attention.self_extend`), which patching installs through transformers'
-attention interface. Where ropescale departs from LongLM: LongLM rotates with the model's own
-rotary module, so on a checkpoint its maker already extended (Llama 3.1's ``llama3``, a YaRN Qwen)
-it keeps those frequencies; ropescale cannot, and refuses such a checkpoint in one line
-(:func:`ropescale.patching.plan._check_attention_on_extended`).
+attention interface. LongLM rotates with the model's own rotary module, so on a checkpoint its maker
+already extended (Llama 3.1's ``llama3``) it keeps those frequencies; so does ropescale where the rule
+composes (:mod:`ropescale.methods.composed`: the shipped frequencies and attention factor, W and G
+measured in the shipped context).
 
 LongLM rounds the grouped query's shift two ways, offered by ``shift``:
 

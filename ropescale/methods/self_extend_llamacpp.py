@@ -1,8 +1,7 @@
 """Self-Extend as llama.cpp runs it: ``llama-completion --grp-attn-n G --grp-attn-w W``.
 
-(llama.cpp rotates with the model's own frequencies, ``llama3``/YaRN included; ropescale's kernel
-uses plain RoPE, so a checkpoint its maker already extended is refused in one line:
-:func:`ropescale.patching.plan._check_attention_on_extended`.)
+(llama.cpp rotates with the model's own frequencies, ``llama3``/YaRN included; so does ropescale
+where the rule composes on a shipped scaling: :mod:`ropescale.methods.composed`.)
 
 llama.cpp's completion tool (``tools/completion/completion.cpp`` of the llama.cpp that PyPI's
 llama-cpp-python 0.3.36 vendors; the same loop as ``examples/main/main.cpp`` before the tool was

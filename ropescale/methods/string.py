@@ -26,12 +26,11 @@ combines with a frequency method: ``frequencies=yarn`` (or ``linear``, ``ntk``) 
 method's frequencies at the same ``factor``, and STRING shifts the positions it sees. The attention
 function is :mod:`ropescale.attention.string` (Self-Extend's two-region kernel with these positions).
 
-Where ropescale departs from the reference on a checkpoint its maker already extended (Llama 3.1:
-``llama3`` RoPE, ``max_position_embeddings`` 131072 against 8192 trained): the authors' README takes
-``S = int(0.33 · max_position_embeddings)`` (43253) and ``string_for_llama.py`` keeps the ``llama3``
-frequencies it finds in ``rope_scaling``; ropescale's S comes from the original context and its
-frequencies are plain RoPE (or ``frequencies=``), so it refuses such a checkpoint in one line naming
-both (:func:`ropescale.patching.plan._check_attention_on_extended`) instead of running something else.
+On a checkpoint its maker already extended (Llama 3.1: ``llama3`` RoPE, ``max_position_embeddings``
+131072 against 8192 trained) the authors' README takes ``S = int(0.33 · max_position_embeddings)``
+(43253) and ``string_for_llama.py`` keeps the ``llama3`` frequencies it finds in ``rope_scaling``;
+composed there (:mod:`ropescale.methods.composed`), ropescale does the same: the shipped frequencies,
+S and W measured in the shipped context.
 """
 
 from __future__ import annotations

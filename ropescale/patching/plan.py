@@ -186,7 +186,6 @@ def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
     if s.as_saved:
         raise ValueError("the checkpoint's own scaling has no plan to make: load it as saved (no method)")
     check_supported(config)
-    _check_attention_on_extended(config, s.method)
     shipped = shipped_of(config, s.shipped_context, s.original_context)
     mode = None
     if is_scaled(config):
@@ -266,7 +265,7 @@ def _start_text(shipped: Shipped, mode: str | None, L: int) -> str:
 
 def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
     """The plan of a method composed on top of the shipped scaling (:mod:`ropescale.methods.composed`)."""
-    from ..methods.composed import ON_TOP, Composed
+    from ..methods.composed import COMPOSABLE, Composed
 
     if isinstance(s.method, ScalingMethod):
         name, factor = s.method.name, s.method.factor
@@ -278,10 +277,10 @@ def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
             f"--method none on top of the shipped {scaling_label(shipped.scaling or {})} is the model as shipped: evaluate it "
             "with its saved scaling (no --method), or pass --replace to remove the scaling"
         )
-    if name not in ON_TOP:
+    if name not in COMPOSABLE:
         raise RopescaleError(
             f"{name} cannot be composed on the shipped {scaling_label(shipped.scaling or {})} ({shipped.trained_source}): "
-            f"ropescale composes {', '.join(ON_TOP)}; pass --replace to run {name} from the pretraining frequencies"
+            f"ropescale composes {', '.join(COMPOSABLE)}; pass --replace to run {name} from the pretraining frequencies"
         )
     base = _shipped_method(config, shipped.scaling or {})
     factor = resolve_factor(name, factor, s.target_length, shipped.context)
@@ -319,48 +318,6 @@ def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in source.items() if k in known and v is not None}
     get_method(cls.name, **kept)  # the shipped parameters must build a method (else one line, here)
     return {"method": cls.name, "params": kept}
-
-
-#: what each attention-level method's reference does on a checkpoint whose RoPE is already scaled
-#: (read in HKUNLP/STRING string_for_llama.py and README, datamllab/LongLM self_extend_patch/Llama.py,
-#: HKUNLP/ChunkLlama chunkllama_attn_replace.py, llama.cpp's grouped attention)
-REFERENCE_ON_EXTENDED = {
-    "string": "the authors (HKUNLP/STRING) keep them and take shift = int(0.33 x max_position_embeddings) = {shift}",
-    "self_extend": "the authors (datamllab/LongLM) keep them: they rotate with the model's own rotary module",
-    "self_extend_llamacpp": "llama.cpp's grouped attention keeps them",
-    "dca": "as HKUNLP/ChunkLlama does given pretraining_length = {L}",
-}
-
-
-def _check_attention_on_extended(config: Any, method: str | ScalingMethod) -> None:
-    """Refuse an attention-level method (STRING, Self-Extend, DCA, llama.cpp's grouped attention) on a
-    checkpoint its maker already extended (``rope_type`` llama3, yarn, linear... and no ropescale
-    provenance: Llama 3.1, a YaRN Qwen). ropescale's kernels rotate with plain RoPE from the
-    original context, so they would drop the frequencies the model was trained with and size their
-    windows from the original context, where the references (see :data:`REFERENCE_ON_EXTENDED`)
-    keep the model's frequencies (and STRING takes its shift from ``max_position_embeddings``).
-    A checkpoint ropescale scaled itself records its true original geometry and is re-patched from it."""
-    try:
-        cls = type(method) if isinstance(method, ScalingMethod) else method_class(method)
-    except (KeyError, ValueError):
-        return  # get_method names an unknown method
-    name, attention = getattr(cls, "name", None), getattr(cls, "attention", None)
-    rope = getattr(config, "rope_parameters", None) or {}
-    rope_type = str(rope.get("rope_type", "default"))
-    if attention is None or provenance(config) is not None or rope_type == "default":
-        return
-    if rope_type.startswith(NON_NATIVE_PREFIX):
-        return
-    extended = int(config.max_position_embeddings)
-    L = trained_context(config)
-    reference = REFERENCE_ON_EXTENDED.get(name, "the reference keeps them").format(shift=int(0.33 * extended), L=L)
-    raise RopescaleError(
-        f"{name} on an already extended model (rope_parameters.rope_type = '{rope_type}', max_position_embeddings "
-        f"= {extended}, trained at {L}): ropescale's {name} rotates with plain RoPE from the original {L} tokens, "
-        f"dropping the {rope_type} frequencies the model was extended with ({reference}); ropescale cannot keep them: "
-        f"give --model the base model this one was extended from, or extend this one with a frequency method "
-        f"(--method yarn --replace)"
-    )
 
 
 def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> dict[str, Any]:

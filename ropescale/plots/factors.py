@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import MissingDependencyError
 from . import figure, save_png
 
 
-def plot_factors(
-    path: Path, space: Any, best: dict[str, Any], seeds: dict[str, list[float]], title: str
-) -> Path | None:
+class PlotLine(TypedDict):
+    """The searched factors the plot draws (λ_i per rotary pair), and their legend."""
+
+    lam: list[float]
+    label: str
+
+
+def plot_factors(path: Path, space: Any, best: PlotLine, seeds: dict[str, list[float]], title: str) -> Path | None:
     """Per-pair λ_i = θ_i/θ'_i of the best candidate against the closed-form methods (log scale)."""
     try:
         fig = figure(figsize=(7.5, 4.2))

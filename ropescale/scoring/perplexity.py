@@ -40,7 +40,7 @@ import numbers
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 import torch
 from tqdm.auto import tqdm
@@ -170,6 +170,30 @@ def chunked_nll(model: Any, input_ids: torch.Tensor, labels: torch.Tensor, chunk
     return total.item(), n
 
 
+class _PerplexityFields(TypedDict):
+    mode: str
+    window: int
+    stride: int
+    bos_token_id: int | None
+    n_documents: int
+    tokens_scored: int
+    total_nll: float
+    ppl: float
+    mean_window_ppl: float
+    window_nll: list[float]
+    window_tokens: list[int]
+    window_document: list[int]
+    elapsed_s: float
+
+
+class PerplexityJSON(_PerplexityFields):
+    """:meth:`PerplexityResult.to_dict`: its fields in order, then ``nll_per_token`` and
+    ``tokens_per_second`` (None when no time was measured)."""
+
+    nll_per_token: float
+    tokens_per_second: float | None
+
+
 @dataclass
 class PerplexityResult:
     """Outcome of :func:`evaluate_perplexity`.
@@ -213,10 +237,10 @@ class PerplexityResult:
         """Scored tokens per second of model time."""
         return self.tokens_scored / self.elapsed_s if self.elapsed_s > 0 else float("nan")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PerplexityJSON:
         """Return a JSON-serialisable dict: all fields plus ``nll_per_token`` and
         ``tokens_per_second`` (None when no time was measured)."""
-        d = asdict(self)
+        d = cast(PerplexityJSON, asdict(self))  # every field, in order
         d["nll_per_token"] = self.nll_per_token
         d["tokens_per_second"] = self.tokens_per_second if self.elapsed_s > 0 else None
         return d

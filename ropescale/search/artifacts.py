@@ -25,6 +25,7 @@ from .._io import atomic_write_json, atomic_write_text
 from ..attention.modes import TABLE as MODE_TABLE
 from ..errors import RopescaleError
 from ..markdown import table
+from .records import BestFile, MethodParams, PatchKwargs, SearchReport, SearchSettings, SuiteEntry, Trial
 
 DEFAULT_BASELINES = ("linear", "ntk", "dynamic_ntk", "yarn")
 
@@ -52,12 +53,12 @@ class SearchResult:
     """
 
     method: str
-    params: dict[str, Any]
+    params: MethodParams
     model: str
     calibration_ppl: float
     directory: Path
 
-    def patch_kwargs(self) -> dict[str, Any]:
+    def patch_kwargs(self) -> PatchKwargs:
         """``ropescale.patch(model, **result.patch_kwargs(), replace=True)`` (the keyword form of :meth:`scaling`)."""
         return {"method": self.method, **self.params}
 
@@ -69,15 +70,13 @@ class SearchResult:
         params = {k: v for k, v in self.params.items() if k != "factor"}
         return Scaling(self.method, self.params.get("factor"), params, start=REPLACE)
 
-    def suite_entry(self, label: str = "searched") -> dict[str, Any]:
+    def suite_entry(self, label: str = "searched") -> SuiteEntry:
         """A ``methods:`` entry of an evaluation suite."""
         params = {k: v for k, v in self.params.items() if k != "factor"}
         return {"label": label, "method": self.method, "factor": self.params["factor"], "params": params}
 
 
-def write_best(
-    directory: Path, space: Any, candidate: dict[str, Any], settings: dict[str, Any], model_config: Any
-) -> None:
+def write_best(directory: Path, space: Any, candidate: Trial, settings: SearchSettings, model_config: Any) -> None:
     """``best.json`` and the patched ``config.json`` for ``candidate``."""
     from ..patching.plan import patch_config
 
@@ -100,20 +99,18 @@ def write_best(
         directory / SCALING,
         SCALING_HEADER + yaml.safe_dump(scaling, sort_keys=False, default_flow_style=None, width=120),
     )
-    atomic_write_json(
-        directory / BEST,
-        {
-            "method": space.method,
-            "params": params,
-            "model": settings["model"],
-            "candidate": candidate["index"],
-            "origin": candidate["origin"],
-            "objective": objective_of(settings),
-            "calibration": {"ppl": candidate["score"]["ppl"], "tokens": candidate["score"]["tokens"]},
-            "rope_parameters": config.rope_parameters,
-            "max_position_embeddings": config.max_position_embeddings,
-        },
-    )
+    best: BestFile = {
+        "method": space.method,
+        "params": params,
+        "model": settings["model"],
+        "candidate": candidate["index"],
+        "origin": candidate["origin"],
+        "objective": objective_of(settings),
+        "calibration": {"ppl": candidate["score"]["ppl"], "tokens": candidate["score"]["tokens"]},
+        "rope_parameters": config.rope_parameters,
+        "max_position_embeddings": config.max_position_embeddings,
+    }
+    atomic_write_json(directory / BEST, best)
 
 
 def load_search(directory: str | os.PathLike) -> SearchResult:
@@ -132,12 +129,12 @@ def load_search(directory: str | os.PathLike) -> SearchResult:
         raise RopescaleError(f"'{path}' is not a valid search result: {exc}") from None
 
 
-def objective_of(settings: dict[str, Any]) -> str:
+def objective_of(settings: SearchSettings) -> str:
     """The search's objective (settings without one are perplexity searches, as before objectives existed)."""
     return settings.get("objective", "perplexity")
 
 
-def _objective_title(settings: dict[str, Any]) -> str:
+def _objective_title(settings: SearchSettings) -> str:
     """What the calibration score is, for column titles."""
     objective, needle = objective_of(settings), settings.get("needle") or {}
     needles = f"needle ×{needle.get('prompts')} at {settings['target_length']}"
@@ -145,7 +142,7 @@ def _objective_title(settings: dict[str, Any]) -> str:
     return {"perplexity": windows, "needle": needles, "mixed": f"{windows} + {needles}"}[objective]
 
 
-def _objective_line(settings: dict[str, Any]) -> str:
+def _objective_line(settings: SearchSettings) -> str:
     objective, needle = objective_of(settings), settings.get("needle") or {}
     if objective == "perplexity":
         return "perplexity of the calibration windows"
@@ -169,7 +166,7 @@ _SPACE_LINES = {
 }
 
 
-def _space_line(settings: dict[str, Any]) -> str:
+def _space_line(settings: SearchSettings) -> str:
     space = settings.get("space") or {}
     if settings["method"] != "longrope":
         return _SPACE_LINES.get(settings["method"], settings["method"])
@@ -182,7 +179,7 @@ def _space_line(settings: dict[str, Any]) -> str:
 
 def build_report(
     space, history, best, cells, calibration, heldout, options, settings, n_cal, carries: str | None = None
-) -> dict[str, Any]:
+) -> SearchReport:
     """The report of a search (``report.json``): calibration, held-out columns and one row per method."""
     columns = [
         {
@@ -252,7 +249,7 @@ def build_report(
     }
 
 
-def markdown_report(report: dict[str, Any]) -> str:
+def markdown_report(report: SearchReport) -> str:
     """The human-readable account of a search: calibration, held-out table, tokens, time."""
     s = report["settings"]
     cal, held = report["calibration_text"], report["heldout_text"]

@@ -32,6 +32,7 @@ import numpy as np
 from .._io import atomic_write_json
 from ..errors import RopescaleError
 from .objective import Score
+from .records import Candidate, HistoryFile, MethodParams, SearchSettings, Trial
 
 HISTORY_FORMAT = 1
 POOL_RATIO = 1.1  # parents are within 10% of the best perplexity
@@ -42,7 +43,7 @@ class SearchSettingsMismatch(RopescaleError):
     """A history file exists for a different search (other model, target, data or space)."""
 
 
-def load_history(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+def load_history(path: Path, settings: SearchSettings) -> list[Trial]:
     """The candidates recorded in ``path`` (empty if none); refuse a history of other settings."""
     if not path.is_file():
         return []
@@ -57,7 +58,7 @@ def load_history(path: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     return list(data.get("candidates") or [])
 
 
-def read_history(path: Path) -> dict[str, Any]:
+def read_history(path: Path) -> HistoryFile:
     """The JSON object of a history file, refused when it is damaged or written by a newer ropescale
     (its ``format`` above :data:`HISTORY_FORMAT`: this version would rewrite it in its own format).
 
@@ -79,7 +80,7 @@ def read_history(path: Path) -> dict[str, Any]:
     return data
 
 
-def best_of(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+def best_of(history: list[Trial]) -> Trial | None:
     """The recorded candidate with the lowest finite calibration perplexity (earliest on ties)."""
     finite = [c for c in history if math.isfinite(c["score"]["ppl"])]
     return min(finite, key=lambda c: (c["score"]["ppl"], c["index"])) if finite else None
@@ -89,7 +90,7 @@ def step_size(k: int) -> float:
     return STEP0 / math.sqrt(1 + k / 8)
 
 
-def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[str, Any], str, str | None]:
+def propose(space: Any, history: list[Trial], seed: int) -> tuple[Candidate, str, str | None]:
     """Candidate number ``len(history)``: (params, origin, note). Deterministic in (history, seed)."""
     k = len(history)
     seeds = space.seeds()
@@ -132,14 +133,14 @@ def propose(space: Any, history: list[dict[str, Any]], seed: int) -> tuple[dict[
 
 def run_search(
     space: Any,
-    objective: Callable[[dict[str, Any]], Score],
+    objective: Callable[[MethodParams], Score],
     budget: int,
     history_path: str | Path,
-    settings: dict[str, Any],
+    settings: SearchSettings,
     seed: int = 0,
     progress: bool = True,
-    on_record: Callable[[list[dict[str, Any]]], None] | None = None,
-) -> list[dict[str, Any]]:
+    on_record: Callable[[list[Trial]], None] | None = None,
+) -> list[Trial]:
     """Evaluate candidates until ``budget`` are recorded in ``history_path``; return the history.
 
     Args:
@@ -171,7 +172,7 @@ def run_search(
     while len(history) < budget:
         params, origin, note = propose(space, history, seed)
         score = objective(space.method_params(params))
-        record = {"index": len(history), "origin": origin, "params": params, "score": score.to_dict()}
+        record: Trial = {"index": len(history), "origin": origin, "params": params, "score": score.to_dict()}
         if note:
             record["note"] = note
         history.append(record)

@@ -28,12 +28,12 @@ import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
 from ..attention.modes import SEARCHED_MODES
 from ..methods import RotarySpec, get_method
+from .records import GridCandidate, MethodParams
 
 #: the attention-level methods searched on a grid: their rows in ``ropescale.attention.modes``
 ATTENTION_METHODS = SEARCHED_MODES
@@ -93,7 +93,7 @@ class AttentionSpace:
         return int(round(self.factor * self.L))
 
     # -- the grid ------------------------------------------------------------------------------------
-    def _default(self) -> dict[str, Any]:
+    def _default(self) -> GridCandidate:
         """The method's own defaults at this factor (STRING: with YaRN frequencies when plain RoPE falls short)."""
         resolved = get_method(self.method, factor=self.factor).resolved_params(self.spec)
         params = {k: v for k, v in resolved.items() if k != "factor"}
@@ -130,7 +130,7 @@ class AttentionSpace:
     def _string_reaches(self, shift: int, local_window: int, frequencies: str) -> bool:
         return frequencies != "default" or self.L + shift - local_window >= self.target
 
-    def candidates(self) -> list[dict[str, Any]]:
+    def candidates(self) -> list[GridCandidate]:
         """Every valid point of the grid, in grid order."""
         grids = self.grids()
         names = list(grids)
@@ -143,18 +143,18 @@ class AttentionSpace:
         return len(self.candidates())
 
     # -- the space protocol ----------------------------------------------------------------------------
-    def seeds(self) -> list[tuple[str, dict[str, Any]]]:
+    def seeds(self) -> list[tuple[str, GridCandidate]]:
         params = self._default()
         label = "string+yarn" if params.get("frequencies") == "yarn" else self.method
         return [(label, params)]
 
-    def project(self, params: dict[str, Any], round_values: bool = True) -> dict[str, Any]:
+    def project(self, params: GridCandidate, round_values: bool = True) -> GridCandidate:
         """The nearest grid point (log scale for the integers), then the constraints restored by moving
         the parameter that breaks them (Self-Extend: the group size; DCA, STRING: the local window)."""
         del round_values  # a grid is always rounded
         params = {"logn": False, **params}  # absent: the methods' default
         grids = self.grids()
-        out: dict[str, Any] = {}
+        out: GridCandidate = {}
         for name, grid in grids.items():
             value = params[name]
             if name == "frequencies":
@@ -176,7 +176,7 @@ class AttentionSpace:
                 out["frequencies"] = "yarn"
         return out
 
-    def violations(self, params: dict[str, Any], tol: float = 0.0) -> list[str]:
+    def violations(self, params: GridCandidate, tol: float = 0.0) -> list[str]:
         """Which constraints ``params`` breaks (empty when valid): off the grid, or the method refuses it."""
         del tol
         params = {"logn": False, **params}  # absent: the methods' default
@@ -199,10 +199,10 @@ class AttentionSpace:
             problems.append(str(exc))
         return problems
 
-    def key(self, params: dict[str, Any]) -> tuple:
+    def key(self, params: GridCandidate) -> tuple:
         return tuple(params[name] for name in self.grids())
 
-    def mutate(self, params: dict[str, Any], rng: np.random.Generator, scale: float) -> tuple[dict[str, Any], str]:
+    def mutate(self, params: GridCandidate, rng: np.random.Generator, scale: float) -> tuple[GridCandidate, str]:
         """One parameter moved one grid step (two with probability ``scale``), or redrawn anywhere on its grid."""
         grids = self.grids()
         name = str(rng.choice(list(grids)))
@@ -219,14 +219,14 @@ class AttentionSpace:
         new[name] = new[name] if name in ("frequencies", "logn") else int(new[name])
         return self.project(new), what
 
-    def crossover(self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    def crossover(self, a: GridCandidate, b: GridCandidate, rng: np.random.Generator) -> GridCandidate:
         """Each parameter from one parent or the other."""
         return self.project({name: (a if rng.random() < 0.5 else b)[name] for name in self.grids()})
 
-    def method_params(self, params: dict[str, Any]) -> dict[str, Any]:
+    def method_params(self, params: GridCandidate) -> MethodParams:
         return {"factor": self.factor, **params}
 
-    def factors(self, params: dict[str, Any]) -> list[float] | None:
+    def factors(self, params: GridCandidate) -> list[float] | None:
         """None: the frequencies are not what is searched (no factor plot)."""
         return None
 

@@ -42,6 +42,7 @@ from ..data.documents import tokens_after_sentence
 from ..scoring.nll import IGNORE_INDEX, final_hidden_states, model_device, summed_nll
 from .objective import PerplexityObjective, Score, Window
 from .options import OBJECTIVES
+from .records import MethodParams, NeedleRecord, ScoreParts
 
 TASK = (
     "There is an important piece of information hidden inside a long text. Find it and memorize it. "
@@ -96,7 +97,7 @@ class NeedleSettings:
         """Text tokens the haystacks draw from (prompt ``i`` starts at ``i · length``)."""
         return self.prompts * self.length
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> NeedleRecord:
         return {
             "prompts": self.prompts,
             "depths": [float(d) for d in self.depths],
@@ -236,7 +237,7 @@ class NeedleObjective:
     def __init__(self, model: Any, prompts: list[NeedlePrompt], method: str, chunk_size: int = 1024):
         self.model, self.prompts, self.method, self.chunk_size = model, prompts, method, chunk_size
 
-    def __call__(self, method_params: dict[str, Any]) -> Score:
+    def __call__(self, method_params: MethodParams) -> Score:
         from ..patching.model import patch
 
         patch(self.model, self.method, replace=True, **method_params)
@@ -251,7 +252,7 @@ class NeedleObjective:
             nll, n = nll + a, n + b
             per_prompt.append(round(a / b, 4) if math.isfinite(a) else math.inf)
         ppl = math.exp(nll / n) if math.isfinite(nll) else math.inf
-        parts = {"answer_nll": per_prompt, "depths": [p.depth for p in self.prompts]}
+        parts: ScoreParts = {"answer_nll": per_prompt, "depths": [p.depth for p in self.prompts]}
         return Score(ppl, nll, n, time.perf_counter() - start, objective="needle", parts=parts)
 
 
@@ -266,7 +267,7 @@ class MixedObjective:
         self.perplexity, self.needle, self.weight = perplexity, needle, weight
         self.model, self.method = perplexity.model, perplexity.method
 
-    def __call__(self, method_params: dict[str, Any]) -> Score:
+    def __call__(self, method_params: MethodParams) -> Score:
         from ..patching.model import patch
 
         patch(self.model, self.method, replace=True, **method_params)
@@ -278,7 +279,12 @@ class MixedObjective:
             value = math.inf
         else:
             value = math.exp((1 - self.weight) * text.nll / text.tokens + self.weight * answer.nll / answer.tokens)
-        parts = {"perplexity": text.ppl, "needle": answer.ppl, "weight": self.weight, **(answer.parts or {})}
+        parts: ScoreParts = {
+            "perplexity": text.ppl,
+            "needle": answer.ppl,
+            "weight": self.weight,
+            **(answer.parts or {}),
+        }
         seconds = text.seconds + answer.seconds
         return Score(value, text.nll + answer.nll, text.tokens + answer.tokens, seconds, objective="mixed", parts=parts)
 

@@ -28,6 +28,7 @@ import torch
 
 from ..scoring.nll import final_hidden_states, model_device, summed_nll
 from .options import LAYOUTS
+from .records import MethodParams, ScoreParts, ScoreRecord
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,16 @@ class Score:
     tokens: int
     seconds: float
     objective: str = "perplexity"
-    parts: dict[str, Any] | None = None  # per-objective details (needle: each prompt's answer NLL)
+    parts: ScoreParts | None = None  # per-objective details (needle: each prompt's answer NLL)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {"ppl": self.ppl, "nll": self.nll, "tokens": self.tokens, "seconds": round(self.seconds, 3)}
-        out["objective"] = self.objective
+    def to_dict(self) -> ScoreRecord:
+        out: ScoreRecord = {
+            "ppl": self.ppl,
+            "nll": self.nll,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "objective": self.objective,
+        }
         if self.parts:
             out["parts"] = self.parts
         return out
@@ -129,7 +135,7 @@ class PerplexityObjective:
     def tokens(self) -> int:
         return sum(len(w.input_ids) - 1 for w in self.windows)
 
-    def __call__(self, method_params: dict[str, Any]) -> Score:
+    def __call__(self, method_params: MethodParams) -> Score:
         from ..patching.model import patch
 
         patch(self.model, self.method, replace=True, **method_params)
@@ -150,4 +156,4 @@ def score_windows(model: Any, windows: list[Window], chunk_size: int = 1024) -> 
     return Score(math.exp(nll / n) if math.isfinite(nll) else math.inf, nll, n, time.perf_counter() - start)
 
 
-Objective = Callable[[dict[str, Any]], Score]
+Objective = Callable[[MethodParams], Score]

@@ -37,6 +37,7 @@ from .engine import best_of, run_search
 from .needles import build_objective, needle_settings, tokens_needed
 from .objective import LAYOUTS, make_windows
 from .options import SearchOptions
+from .records import HeldoutCell, MethodParams, SearchReport, SearchSettings, SpaceSettings, Trial
 from .space import make_space, pair_factors
 
 #: the baseline that runs the model as loaded (a scaled checkpoint's own scaling; ``evals/tasks/saved.py``)
@@ -99,7 +100,7 @@ def validate(options: SearchOptions, spec: RotarySpec) -> tuple[float, int, bool
     return target / L, eval_length, floor
 
 
-def _baseline(name: str, factor: float) -> tuple[str, dict[str, Any]]:
+def _baseline(name: str, factor: float) -> tuple[str, MethodParams]:
     key = name.strip().lower()
     if key in ("none", "default"):
         return "default", {}
@@ -119,7 +120,7 @@ def search_model(
     overwrite: bool = False,
     progress: bool = True,
     tokenizer: Any = None,
-) -> dict[str, Any]:
+) -> SearchReport:
     """Search ``options.method``'s parameters for ``model`` at ``options.target_length``.
 
     Args:
@@ -150,7 +151,7 @@ def search_model(
     carries = scaling_label(scaling_of(config)) if is_scaled(config) else None
     factor, eval_length, floor = validate(options, spec)
     target = options.target_length
-    space_options: dict[str, Any] = {}
+    space_options: SpaceSettings = {}
     if options.method.strip().lower() == "longrope":
         space_options = {"max_ratio": options.max_ratio, "floor": floor}
         space_options.update(attention=options.attention, short=options.short)
@@ -167,7 +168,7 @@ def search_model(
 
     objective = objective_on(calibration)
     n_cal = eval_length * options.windows
-    settings = {
+    settings: SearchSettings = {
         "model": options.model,
         "method": space.method,
         "target_length": target,
@@ -202,9 +203,9 @@ def search_model(
     # the config written with the best candidate starts from the model's unscaled config
     base_config = _unscaled(config)
 
-    written = {"index": None}
+    written: dict[str, int | None] = {"index": None}
 
-    def on_record(history: list[dict[str, Any]]) -> None:
+    def on_record(history: list[Trial]) -> None:
         best = best_of(history)
         if best is not None and best["index"] != written["index"]:
             write_best(output, space, best, settings, base_config)
@@ -288,7 +289,7 @@ def _heldout(
             "sha256": heldout.fingerprint(len(heldout.tokens)),
         },
     }
-    cells: dict[str, Any] = {}
+    cells: dict[str, HeldoutCell] = {}
     if path.is_file():
         data = json.loads(path.read_text())
         if data.get("identity") == identity:
@@ -404,7 +405,7 @@ def shipped_line(config: Any) -> str:
 
 def run_search_job(
     options: SearchOptions, output: str | Path, overwrite: bool = False, progress: bool = True
-) -> dict[str, Any]:
+) -> SearchReport:
     """Load ``options.model`` and its texts, then :func:`search_model` (what ``ropescale search`` runs)."""
     from ..models.loading import from_pretrained, load_config, load_tokenizer
     from ..models.runtime import resolve_runtime

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..methods import RotarySpec, get_method
 from ..rope_math import yarn_mscale
+from .records import LongRopeCandidate, MethodParams, YarnCandidate
 
 #: LongRoPE's short factors: the searched schedule itself, or the model's own frequencies (ones)
 SHORT_CHOICES = ("long", "original")
@@ -135,7 +136,7 @@ class LongRopeSpace:
         return low
 
     # -- seeds -------------------------------------------------------------------------------------
-    def seeds(self) -> list[tuple[str, dict[str, Any]]]:
+    def seeds(self) -> list[tuple[str, LongRopeCandidate]]:
         target = int(round(self.factor * self.spec.original_max_position_embeddings))
         out = []
         for name in ("linear", "ntk", "yarn"):
@@ -147,7 +148,7 @@ class LongRopeSpace:
         return out
 
     # -- constraints -------------------------------------------------------------------------------
-    def project(self, params: dict[str, Any], round_values: bool = True) -> dict[str, Any]:
+    def project(self, params: LongRopeCandidate, round_values: bool = True) -> LongRopeCandidate:
         """Nearest-in-spirit valid candidate: clip to the bounds, then a running maximum (monotone)."""
         lam = np.asarray(params["long_factor"], dtype=float)
         lam = np.maximum.accumulate(np.clip(lam, self.lower(), self.upper))
@@ -161,7 +162,7 @@ class LongRopeSpace:
                 attention = round(attention / ATTENTION_STEP) * ATTENTION_STEP
         return {"long_factor": [round(float(v), 6) for v in lam], "attention_factor": round(attention, 6)}
 
-    def violations(self, params: dict[str, Any], tol: float = 1e-9) -> list[str]:
+    def violations(self, params: LongRopeCandidate, tol: float = 1e-9) -> list[str]:
         """Which constraints ``params`` breaks (empty when valid)."""
         lam = np.asarray(params["long_factor"], dtype=float)
         problems = []
@@ -181,7 +182,7 @@ class LongRopeSpace:
             problems.append(f"attention_factor {attention:g} is not the fixed {self.fixed_attention:g}")
         return problems
 
-    def key(self, params: dict[str, Any]) -> tuple:
+    def key(self, params: LongRopeCandidate) -> tuple:
         """Identity of a candidate for de-duplication (on the rounding grid)."""
         return (
             tuple(round(v / FACTOR_STEP) for v in params["long_factor"]),
@@ -189,7 +190,9 @@ class LongRopeSpace:
         )
 
     # -- moves -------------------------------------------------------------------------------------
-    def mutate(self, params: dict[str, Any], rng: np.random.Generator, scale: float) -> tuple[dict[str, Any], str]:
+    def mutate(
+        self, params: LongRopeCandidate, rng: np.random.Generator, scale: float
+    ) -> tuple[LongRopeCandidate, str]:
         """A smooth change of log λ over a random band of pairs (or a tilt, or the attention factor)."""
         lam = np.log(np.asarray(params["long_factor"], dtype=float))
         attention = float(params["attention_factor"])
@@ -211,7 +214,7 @@ class LongRopeSpace:
             what += "+attention"
         return self.project({"long_factor": np.exp(lam), "attention_factor": attention}), what
 
-    def crossover(self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    def crossover(self, a: LongRopeCandidate, b: LongRopeCandidate, rng: np.random.Generator) -> LongRopeCandidate:
         """Geometric blend of two candidates (a blend of monotone vectors stays monotone)."""
         w = rng.uniform(0.2, 0.8)
         lam = np.exp(w * np.log(a["long_factor"]) + (1 - w) * np.log(b["long_factor"]))
@@ -219,7 +222,7 @@ class LongRopeSpace:
         return self.project({"long_factor": lam, "attention_factor": attention})
 
     # -- the method ----------------------------------------------------------------------------------
-    def method_params(self, params: dict[str, Any]) -> dict[str, Any]:
+    def method_params(self, params: LongRopeCandidate) -> MethodParams:
         """Keyword arguments of ``ropescale.patch`` for a candidate (short factors as ``short`` says)."""
         long = list(params["long_factor"])
         return {
@@ -229,7 +232,7 @@ class LongRopeSpace:
             "attention_factor": float(params["attention_factor"]),
         }
 
-    def factors(self, params: dict[str, Any]) -> list[float]:
+    def factors(self, params: LongRopeCandidate) -> list[float]:
         return list(params["long_factor"])
 
 
@@ -253,7 +256,7 @@ class YarnSpace:
         if not self.factor > 1:
             raise ValueError(f"target length must exceed the original context (factor > 1), got factor {self.factor:g}")
 
-    def seeds(self) -> list[tuple[str, dict[str, Any]]]:
+    def seeds(self) -> list[tuple[str, YarnCandidate]]:
         default = get_method("yarn", factor=self.factor)
         base = {
             "beta_fast": default.beta_fast,
@@ -262,7 +265,7 @@ class YarnSpace:
         }
         return [("yarn", base), ("yarn-af1", {**base, "attention_factor": 1.0})]
 
-    def project(self, params: dict[str, Any], round_values: bool = True) -> dict[str, Any]:
+    def project(self, params: YarnCandidate, round_values: bool = True) -> YarnCandidate:
         fast = float(np.clip(params["beta_fast"], *self.beta_fast_bounds))
         slow = float(np.clip(params["beta_slow"], *self.beta_slow_bounds))
         if slow >= fast / 1.5:  # keep a ramp: beta_fast > beta_slow with some room
@@ -275,7 +278,7 @@ class YarnSpace:
             "attention_factor": round(attention, 4 if round_values else 9),
         }
 
-    def violations(self, params: dict[str, Any], tol: float = 1e-9) -> list[str]:
+    def violations(self, params: YarnCandidate, tol: float = 1e-9) -> list[str]:
         problems = []
         for name, (low, high) in (
             ("beta_fast", self.beta_fast_bounds),
@@ -288,10 +291,10 @@ class YarnSpace:
             problems.append("beta_fast must be > beta_slow")
         return problems
 
-    def key(self, params: dict[str, Any]) -> tuple:
+    def key(self, params: YarnCandidate) -> tuple:
         return (round(params["beta_fast"], 3), round(params["beta_slow"], 3), round(params["attention_factor"], 4))
 
-    def mutate(self, params: dict[str, Any], rng: np.random.Generator, scale: float) -> tuple[dict[str, Any], str]:
+    def mutate(self, params: YarnCandidate, rng: np.random.Generator, scale: float) -> tuple[YarnCandidate, str]:
         """Coordinate move: one parameter changed in log space."""
         name = str(rng.choice(["beta_fast", "beta_slow", "attention_factor"]))
         step = scale / 4 if name == "attention_factor" else 2 * scale
@@ -299,14 +302,14 @@ class YarnSpace:
         new[name] = params[name] * math.exp(rng.normal(0, step))
         return self.project(new), name
 
-    def crossover(self, a: dict[str, Any], b: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    def crossover(self, a: YarnCandidate, b: YarnCandidate, rng: np.random.Generator) -> YarnCandidate:
         w = rng.uniform(0.2, 0.8)
         return self.project({k: math.exp(w * math.log(a[k]) + (1 - w) * math.log(b[k])) for k in a})
 
-    def method_params(self, params: dict[str, Any]) -> dict[str, Any]:
+    def method_params(self, params: YarnCandidate) -> MethodParams:
         return {"factor": self.factor, **{k: float(v) for k, v in params.items()}}
 
-    def factors(self, params: dict[str, Any]) -> list[float]:
+    def factors(self, params: YarnCandidate) -> list[float]:
         target = int(round(self.factor * self.spec.original_max_position_embeddings))
         return pair_factors("yarn", self.spec, self.factor, target, **params)[0]
 

@@ -149,3 +149,13 @@ def test_eval_longppl_end_to_end(models, bytelevel_tokenizer, tmp_path, capsys):
     assert [p.stat().st_mtime_ns for p in sorted((out / "cells").glob("*.json"))] == mtimes
     assert main([*argv[:-6], "--trunc-len", "300", "--device", "cpu", "--output", str(out)]) == 2
     assert "--trunc-len 300 must be below every length" in capsys.readouterr().err
+
+
+def test_longppl_scaling_composes_only_when_asked():
+    """``--method yarn --factor 2 --param compose=true``: on top of a shipped scaling (issue 51); without it
+    the method replaces the shipped one. Before, ``compose`` was refused as a field of the scaling."""
+    from ropescale.cli.eval_longppl import _scaling
+
+    assert _scaling("yarn", 2.0, {"compose": True}, "--method").compose
+    assert _scaling("yarn", 2.0, {}, "--method").start is None  # the run replaces a shipped scaling
+    assert _scaling("yarn", 2.0, {"compose": True}, "--method").label != _scaling("yarn", 2.0, {}, "--method").label

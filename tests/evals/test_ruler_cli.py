@@ -171,3 +171,28 @@ def test_a_needle_length_below_the_smallest_prompt_is_refused_before_weights(
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ropescale: error:")]
     assert len(err) == 1 and err[0].startswith(f"ropescale: error: RULER task {task} at 200 tokens: its smallest"), err
     assert "max_seq_lengths" not in err[0] and not (out / "cells").exists()
+
+
+def test_ruler_composes_on_a_shipped_scaling_only_when_asked_and_keeps_the_cells_apart(
+    ruler_model_dir, tmp_path, capsys
+):
+    """Issue 51 point 5's needle cells: on a checkpoint that ships a scaling, ``--param compose=true`` runs the
+    method on top of it, and its cell is its own; without it the method replaces the shipped one, as before.
+    Before, ``compose`` was refused as "a field of the scaling" and the run forced a replace, and the two
+    would have shared one label."""
+    shipped = str(tmp_path / "shipped")  # a YaRN x2 switch saved without training, as Qwen ships it
+    assert main(["patch", "--model", ruler_model_dir, "--method", "yarn", "--factor", "2", "--output", shipped]) == 0
+    out = tmp_path / "ruler"
+    argv = ["eval", "ruler", "--model", shipped, "--tasks", "fwe", "--lengths", "2k", "--samples", "1"]
+    argv += ["--device", "cpu", "--output", str(out), "--no-progress", "--method", "yarn", "--factor", "2"]
+    assert main(argv) == 0 and main([*argv, "--param", "compose=true"]) == 0
+    capsys.readouterr()
+    records = {p.name: json.loads(p.read_text()) for p in sorted((out / "cells").glob("*.json"))}
+    assert len(records) == 2, sorted(records)
+    replaced = records["yarn-x2__fwe__2048.json"]
+    (composed,) = (r for name, r in records.items() if name != "yarn-x2__fwe__2048.json")
+    assert composed["fingerprint"]["scaling_requested"]["params"] == {"compose": True}
+    assert replaced["fingerprint"]["scaling_requested"]["params"] == {}
+    assert replaced["rope_parameters"] != composed["rope_parameters"]
+    assert main([*argv, "--param", "compose=true"]) == 0  # done: the composed cell is found again, not rerun
+    assert len(list((out / "cells").glob("*.json"))) == 2

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ropescale.methods import RotarySpec, get_method
-from ropescale.methods.composed import ON_TOP, Composed
+from ropescale.methods.composed import ATTENTION_ON_TOP, ON_TOP, Composed
 
 D, BASE, L, SHIPPED = 128, 500000.0, 8192, 131072
 SPEC = RotarySpec(head_dim=D, base=BASE, original_max_position_embeddings=L)
@@ -94,7 +94,31 @@ def test_a_dynamic_second_method_is_not_saved_natively():
     assert method.rope_parameters(SPEC) is None and method.max_position_embeddings(SPEC) == SHIPPED
 
 
-@pytest.mark.parametrize("bad", ["self_extend", "dca", "string", "longrope"])
-def test_only_frequency_methods_compose(bad):
+def test_longrope_does_not_compose():
     with pytest.raises(ValueError, match="cannot be composed"):
-        Composed(factor=2, base=LLAMA31, on_top={"method": bad}, shipped_context=SHIPPED)
+        Composed(factor=2, base=LLAMA31, on_top={"method": "longrope"}, shipped_context=SHIPPED)
+
+
+@pytest.mark.parametrize("name", ATTENTION_ON_TOP)
+def test_an_attention_method_on_an_identity_scaling_is_the_method(name):
+    """The rule's anchor for attention-level methods: on an identity shipped scaling (θ' = θ, L_s = L) the
+    composition rotates with the method's own frequencies and factor and measures its sizes in L."""
+    identity = {"method": "linear", "params": {"factor": 1.0}}
+    composed = Composed(factor=2, base=identity, on_top={"method": name}, shipped_context=L)
+    alone = get_method(name, factor=2)
+    got, want = composed.compute(SPEC), alone.compute(SPEC)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    assert got[1] == want[1] and composed.attention == name and composed.rope_parameters(SPEC) is None
+    method, spec = composed.attention_view(SPEC)
+    assert method.resolved_params(spec) == alone.resolved_params(SPEC)
+    assert composed.extended_context(SPEC) == alone.extended_context(SPEC)
+
+
+def test_string_with_yarn_on_llama3_is_the_yarn_composition_with_strings_factor():
+    """STRING's frequencies=yarn goes on top of the shipped θ' by the frequency rule; its factor is STRING's
+    (temperature=string) times the shipped one (1 for llama3)."""
+    string = Composed(factor=4, base=LLAMA31, on_top={"method": "string", "params": {"frequencies": "yarn"}},
+                      shipped_context=SHIPPED)  # fmt: skip
+    yarn = Composed(factor=4, base=LLAMA31, on_top={"method": "yarn"}, shipped_context=SHIPPED)
+    np.testing.assert_array_equal(string.compute(SPEC)[0].numpy(), yarn.compute(SPEC)[0].numpy())
+    assert string.compute(SPEC)[1] == pytest.approx(0.1 * math.log(2) + 1)

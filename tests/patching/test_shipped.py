@@ -108,13 +108,16 @@ def test_a_ropescale_fine_tune_composes_and_a_training_free_patch_replaces():
     assert plan.method.shipped_context == 128 and plan.method.extended_context(plan.spec) == 256
 
 
-def test_attention_level_methods_are_not_composed():
+def test_attention_level_methods_compose_on_request():
+    """Before: refused ("... rotates with plain RoPE ..."). Now composed on the shipped YaRN, from its 128 tokens
+    (the attention itself: tests/attention/test_composed_attention.py)."""
     config = tiny_config(
         rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0, "original_max_position_embeddings": 64},
         max_position_embeddings=128,
     )
-    with pytest.raises(RopescaleError, match="rotates with plain RoPE"):
-        plan_patch(config, "self_extend", factor=2, compose=True)
+    plan = plan_patch(config, "self_extend", factor=2, compose=True)
+    assert plan.method.label() == "self_extend x2 on yarn x2" and plan.attention_mode == "self_extend"
+    assert plan.method.extended_context(plan.spec) == 256 and "--compose" in plan.start
 
 
 def test_compose_on_plain_rope_is_refused():

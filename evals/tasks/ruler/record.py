@@ -16,7 +16,7 @@ from typing import Any
 
 from ropescale.evals.tasks.json_fields import only_known, take
 from ropescale.evals.tasks.ruler.cell import RulerCell
-from ropescale.scaling import Scaling
+from ropescale.scaling import COMPOSE, Scaling
 
 #: version of a cell file's layout
 SCHEMA = "ropescale.ruler.cell/1"
@@ -104,11 +104,11 @@ class CellFingerprint:
         asked = _take(data, "scaling_requested", (dict,), "an object", "fingerprint.")
         _keys(asked, ["method", "factor", "params"], "fingerprint.scaling_requested.")
         where = "fingerprint.scaling_requested."
-        scaling = Scaling(
-            _take(asked, "method", (str, type(None)), "a method name or null", where),
-            _take(asked, "factor", (int, float, type(None)), "a number or null", where),
-            _take(asked, "params", (dict,), "an object", where),
-        )
+        method = _take(asked, "method", (str, type(None)), "a method name or null", where)
+        factor = _take(asked, "factor", (int, float, type(None)), "a number or null", where)
+        params = dict(_take(asked, "params", (dict,), "an object", where))
+        compose = params.pop("compose", False) is True  # a composed cell's request (Scaling.request)
+        scaling = Scaling(method, factor, params, start=COMPOSE if compose else None)
         return cls(
             _take(data, "model", (str,), "a string", "fingerprint."),
             scaling,

@@ -174,8 +174,8 @@ class RulerRun:
         tokenizer = load_tokenizer(self.model)
         essay = essay_haystack(self.essay_text) if self.essay_text else None
         kwargs = self.runtime.load_kwargs() if self.runtime else {}
-        s = self.scaling  # a method named here replaces a scaling the checkpoint ships with
-        model = from_pretrained(self.model, s if s.as_saved else s.with_(start=REPLACE), **kwargs)
+        s = self.scaling  # a method named here replaces a scaling the checkpoint ships with, unless asked to compose
+        model = from_pretrained(self.model, s if s.as_saved or s.start else s.with_(start=REPLACE), **kwargs)
         model = (self.runtime.place(model) if self.runtime else model).eval()
         runtime = {**(self.runtime.to_dict() if self.runtime else {}), "attention": attention_kernel(model)}
         for task, length in todo:
