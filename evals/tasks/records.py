@@ -1,0 +1,116 @@
+"""The JSON records the task rows read and write, with their keys named (issue 53: typed inside, JSON a
+dict only at the file boundary): what a scaling request records, LongPPL's evaluator and documents.
+
+Nothing here imports torch: the rows (:mod:`.task_table`) and the reports name these types.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from ropescale.evals.tasks.longppl import LongPPLTotals
+    from ropescale.interop.config_json import ProvenanceBlock
+
+#: a value JSON holds (what ``json.loads`` returns): a method's parameters, the keys of a result another
+#: version wrote that this one does not name
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+class ScalingRequest(TypedDict):
+    """``{"method", "factor", "params"}``: a scaling as asked for (:meth:`ropescale.scaling.Scaling.request`),
+    as RULER's and LongPPL's cells record it."""
+
+    method: str | None
+    factor: float | None
+    params: dict[str, JSONValue]
+
+
+class EvaluatorJSON(TypedDict):
+    """Who chose LongPPL's key tokens and by which rule (:func:`.longppl_run.evaluator_record`),
+    recorded with every LongPPL cell."""
+
+    model: str
+    scaling: ScalingRequest
+    #: the evaluated model itself, unscaled
+    default: bool
+    trunc_len: int
+    internal: int
+    alpha: float
+    beta: float
+
+
+class DataKey(TypedDict):
+    """The data a cell measured: its name as given (``--data``) and its text by content."""
+
+    name: str | None
+    fingerprint: str
+
+
+class ModelKey(TypedDict):
+    """The model a cell measured: by name, and by content where it was recorded."""
+
+    name: str | None
+    fingerprint: NotRequired[str]
+
+
+class MeasuredJSON(TypedDict):
+    """What a cell measured, in the suite's shape (``measured`` of a suite cell, :mod:`.run_folder`'s
+    comparison): the model, the protocol (each task's own keys) and the data where recorded."""
+
+    model: ModelKey
+    protocol: dict[str, JSONValue]
+    data: NotRequired[DataKey]
+
+
+class LongPPLFingerprint(TypedDict):
+    """What a LongPPL cell of ``ropescale eval longppl`` records and must match to count as done
+    (:class:`.longppl_run.CellKeys`); a key a cell written before it lacks is absent."""
+
+    model: str
+    model_content: NotRequired[str]
+    scaling_requested: ScalingRequest
+    length: int
+    evaluator: EvaluatorJSON
+    documents: int
+    data: NotRequired[DataKey]
+
+
+class LongPPLCellFile(TypedDict):
+    """A cell file of ``ropescale eval longppl`` (``OUTPUT/cells/*.json``)."""
+
+    schema: str
+    fingerprint: LongPPLFingerprint
+    label: str
+    scaling: ProvenanceBlock
+    length: int
+    result: LongPPLTotals
+
+
+class LongPPLResults(TypedDict):
+    """``results.json`` of ``ropescale eval longppl``: the evaluator and every cell it scored."""
+
+    schema: str
+    evaluator: EvaluatorJSON
+    cells: list[LongPPLCellFile]
+
+
+class LongPPLSummary(LongPPLResults):
+    """What :func:`.longppl_run.run_longppl` returns: ``results.json``, the report's text and its path."""
+
+    markdown: str
+    report: str
+
+
+__all__ = [
+    "DataKey",
+    "EvaluatorJSON",
+    "JSONValue",
+    "LongPPLCellFile",
+    "LongPPLFingerprint",
+    "LongPPLResults",
+    "LongPPLSummary",
+    "MeasuredJSON",
+    "ModelKey",
+    "ScalingRequest",
+]
