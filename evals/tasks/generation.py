@@ -21,7 +21,8 @@ from typing import Any, TypedDict
 import torch
 from tqdm.auto import tqdm
 
-from ropescale.evals.tasks.proportions import TrialJSON, wilson_interval
+from ropescale.evals.tasks.proportions import wilson_interval
+from ropescale.evals.tasks.records import TrialJSON
 from ropescale.scoring.nll import model_device
 
 

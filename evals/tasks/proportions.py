@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TypedDict
+from typing import Any
 
 
 def wilson_interval(successes: float, trials: float, z: float = 1.959964) -> tuple[float, float]:
@@ -58,40 +58,7 @@ def difference_interval(successes_a: float, trials_a: int, successes_b: float, t
     return d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
 
 
-class Agreement(TypedDict):
-    """What :func:`group_agreement` says of a cell's groups of trials."""
-
-    n: int
-    groups: int
-    unanimous: int
-    icc: float | None
-    design_effect: float
-    effective_n: float
-    accuracy: float
-    interval: tuple[float, float]
-    effective_interval: tuple[float, float]
-
-
-class TrialJSON(TypedDict, total=False):
-    """One retrieval record as a cell keeps it (``asdict`` of a passkey or needle trial: the keys both
-    have, then each one's own), read back from cell files of any version."""
-
-    length: int
-    depth: float
-    trial: int
-    output: str
-    correct: bool
-    needle_start: int
-    key: int  # passkey
-    query_keys: list[str]  # needle
-    expected: list[str]
-    distractor_keys: list[str]
-    score: float
-    actual_depth: float
-    document: str
-
-
-def group_agreement(groups: Sequence[Sequence[float]]) -> Agreement:
+def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
     """How far the trials of a cell are independent measurements: its groups (the trials of one
     depth, which share a position unless placement is jittered) and how alike they answer.
 
@@ -127,20 +94,20 @@ def group_agreement(groups: Sequence[Sequence[float]]) -> Agreement:
     icc = None if denominator == 0 else max(0.0, (between - within) / denominator)
     design = 1 + (m - 1) * (icc or 0.0)
     effective = n / design
-    return Agreement(
-        n=n,
-        groups=k,
-        unanimous=sum(1 for g in groups if len(set(g)) == 1),
-        icc=icc,
-        design_effect=design,
-        effective_n=effective,
-        accuracy=mean,
-        interval=wilson_interval(mean * n, n),
-        effective_interval=wilson_interval(mean * effective, effective),
-    )
+    return {
+        "n": n,
+        "groups": k,
+        "unanimous": sum(1 for g in groups if len(set(g)) == 1),
+        "icc": icc,
+        "design_effect": design,
+        "effective_n": effective,
+        "accuracy": mean,
+        "interval": wilson_interval(mean * n, n),
+        "effective_interval": wilson_interval(mean * effective, effective),
+    }
 
 
-def depth_groups(records: Sequence[TrialJSON]) -> list[list[float]]:
+def depth_groups(records: Sequence[dict[str, Any]]) -> list[list[float]]:
     """A retrieval cell's scores grouped by depth, in depth order (the groups :func:`group_agreement`
     takes): each record's ``correct`` (passkey) as 0/1."""
     groups: dict[float, list[float]] = {}
@@ -165,12 +132,4 @@ def paired_exact_p(only_a: int, only_b: int) -> float:
     return float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
-__all__ = [
-    "Agreement",
-    "TrialJSON",
-    "depth_groups",
-    "difference_interval",
-    "group_agreement",
-    "paired_exact_p",
-    "wilson_interval",
-]
+__all__ = ["depth_groups", "difference_interval", "group_agreement", "paired_exact_p", "wilson_interval"]

@@ -1,5 +1,6 @@
 """The JSON records the task rows read and write, with their keys named (issue 53: typed inside, JSON a
-dict only at the file boundary): what a scaling request records, LongPPL's evaluator and documents.
+dict only at the file boundary): what a scaling request records, a retrieval trial, LongPPL's evaluator,
+fingerprint, cells and results.
 
 Nothing here imports torch: the rows (:mod:`.task_table`) and the reports name these types.
 """
@@ -15,6 +16,25 @@ if TYPE_CHECKING:
 #: a value JSON holds (what ``json.loads`` returns): a method's parameters, the keys of a result another
 #: version wrote that this one does not name
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+class TrialJSON(TypedDict, total=False):
+    """One retrieval record as a cell keeps it (``asdict`` of a passkey or needle trial: the keys both
+    have, then each one's own), read back from cell files of any version."""
+
+    length: int
+    depth: float
+    trial: int
+    output: str
+    correct: bool
+    needle_start: int
+    key: int  # passkey
+    query_keys: list[str]  # needle
+    expected: list[str]
+    distractor_keys: list[str]
+    score: float
+    actual_depth: float
+    document: str
 
 
 class ScalingRequest(TypedDict):
@@ -113,4 +133,5 @@ __all__ = [
     "MeasuredJSON",
     "ModelKey",
     "ScalingRequest",
+    "TrialJSON",
 ]

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ropescale.evals.tasks.proportions import TrialJSON
-from ropescale.evals.tasks.records import JSONValue
+from ropescale.evals.tasks.records import JSONValue, TrialJSON
 from ropescale.evals.tasks.task_base import (
     CellContext,
     MethodRow,
