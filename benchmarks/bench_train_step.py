@@ -11,7 +11,7 @@ Variants (each adds to the one above):
   (``ROPESCALE_FUSED_LOSS=0``): the code before issue 54's changes;
 - ``malloc``: freed memory kept mapped (``ropescale.models.runtime.keep_freed_memory``): what ropescale ships;
 - ``fused``: the fused head loss (``ropescale.scoring.nll._FusedHeadLoss``, opt-in: ``ROPESCALE_FUSED_LOSS=1``);
-- ``compile``: each decoder layer through ``torch.compile`` (not shipped: measured to size the next change).
+- ``compile``: each decoder layer through ``torch.compile`` (the recipe switch ``train.compile=true``, opt-in).
 
 Per variant: the median seconds of the timed steps (the first ``--warmup`` steps are not timed), the
 process's user and system CPU seconds, the first step's loss (the same ids in every variant), and the
@@ -56,15 +56,13 @@ def one(recipe: str, steps: int, warmup: int) -> dict:
     losses: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-step-") as out:
         fixed = [f"train.output_dir={out}", "train.max_steps=100000", "train.save_every=0", "eval.every=0"]
-        config = load_config(recipe, [*fixed, "eval.at_end=false", "train.log_every=1"])
+        compiled = f"train.compile={str(os.environ.get('BENCH_COMPILE') == '1').lower()}"
+        config = load_config(recipe, [*fixed, "eval.at_end=false", "train.log_every=1", compiled])
         vocab = ropescale.load_tokenizer(config.model.name)
         tokens = np.random.default_rng(0).integers(10, len(vocab), size=config.data.seq_len * 64).astype(np.int64)
         AcceleratorState._reset_state(True)
         trainer = Trainer(config, tokenizer=vocab, train_tokens=tokens, progress=False)
         trainer.setup()
-        if os.environ.get("BENCH_COMPILE") == "1":
-            for layer in trainer.peft_model.get_base_model().model.layers:
-                layer.compile()
         last = [time.perf_counter()]
 
         def on_step(_trainer, loss) -> None:

@@ -51,6 +51,8 @@ SUITE_OF = {
     FINE_TUNED: ("finetuned", FINE_TUNED),
     CONTROL: ("control", CONTROL),
 }
+#: the training run's folder of each fine-tuned role (its export: ``<folder>-export``)
+RUN_DIRS = {FINE_TUNED: "yarn", CONTROL: "control"}
 
 
 @dataclass(frozen=True)

@@ -181,8 +181,11 @@ def parse_sliding_window(text: Any) -> Any:
     return options.sliding_window(text, "--sliding-window")
 
 
-def scaling_from_args(args: argparse.Namespace) -> Scaling:
-    """The one :class:`~ropescale.scaling.Scaling` of the parsed scaling flags (``add_scaling_args``)."""
+def scaling_from_args(args: argparse.Namespace, check: bool = True) -> Scaling:
+    """The one :class:`~ropescale.scaling.Scaling` of the parsed scaling flags (``add_scaling_args``),
+    checked (:meth:`~ropescale.scaling.Scaling.check`): a wrong method or parameter fails here, before any
+    model is resolved, and the method object that passed is the one the plan uses. ``check=False``: a
+    command that says what is wrong with its own words first (``lm-eval``) checks it later."""
     from ropescale.scaling import Scaling
 
     params = parse_params(args.param)
@@ -192,7 +195,7 @@ def scaling_from_args(args: argparse.Namespace) -> Scaling:
     target_length = getattr(args, "target_length", None)
     if getattr(args, "factor_required", False) and args.factor is None and target_length is None:
         raise ValueError("the following arguments are required: --factor (or --target-length)")
-    return Scaling.of(
+    scaling = Scaling.of(
         args.method,
         args.factor,  # a float (argparse type); its range is the method's check
         args.original_max_position_embeddings,
@@ -203,11 +206,12 @@ def scaling_from_args(args: argparse.Namespace) -> Scaling:
         **({"compose": True} if getattr(args, "compose", False) else {}),
         **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
     )
+    return scaling.checked() if check else scaling
 
 
 def scaling_kwargs(args: argparse.Namespace) -> ScalingKwargs:
     """The keyword form of :func:`scaling_from_args` (lm-eval's ``model_args`` are text: they pass it on)."""
-    s = scaling_from_args(args)
+    s = scaling_from_args(args, check=False)
     return {
         "method": args.method,
         "factor": s.factor,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
+
 EXAMPLES = """examples:
   accelerate launch --config_file "$(ropescale config-path fsdp)" --num_processes 8 \\
       -m ropescale.cli.main train --config llama2-7b/yarn_x16
@@ -12,18 +14,9 @@ EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "config-path",
-        help="print the path of a shipped accelerate config (ddp, fsdp) or training recipe",
-        description="Print where a configuration file that ships with ropescale is installed, so it can be "
-        "used without a checkout of the repository.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="ddp, fsdp, or a recipe name such as llama2-7b/yarn_x8")
     p.add_argument("--list", action="store_true", help="list every shipped config with its path")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,3 +31,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a config name (ddp, fsdp, a recipe) or --list")
     print(config_path(args.name))
     return 0
+
+
+COMMAND = Command(
+    "config-path",
+    help="print the path of a shipped accelerate config (ddp, fsdp) or training recipe",
+    description="Print where a configuration file that ships with ropescale is installed, so it can be "
+    "used without a checkout of the repository.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
+
 EXAMPLES = """examples:
   ropescale data list                                    # embedded corpora and Python source trees here
   ropescale data list --config my-recipe.yaml            # the recipe's data.sources with weights
@@ -13,26 +15,14 @@ EXAMPLES = """examples:
 BUILT_IN = ("austen", "kjv", "python:stdlib", "python:packages")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "data",
-        help="list training text sources and their sizes (data.sources)",
-        description="Training text: the sources a recipe's data.sources can mix, with their documents and sizes.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    dsub = p.add_subparsers(dest="data_command", metavar="COMMAND", required=True)
-    lst = dsub.add_parser(
-        "list",
-        help="sources with documents and bytes (no tokenizing)",
-        description="List sources with their documents and sizes in bytes, read from file sizes (nothing is "
-        "tokenized). Without arguments: the embedded corpora and the Python source trees of this machine.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``data``'s own commands (one so far: ``list``)."""
+    LIST.install(p.add_subparsers(dest="data_command", metavar="COMMAND", required=True))
+
+
+def add_list_arguments(lst: argparse.ArgumentParser) -> None:
     lst.add_argument("sources", nargs="*", metavar="SOURCE", help="data.source values (corpus, path, python:...)")
     lst.add_argument("--config", default=None, metavar="RECIPE", help="list this recipe's data.sources (or source)")
-    lst.set_defaults(func=run_list)
 
 
 def _size(n: int | None) -> str:
@@ -63,3 +53,24 @@ def run_list(args: argparse.Namespace) -> int:
         share = f"{spec.weight / total:.0%}" if args.config else "-"
         print(f"{spec.label:<{width}}  {share:>6}  {docs:>9}  {_size(info['bytes']):>9}  {info['note']}")
     return 0
+
+
+LIST = Command(
+    "list",
+    help="sources with documents and bytes (no tokenizing)",
+    description="List sources with their documents and sizes in bytes, read from file sizes (nothing is "
+    "tokenized). Without arguments: the embedded corpora and the Python source trees of this machine.",
+    add_arguments=add_list_arguments,
+    run=run_list,
+    epilog=EXAMPLES,
+    raw=True,
+)
+COMMAND = Command(
+    "data",
+    help="list training text sources and their sizes (data.sources)",
+    description="Training text: the sources a recipe's data.sources can mix, with their documents and sizes.",
+    add_arguments=add_arguments,
+    run=None,
+    epilog=EXAMPLES,
+    raw=True,
+)

@@ -8,6 +8,8 @@ import json
 import warnings
 from pathlib import Path
 
+from ropescale.cli.command import Command
+
 EXAMPLES = """examples:
   ropescale doctor ./llama-yarn4                 # a checkpoint directory
   ropescale doctor org/name                      # config.json alone from the Hub
@@ -21,17 +23,9 @@ engine cannot serve this method, see docs/engines.md); 2 for bad input.
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from ropescale.interop.engines import ENGINES
 
-    p = sub.add_parser(
-        "doctor",
-        help="say which loaders (transformers 4/5, vLLM, SGLang, TGI, llama.cpp) keep a checkpoint's RoPE scaling",
-        description="Read a checkpoint's config.json (no weights) and say, for each loader, whether it keeps "
-        "the RoPE scaling, approximates it, loses it silently, fails, or cannot express it, and why.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
     p.add_argument("model", metavar="DIR|org/name", help="checkpoint directory, config.json file, or Hub id")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     keys = ", ".join(e.key for e in ENGINES)
@@ -42,7 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"comma-separated engines to judge (default all): row prefixes ({keys}) or versions, "
         "e.g. vllm==0.19.1:transformers==4.57.6 (the transformers beside it decides what it reads)",
     )
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,3 +95,15 @@ def saving_quietly():
         warnings.filterwarnings("ignore", message=".*cannot be expressed outside ropescale", category=UserWarning)
         warnings.filterwarnings("ignore", message=".* in serving engines: ", category=UserWarning)
         yield
+
+
+COMMAND = Command(
+    "doctor",
+    help="say which loaders (transformers 4/5, vLLM, SGLang, TGI, llama.cpp) keep a checkpoint's RoPE scaling",
+    description="Read a checkpoint's config.json (no weights) and say, for each loader, whether it keeps "
+    "the RoPE scaling, approximates it, loses it silently, fails, or cannot express it, and why.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

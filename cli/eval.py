@@ -13,6 +13,11 @@ import re
 from typing import Any, TypedDict
 
 from ropescale import options
+from ropescale.cli import eval_longppl as longppl_cmd  # LongPPL, its own file
+from ropescale.cli import eval_ruler as ruler_cmd  # RULER's tasks, their own file
+from ropescale.cli import frontier as frontier_cmd
+from ropescale.cli import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
+from ropescale.cli.command import Command
 from ropescale.cli.common import (
     ParamValue,
     _length,
@@ -36,12 +41,9 @@ EXAMPLES = {
 }
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    group = sub.add_parser(
-        "eval",
-        help="evaluate at extended lengths (perplexity, passkey, needle, suites, lm-eval)",
-        description="Evaluate a model, scaled by one or several methods, at extended lengths.",
-    )
+def add_arguments(group: argparse.ArgumentParser) -> None:
+    """``eval``'s commands: one per row of the task table that has none of its own, then the suite, the
+    harness, the frontier, RULER and LongPPL, each a :class:`~ropescale.cli.command.Command`."""
     tasks = group.add_subparsers(dest="eval_command", metavar="TASK", parser_class=type(group))
     tasks.required = True
 
@@ -51,13 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
             p.add_argument("--lengths", type=_LENGTHS, required=True, help="lengths in tokens, e.g. 4096,8192 or 4k,8k")
             task_table.add_flags(p, row)
 
-    p = tasks.add_parser(
-        "suite",
-        help="run a YAML suite of methods × tasks × lengths",
-        description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
-        epilog=EXAMPLES["suite"],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    for command in (SUITE, lm_eval_cmd.COMMAND, frontier_cmd.COMMAND, ruler_cmd.COMMAND, longppl_cmd.COMMAND):
+        command.install(tasks)
+
+
+def add_suite_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("suite", help="path to a suite YAML, or a name from evals/suites/")
     p.add_argument(
         "--model",
@@ -106,20 +106,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run nothing: write the report of the finished cells and, marked in progress, the prompts "
         "unfinished passkey cells have so far (while a run goes on, or after one was cut short)",
     )
-    p.set_defaults(func=run_suite_cmd)
-
-    from ropescale.cli import lm_eval as lm_eval_cmd  # `eval harness` (lm-eval itself is imported only when it runs)
-
-    lm_eval_cmd.register(tasks)
-
-    from ropescale.cli import frontier as frontier_cmd
-
-    frontier_cmd.register(tasks)
-    from ropescale.cli import eval_longppl as longppl_cmd  # LongPPL, its own file
-    from ropescale.cli import eval_ruler as ruler_cmd  # RULER's tasks, their own file
-
-    ruler_cmd.register(tasks)
-    longppl_cmd.register(tasks)
 
 
 def _task_parser(tasks, name: str, help_text: str, example: str = "") -> argparse.ArgumentParser:
@@ -296,3 +282,21 @@ def _run(suite, output: str, no_progress: bool, verbose: bool = False) -> int:
         print(f"plot:   {path}")
     print(f"finished {summary['cells_finished']}/{summary['cells_total']} cells in {time.time() - start:.0f} s")
     return 0
+
+
+SUITE = Command(
+    "suite",
+    help="run a YAML suite of methods × tasks × lengths",
+    description="Run (or resume) a suite file: methods × tasks × lengths on one model.",
+    add_arguments=add_suite_arguments,
+    run=run_suite_cmd,
+    epilog=EXAMPLES["suite"],
+    raw=True,
+)
+COMMAND = Command(
+    "eval",
+    help="evaluate at extended lengths (perplexity, passkey, needle, suites, lm-eval)",
+    description="Evaluate a model, scaled by one or several methods, at extended lengths.",
+    add_arguments=add_arguments,
+    run=None,
+)

@@ -11,31 +11,25 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale import options
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
 from ropescale.cli.eval_ruler import parse_lengths
 from ropescale.evals.tasks.task_longppl import LongPPLSettings
-from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
 EXAMPLE = "example: ropescale eval longppl --methods none,yarn --factor 4 --lengths 16k --output runs/longppl"
 
 
-def register(tasks: argparse._SubParsersAction) -> None:
-    p = tasks.add_parser(
-        "longppl",
-        help="LongPPL: perplexity on the key tokens that need the long context, beside perplexity",
-        description="LongPPL (arXiv 2410.23771) and perplexity of one or more scalings at several lengths.",
-        epilog=EXAMPLE,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument("--methods", default="none", help="comma-separated scalings, e.g. none,yarn (default: none)")
     p.add_argument("--factor", type=typed(_factor), default=None, help="factor of every method but none")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
     p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="window lengths, e.g. 8k,16k")
-    add_arguments(p, LongPPLSettings)  # --data, --documents, --evaluator...: a suite's longppl: keys
+    options.add_arguments(p, LongPPLSettings)  # --data, --documents, --evaluator...: a suite's longppl: keys
     add_runtime_args(p)
     p.add_argument("--output", default="runs/longppl", help="results folder (default: runs/longppl)")
-    p.set_defaults(func=run_cmd)
 
 
 def _scaling(method: str, factor: float | None, params: dict, flag: str):
@@ -84,3 +78,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     print(summary["markdown"])
     print(f"report: {summary['report']}")
     return 0
+
+
+COMMAND = Command(
+    "longppl",
+    help="LongPPL: perplexity on the key tokens that need the long context, beside perplexity",
+    description="LongPPL (arXiv 2410.23771) and perplexity of one or more scalings at several lengths.",
+    add_arguments=add_arguments,
+    run=run_cmd,
+    epilog=EXAMPLE,
+)

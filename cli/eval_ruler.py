@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 
 from ropescale import options
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
 from ropescale.evals.tasks.task_ruler import RulerSettings, essay_text
-from ropescale.options import add_arguments
 from ropescale.options import factor as _factor
 
 EXAMPLE = (
@@ -39,24 +39,17 @@ def parse_lengths(text: str) -> list[int]:
     return out
 
 
-def register(tasks: argparse._SubParsersAction) -> None:
-    p = tasks.add_parser(
-        "ruler",
-        help="RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)",
-        description="RULER's offline tasks as lm-eval generates and scores them, on one scaling of a model.",
-        epilog=EXAMPLE,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument("--method", default=None, help="scaling method; none = unscaled; absent = the checkpoint as saved")
     p.add_argument("--factor", type=typed(_factor), default=None, help="scaling factor s")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
     p.add_argument("--lengths", type=typed(parse_lengths), required=True, help="e.g. 4k,16k or 4096,16384")
-    add_arguments(p, RulerSettings, skip=("seed",))  # --tasks, --samples, --haystack: a suite's ruler: keys
+    options.add_arguments(p, RulerSettings, skip=("seed",))  # --tasks, --samples, --haystack: a suite's ruler: keys
     p.add_argument("--seed", type=int, default=0)
     add_runtime_args(p)
     p.add_argument("--output", default="runs/ruler", help="results folder (default: runs/ruler)")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run_cmd)
 
 
 def run_cmd(args: argparse.Namespace) -> int:
@@ -108,3 +101,13 @@ def _essay(spec: str) -> str:
         return essay_text(spec)
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
+
+
+COMMAND = Command(
+    "ruler",
+    help="RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)",
+    description="RULER's offline tasks as lm-eval generates and scores them, on one scaling of a model.",
+    add_arguments=add_arguments,
+    run=run_cmd,
+    epilog=EXAMPLE,
+)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_factor_args, parse_params, parse_sliding_window
 
 EXAMPLES = """examples:
@@ -18,15 +19,7 @@ dynamic_yarn, self_extend and kv_consistent are refused; `ropescale doctor` give
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "export-gguf",
-        help="write a checkpoint with its RoPE scaling as a GGUF file that llama.cpp runs without rope flags",
-        description="Export a Llama, Mistral, Qwen2 or Qwen3 checkpoint (a ropescale-saved or plain transformers "
-        "directory, or an embedded model name) to GGUF with llama.cpp's rope metadata. With --method, patch it first.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL", help="checkpoint directory or embedded model name (smollm2-135m)")
     p.add_argument("--output", required=True, metavar="FILE", help="the .gguf file to write")
     p.add_argument(
@@ -54,7 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="llama.cpp pre-tokenizer name, when it cannot be read off the tokenizer (e.g. llama-bpe)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,3 +108,15 @@ def rope_summary(path) -> str:
             )
     parts += [f"{t.name}[{t.shape[0]}]" for t in reader.tensors if t.name.startswith("rope_")]
     return " ".join(parts)
+
+
+COMMAND = Command(
+    "export-gguf",
+    help="write a checkpoint with its RoPE scaling as a GGUF file that llama.cpp runs without rope flags",
+    description="Export a Llama, Mistral, Qwen2 or Qwen3 checkpoint (a ropescale-saved or plain transformers "
+    "directory, or an embedded model name) to GGUF with llama.cpp's rope metadata. With --method, patch it first.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import _length, _positive_int, add_model_args, add_original_context_arg, unit_floats
 
 EXAMPLE = """examples:
@@ -20,16 +21,7 @@ EXAMPLE = """examples:
 """
 
 
-def register(tasks: argparse._SubParsersAction) -> None:
-    p = tasks.add_parser(
-        "frontier",
-        help="which methods keep BOTH native perplexity and retrieval at a target length (Pareto report)",
-        description="Run candidate methods at N / L on perplexity and passkey up to N, mark which keep the native "
-        "model's perplexity (within 1%%) and retrieval (not shown below native at L, 95%% Wilson), and plot "
-        "perplexity against retrieval.",
-        epilog=EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_original_context_arg(p)
     p.add_argument("--target-length", type=_length, required=True, metavar="N", help="the context to reach")
@@ -83,7 +75,6 @@ def register(tasks: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the suite it would run, run nothing")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--verbose", action="store_true", help="print the whole report (every method, its cells, the rules)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,3 +183,16 @@ def _original_context(model: str, given: int | None) -> int:
     from ropescale.patching.plan import trained_context
 
     return trained_context(load_config(model))
+
+
+COMMAND = Command(
+    "frontier",
+    help="which methods keep BOTH native perplexity and retrieval at a target length (Pareto report)",
+    description="Run candidate methods at N / L on perplexity and passkey up to N, mark which keep the native "
+    "model's perplexity (within 1%%) and retrieval (not shown below native at L, 95%% Wilson), and plot "
+    "perplexity against retrieval.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLE,
+    raw=True,
+)

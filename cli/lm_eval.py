@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from ropescale import options
+from ropescale.cli.command import Command
 from ropescale.cli.common import ParamValue, _length, add_model_args, add_scaling_args, typed
 from ropescale.evals.tasks.saved import is_saved
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
@@ -39,16 +40,8 @@ RULER's max_seq_lengths defaults to [max length] (lm-eval's own default is [4096
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``harness`` to an ``eval`` sub-command group."""
-    p = sub.add_parser(
-        "harness",
-        help="run lm-evaluation-harness tasks (passkey, RULER...) on a RoPE-scaled model",
-        description="Load and scale a model with ropescale and evaluate it with lm-evaluation-harness. "
-        "Prints lm-eval's tables; --output writes the results as JSON.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``harness``."""
     add_model_args(p)
     add_scaling_args(
         p,
@@ -100,7 +93,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="generation overrides for generate_until tasks, repeatable (e.g. max_gen_toks=32)",
     )
     p.add_argument("--log-samples", action="store_true", help="keep every document's prompt and output in the JSON")
-    p.set_defaults(func=run)
 
 
 def _batch_size(text: str) -> int | str:
@@ -190,6 +182,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         argv += ["--include_path", str(TASKS_DIR)]
     sys.argv = [sys.argv[0] or "lm-eval", *argv]
     cli_evaluate()
+
+
+COMMAND = Command(
+    "harness",
+    help="run lm-evaluation-harness tasks (passkey, RULER...) on a RoPE-scaled model",
+    description="Load and scale a model with ropescale and evaluate it with lm-evaluation-harness. "
+    "Prints lm-eval's tables; --output writes the results as JSON.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)
 
 
 if __name__ == "__main__":

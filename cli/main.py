@@ -1,4 +1,4 @@
-"""``ropescale`` command line: one sub-command module per group, errors as one line.
+"""``ropescale`` command line: sub-commands as :class:`~.command.Command` values, errors as one line.
 
 Every error a user can cause is printed as ``ropescale: error: <one line>`` on stderr with exit
 status 2 (1 for unexpected failures); set ``ROPESCALE_DEBUG=1`` to see the traceback.
@@ -24,6 +24,7 @@ from ropescale.cli import plot as plot_cmd
 from ropescale.cli import recommend as recommend_cmd
 from ropescale.cli import search as search_cmd
 from ropescale.cli import train as train_cmd
+from ropescale.cli.command import Command
 from ropescale.models.runtime import keep_freed_memory
 
 EXIT_USAGE = 2
@@ -47,6 +48,23 @@ class UsageError(Exception):
     pass
 
 
+#: every sub-command, in the order ``ropescale --help`` lists them (groups install their own)
+COMMANDS: tuple[Command, ...] = (
+    methods_cmd.COMMAND,
+    patch_cmd.COMMAND,
+    eval_cmd.COMMAND,
+    plot_cmd.COMMAND,
+    recommend_cmd.COMMAND,
+    search_cmd.COMMAND,
+    train_cmd.TRAIN,
+    train_cmd.EXPORT,
+    data_cmd.COMMAND,
+    export_gguf_cmd.COMMAND,
+    config_path_cmd.COMMAND,
+    doctor_cmd.COMMAND,
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="ropescale",
@@ -57,20 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ropescale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    for module in (
-        methods_cmd,
-        patch_cmd,
-        eval_cmd,
-        plot_cmd,
-        recommend_cmd,
-        search_cmd,
-        train_cmd,
-        data_cmd,
-        export_gguf_cmd,
-        config_path_cmd,
-        doctor_cmd,
-    ):
-        module.register(sub)
+    for command in COMMANDS:
+        command.install(sub)
     return parser
 
 

@@ -7,20 +7,13 @@ import argparse
 import dataclasses
 import textwrap
 
+from ropescale.cli.command import Command
+
 WIDTH = 100  # a terminal's worth, so no line wraps on its own
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "methods",
-        help="list scaling methods (--verbose: their parameters and defaults)",
-        description="List the registered scaling methods: name, static or dynamic, what each does, whether it "
-        "works without training and which loaders run it.",
-        epilog="examples:\n  ropescale methods\n  ropescale methods --verbose",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", "-v", action="store_true", help="also every parameter with its default")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,3 +56,15 @@ def _required(cls, key: str, default) -> bool:
     if default is dataclasses.MISSING:
         return True
     return (key == "factor" and cls.name != "default") or (key == "long_factor" and default is None)
+
+
+COMMAND = Command(
+    "methods",
+    help="list scaling methods (--verbose: their parameters and defaults)",
+    description="List the registered scaling methods: name, static or dynamic, what each does, whether it "
+    "works without training and which loaders run it.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog="examples:\n  ropescale methods\n  ropescale methods --verbose",
+    raw=True,
+)

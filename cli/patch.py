@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_scaling_args, check_output_dir, scaling_from_args
 
 EXAMPLES = """examples:
@@ -15,15 +19,7 @@ EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "patch",
-        help="apply a scaling method to a model: print a summary or write the patched checkpoint",
-        description="Apply a RoPE scaling method. Without --output, print what it changes; with --output, "
-        "write the patched checkpoint (weights, tokenizer, config) or only its config.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     add_scaling_args(p, factor_required=False)  # not with --from-search; checked in _from_search
     p.add_argument(
@@ -40,55 +36,60 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="without --output: add each rotary pair's wavelength before/after; with it: the table of loaders",
     )
-    p.set_defaults(func=run, model=None, method=None)  # defaults resolved in _from_search
+    p.set_defaults(model=None, method=None)  # defaults resolved in _from_search
 
 
 def run(args: argparse.Namespace) -> int:
-    _from_search(args)
-    scaling = scaling_from_args(args)
-    if args.config_only and not args.output:
-        raise ValueError("--config-only needs --output")
-    scaling.check()  # the method and its parameters fail here, before the model is resolved (an embedded one converted)
-    if not args.output:
-        return _patch(args, scaling, None)
-    from ropescale._lock import output_lock
-
-    inputs = {"model": args.model, "search results": args.from_search}  # what --overwrite must never delete
-    check_output_dir(args.output, args.overwrite, inputs)  # a clear line for an unwritable output, before the lock
-    with output_lock(args.output):  # one writer per output; a second one stops here, naming this one
-        return _patch(args, scaling, check_output_dir(args.output, args.overwrite, inputs))
-
-
-def _patch(args: argparse.Namespace, scaling, out) -> int:
     from ropescale.models.checkpoint import save_pretrained
     from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
     from ropescale.patching.plan import apply_plan, plan_scaling
 
-    config = load_config(args.model, scaling.original_context)
-    plan = plan_scaling(config, scaling)
-    if out is None:
-        print(summary(args.model, plan, verbose=args.verbose))
-        return 0
-    from ropescale.cli.doctor import print_saved, saving_quietly
+    _from_search(args)
+    if args.config_only and not args.output:
+        raise ValueError("--config-only needs --output")
+    # checked: the method and its parameters fail here, before the model is resolved (an embedded one converted)
+    scaling = scaling_from_args(args)
+    inputs = {"model": args.model, "search results": args.from_search}  # what --overwrite must never delete
+    with _output(args.output, args.overwrite, inputs) as out:
+        config = load_config(args.model, scaling.original_context)
+        plan = plan_scaling(config, scaling)  # the one plan: printed, or written (config alone or the checkpoint)
+        if out is None:
+            print(summary(args.model, plan, verbose=args.verbose))
+            return 0
+        from ropescale.cli.doctor import print_saved, saving_quietly
 
-    if args.config_only:
-        apply_plan(config, plan)
-        with saving_quietly():
-            save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
-    else:
-        model = from_pretrained(  # the plan made (and printed) above is the one that writes the checkpoint
-            args.model, original_max_position_embeddings=scaling.original_context, plan=plan
-        )
-        with saving_quietly():
-            save_pretrained(
-                model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite
+        if args.config_only:
+            apply_plan(config, plan)
+            with saving_quietly():
+                save_pretrained(_ConfigHolder(config), out, config_only=True, overwrite=args.overwrite)
+        else:
+            model = from_pretrained(  # the plan made above is the one that writes the checkpoint
+                args.model, original_max_position_embeddings=scaling.original_context, plan=plan
             )
-    what = plan.method.label() if hasattr(plan.method, "label") else f"{plan.method.name} x{plan.method.factor:g}"
-    print(f"wrote {'config of ' if args.config_only else ''}{what} checkpoint to {out}")
-    if plan.mode:  # what became of the scaling the checkpoint shipped with, said every time
-        print(f"  {plan.start}")
-    print_saved(out, verbose=args.verbose)  # which loaders keep the scaling: one line (the table: --verbose)
-    return 0
+            with saving_quietly():
+                save_pretrained(
+                    model, out, tokenizer=_maybe_tokenizer(load_tokenizer, args.model), overwrite=args.overwrite
+                )
+        what = plan.method.label() if hasattr(plan.method, "label") else f"{plan.method.name} x{plan.method.factor:g}"
+        print(f"wrote {'config of ' if args.config_only else ''}{what} checkpoint to {out}")
+        if plan.mode:  # what became of the scaling the checkpoint shipped with, said every time
+            print(f"  {plan.start}")
+        print_saved(out, verbose=args.verbose)  # which loaders keep the scaling: one line (the table: --verbose)
+        return 0
+
+
+@contextlib.contextmanager
+def _output(output: str | None, overwrite: bool, inputs: dict[str, str | None]) -> Iterator[Path | None]:
+    """The checked ``--output`` folder, held by its lock while the checkpoint is written (one writer per
+    output; a second one stops here, naming this one); None without ``--output``."""
+    if not output:
+        yield None
+        return
+    from ropescale._lock import output_lock
+
+    check_output_dir(output, overwrite, inputs)  # a clear line for an unwritable output, before the lock
+    with output_lock(output):
+        yield check_output_dir(output, overwrite, inputs)
 
 
 def _from_search(args: argparse.Namespace) -> None:
@@ -186,3 +187,15 @@ def summary(model: str, plan, verbose: bool = False) -> str:
         )
     lines.append(f"  {pairs}")
     return "\n".join([*lines, *tail])
+
+
+COMMAND = Command(
+    "patch",
+    help="apply a scaling method to a model: print a summary or write the patched checkpoint",
+    description="Apply a RoPE scaling method. Without --output, print what it changes; with --output, "
+    "write the patched checkpoint (weights, tokenizer, config) or only its config.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

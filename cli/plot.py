@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_factor_args, add_model_args, add_original_context_arg, model_slug, parse_params
 
 EXAMPLES = """examples:
@@ -13,16 +14,7 @@ EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "plot",
-        help="plot per-pair RoPE wavelengths before/after scaling methods (PNG)",
-        description="Write a PNG of each rotary pair's wavelength (or turns over the original context) for "
-        "plain RoPE and for each method, with the original and extended contexts and YaRN's kept / "
-        "blended / interpolated bands. Only the model's config is read.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument(
         "--methods",
@@ -51,7 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PNG",
         help="where to write the PNG (default: <model>-rope-<metric>.png in the current folder)",
     )
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,3 +99,16 @@ def run(args: argparse.Namespace) -> int:
         plot_frequencies(spec, [p.method for p in plans], output, metric=args.metric, title=title)
     print(output)
     return 0
+
+
+COMMAND = Command(
+    "plot",
+    help="plot per-pair RoPE wavelengths before/after scaling methods (PNG)",
+    description="Write a PNG of each rotary pair's wavelength (or turns over the original context) for "
+    "plain RoPE and for each method, with the original and extended contexts and YaRN's kept / "
+    "blended / interpolated bands. Only the model's config is read.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
 from ropescale.cli.common import _length, add_model_args, add_original_context_arg, add_shipped_args
 
 EXAMPLES = """examples:
@@ -15,18 +16,7 @@ EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "recommend",
-        help="recommend a scaling method and factor for a target context length",
-        description="Recommend a method and parameters to reach a target context: training-free or with a "
-        "fine-tune, the reasons, the trade-offs measured in evaluation results (runs/*/results.json for the same "
-        "model, then the SmolLM2-135M measurements shipped with ropescale, each with the command that produced "
-        "it), and the commands to run. Only the "
-        "model's config is read.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
     p.add_argument("--target-length", type=_length, required=True, metavar="N", help="the context to reach, in tokens")
     p.add_argument(
@@ -61,7 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     detail.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
     add_original_context_arg(p)
     add_shipped_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -350,3 +339,18 @@ def _as_the_family_trains(what: str, command: str, recipe: str | None, factor: f
         return what, command
     label = what.replace("fine-tune (PoSE)", "fine-tune (PoSE)" if pose else "fine-tune (full windows)")
     return label, shlex.join([*words[:4], *kept])
+
+
+COMMAND = Command(
+    "recommend",
+    help="recommend a scaling method and factor for a target context length",
+    description="Recommend a method and parameters to reach a target context: training-free or with a "
+    "fine-tune, the reasons, the trade-offs measured in evaluation results (runs/*/results.json for the same "
+    "model, then the SmolLM2-135M measurements shipped with ropescale, each with the command that produced "
+    "it), and the commands to run. Only the "
+    "model's config is read.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

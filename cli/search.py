@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale import options
+from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_runtime_args
-from ropescale.options import add_arguments, from_arguments
+from ropescale.options import from_arguments
 from ropescale.search.options import SearchOptions, baselines_for
 
 EXAMPLES = """examples:
@@ -20,28 +22,15 @@ Re-run the same command to resume; every evaluated candidate is in DIR/history.j
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "search",
-        help="search per-pair RoPE factors (LongRoPE), YaRN's or an attention-level method's parameters for a model "
-        "and target length",
-        description="Search, for this model and target length, the per-pair rescale factors of LongRoPE (or "
-        "YaRN's beta_fast/beta_slow/attention factor, or Self-Extend's, DCA's or STRING's parameters on a grid) that "
-        "minimise perplexity (or the answer-token NLL of needle prompts) on a calibration text, seeded "
-        "with PI, NTK and YaRN (or the method's defaults); report on a different (held-out) text. Writes DIR/config.json (rope_parameters "
-        "that plain transformers reads), DIR/best.json, DIR/history.json, DIR/report.md and DIR/factors.png.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
-    add_arguments(p, SearchOptions)  # every option of the search, its default and help, from the dataclass
+    options.add_arguments(p, SearchOptions)  # every option of the search, its default and help, from the dataclass
     add_runtime_args(p)
     p.add_argument(
         "--output", required=True, metavar="DIR", help="results folder (resumed when it holds the same search)"
     )
     p.add_argument("--overwrite", action="store_true", help="discard an earlier search in DIR")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,3 +80,19 @@ def _check_results_folder(output: str, options, overwrite: bool) -> None:
             f"--output '{output}' holds {ours[0]} but no {HISTORY}: not a results folder a search wrote; "
             "--overwrite removes only those: choose another --output"
         )
+
+
+COMMAND = Command(
+    "search",
+    help="search per-pair RoPE factors (LongRoPE), YaRN's or an attention-level method's parameters for a model "
+    "and target length",
+    description="Search, for this model and target length, the per-pair rescale factors of LongRoPE (or "
+    "YaRN's beta_fast/beta_slow/attention factor, or Self-Extend's, DCA's or STRING's parameters on a grid) that "
+    "minimise perplexity (or the answer-token NLL of needle prompts) on a calibration text, seeded "
+    "with PI, NTK and YaRN (or the method's defaults); report on a different (held-out) text. Writes DIR/config.json (rope_parameters "
+    "that plain transformers reads), DIR/best.json, DIR/history.json, DIR/report.md and DIR/factors.png.",
+    add_arguments=add_arguments,
+    run=run,
+    epilog=EXAMPLES,
+    raw=True,
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ropescale.cli.command import Command
+
 TRAIN_EXAMPLES = """examples:
   ropescale train --config smollm2-135m/pose_yarn_x4_cpu                 # CPU smoke recipe (minutes)
   ropescale train --config configs/train/llama2-7b/yarn_x16.yaml model.name=./Llama-2-7b-hf
@@ -25,15 +27,7 @@ EXPORT_EXAMPLES = """examples:
 """
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "train",
-        help="fine-tune a scaled model with LoRA from a recipe (YaRN/PI, PoSE, S2-Attn)",
-        description="Fine-tune a RoPE-scaled model with LoRA from a YAML recipe. Checkpoints are written "
-        "atomically to train.output_dir; --resume continues from the newest one.",
-        epilog=TRAIN_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, metavar="RECIPE", help="recipe YAML path or name under configs/train/")
     p.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="recipe overrides anywhere on the line, e.g. lora.r=16"
@@ -76,17 +70,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (metrics.jsonl still records every step)"
     )
-    p.set_defaults(func=run_train)
     p.parse_known_args = _overrides_anywhere(p.parse_known_args)
 
-    e = sub.add_parser(
-        "export",
-        help="merge a training run's LoRA weights into a checkpoint that carries the scaling",
-        description="Merge the LoRA (and trainable embedding/norm) weights of a training run into the base "
-        "model and save it with its RoPE scaling; native methods load in plain transformers.",
-        epilog=EXPORT_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+def add_export_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("run", metavar="RUN_DIR", help="the training output folder (train.output_dir)")
     e.add_argument("--output", required=True, metavar="DIR", help="where to write the merged checkpoint")
     e.add_argument("--checkpoint", default=None, help="step-N or N (default: the newest checkpoint)")
@@ -97,7 +84,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="dtype of the base weights the LoRA update is merged into (default float32)",
     )
     e.add_argument("--overwrite", action="store_true", help="replace a non-empty --output directory")
-    e.set_defaults(func=run_export)
 
 
 def _overrides_anywhere(parse_known_args):
@@ -147,7 +133,7 @@ def _summary(config) -> str:
         f"steps:         {c.train.max_steps} x {c.train.batch_size} x {c.train.grad_accum} accumulation per device "
         f"({c.train.batch_size * c.train.grad_accum * c.data.seq_len // c.train.context_parallel} tokens per device "
         "per step" + (f": 1/{c.train.context_parallel} of each window" if c.train.context_parallel > 1 else "") + "), "
-        f"precision {c.train.mixed_precision}",
+        f"precision {c.train.mixed_precision}" + (", torch.compile of each decoder layer" if c.train.compile else ""),
         _memory_line(c.train),
         f"output:        {c.output_dir}",
     ]
@@ -295,3 +281,25 @@ def _export_inputs(run: str) -> dict[str, object]:
     except Exception:  # noqa: BLE001 - an unreadable run is reported by the export itself, with its file
         pass
     return inputs
+
+
+TRAIN = Command(
+    "train",
+    help="fine-tune a scaled model with LoRA from a recipe (YaRN/PI, PoSE, S2-Attn)",
+    description="Fine-tune a RoPE-scaled model with LoRA from a YAML recipe. Checkpoints are written "
+    "atomically to train.output_dir; --resume continues from the newest one.",
+    add_arguments=add_train_arguments,
+    run=run_train,
+    epilog=TRAIN_EXAMPLES,
+    raw=True,
+)
+EXPORT = Command(
+    "export",
+    help="merge a training run's LoRA weights into a checkpoint that carries the scaling",
+    description="Merge the LoRA (and trainable embedding/norm) weights of a training run into the base "
+    "model and save it with its RoPE scaling; native methods load in plain transformers.",
+    add_arguments=add_export_arguments,
+    run=run_export,
+    epilog=EXPORT_EXAMPLES,
+    raw=True,
+)

@@ -22,10 +22,13 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, TypedDict
 
-from .methods import ScalingMethod, get_method
+from .methods import ScalingMethod, method_class
 from .methods.base import coerce
+from .methods.registry import check_parameter_names
+from .methods.types import MethodParams
 
 KEEP = "keep"  # sentinel: leave Mistral's sliding_window as it is
 COMPOSE, REPLACE = "compose", "replace"
@@ -33,6 +36,28 @@ COMPOSE, REPLACE = "compose", "replace"
 RESERVED = ("factor", "method", "target_length")
 #: patch options that used to ride in ``**params``; :meth:`Scaling.of` moves them to their fields
 OPTIONS = ("compose", "shipped_context", "kv_consistent")
+
+
+class ScalingRequest(TypedDict):
+    """:meth:`Scaling.request`: what RULER's cells record of the scaling they ran."""
+
+    method: str | None
+    factor: float | None
+    params: MethodParams
+
+
+class ScalingJSON(TypedDict):
+    """:meth:`Scaling.to_json`: every field, JSON-safe."""
+
+    method: str | None
+    factor: float | None
+    target_length: int | None
+    params: MethodParams
+    original_context: int | None
+    shipped_context: int | None
+    start: str | None
+    sliding_window: str | int | None
+    kv_consistent: bool | None
 
 
 @dataclass(frozen=True)
@@ -56,15 +81,13 @@ class Scaling:
 
     method: str | ScalingMethod | None = "yarn"
     factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: MethodParams = field(default_factory=dict)
     target_length: int | None = None
     original_context: int | None = None
     shipped_context: int | None = None
     start: str | None = None
     sliding_window: Any = KEEP
     kv_consistent: bool | None = None
-    #: the method objects built from this value, by factor: checked once, planned with the same object
-    _built: dict[float | None, ScalingMethod] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", dict(self.params or {}))  # a copy: the caller's dict stays theirs
@@ -114,9 +137,7 @@ class Scaling:
         )
 
     @classmethod
-    def evaluated(
-        cls, method: str | None, factor: float | None = None, params: dict[str, Any] | None = None
-    ) -> Scaling:
+    def evaluated(cls, method: str | None, factor: float | None = None, params: MethodParams | None = None) -> Scaling:
         """An evaluation's scaling (a suite's ``methods:`` entry, a RULER run): it replaces a scaling the
         checkpoint ships with, unless its parameters say ``compose: true``; ``"saved"`` is the checkpoint's own."""
         params = dict(params or {})
@@ -159,7 +180,7 @@ class Scaling:
             name += "-" + hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:8]
         return name
 
-    def method_params(self) -> dict[str, Any]:
+    def method_params(self) -> MethodParams:
         """The method's parameters with the patch options among them: the keyword form (``**params``)."""
         return {
             **self.params,
@@ -173,18 +194,24 @@ class Scaling:
         return dataclasses.replace(self, **changes)
 
     # checks and building
+    @cached_property
+    def resolved(self) -> ScalingMethod:
+        """The method object of what was asked, built and validated once (the value is frozen, so the
+        object that passed :meth:`check` is the one the plan uses); with a target length instead of a
+        factor, the method at its default factor (the plan builds it again at the factor the target gives)."""
+        return self.build(None if self.target_length is not None else self.factor)
+
     def build(self, factor: float | None = None) -> ScalingMethod:
-        """The method object, validated on its own (what needs the model is the plan's to check)."""
+        """The method object at ``factor`` (default: the one asked), validated on its own (what needs the
+        model is the plan's to check). :attr:`resolved` is the one built from what was asked."""
         if isinstance(self.method, ScalingMethod):
             return self.method
         if self.method is None:
             raise ValueError("the checkpoint's own scaling is read from its config, not built from a name")
         factor = self.factor if factor is None else factor
-        if factor not in self._built:  # methods are frozen: one object serves the check and the plan
-            self._built[factor] = get_method(
-                self.method, **self.params, **({"factor": factor} if factor is not None else {})
-            )
-        return self._built[factor]
+        cls = method_class(self.method)
+        check_parameter_names(cls, self.params)
+        return cls(**self.params, **({"factor": factor} if factor is not None else {}))
 
     def check(self) -> None:
         """Validate the method name, its parameters and the options that need no model, in one line each,
@@ -192,22 +219,28 @@ class Scaling:
         default; a target length is resolved against the model later)."""
         if self.method is None or isinstance(self.method, ScalingMethod):
             return
-        method = self.build(None if self.target_length is not None else self.factor)
-        kv_consistent_option(method, self.kv_consistent)
+        method = self.resolved
+        if self.kv_consistent is not None:  # the default needs no check: the plan decides it from the method
+            kv_consistent_option(method, self.kv_consistent)
+
+    def checked(self) -> Scaling:
+        """This value after :meth:`check` (an edge builds and checks it in one expression)."""
+        self.check()
+        return self
 
     # JSON, at the file boundary
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ScalingRequest:
         """``{"method", "factor", "params"}``: the three keys RULER's cells have recorded since their first
         schema (:mod:`ropescale.evals.tasks.ruler.record`), kept so that every shipped cell still matches. An
         evaluation replaces a shipped scaling unless asked to compose, so ``compose: true`` among the
-        parameters is what tells a composed cell from a replaced one (:meth:`evaluated` reads it back)."""
+        parameters is what tells a composed cell from a replaced one (RULER's cell reader reads it back)."""
         return {
             "method": None if self.method is None else self.name,
             "factor": self.factor,
             "params": {**self.params, **({"compose": True} if self.compose else {})},
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScalingJSON:
         """Every field, JSON-safe; :meth:`from_json` reads it back (a ready method object is written by name
         and parameters)."""
         method, factor, params = self.method, self.factor, dict(self.params)
@@ -241,13 +274,19 @@ class Scaling:
 def kv_consistent_option(method: ScalingMethod, value: Any) -> bool:
     """``kv_consistent``: default on for methods whose frequencies follow the current length (dynamic
     methods, LongRoPE with short ≠ long factors); only they have anything to make consistent."""
+    return kv_consistent_for(method.name, method.varies_with_length(), value)
+
+
+def kv_consistent_for(name: str, varies_with_length: bool, value: Any) -> bool:
+    """:func:`kv_consistent_option` from what a plan already knows of the method (its name and
+    :attr:`~ropescale.methods.base.Rotary.varies_with_length`), without asking the method again."""
     if value is None:
-        return method.varies_with_length()
+        return varies_with_length
     value = coerce("kv_consistent", value, bool)
-    if value and not method.varies_with_length():
+    if value and not varies_with_length:
         raise ValueError(
             "kv_consistent applies to methods whose frequencies change with the length (dynamic_ntk, "
-            f"dynamic_yarn, longrope with short_factor != long_factor); '{method.name}' has fixed frequencies "
+            f"dynamic_yarn, longrope with short_factor != long_factor); '{name}' has fixed frequencies "
             "here, so its cached keys are already consistent"
         )
     return value
@@ -263,4 +302,4 @@ def as_scaling(method: str | ScalingMethod | Scaling | None, *args: Any, **kwarg
     return Scaling.of(method, *args, **kwargs)
 
 
-__all__ = ["COMPOSE", "KEEP", "REPLACE", "Scaling", "as_scaling", "kv_consistent_option"]
+__all__ = ["COMPOSE", "KEEP", "REPLACE", "Scaling", "as_scaling", "kv_consistent_for", "kv_consistent_option"]

@@ -25,6 +25,7 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.advice.evidence import MEASURED_DIR, same_model
 from ropescale.evals.advice.evidence import length_text as _k
+from ropescale.evals.advice.records import BatteryRecord, BatterySummary, Comparison, FolderRecord, Params, ScoreEntry
 
 #: the shipped battery folders
 BATTERY_DIR = MEASURED_DIR / "ruler"
@@ -39,7 +40,7 @@ class Row:
     kind: str
     method: str | None = None
     factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     checkpoint: str | None = None
 
     def title(self, params: bool = True) -> str:
@@ -57,14 +58,14 @@ class Folder:
 
     source: str
     rows: dict[str, Row]
-    summary: dict[str, Any]
+    summary: BatterySummary
     skipped: list[str]
 
     @property
     def context(self) -> int | None:
         return self.summary["original_context"]
 
-    def scores(self, label: str) -> dict[str, dict[int, dict[str, Any]]]:
+    def scores(self, label: str) -> dict[str, dict[int, ScoreEntry]]:
         return self.summary["scores"].get(label, {})
 
     def base(self) -> dict[str, tuple[float, list[int]]]:
@@ -100,7 +101,7 @@ class Folder:
         ]
         return row.title(params=len(twins) > 1)
 
-    def find(self, method: str, factor: float | None, params: dict[str, Any]) -> Row | None:
+    def find(self, method: str, factor: float | None, params: Params) -> Row | None:
         want = json.loads(json.dumps(params or {}, default=str))
         for row in self.rows.values():
             same_factor = factor is not None and row.factor is not None and abs(row.factor - factor) < 1e-6
@@ -209,7 +210,7 @@ def battery_folders(model: str, paths: list[str | Path] | None = None, shipped: 
     return found + [f for d in sorted(d for d in BATTERY_DIR.glob("*") if d.is_dir()) for f in read_folders(d, model)]
 
 
-def _cell_text(folder: Folder, task: str, entry: dict[str, Any]) -> str:
+def _cell_text(folder: Folder, task: str, entry: ScoreEntry) -> str:
     count = entry["score"] / 100 * entry["samples"]
     score = f"{round(count)}/{entry['samples']}" if abs(count - round(count)) < 1e-6 else f"{entry['score']:.0f} %"
     pct = folder.of_base(task, entry["score"])
@@ -241,7 +242,7 @@ def _fragment(folder: Folder, row: Row, target: int, params: bool) -> str:
     return f"{title} " + ", ".join(items + gaps) if items or gaps else f"{title}: no cell past L"
 
 
-def holds(folder: Folder) -> list[dict[str, Any]]:
+def holds(folder: Folder) -> list[Comparison]:
     """Per length past L where two or more methods have cells: over the tasks the model can do that two or
     more of them measured there, each method's worst score as % of the base, and the method(s) that hold
     across tasks: among the methods measured on every one of those tasks, the highest worst, when it keeps
@@ -255,7 +256,7 @@ def holds(folder: Folder) -> list[dict[str, Any]]:
     base, beyond, L = folder.base(), set(folder.beyond()), folder.context or 0
     methods = [r for r in folder.rows.values() if r.kind == "method"]
     lengths = sorted({n for r in methods for by in folder.scores(r.label).values() for n in by if n > L})
-    out = []
+    out: list[Comparison] = []
     for n in lengths:
         measured = {
             r.label: {t for t in base if t not in beyond and n in folder.scores(r.label).get(t, {})} for r in methods
@@ -293,7 +294,7 @@ def _floor() -> str:
     return f"{BEYOND_FLOOR:.0f} %"
 
 
-def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] = frozenset()) -> str | None:
+def _holds_text(comparisons: list[Comparison], target: int, shown: set[str] = frozenset()) -> str | None:
     near = [c for c in comparisons if c["length"] <= target] or comparisons[:1]
     if not near:
         return None
@@ -317,13 +318,13 @@ def _holds_text(comparisons: list[dict[str, Any]], target: int, shown: set[str] 
     )
 
 
-def _worst(c: dict[str, Any], method: str) -> str:
+def _worst(c: Comparison, method: str) -> str:
     """``15 %``, or ``11 % (1 of 4 tasks)`` for a method measured on only some of the tasks compared."""
     k = c.get("incomplete", {}).get(method)
     return f"{c['worst'][method]:.0f} %" + ("" if k is None else f" ({k} of {len(c['tasks'])} tasks)")
 
 
-def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str, Any] | None]:
+def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRecord | None]:
     """The short answer's ``battery:`` line and the ``--json`` record, for ``rec`` (a Recommendation):
     the recommended method and its alternative past L, the method that holds across tasks, the tasks
     beyond the model; None when no battery cell of the model exists."""
@@ -378,8 +379,8 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, dict[str,
     return line, {"line": line, "holds": comparisons, "folders": [_record(f) for f in folders]}
 
 
-def _record(folder: Folder) -> dict[str, Any]:
-    rows = []
+def _record(folder: Folder) -> FolderRecord:
+    rows = []  # RowRecord: the row's fields (Row's, in order) between its title and its scores
     order = {"unscaled": 0, "method": 1, "checkpoint": 2}
     for label, row in sorted(folder.rows.items(), key=lambda item: (order[item[1].kind], folder.title(item[1]))):
         tasks = {
@@ -399,7 +400,7 @@ def _record(folder: Folder) -> dict[str, Any]:
     }
 
 
-def battery_table(record: dict[str, Any]) -> list[str]:
+def battery_table(record: BatteryRecord) -> list[str]:
     """``--verbose``: per folder, one line per scaling and task, each length's score with its share of
     the base, the relative effective length and the worst retention at ≤ L; then what holds and what
     was skipped."""
@@ -436,7 +437,7 @@ def battery_table(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _holds_lines(comparisons: list[dict[str, Any]]) -> list[str]:
+def _holds_lines(comparisons: list[Comparison]) -> list[str]:
     lines = []
     for c in comparisons:
         worst = ", ".join(f"{m} {_worst(c, m)}" for m in c["worst"])

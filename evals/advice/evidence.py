@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.advice.records import MeasuredEntry, Params, ShippedFile, ShippedRow
 from ropescale.evals.report.results_schema import Ran, ResultsSummary
 from ropescale.evals.report.results_schema import version as schema_version
 from ropescale.models.runtime import runtime_text, same_runtime
@@ -53,7 +54,7 @@ class Measured:
     label: str
     method: str  # registry name; "default" for the unscaled model
     factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     ppl: dict[int, float] = field(default_factory=dict)
     passkey: dict[int, float] = field(default_factory=dict)  # accuracy in [0, 1]
     passkey_trials: dict[int, int] = field(default_factory=dict)  # prompts behind each accuracy, where known
@@ -247,15 +248,15 @@ def shipped_dict(
     budget: str = "training-free",
     runtime: dict[str, str] | None = None,
     passkey_jitter: float = 0.0,
-) -> dict[str, Any]:
+) -> ShippedFile:
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
     ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
     :func:`.cell_keys.cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
     at fixed depths (:func:`.cell_keys.cells_jitter`)."""
-    rows = []
+    rows: list[ShippedRow] = []
     for r in ev.rows:
-        measured: dict[str, Any] = {"command": command or (r.commands[0] if r.commands else "")}
+        measured: MeasuredEntry = {"command": command or (r.commands[0] if r.commands else "")}
         if r.ppl:
             measured["ppl"] = {str(n): round(v, 3) for n, v in sorted(r.ppl.items())}
         if r.passkey:
@@ -264,7 +265,7 @@ def shipped_dict(
         rows.append(
             {"label": r.label, "method": r.method, "factor": r.factor, "params": dict(r.params), "measured": [measured]}
         )
-    shipped = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
+    shipped: ShippedFile = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
     placement = {"passkey_jitter": float(passkey_jitter)} if passkey_jitter else {}
     return shipped | ({"runtime": dict(runtime)} if runtime else {}) | placement | {"rows": rows}
 
@@ -344,7 +345,7 @@ def same_model(a: str, b: str) -> bool:
     return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
 
 
-def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def merge_shipped(old: ShippedFile, new: ShippedFile) -> tuple[ShippedFile, list[str]]:
     """``new`` (a :func:`shipped_dict`) added to the shipped file ``old``: each of its cells goes, with its
     command, into a new ``measured`` entry of the row with the same label, method, factor and params
     (a new row where there is none). A cell the file already has stays as it is, unless the file's was
@@ -378,7 +379,7 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
             f"evidence to merge was computed on {runtime_text(theirs)}, the file's on {runtime_text(mine)} "
             "(bf16 answers differ between them): write it to a file of its own"
         )
-    merged = json.loads(json.dumps(old))
+    merged: ShippedFile = json.loads(json.dumps(old))
     lines = []
     for row in new["rows"]:
         same = [
@@ -387,8 +388,18 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
             if (r.get("label"), r.get("method"), r.get("factor"), r.get("params") or {})
             == (row["label"], row["method"], row["factor"], row["params"] or {})
         ]
-        target = same[0] if same else {**{k: row[k] for k in ("label", "method", "factor", "params")}, "measured": []}
-        entry: dict[str, Any] = {"command": row["measured"][0]["command"]}
+        target: ShippedRow = (
+            same[0]
+            if same
+            else {
+                "label": row["label"],
+                "method": row["method"],
+                "factor": row["factor"],
+                "params": row["params"],
+                "measured": [],
+            }
+        )
+        entry: MeasuredEntry = {"command": row["measured"][0]["command"]}
         for m in row["measured"]:
             for task in ("ppl", "passkey"):
                 for n, value in m.get(task, {}).items():
@@ -406,7 +417,7 @@ def merge_shipped(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, A
     return merged, lines
 
 
-def _take_cell(entries: list[dict[str, Any]], task: str, n: str, trials: int | None) -> str:
+def _take_cell(entries: list[MeasuredEntry], task: str, n: str, trials: int | None) -> str:
     """Whether a new cell (``trials`` prompts) is ``added``, ``replaced`` (removed here from the entry
     holding it, which was in progress) or ``kept`` (the file's stays)."""
     for e in entries:
@@ -422,7 +433,7 @@ def _take_cell(entries: list[dict[str, Any]], task: str, n: str, trials: int | N
     return "added"
 
 
-def write_shipped(path: str | Path, shipped: dict[str, Any]) -> list[str]:
+def write_shipped(path: str | Path, shipped: ShippedFile) -> list[str]:
     """Write ``shipped`` (a :func:`shipped_dict`) to ``path`` atomically, one writer at a time (the
     output's lock is held from reading to writing); where the file exists, merge into it
     (:func:`merge_shipped`) so the cells of earlier stages, whose run folders may be gone, stay.

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from ropescale.evals.advice.evidence import Evidence, Measured
 from ropescale.evals.advice.evidence import length_text as _k
 from ropescale.evals.advice.frontier_bar import bar_table, with_rows  # noqa: F401 (with_rows: part of this API)
 from ropescale.evals.advice.frontier_verdict import FEW_PROMPTS, FrontierVerdict, Reference  # noqa: F401 (FEW_PROMPTS: part of this API)
+from ropescale.evals.advice.records import FrontierSuite, Params, SuiteEntry
 from ropescale.evals.tasks.proportions import wilson_interval
 from ropescale.markdown import table
 
@@ -325,7 +325,7 @@ CANDIDATES = ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca", "string-yarn")
 #: attention-level methods with ``logn=true`` (ours), and the reference variants the defaults are
 #: not (docs/methods.md): DCA as ChunkLlama's flash-decoding file, Self-Extend as LongLM's Llama.py,
 #: and DCA / STRING as ropescale ran them before taking the reference defaults
-OPTIONAL_PARAMS: dict[str, tuple[str, dict[str, Any]]] = {
+OPTIONAL_PARAMS: dict[str, tuple[str, Params]] = {
     "self_extend-logn": ("self_extend", {"logn": True}),
     "dca-logn": ("dca", {"logn": True}),
     "dca-flash": ("dca", {"variant": "chunkllama_flash"}),
@@ -343,11 +343,11 @@ def frontier_suite(
     candidates: list[str] | None = None,
     depths: list[float] | None = None,
     trials: int = 1,
-    data: Any = "austen",
+    data: str = "austen",
     max_tokens: int = 4096,
     jitter: float = 0.0,
     saved: bool = False,
-) -> dict[str, Any]:
+) -> FrontierSuite:
     """The suite ``ropescale eval frontier`` runs: the candidates at N / L, perplexity and passkey at
     L/4, L and each doubling up to N (native passkey only up to L, where it is the reference).
 
@@ -367,7 +367,9 @@ def frontier_suite(
         ValueError: an unknown candidate.
     """
     s = target_length / original_context
-    entries = {name: {"method": name, "factor": s} for name in ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca")}
+    entries: dict[str, SuiteEntry] = {
+        name: {"method": name, "factor": s} for name in ("yarn", "ntk", "dynamic_ntk", "self_extend", "dca")
+    }
     entries["string-yarn"] = {
         "method": "string",
         "factor": s,
@@ -383,7 +385,7 @@ def frontier_suite(
     while lengths[-1] < target_length:
         lengths.append(min(2 * lengths[-1], target_length))
     pk_lengths = [original_context // 2, *lengths[1:]]
-    native = {"method": "none", "only": {"passkey": [n for n in pk_lengths if n <= original_context]}}
+    native: SuiteEntry = {"method": "none", "only": {"passkey": [n for n in pk_lengths if n <= original_context]}}
     return {
         "name": f"frontier-{Path(model).name}-{_k(target_length)}",
         "model": model,

@@ -5,7 +5,7 @@ from :func:`~.ruler.report.summarize` of the battery folder's cells (:mod:`.batt
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from ropescale.evals.advice.battery_evidence import Folder, Row
 from ropescale.evals.advice.evidence import Evidence
@@ -13,7 +13,17 @@ from ropescale.evals.advice.evidence import length_text as _k
 from ropescale.markdown import table
 
 
-def method_measures(folder: Folder, row: Row) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MethodMeasures:
+    """A battery row's measures over the tasks the model can do that it measured."""
+
+    worst_retention: float | None  #: None where no cell at ≤ L
+    effective_length_relative: int | None  #: the shortest; None where a task reaches none
+    tasks: list[str]  #: the tasks counted
+    limiting_task: str | None  #: the task of the shortest effective length (one reaching none first)
+
+
+def method_measures(folder: Folder, row: Row) -> MethodMeasures:
     """Over the tasks the model can do that ``row`` measured: the worst retention at ≤ L (None where no cell
     at ≤ L), the shortest relative effective length (None where a task reaches none) and the tasks counted."""
     beyond = set(folder.beyond())
@@ -24,12 +34,7 @@ def method_measures(folder: Folder, row: Row) -> dict[str, Any]:
     short_task = next((t for t, n in sorted(lengths.items()) if n is None), None) or (
         min(lengths, key=lambda t: lengths[t]) if lengths else None
     )
-    return {
-        "worst_retention": min(kept) if kept else None,
-        "effective_length_relative": shortest,
-        "tasks": sorted(measures),
-        "limiting_task": short_task,
-    }
+    return MethodMeasures(min(kept) if kept else None, shortest, sorted(measures), short_task)
 
 
 def battery_section(ev: Evidence, folders: list[Folder], original_context: int, target_length: int) -> list[str]:
@@ -47,16 +52,16 @@ def battery_section(ev: Evidence, folders: list[Folder], original_context: int, 
                 None,
             )
             m = method_measures(folder, row)
-            worst = m["worst_retention"]
-            eff = m["effective_length_relative"]
-            limit = f" ({m['limiting_task']})" if m["limiting_task"] and len(m["tasks"]) > 1 else ""
-            shown = ("none" if m["tasks"] else "n/m") if eff is None else _k(eff)
+            worst = m.worst_retention
+            eff = m.effective_length_relative
+            limit = f" ({m.limiting_task})" if m.limiting_task and len(m.tasks) > 1 else ""
+            shown = ("none" if m.tasks else "n/m") if eff is None else _k(eff)
             rows.append(
                 [
                     twin.title if twin else folder.title(row),
                     "n/m" if worst is None else f"{worst:.1f} %",
-                    shown + (limit if m["tasks"] else ""),
-                    ", ".join(m["tasks"]) or "none",
+                    shown + (limit if m.tasks else ""),
+                    ", ".join(m.tasks) or "none",
                 ]
             )
         lines.append(f"Cells: {folder.source}.")
@@ -91,4 +96,4 @@ def battery_section(ev: Evidence, folders: list[Folder], original_context: int, 
     return lines
 
 
-__all__ = ["battery_section", "method_measures"]
+__all__ = ["MethodMeasures", "battery_section", "method_measures"]

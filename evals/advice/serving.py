@@ -19,6 +19,7 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.advice.evidence import Evidence, Measured
+from ropescale.evals.advice.records import Params
 from ropescale.interop.engines import ENGINES, KEEPS, Engine, select
 
 
@@ -64,7 +65,7 @@ class Serving:
         names = list(dict.fromkeys(f"{e.name} {e.versions}" for e in self.engines))
         return names[0] if len(names) == 1 else " / ".join(dict.fromkeys(e.name for e in self.engines))
 
-    def refusals(self, method: str, target_length: int, params: dict[str, Any] | None = None) -> list[str]:
+    def refusals(self, method: str, target_length: int, params: Params | None = None) -> list[str]:
         """Why the engine does not serve ``method`` as ``ropescale patch`` saves it: ``"<engine rows>:
         <verdict> (<why>)"`` per row that does not keep it; empty where every row keeps it."""
         from ropescale.interop.legacy import with_legacy_keys
@@ -88,7 +89,7 @@ class Serving:
         verdicts = [v for v in check(data, "config.json", self.engines).verdicts if v.engine != "ropescale"]
         return [f"{v.name} {v.versions}: {v.verdict} ({v.why})" for v in verdicts if v.verdict != KEEPS]
 
-    def serves(self, method: str, target_length: int, params: dict[str, Any] | None = None) -> bool:
+    def serves(self, method: str, target_length: int, params: Params | None = None) -> bool:
         return not self.refusals(method, target_length, params)
 
     def served_methods(self, target_length: int) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Evidence, Measured
 from ropescale.evals.advice.evidence import length_text as _k
+from ropescale.evals.advice.records import Params
 from ropescale.evals.tasks.proportions import difference_interval
 from ropescale.rope_math import yarn_mscale
 
@@ -134,7 +135,7 @@ def measure(
     evidence: list[Evidence],
     original_context: int,
     target_length: int | None = None,
-    params: dict[str, Any] | None = None,
+    params: Params | None = None,
 ) -> list[Tradeoff]:
     """The comparisons for ``method`` with exactly ``params`` (None: its defaults) found in ``evidence``
     (sources measured at this very factor first): Self-Extend with group 8 and log-n is not the default
@@ -193,7 +194,7 @@ def tradeoffs(
     evidence: list[Evidence],
     original_context: int,
     target_length: int | None = None,
-    params: dict[str, Any] | None = None,
+    params: Params | None = None,
 ) -> list[tuple[str, Evidence]]:
     """:func:`measure` rendered: (sentence, the evidence it was read from) per comparison."""
     return [(t.sentence(), t.source) for t in measure(method, evidence, original_context, target_length, params)]

@@ -10,6 +10,7 @@ from typing import Any
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.report.cell_record import SuiteCell, load_cells
+from ropescale.evals.report.records import RegressionFlag, ResultsJSON, ScalingJSON, Settings
 from ropescale.evals.tasks.report_cells import NOT_RUN, PlotContext, RetrievalStats, fmt, plot_grids, retrieval_stats
 from ropescale.models.runtime import runtime_text
 
@@ -28,7 +29,7 @@ class TaskTable:
     statistics per length). Rendering and plotting read it; nothing here formats text."""
 
     task: str
-    settings: dict[str, Any]
+    settings: Settings  # the task's block as the suite wrote it
     lengths: list[int]
     cells: dict[str, dict[int, SuiteCell]]  # label -> length -> cell
     stats: dict[str, dict[int, RetrievalStats]] | None = None  # retrieval: label -> length -> statistics
@@ -76,7 +77,7 @@ def collect(suite, cells: list[SuiteCell]) -> list[TaskTable]:
     return tables
 
 
-def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = None) -> dict[str, Any]:
+def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = None) -> ResultsJSON:
     """Write ``results.json``, ``report.md`` and plots for whatever cells exist; return the summary.
 
     ``partial``: records of unfinished retrieval cells (:func:`.in_progress.partial_cells`),
@@ -93,7 +94,7 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
     tables = collect(suite, cells)  # compute
     from ropescale.evals.report.results_schema import stamp
 
-    summary: dict[str, Any] = {
+    summary: ResultsJSON = {
         **stamp(),
         "suite": suite.name,
         "model": suite.model,
@@ -129,7 +130,7 @@ def write_report(suite, output: str | Path, partial: list[SuiteCell] | None = No
     return summary
 
 
-def _ran(entry, cells: list[SuiteCell]) -> dict[str, Any]:
+def _ran(entry, cells: list[SuiteCell]) -> ScalingJSON:
     """What a label ran: its entry, or for ``saved`` the scaling its cells read back from the model
     (``{"method": "yarn", "factor": 4.0, "params": {...}, "as": "saved"}``; ``saved`` before any cell)."""
     if entry.method == "saved":
@@ -212,7 +213,7 @@ def render(suite, tables: list[TaskTable], runtimes, flag_lines, plots, done: in
 PPL_MARGIN = 0.02
 
 
-def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict[str, Any]], list[str]]:
+def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[RegressionFlag], list[str]]:
     """Methods that lose what the unscaled model has at short contexts, read from the suite's tables
     (the retrieval tasks' statistics, the perplexity cells' typed results).
 
@@ -235,7 +236,7 @@ def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict
     lines = ["## Short-context regressions", ""]
     if base is None:
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]
-    flags: list[dict[str, Any]] = []
+    flags: list[RegressionFlag] = []
     # the model as shipped is the baseline up to the context it serves; plain RoPE up to its trained one
     trained = _shipped_context(suite.model) if shipped is not None else _trained_context(suite.model)
     ppl = next((tt.results for tt in tables if tt.task == "perplexity"), {})
@@ -280,8 +281,8 @@ def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[dict
     return flags, lines + [""]
 
 
-def _flag(method: str, task: str, length: int, value: float, baseline: float, interval=None) -> dict[str, Any]:
-    flag = {"method": method, "task": task, "length": int(length), "value": value, "baseline": baseline}
+def _flag(method: str, task: str, length: int, value: float, baseline: float, interval=None) -> RegressionFlag:
+    flag: RegressionFlag = {"method": method, "task": task, "length": int(length), "value": value, "baseline": baseline}
     if interval is not None:
         flag["interval"] = list(interval)
     return flag

@@ -22,6 +22,7 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.report.cell_record import CELL_REMEDY, NewerCellError, SuiteCell
+from ropescale.evals.report.records import CellJSON, Fingerprint, MeasuredJSON, ScalingJSON
 from ropescale.evals.tasks.run_folder import difference
 from ropescale.evals.tasks.task_base import SuiteError
 from ropescale.models.integrity import read_json_file
@@ -34,9 +35,9 @@ def cell_record(
     length: int,
     runtime: dict[str, str],
     result: Any,
-    measured: dict[str, Any] | None = None,
-    scaling: dict[str, Any] | None = None,
-) -> dict:
+    measured: MeasuredJSON | None = None,
+    scaling: ScalingJSON | None = None,
+) -> CellJSON:
     """A cell file's content (:meth:`.cell_record.SuiteCell.to_json` of :meth:`~.cell_record.SuiteCell.of`):
     which method, task and length, on which runtime, what it measured (model, data, protocol:
     :meth:`SuiteRunner.measured`), the scaling it ran (:func:`scaling_run`), and its result."""
@@ -44,7 +45,7 @@ def cell_record(
 
 
 @functools.lru_cache(maxsize=64)
-def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str, Any] | None:
+def _scaling_run(model: str, method: str, factor: float | None, params: str) -> ScalingJSON | None:
     from ropescale.models.loading import load_config
     from ropescale.patching.plan import plan_scaling
     from ropescale.scaling import Scaling
@@ -59,7 +60,7 @@ def _scaling_run(model: str, method: str, factor: Any, params: str) -> dict[str,
 
 
 @functools.lru_cache(maxsize=64)
-def _saved_run(model: str, stamp: int) -> dict[str, Any] | None:
+def _saved_run(model: str, stamp: int) -> ScalingJSON | None:
     from ropescale.models.loading import load_config
     from ropescale.patching.readback import scaling_of
 
@@ -70,7 +71,7 @@ def _saved_run(model: str, stamp: int) -> dict[str, Any] | None:
     return {k: v for k, v in scaling_of(config).items() if k in ("method", "params")}
 
 
-def scaling_run(model: str, entry: Any) -> dict[str, Any] | None:
+def scaling_run(model: str, entry: Any) -> ScalingJSON | None:
     """The scaling a cell of ``entry`` runs on ``model``: the method and every parameter patching
     resolves, a saved checkpoint's own where the entry names none (``patching.plan._as_saved``);
     None where the model's config cannot be read."""
@@ -82,7 +83,7 @@ def scaling_run(model: str, entry: Any) -> dict[str, Any] | None:
     return _scaling_run(str(model), entry.method, entry.factor, json.dumps(entry.params, sort_keys=True))
 
 
-def same_scaling(cell: SuiteCell, ours: dict[str, Any] | None, entry: Any) -> bool:
+def same_scaling(cell: SuiteCell, ours: ScalingJSON | None, entry: Any) -> bool:
     """Whether a cell ran the scaling a cell of ``entry`` runs now (``ours``: :func:`scaling_run`). A cell
     written before cells recorded it ran the method's defaults with the entry's parameters (a saved
     checkpoint's own parameters were not kept then): it counts only where those are what runs now."""
@@ -101,7 +102,7 @@ def cell_id(entry: Any, task: str, length: int) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{entry.label}__{task}__{length}")
 
 
-def measured(suite: Any, identity: dict[str, Any], task: str) -> dict[str, Any]:
+def measured(suite: Any, identity: dict[str, Fingerprint], task: str) -> MeasuredJSON:
     """The ``measured`` key of a cell of ``task``: the model (``identity["model"]``), the data it
     reads (where its row says it reads the suite's data: perplexity, needle with a haystack;
     ``identity["data"]``) and the task's protocol (:func:`.task_table.protocol`: its settings but the

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.report.records import CellJSON, Fingerprint, MeasuredJSON, Params, ScalingJSON, Settings
 from ropescale.evals.tasks.json_fields import only_known, take
 
 #: the layout of a suite's cell file; version 1 (every cell written so far) names no ``schema``
 SCHEMA = "ropescale.suite.cell/1"
 CELL_REMEDY = "remove it and run the suite again to recompute that cell"
 
+#: a JSON object as a cell file holds it, before it is read into the record (the file boundary)
 JSON = dict[str, Any]
 
 
@@ -63,11 +65,11 @@ class Measured:
     (name and content fingerprint), the data it read (None: the task reads none of the suite's) and the
     task's protocol (its settings but the lengths, plus the seed of a seeded task)."""
 
-    model: JSON
-    data: JSON | None
-    protocol: JSON
+    model: Fingerprint
+    data: Fingerprint | None
+    protocol: Settings
 
-    def to_json(self) -> JSON:
+    def to_json(self) -> MeasuredJSON:
         return {"model": self.model, "data": self.data, "protocol": self.protocol}
 
     @classmethod
@@ -108,13 +110,13 @@ class SuiteCell:
     label: str
     method_name: str
     factor: float | None
-    params: JSON
+    params: Params
     task: str
     length: int
     result: Any
     runtime: dict[str, str] | None = None
     measured: Measured | None = None
-    scaling: JSON | None = None
+    scaling: ScalingJSON | None = None
     path: Path | None = None
     #: the result as the file holds it, written back as it was (a result class may add a default)
     result_json: JSON = field(default_factory=dict, repr=False, compare=False)
@@ -130,8 +132,8 @@ class SuiteCell:
         length: int,
         runtime: dict[str, str],
         result: Any,
-        measured: JSON | None = None,
-        scaling: JSON | None = None,
+        measured: MeasuredJSON | None = None,
+        scaling: ScalingJSON | None = None,
         load_avg: list[float | None] | None = None,
     ) -> SuiteCell:
         """The record of a cell a suite ran (or is running): ``entry`` its method (a
@@ -155,7 +157,7 @@ class SuiteCell:
             load_avg,
         )
 
-    def to_json(self) -> JSON:
+    def to_json(self) -> CellJSON:
         """The JSON object of the cell's file, as the suite writes it (a key the record lacks is left out)."""
         return {
             **({"measured": self.measured.to_json()} if self.measured is not None else {}),

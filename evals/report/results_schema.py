@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
+from ropescale.evals.report.records import Params, ResultsJSON, ScalingJSON
 
 NAME = "ropescale.results"
 #: the version this ropescale writes
@@ -83,10 +84,11 @@ class Ran:
 
     method: str
     factor: float | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
 
     @classmethod
-    def of(cls, entry: dict[str, Any]) -> Ran:
+    def of(cls, entry: ScalingJSON) -> Ran:
+        """A label's entry of ``results.json``'s ``methods`` (or of the ``suite.yaml`` beside an older one)."""
         factor = entry.get("factor")
         return cls(str(entry.get("method")), None if factor is None else float(factor), dict(entry.get("params") or {}))
 
@@ -146,7 +148,7 @@ class ResultsSummary:
         )
 
 
-def _methods(data: dict[str, Any], path: Path) -> dict[str, Ran] | None:
+def _methods(data: ResultsJSON, path: Path) -> dict[str, Ran] | None:
     """What each label ran, as the runner recorded it, else as the ``suite.yaml`` beside the file says."""
     if isinstance(data.get("methods"), dict):
         return {str(k): Ran.of(v) for k, v in data["methods"].items() if isinstance(v, dict) and v.get("method")}

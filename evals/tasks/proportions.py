@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 
 def wilson_interval(successes: float, trials: float, z: float = 1.959964) -> tuple[float, float]:
@@ -58,7 +58,31 @@ def difference_interval(successes_a: float, trials_a: int, successes_b: float, t
     return d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
 
 
-def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
+class GroupAgreement(TypedDict):
+    """:func:`group_agreement`: the trials, groups and unanimous groups, the intra-class correlation
+    (None where every score is the same), the design effect and effective trials, and the accuracy
+    with its plain and effective Wilson intervals."""
+
+    n: int
+    groups: int
+    unanimous: int
+    icc: float | None
+    design_effect: float
+    effective_n: float
+    accuracy: float
+    interval: tuple[float, float]
+    effective_interval: tuple[float, float]
+
+
+class ScoredPrompt(TypedDict, total=False):
+    """The keys :func:`depth_groups` reads of a retrieval cell's record (a prompt: its depth and whether
+    it was answered right; the task's record has more)."""
+
+    depth: float
+    correct: bool
+
+
+def group_agreement(groups: Sequence[Sequence[float]]) -> GroupAgreement:
     """How far the trials of a cell are independent measurements: its groups (the trials of one
     depth, which share a position unless placement is jittered) and how alike they answer.
 
@@ -107,7 +131,7 @@ def group_agreement(groups: Sequence[Sequence[float]]) -> dict[str, Any]:
     }
 
 
-def depth_groups(records: Sequence[dict[str, Any]]) -> list[list[float]]:
+def depth_groups(records: Sequence[ScoredPrompt]) -> list[list[float]]:
     """A retrieval cell's scores grouped by depth, in depth order (the groups :func:`group_agreement`
     takes): each record's ``correct`` (passkey) as 0/1."""
     groups: dict[float, list[float]] = {}
@@ -132,4 +156,12 @@ def paired_exact_p(only_a: int, only_b: int) -> float:
     return float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
-__all__ = ["depth_groups", "difference_interval", "group_agreement", "paired_exact_p", "wilson_interval"]
+__all__ = [
+    "GroupAgreement",
+    "ScoredPrompt",
+    "depth_groups",
+    "difference_interval",
+    "group_agreement",
+    "paired_exact_p",
+    "wilson_interval",
+]

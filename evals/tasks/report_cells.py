@@ -206,6 +206,15 @@ def threshold(kind, result: Any) -> float:
     return kind.threshold()  # cells written without a threshold: the engine's default
 
 
+class StatisticsJSON(TypedDict):
+    """A retrieval cell's statistics as ``results.json``'s ``statistics`` holds them (:meth:`RetrievalStats.to_json`)."""
+
+    accuracy: float
+    trials: int
+    successes: float
+    wilson95: list[float]
+
+
 @dataclass(frozen=True)
 class RetrievalStats:
     """A retrieval cell's statistics at one length: accuracy, trials, successes (accuracy × trials) and
@@ -216,7 +225,7 @@ class RetrievalStats:
     successes: float
     wilson95: tuple[float, float]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StatisticsJSON:
         return {
             "accuracy": self.accuracy,
             "trials": self.trials,
@@ -326,6 +335,7 @@ __all__ = [
     "PPL_CONVENTIONS",
     "PlotContext",
     "RetrievalStats",
+    "StatisticsJSON",
     "fmt",
     "fmt_retrieval",
     "length_table",

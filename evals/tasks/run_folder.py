@@ -23,11 +23,37 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ropescale.errors import RopescaleError
 
 REMEDY = "give another --output, or remove that cell to measure it again"
+
+#: a value of JSON as a cell file holds it (what :func:`legacy` walks, whatever its depth)
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+#: a value of a task's settings as a suite file writes it (a number, a name, a list of lengths or depths)
+SettingValue = float | int | str | bool | list[int] | list[float] | list[str] | None
+#: a task's settings by name (its row's fields: each task has its own), as a suite file and a cell's
+#: ``protocol`` hold them
+Settings = dict[str, SettingValue]
+
+
+class Fingerprint(TypedDict, total=False):
+    """A model's or data's name as given and its content fingerprint (:mod:`ropescale.models.identity`);
+    a corpus or hub data names no fingerprint."""
+
+    name: str | None
+    fingerprint: str
+
+
+class MeasuredJSON(TypedDict, total=False):
+    """A cell's ``measured`` key (:func:`.cell_keys.measured`, the RULER and LongPPL runners' alike): the
+    model, the data (null: the task reads none of the suite's) and the protocol; a cell written before a
+    key was recorded lacks it (:func:`legacy`)."""
+
+    model: Fingerprint
+    data: Fingerprint | None
+    protocol: Settings
 
 
 def model_content(model: str) -> str | None:
@@ -96,7 +122,7 @@ def check_folder(output: str | Path, cell_schema: str, results_schema: str, comm
             refuse_other(path, named, cell_schema, command, output)
 
 
-def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: Path) -> None:
+def compare(path: Path, recorded: MeasuredJSON, ours: MeasuredJSON, output: Path) -> None:
     """Stop where a cell at ``path`` measured something else than this run would (``recorded``,
     ``ours``: :func:`.cell_keys.measured`-shaped ``{"model": {"name", "fingerprint"}, "data",
     "protocol"}``); a key ``recorded`` lacks (a cell written before it was recorded) counts as ours.
@@ -112,7 +138,7 @@ def compare(path: Path, recorded: dict[str, Any], ours: dict[str, Any], output: 
         )
 
 
-def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+def difference(old: MeasuredJSON, new: MeasuredJSON) -> str:
     """The first difference between two ``measured`` keys, named as a user knows it: the model or
     data by name (by fingerprint where only the content changed), the protocol by its key."""
     from ropescale.training.checkpoints import first_difference  # not at import: training's world
@@ -133,9 +159,14 @@ def difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     return first_difference(old, new)
 
 
-def legacy(recorded: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+def legacy(recorded: MeasuredJSON | None, ours: MeasuredJSON) -> MeasuredJSON:
     """``recorded`` with the keys it does not record taken from ``ours``: a cell written before a key
     existed counts as matching on it (a key recorded as null stays null)."""
+    return _fill(recorded, ours)
+
+
+def _fill(recorded: JSONValue, ours: JSONValue) -> JSONValue:
+    """:func:`legacy` at any depth: a section, then the keys inside it."""
     if not isinstance(recorded, dict) or not isinstance(ours, dict):
         return ours if recorded is None else recorded
     out = dict(recorded)
@@ -143,7 +174,7 @@ def legacy(recorded: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
         if key not in out:
             out[key] = value
         elif isinstance(value, dict) and isinstance(out[key], dict):
-            out[key] = legacy(out[key], value)
+            out[key] = _fill(out[key], value)
     return out
 
 
@@ -157,12 +188,17 @@ def check_model_content(output: Path, cells: list[tuple[Path, str, str | None]],
     """
     for path, name, recorded in cells:
         if name == str(model) and recorded is not None and content is not None and recorded != content:
-            old = {"model": {"name": name, "fingerprint": recorded}}
+            old: MeasuredJSON = {"model": {"name": name, "fingerprint": recorded}}
             compare(path, old, {"model": {"name": name, "fingerprint": content}}, output)
 
 
 __all__ = [
     "REMEDY",
+    "Fingerprint",
+    "JSONValue",
+    "MeasuredJSON",
+    "SettingValue",
+    "Settings",
     "refuse_other",
     "schema_of",
     "check_folder",

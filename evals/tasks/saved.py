@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from ropescale.evals.tasks.task_base import SuiteError
+from ropescale.search.records import ScalingRan
 
 #: the method name that means "the scaling the checkpoint carries"
 SAVED = "saved"
@@ -48,7 +49,7 @@ def check_file_names(labels: list[str], where: str = "suite") -> None:
         seen[key] = label
 
 
-def carried(config: Any) -> dict[str, Any] | None:
+def carried(config: Any) -> ScalingRan | None:
     """The scaling a checkpoint's config carries (:func:`ropescale.patching.readback.scaling_of`),
     None for plain RoPE."""
     from ropescale.patching.plan import is_scaled

@@ -20,6 +20,9 @@ module for an :class:`~.rotary.AttentionRotary`, points every attention layer at
 own implementation. Only the default ``DynamicCache`` (and its sliding-window layers) is
 supported: a static cache does not keep keys in position order, and is refused in one line
 (:mod:`.cache_guard`) rather than giving wrong results.
+
+Each mode is a row of :mod:`.modes` (torch-free: the command line reads it) and its kernel a row
+of :mod:`.kernels` (imported there, never looked up by module name).
 """
 
 from __future__ import annotations
@@ -35,13 +38,12 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
 
     The caller (:func:`ropescale.patching.model.install_rotary`) assigns it to ``owner.rotary_emb``.
     """
-    import importlib
-
     from . import cache_guard, consistent
-    from .modes import mode as mode_row
+    from .kernels import kernel as kernel_of
     from .rotate_on_read import LAYER_ATTR, AttentionRotary
 
-    row = mode_row(mode)
+    kernel = kernel_of(mode)  # unknown modes: one line naming the known ones
+    row = kernel.mode
     requested = model.config._attn_implementation or "sdpa"
     inner = kernel_for(mode, requested)
     if inner != requested and requested not in consistent.NAMES:
@@ -58,9 +60,8 @@ def install(model: Any, owner: Any, plan: Any, mode: str, device: Any = None) ->
     rotary.restore = requested  # the user's kernel, given back by uninstall
     for attr, value in row.settings(method, spec).items():
         setattr(rotary, attr, value)
-    kernel = importlib.import_module(f"{__name__}.{row.kernel}")
     kernel.register()
-    name = consistent.NAMES[inner] if kernel is consistent else kernel.NAME
+    name = kernel.name(inner)
     if getattr(method, "logn", False):
         rotary.logn_context = spec.original_max_position_embeddings
     for layer in _attention_layers(owner):

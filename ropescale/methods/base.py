@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from .types import MethodParams, RopeParameters
+
 
 @dataclass(frozen=True)
 class RotarySpec:
@@ -108,6 +110,22 @@ def coerce(name: str, value: Any, kind: type) -> Any:
 
 
 @dataclass(frozen=True)
+class Rotary:
+    """What one method makes of one model's geometry (:meth:`ScalingMethod.on`), computed once."""
+
+    #: transformers' ``rope_parameters`` for the method, or None where transformers cannot express it
+    rope_parameters: RopeParameters | None
+    #: what patching writes to ``config.max_position_embeddings``
+    max_position_embeddings: int
+    #: the context the scaling targets (factor × L)
+    extended_context: int
+    #: the method's parameters as JSON values (the provenance block's ``params``)
+    params: MethodParams
+    #: whether the frequencies follow the current length (what KV consistency is about)
+    varies_with_length: bool
+
+
+@dataclass(frozen=True)
 class ScalingMethod:
     """Base class of every scaling method: a frozen, validated set of parameters.
 
@@ -149,7 +167,7 @@ class ScalingMethod:
         """Return ``(inv_freq [d/2] fp32, attention_factor)`` for ``spec`` at ``seq_len``."""
         raise NotImplementedError
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any] | None:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters | None:
         """A complete transformers ``rope_parameters`` dict, or None if transformers cannot express it."""
         return None
 
@@ -170,7 +188,7 @@ class ScalingMethod:
         """
         return spec.original_max_position_embeddings if self.dynamic else self.extended_context(spec)
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> MethodParams:
         """The method's parameters as plain JSON values (provenance, CLI listing)."""
         out = {}
         for f in dataclasses.fields(self):
@@ -178,9 +196,26 @@ class ScalingMethod:
             out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         """:meth:`params` with defaults that depend on the model filled in (for summaries)."""
         return self.params()
+
+    def on(self, spec: RotarySpec, check: bool = True) -> Rotary:
+        """Everything patching and loading need from this method on one model, asked once: the plan
+        holds the answer, so what writes the config, loads the model or prints a summary reads facts
+        instead of asking the method again from each module (issue 53).
+
+        ``check``: validate against the geometry first (:meth:`validate_for`); a plan rebuilt from a
+        saved provenance block skips it (it was checked when it was made)."""
+        if check:
+            self.validate_for(spec)
+        return Rotary(
+            rope_parameters=self.rope_parameters(spec),
+            max_position_embeddings=self.max_position_embeddings(spec),
+            extended_context=self.extended_context(spec),
+            params=self.params(),
+            varies_with_length=self.varies_with_length(),
+        )
 
     @classmethod
     def parameter_defaults(cls) -> dict[str, Any]:

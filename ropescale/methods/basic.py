@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .base import RotarySpec, ScalingMethod
+from .types import RopeParameters
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Default(ScalingMethod):
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return spec.base_inv_freq(device=device), 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         return {"rope_type": "default", "rope_theta": spec.base}
 
 
@@ -51,7 +51,7 @@ class Linear(ScalingMethod):
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return spec.base_inv_freq(device=device) / self.factor, 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         return {"rope_type": "linear", "rope_theta": spec.base, "factor": self.factor}
 
 
@@ -71,7 +71,7 @@ class NTK(ScalingMethod):
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return spec.base_inv_freq(base=self.scaled_base(spec), device=device), 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         return {"rope_type": "default", "rope_theta": self.scaled_base(spec)}
 
 
@@ -117,6 +117,6 @@ class DynamicNTK(ScalingMethod):
         base = spec.base * ((f * length / L) - (f - 1)) ** (d / (d - 2))
         return spec.base_inv_freq(base=base, device=device), 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         # transformers reads L from max_position_embeddings, which patching keeps at L.
         return {"rope_type": "dynamic", "rope_theta": spec.base, "factor": self.native_factor}

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from .base import RotarySpec, ScalingMethod, check_number
+from .types import MethodRef, RopeParameters
 
 #: frequency methods a composition takes (their frequencies go on top of the shipped ones)
 ON_TOP = ("linear", "ntk", "yarn", "llama3", "dynamic_ntk", "dynamic_yarn")
@@ -121,8 +122,9 @@ class Composed(ScalingMethod):
     training_free = "yes, or fine-tune"
     runs_in = "transformers, vLLM ≥ 0.19.1, llama.cpp (not Qwen); older vLLM/SGLang approximate"
 
-    base: dict[str, Any] = field(default_factory=dict)
-    on_top: dict[str, Any] = field(default_factory=dict)
+    #: both required: their empty defaults are refused by :meth:`validate`, naming the shape
+    base: MethodRef = field(default_factory=dict)  # type: ignore[assignment]
+    on_top: MethodRef = field(default_factory=dict)  # type: ignore[assignment]
     shipped_context: int = 0
 
     def validate(self) -> None:
@@ -216,7 +218,7 @@ class Composed(ScalingMethod):
         inv_freq, _ = self.compute(spec)
         return (spec.base_inv_freq() / inv_freq).tolist()
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any] | None:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters | None:
         """LongRoPE with equal short and long factors (nothing switches), the attention factor under
         every name a loader reads it by; None for a dynamic second method (ropescale's rotary runs it)."""
         if self.varies_with_length() or self.attention:

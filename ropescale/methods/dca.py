@@ -41,12 +41,12 @@ current length for every key, so the result depends on the input alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .base import RotarySpec, ScalingMethod
 from .self_extend import _check_int
+from .types import MethodParams
 
 #: ChunkLlama's files: (temperature coefficient c in c·ln(n/L) + 1, local window as L / divisor)
 VARIANTS = {"chunkllama": (0.05, 8), "chunkllama_flash": (0.1, 16)}
@@ -98,7 +98,7 @@ class DualChunk(ScalingMethod):
         L = spec.original_max_position_embeddings
         return self.local_window if self.local_window is not None else max(1, L // VARIANTS[self.variant][1])
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         return dict(
             self.params(), chunk_size=self.resolved_chunk_size(spec), local_window=self.resolved_local_window(spec)
         )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .base import RotarySpec, ScalingMethod, check_number
+from .types import RopeParameters
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Llama3(ScalingMethod):
         # smooth = 1 for wavelen < L/high (kept), 0 for wavelen > L/low (interpolated)
         return (1 - smooth) * theta / self.factor + smooth * theta, 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         return {
             "rope_type": "llama3",
             "rope_theta": spec.base,

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from .base import RotarySpec, ScalingMethod, check_number
+from .types import RopeParameters
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class LongRope(ScalingMethod):
         ext = torch.tensor(self.factors(spec, seq_len), dtype=torch.float32, device=device)  # [d/2]
         return spec.base_inv_freq(device=device) / ext, self.attention_scale(spec)
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         self.validate_for(spec)
         params = {
             "rope_type": "longrope",

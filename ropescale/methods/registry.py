@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from .base import ScalingMethod
@@ -44,13 +45,19 @@ def method_class(name: str) -> type[ScalingMethod]:
     raise ValueError(f"unknown method {name!r}{hint} Known methods: {', '.join(known)}")
 
 
-def get_method(name: str, **params: Any) -> ScalingMethod:
-    """Build a validated method instance, e.g. ``get_method("yarn", factor=8, beta_fast=32)``."""
-    cls = method_class(name)
+def check_parameter_names(cls: type[ScalingMethod], names: Iterable[str]) -> None:
+    """Refuse a parameter ``cls`` does not have, naming it and the ones it has (the values are the
+    method's own to check, when it is built)."""
     known = cls.parameter_defaults()
-    unknown = sorted(set(params) - set(known))
+    unknown = sorted(set(names) - set(known))
     if unknown:
         raise ValueError(
             f"unknown parameter {unknown[0]!r} for method {cls.name!r}; its parameters: {', '.join(known)}"
         )
+
+
+def get_method(name: str, **params: Any) -> ScalingMethod:
+    """Build a validated method instance, e.g. ``get_method("yarn", factor=8, beta_fast=32)``."""
+    cls = method_class(name)
+    check_parameter_names(cls, params)
     return cls(**params)

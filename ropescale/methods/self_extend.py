@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .base import RotarySpec, ScalingMethod
+from .types import MethodParams
 
 
 def _check_int(name: str, value: Any) -> int | None:
@@ -139,7 +140,7 @@ class SelfExtend(ScalingMethod):
             G += 1
         return G
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         return dict(self.params(), group_size=self.resolved_group_size(spec), window=self.resolved_window(spec))
 
     def validate_for(self, spec: RotarySpec) -> None:

@@ -50,6 +50,7 @@ import torch
 
 from .base import RotarySpec, ScalingMethod
 from .self_extend import SelfExtend, _check_int
+from .types import MethodParams
 
 #: llama.cpp's ``common_params::n_batch`` default (``common/common.h``)
 LLAMACPP_N_BATCH = 2048
@@ -143,7 +144,7 @@ class SelfExtendLlamaCpp(ScalingMethod):
             G += 1
         return G
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         G = self.resolved_group_size(spec)
         return dict(self.params(), group_size=G, window=self.resolved_window(spec, G))
 

@@ -36,7 +36,6 @@ S and W measured in the shipped context.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -44,6 +43,7 @@ from ..rope_math import yarn_mscale
 from .base import RotarySpec, ScalingMethod
 from .basic import NTK, Default, Linear
 from .self_extend import _check_int
+from .types import MethodParams
 from .yarn import Yarn
 
 #: the frequency methods STRING can rotate with (static; ``default`` is plain RoPE)
@@ -102,7 +102,7 @@ class String(ScalingMethod):
         """The longest sequence whose shifted distances all stay below L (plain-RoPE frequencies)."""
         return spec.original_max_position_embeddings + self.resolved_shift(spec) - self.resolved_local_window(spec)
 
-    def resolved_params(self, spec: RotarySpec) -> dict[str, Any]:
+    def resolved_params(self, spec: RotarySpec) -> MethodParams:
         return dict(self.params(), shift=self.resolved_shift(spec), local_window=self.resolved_local_window(spec))
 
     def validate_for(self, spec: RotarySpec) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ..rope_math import yarn_mscale
 from .base import RotarySpec, ScalingMethod, check_number
+from .types import RopeParameters
 
 
 def correction_range(spec: RotarySpec, beta_fast: float, beta_slow: float, truncate: bool) -> tuple[float, float]:
@@ -94,7 +94,7 @@ class Yarn(ScalingMethod):
         inv_freq = yarn_inv_freq(spec, self.factor, self.beta_fast, self.beta_slow, self.truncate, device)
         return inv_freq, self.attention_scale(self.factor)
 
-    def rope_parameters(self, spec: RotarySpec) -> dict[str, Any]:
+    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
         params = {
             "rope_type": "yarn",
             "rope_theta": spec.base,

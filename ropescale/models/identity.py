@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from .._io import content_fingerprint
 
@@ -28,7 +28,14 @@ def files_fingerprint(files: list[Path], root: Path | None = None) -> str:
     return h.hexdigest()
 
 
-def model_identity(name_or_path: str | os.PathLike) -> dict[str, Any]:
+class Identity(TypedDict, total=False):
+    """What a run records of an input: its name as given and, where it can be read, a fingerprint."""
+
+    name: str | None
+    fingerprint: str
+
+
+def model_identity(name_or_path: str | os.PathLike) -> Identity:
     """``{"name": as given, "fingerprint": sha256 or "hub:<id>"}`` of a ``--model`` value.
 
     A directory: ``config.json`` and its weight files; a ``.gguf`` file: the file; an embedded
@@ -47,7 +54,7 @@ def model_identity(name_or_path: str | os.PathLike) -> dict[str, Any]:
     return {"name": str(name_or_path), "fingerprint": files_fingerprint([p for p in files if p.is_file()], path)}
 
 
-def data_identity(data: str | None) -> dict[str, Any]:
+def data_identity(data: str | None) -> Identity:
     """``{"name": the --data value, "fingerprint": ...}``: a local file or folder by content (every
     file in it), a corpus name or ``hub:`` id by name."""
     if data is None:

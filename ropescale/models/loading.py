@@ -7,7 +7,6 @@ of an embedded model (``smollm2-135m``).
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import warnings
@@ -17,12 +16,15 @@ from typing import Any
 
 from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
+from ..methods.types import MethodParams
 from ..patching.model import install_rotary
 from ..patching.plan import (
     FROM_PLAN,
     NON_NATIVE_PREFIX,
+    PatchPlan,
     apply_plan,
     check_supported,
+    patched_copy,
     plan_from_provenance,
     plan_scaling,
     quiet_transformers,
@@ -44,7 +46,7 @@ class ResolvedModel:
     """Where to load from: ``path`` (directory or Hub id) plus extra from_pretrained kwargs."""
 
     path: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, str] = field(default_factory=dict)  # {"gguf_file": name} for a .gguf file
     display: str = ""
 
 
@@ -203,13 +205,8 @@ def check_vocabulary(tokenizer: Any, config_file: Path) -> None:
         )
 
 
-def _check_runnable(config: Any, plan: Any, sliding_window: Any, resolved: ResolvedModel) -> None:
-    """:func:`~ropescale.models.runnable.check_runnable` on the config the model will have."""
-    checked = copy.deepcopy(config)
-    if plan is not None:
-        with warnings.catch_warnings():  # apply_plan's sliding-window warning is given once, by the real one
-            warnings.simplefilter("ignore")
-            apply_plan(checked, plan, sliding_window)
+def _check_runnable(checked: Any, resolved: ResolvedModel) -> None:
+    """:func:`~ropescale.models.runnable.check_runnable` on ``checked``, the config the model will have."""
     local = Path(resolved.path) / "config.json"
     check_runnable(checked, str(local) if "gguf_file" not in resolved.kwargs and local.is_file() else resolved.display)
 
@@ -221,10 +218,10 @@ def from_pretrained(
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
     sliding_window: Any = KEEP,
-    method_params: dict[str, Any] | None = None,
+    method_params: MethodParams | None = None,
     *,
     target_length: int | None = None,
-    plan: Any = None,
+    plan: PatchPlan | None = None,
     **hf_kwargs: Any,
 ) -> Any:
     """Load a causal LM and apply a RoPE scaling, ready to use.
@@ -284,10 +281,14 @@ def from_pretrained(
         plan = plan_from_provenance(config)
         if plan is not None and not plan.custom_rotary:
             plan = None  # natively scaled: transformers builds it from the saved config alone
-    build = buildable_config(config)
     if plan is not None and plan.native:
-        apply_plan(build, plan, sliding_window)  # transformers builds the scaled rotary module itself
-    _check_runnable(config, plan, sliding_window, resolved)  # what no loader can run stops before the weights
+        # transformers builds the scaled rotary module itself from the patched config, which is also the
+        # one to check (a native plan rewrites every field buildable_config would unwind)
+        build = checked = patched_copy(config, plan, sliding_window)
+    else:
+        build = buildable_config(config)
+        checked = config if plan is None else patched_copy(config, plan, sliding_window, quietly=True)
+    _check_runnable(checked, resolved)  # what no loader can run stops before the weights
     hf_kwargs = {k: v for k, v in hf_kwargs.items() if k != "trust_remote_code"}
     if "gguf_file" not in resolved.kwargs:
         if Path(resolved.path).is_dir():

@@ -28,12 +28,22 @@ import importlib.util
 import os
 import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import torch
 
 from ..errors import RopescaleError
 
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTIONS = ("sdpa", "eager", "flash_attention_2")
+
+
+class LoadKwargs(TypedDict):
+    """:meth:`Runtime.load_kwargs`: what ``from_pretrained`` takes from a runtime."""
+
+    dtype: torch.dtype
+    attn_implementation: str | None
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,7 @@ class Runtime:
 
         return getattr(torch, self.dtype)
 
-    def load_kwargs(self) -> dict[str, Any]:
+    def load_kwargs(self) -> LoadKwargs:
         """Keyword arguments for ``from_pretrained`` (the model is moved with :meth:`place`)."""
         return {"dtype": self.torch_dtype, "attn_implementation": self.attention}
 

@@ -26,7 +26,7 @@ ARCHS = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
 }
 _HEADS = {"num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2}
-SHAPES: dict[str, dict[str, Any]] = {
+SHAPES: dict[str, dict[str, int]] = {
     "test": {**_HEADS, "hidden_size": 64, "intermediate_size": 128, "head_dim": 16},
     "narrow": {**_HEADS, "hidden_size": 32, "intermediate_size": 64, "head_dim": 8},
     "engines": {

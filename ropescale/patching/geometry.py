@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, TypedDict
+
+from ..methods.types import MethodParams, RopeParameters
 
 PROVENANCE_KEY = "ropescale"
 #: transformers' ``rope_type`` -> ropescale's method name (a natively scaled config without provenance)
@@ -19,7 +21,34 @@ NATIVE_NAMES = {"default": "default", "linear": "linear", "dynamic": "dynamic_nt
 GEOMETRY_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")
 
 
-def provenance(config: Any) -> dict[str, Any] | None:
+class Provenance(TypedDict, total=False):
+    """The ``ropescale`` block a patched config carries (:func:`~ropescale.patching.plan.apply_plan` writes
+    it), so the model explains itself and can be re-patched from its original geometry."""
+
+    method: str
+    params: MethodParams
+    native: bool
+    original_max_position_embeddings: int
+    original_rope_theta: float
+    original_rope_parameters: RopeParameters
+    original_max_position_embeddings_field: int
+    extended_context: int
+    kv_consistent: bool
+    start: str
+    mode: str
+    fine_tuned: bool
+    version: str
+
+
+class CarriedScaling(TypedDict):
+    """The scaling a config carries, as reports name it: ``{"method", "factor", "params"}``."""
+
+    method: str
+    factor: float | None
+    params: MethodParams
+
+
+def provenance(config: Any) -> Provenance | None:
     """The ``ropescale`` provenance block of a patched config, or None."""
     block = getattr(config, PROVENANCE_KEY, None)
     return block if isinstance(block, dict) else None
@@ -69,7 +98,7 @@ def original_geometry(config: Any, original_max_position_embeddings: int | None 
     return rope, field, L
 
 
-def carried(config: Any) -> dict[str, Any]:
+def carried(config: Any) -> CarriedScaling:
     """The scaling ``config`` carries: ``{"method", "factor", "params"}``, from ropescale's provenance block
     where there is one, else from ``rope_parameters`` (Qwen's YaRN x4, Llama 3.1's llama3); ``method`` is
     ``"default"`` for plain RoPE."""
@@ -84,12 +113,12 @@ def carried(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps({"method": method, "factor": params.get("factor"), "params": params}, default=float))
 
 
-def is_unscaled(scaling: dict[str, Any]) -> bool:
+def is_unscaled(scaling: CarriedScaling) -> bool:
     """Whether a :func:`scaling_of` record is plain RoPE (``default``, or a factor-1 no-op)."""
     return scaling.get("method") in ("default", "none")
 
 
-def scaling_label(scaling: dict[str, Any]) -> str:
+def scaling_label(scaling: CarriedScaling) -> str:
     """``yarn x4``, ``llama3 x8``, ``none``: how a report names a :func:`scaling_of` record."""
     if is_unscaled(scaling):
         return "none"

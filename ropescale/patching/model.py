@@ -17,6 +17,7 @@ from ..attention.rotary_embedding import ScaledRotaryEmbedding
 from ..errors import RopescaleError
 from ..methods import ScalingMethod
 from ..scaling import KEEP, Scaling, as_scaling
+from .geometry import Provenance
 from .plan import PatchPlan, apply_plan, plan_scaling
 
 
@@ -96,7 +97,7 @@ def attention_kernel(model: Any) -> str:
     return name
 
 
-def describe(model_or_config: Any) -> dict[str, Any]:
+def describe(model_or_config: Any) -> Provenance:
     """The provenance block of a patched model or config (empty dict if unpatched)."""
     config = getattr(model_or_config, "config", model_or_config)
     return json.loads(json.dumps(getattr(config, "ropescale", None) or {}))

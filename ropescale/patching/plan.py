@@ -16,30 +16,38 @@ can be re-patched from its original geometry.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import copy
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..errors import RopescaleError, UnsupportedModelError
+from ..attention.modes import mode as attention_row
+from ..errors import RopescaleError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
+from ..methods.base import Rotary
 from ..methods.factor import resolve_factor
-from ..scaling import KEEP, Scaling, as_scaling, kv_consistent_option
-from .geometry import PROVENANCE_KEY, is_scaled, original_geometry, provenance, scaling_label
+from ..methods.types import MethodParams, MethodRef, RopeParameters
+from ..scaling import (
+    KEEP,
+    REPLACE,
+    Scaling,
+    as_scaling,
+    kv_consistent_for,
+    kv_consistent_option,  # noqa: F401 - evals/ import it from here
+)
+from .geometry import PROVENANCE_KEY, CarriedScaling, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
-
-#: model_type → architecture whose single ``model.rotary_emb`` reads ``config.rope_parameters``
-#: exactly like Llama's (checked by the tests for each entry).
-SUPPORTED_MODEL_TYPES = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-}
+from .supported import (  # noqa: F401 - re-exported: callers import the supported models and geometry from here
+    SUPPORTED_MODEL_TYPES,
+    _head_dim,
+    check_supported,
+    original_spec,
+    quiet_transformers,
+    rotary_spec,
+    trained_context,
+)
+from .window import apply_sliding_window, sliding_window_setting  # noqa: F401 - sliding_window_setting re-exported
 
 NON_NATIVE_PREFIX = "ropescale_"
 INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
@@ -56,7 +64,7 @@ class PatchPlan:
 
     method: ScalingMethod
     spec: RotarySpec  # the ORIGINAL geometry (base and context before any scaling)
-    original_rope_parameters: dict[str, Any]
+    original_rope_parameters: RopeParameters
     original_max_position_embeddings_field: int
     #: dynamic methods: rotate cached keys with the current frequencies (``ropescale.attention``)
     kv_consistent: bool = False
@@ -68,82 +76,33 @@ class PatchPlan:
     fine_tuned: bool = False
     #: Mistral-style sliding window, as the Scaling asked (``"keep"``, None or a width)
     sliding_window: Any = KEEP
+    #: what the method makes of the geometry (:meth:`~ropescale.methods.base.ScalingMethod.on`), asked
+    #: once: the planner passes the one it checked; otherwise it is computed here
+    rotary: Rotary | None = field(default=None, repr=False)
+    #: transformers builds the rotary module from the written ``rope_parameters`` alone
+    native: bool = field(init=False)
+    #: the attention-level mode patching installs (``ropescale.attention``), or None
+    attention_mode: str | None = field(init=False)
+    #: whether ropescale installs its own rotary module (otherwise transformers builds it)
+    custom_rotary: bool = field(init=False)
 
-    @property
-    def native(self) -> bool:
-        return self.method.rope_parameters(self.spec) is not None
-
-    @property
-    def attention_mode(self) -> str | None:
-        """The attention-level mode patching installs (``ropescale.attention``), or None."""
-        return attention_mode(self.method, self.kv_consistent)
-
-    @property
-    def custom_rotary(self) -> bool:
-        """Whether ropescale installs its own rotary module (otherwise transformers builds it)."""
-        return not self.native or self.attention_mode is not None
+    def __post_init__(self) -> None:
+        # the facts every reader of a plan needs, settled with it: loading, writing and printing read them
+        rotary = self.rotary if self.rotary is not None else self.method.on(self.spec, check=False)
+        mode = attention_mode(self.method, self.kv_consistent)
+        object.__setattr__(self, "rotary", rotary)
+        object.__setattr__(self, "native", rotary.rope_parameters is not None)
+        object.__setattr__(self, "attention_mode", mode)
+        object.__setattr__(self, "custom_rotary", rotary.rope_parameters is None or mode is not None)
 
 
 def attention_mode(method: ScalingMethod, kv_consistent: bool) -> str | None:
-    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None."""
-    return method.attention or ("kv_consistent" if kv_consistent else None)
+    """The attention-level mode a method installs: its own (Self-Extend), the KV-consistent one, or None.
 
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence transformers' logger warnings (it cannot validate ``rope_type: ropescale_*``)."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-
-
-def check_supported(config: Any) -> None:
-    """Raise :class:`UnsupportedModelError` unless the config is a supported RoPE architecture."""
-    model_type = getattr(config, "model_type", "?")
-    has_rope = bool(getattr(config, "rope_parameters", None)) or getattr(config, "rope_theta", None) is not None
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        if not has_rope:
-            raise UnsupportedModelError(
-                f"model type '{model_type}' has no rotary position embedding (RoPE); ropescale scales RoPE models only"
-            )
-        raise UnsupportedModelError(
-            f"model type '{model_type}' is not supported; supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))}"
-        )
-    if not has_rope:
-        raise UnsupportedModelError(f"model type '{model_type}' config has no rope parameters")
-
-
-def _head_dim(config: Any) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def rotary_spec(config: Any, rope: dict[str, Any], original_context: int) -> RotarySpec:
-    """The rotary geometry of ``config`` with base and partial rotary factor from ``rope`` (original
-    rope parameters) and the trained context ``original_context``."""
-    return RotarySpec(
-        head_dim=_head_dim(config),
-        base=float(rope["rope_theta"]),
-        original_max_position_embeddings=int(original_context),
-        partial_rotary_factor=float(rope.get("partial_rotary_factor", 1.0)),
-    )
-
-
-def original_spec(config: Any) -> RotarySpec:
-    """The model's original rotary geometry (before any scaling it carries)."""
-    check_supported(config)
-    rope, _, L = original_geometry(config)
-    return rotary_spec(config, rope, L)
-
-
-def trained_context(config: Any) -> int:
-    """L, the context the model was trained at: a scaled checkpoint's original context (from its provenance
-    block or its rope parameters), an unscaled one's ``max_position_embeddings``."""
-    return original_geometry(config)[2]
+    A method names its mode (the methods room sits below the attention room); the name is checked here
+    against the modes' table, so a mode without its row (and kernel) is one line when the plan is made."""
+    mode = method.attention or ("kv_consistent" if kv_consistent else None)
+    return mode if mode is None else attention_row(mode).name
 
 
 def plan_patch(
@@ -183,15 +142,15 @@ def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
     context came from.
     """
     s = scaling
-    if s.as_saved:
+    if s.method is None:
         raise ValueError("the checkpoint's own scaling has no plan to make: load it as saved (no method)")
     check_supported(config)
     shipped = shipped_of(config, s.shipped_context, s.original_context)
-    mode = None
+    mode, compose, replace = None, s.start == COMPOSE, s.start == REPLACE
     if is_scaled(config):
-        mode = start_mode(shipped, s.compose or None, s.replace or None, _model_name(config))
-        _check_target_within(shipped, s.target_length, s.replace, config)
-    elif s.compose:
+        mode = start_mode(shipped, compose or None, replace or None, _model_name(config))
+        _check_target_within(shipped, s.target_length, replace, config)
+    elif compose:
         raise RopescaleError("--compose builds on a shipped scaling, and this model carries none (plain RoPE)")
     if mode == COMPOSE:
         return _plan_composed(config, shipped, s)
@@ -207,24 +166,23 @@ def plan_scaling(config: Any, scaling: Scaling) -> PatchPlan:
             factor = resolve_factor(s.method, factor, s.target_length, original_geometry(config, original)[2])
         if saved:  # a re-patch naming no parameter keeps the saved ones (a fine-tuned checkpoint's own)
             method = get_method(s.method, **saved, **({"factor": factor} if factor is not None else {}))
-        else:
-            method = s.build(factor)
-    rope, field, L = original_geometry(config, original)
+        else:  # the object the edge checked, unless a target length gave the factor only now
+            method = s.resolved if s.target_length is None else s.build(factor)
+    rope, field_, L = original_geometry(config, original)
     spec = rotary_spec(config, rope, L)
-    method.validate_for(spec)
-    _check_int64(method, spec)
-    kv = kv_consistent_option(method, s.kv_consistent)
-    return PatchPlan(
-        method, spec, rope, field, kv, _start_text(shipped, mode, L), mode, sliding_window=s.sliding_window
-    )
+    rotary = method.on(spec)  # validated against the geometry; asked once, the plan carries the answer
+    _check_int64(method, rotary, spec)
+    kv = kv_consistent_for(method.name, rotary.varies_with_length, s.kv_consistent)
+    start = _start_text(shipped, mode, L)
+    return PatchPlan(method, spec, rope, field_, kv, start, mode, sliding_window=s.sliding_window, rotary=rotary)
 
 
 def _model_name(config: Any) -> str:
     return f"'{config._name_or_path}'" if getattr(config, "_name_or_path", "") else "the model"
 
 
-def _check_int64(scaling: ScalingMethod, spec: RotarySpec) -> None:
-    written = scaling.max_position_embeddings(spec)
+def _check_int64(scaling: ScalingMethod, rotary: Rotary, spec: RotarySpec) -> None:
+    written = rotary.max_position_embeddings
     if written > INT64_MAX:  # transformers would write it; every loader would then overflow
         raise ValueError(
             f"factor {scaling.factor:g} x original context {spec.original_max_position_embeddings} gives "
@@ -291,16 +249,16 @@ def _plan_composed(config: Any, shipped: Shipped, s: Scaling) -> PatchPlan:
         shipped_context=shipped.context,
     )
     scaling.outer  # noqa: B018 - the second method's parameters fail here, naming themselves
-    rope, field, L = original_geometry(config)
+    rope, field_, L = original_geometry(config)
     spec = rotary_spec(config, rope, L)
-    scaling.validate_for(spec)
-    _check_int64(scaling, spec)
+    rotary = scaling.on(spec)
+    _check_int64(scaling, rotary, spec)
     start = _start_text(shipped, COMPOSE, L)
-    kv = kv_consistent_option(scaling, s.kv_consistent)
-    return PatchPlan(scaling, spec, rope, field, kv, start, COMPOSE, sliding_window=s.sliding_window)
+    kv = kv_consistent_for(scaling.name, rotary.varies_with_length, s.kv_consistent)
+    return PatchPlan(scaling, spec, rope, field_, kv, start, COMPOSE, sliding_window=s.sliding_window, rotary=rotary)
 
 
-def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
+def _shipped_method(config: Any, carried: CarriedScaling) -> MethodRef:
     """The shipped scaling as ``{"method", "params"}`` a method can be built from (its own keys only)."""
     block = provenance(config)
     name = str(block["method"] if block else carried.get("method"))
@@ -320,7 +278,7 @@ def _shipped_method(config: Any, carried: dict[str, Any]) -> dict[str, Any]:
     return {"method": cls.name, "params": kept}
 
 
-def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> dict[str, Any]:
+def _as_saved(config: Any, method: Any, factor: float | None, target_length: int | None) -> MethodParams:
     """The saved scaling's own parameters when a re-patch asks for the same method at the same factor and
     names no parameter: a fine-tuned checkpoint is measured with the scaling it was trained with (its
     attention factor, say), not the method's defaults. Anything else starts from the defaults."""
@@ -353,8 +311,10 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
 
     ``fine_tuned``: the weights were trained with this scaling (``ropescale export`` of a run), so a later
     extension composes on top of it by default (:func:`ropescale.patching.shipped.start_mode`)."""
-    method, spec = plan.method, plan.spec
-    native = method.rope_parameters(spec)
+    # the plan's facts only (its method was asked once, when it was made); copies, so that configs
+    # written from one plan share no list or dict with it or with each other
+    method, spec, rotary = plan.method, plan.spec, plan.rotary
+    native = copy.deepcopy(rotary.rope_parameters)
     carried = {k: v for k, v in plan.original_rope_parameters.items() if k == "partial_rotary_factor"}
     if native is not None:
         config.rope_parameters = {**carried, **native}
@@ -365,17 +325,17 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
                 "rope_type": NON_NATIVE_PREFIX + method.name,
                 "rope_theta": spec.base,
                 "original_max_position_embeddings": spec.original_max_position_embeddings,
-                **{k: v for k, v in method.params().items() if v is not None},
+                **{k: v for k, v in copy.deepcopy(rotary.params).items() if v is not None},
             }
-    config.max_position_embeddings = method.max_position_embeddings(spec)
-    extended = method.extended_context(spec)
-    _apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
+    config.max_position_embeddings = rotary.max_position_embeddings
+    extended = rotary.extended_context
+    apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
     setattr(
         config,
         PROVENANCE_KEY,
         {
             "method": method.name,
-            "params": method.params(),
+            "params": copy.deepcopy(rotary.params),
             "native": native is not None,
             "original_max_position_embeddings": spec.original_max_position_embeddings,
             "original_rope_theta": spec.base,
@@ -388,58 +348,6 @@ def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fi
             "version": __version__,
         },
     )
-
-
-#: how the sliding-window warning names the setting: the caller's own (train: its recipe key)
-_SLIDING_WINDOW_SETTING: contextvars.ContextVar[str] = contextvars.ContextVar(
-    "sliding_window_setting", default="Pass sliding_window=None (CLI: --sliding-window none)"
-)
-
-
-@contextlib.contextmanager
-def sliding_window_setting(text: str) -> Iterator[None]:
-    """Within the block, the sliding-window warning tells the user ``text`` (e.g. ``Set
-    model.sliding_window=null``) rather than the patch flag, which a training recipe does not have."""
-    token = _SLIDING_WINDOW_SETTING.set(text)
-    try:
-        yield
-    finally:
-        _SLIDING_WINDOW_SETTING.reset(token)
-
-
-def _apply_sliding_window(config: Any, extended: int, sliding_window: Any) -> None:
-    """Mistral-style sliding window: keep it (warning if it is narrower than the new context),
-    remove it (``None``) or set a width."""
-    if sliding_window == KEEP:
-        window = getattr(config, "sliding_window", None)
-        if window is not None and window < extended:
-            warnings.warn(
-                f"sliding_window={window} is smaller than the extended context {extended}: attention stays local "
-                f"to {window} tokens. {_SLIDING_WINDOW_SETTING.get()} to attend over the whole context, or a "
-                "number to widen it.",
-                stacklevel=3,
-            )
-        return
-    if sliding_window is not None and (
-        isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or sliding_window <= 0
-    ):
-        raise ValueError(f"sliding_window must be 'keep', None or a positive integer, got {sliding_window!r}")
-    if not hasattr(config, "sliding_window"):
-        raise RopescaleError(f"model type '{config.model_type}' has no sliding_window to change")
-    layers = getattr(config, "layer_types", None)
-    if sliding_window is None and layers and "sliding_attention" in layers:
-        # Qwen2/Qwen3 pick each layer's mask by layer_types: a null width with sliding layers cannot be
-        # built, so "no sliding window" makes those layers full (as use_sliding_window=false would)
-        config.layer_types = ["full_attention"] * len(layers)
-        if hasattr(config, "use_sliding_window"):
-            config.use_sliding_window = False
-    elif sliding_window is not None and getattr(config, "use_sliding_window", True) is False:
-        raise RopescaleError(
-            f"use_sliding_window = false: {config.model_type} attends over the whole context in every layer "
-            f"(layer_types), so sliding_window = {sliding_window} would be ignored by every loader; leave "
-            "--sliding-window out (or set use_sliding_window and layer_types in config.json)"
-        )
-    config.sliding_window = sliding_window
 
 
 def patch_config(
@@ -474,10 +382,20 @@ def patch_config(
     scaling = as_scaling(
         method, factor, original_max_position_embeddings, replace, sliding_window, target_length=target_length, **params
     )
-    plan = plan_scaling(config, scaling)
-    new = copy.deepcopy(config)
-    apply_plan(new, plan)
-    return new
+    return patched_copy(config, plan_scaling(config, scaling))
+
+
+def patched_copy(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, quietly: bool = False) -> Any:
+    """A copy of ``config`` with ``plan`` written into it (:func:`apply_plan`); ``quietly``: without the
+    sliding-window warning (a copy made only to be checked; the config the model keeps gives it once)."""
+    patched = copy.deepcopy(config)
+    if not quietly:
+        apply_plan(patched, plan, sliding_window)
+        return patched
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        apply_plan(patched, plan, sliding_window)
+    return patched
 
 
 def plan_from_provenance(config: Any) -> PatchPlan | None:

@@ -11,13 +11,37 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from .geometry import carried, is_unscaled, provenance, scaling_label
+if TYPE_CHECKING:
+    import torch
+
+from ..methods.types import MethodParams, RopeParameters
+from .geometry import Provenance, carried, is_unscaled, provenance, scaling_label
 from .plan import plan_from_provenance, quiet_transformers
 
 
-def scaling_of(model_or_config: Any) -> dict[str, Any]:
+class ScalingRecord(TypedDict, total=False):
+    """:func:`scaling_of`: the carried scaling and, for a model, its rotary module's attention factor."""
+
+    method: str
+    factor: float | None
+    params: MethodParams
+    attention_factor: float | None
+
+
+class Snapshot(TypedDict):
+    """:func:`snapshot_scaling`: the config fields and the rotary module that make a model's scaling."""
+
+    rope_parameters: RopeParameters | None
+    max_position_embeddings: int
+    provenance: Provenance | None
+    has_sliding_window: bool
+    sliding_window: int | None
+    rotary: torch.nn.Module
+
+
+def scaling_of(model_or_config: Any) -> ScalingRecord:
     """What scaling ``model_or_config`` runs: ``{"method", "factor", "params"}`` and, for a model,
     ``attention_factor`` (the rotary module's cos/sin multiplier, e.g. YaRN's 0.1 ln s + 1).
 
@@ -26,7 +50,7 @@ def scaling_of(model_or_config: Any) -> dict[str, Any]:
     3.1's llama3); ``method`` is ``"default"`` for plain RoPE.
     """
     config = getattr(model_or_config, "config", model_or_config)
-    out: dict[str, Any] = carried(config)
+    out = ScalingRecord(**carried(config))
     if model_or_config is not config:
         from .model import rotary_owner
 
@@ -35,7 +59,7 @@ def scaling_of(model_or_config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(out, default=float))
 
 
-def snapshot_scaling(model: Any) -> dict[str, Any]:
+def snapshot_scaling(model: Any) -> Snapshot:
     """What :func:`restore_scaling` needs to give ``model`` back its present scaling."""
     from .model import rotary_owner
 
@@ -50,7 +74,7 @@ def snapshot_scaling(model: Any) -> dict[str, Any]:
     }
 
 
-def restore_scaling(model: Any, snapshot: dict[str, Any]) -> None:
+def restore_scaling(model: Any, snapshot: Snapshot) -> None:
     """Give ``model`` the scaling of ``snapshot`` back (after :func:`ropescale.patching.model.patch`
     put others on it): the config fields, and the rotary module the loader built (or, for a scaling
     that needs ropescale's own module or attention mode, one rebuilt from the provenance block)."""

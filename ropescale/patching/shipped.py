@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AlreadyScaledError, RopescaleError
+from ..methods.types import RopeParameters
 from ..scaling import COMPOSE, REPLACE
+from .geometry import CarriedScaling
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Family:
     trained: bool | None  # the weights were trained with the shipped scaling (None: plain RoPE)
     source: str
 
-    def matches(self, model_type: str, rope: dict[str, Any], field: int) -> bool:
+    def matches(self, model_type: str, rope: RopeParameters, field: int) -> bool:
         rope_type = str(rope.get("rope_type", "default"))
         theta = float(rope.get("rope_theta") or 0)
         checks = (
@@ -176,7 +178,7 @@ class Shipped:
     context_source: str
     pretraining: int  # L: the context its plain RoPE was pretrained at
     pretraining_source: str
-    scaling: dict[str, Any] | None  # {"method", "factor", "params"} it carries; None for plain RoPE
+    scaling: CarriedScaling | None  # {"method", "factor", "params"} it carries; None for plain RoPE
     trained: bool | None  # weights trained with that scaling; None: unknown (or plain)
     trained_source: str
     family: str | None = None

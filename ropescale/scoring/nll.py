@@ -13,10 +13,15 @@ on the vocabulary's log-softmax, its backward and the casts around them (benchma
 "CPU speed", issue 54); the fused pass does one softmax per chunk instead of a log-softmax twice (the
 recomputation) and its backward, and no head recomputation. It keeps one fp32 ``[vocab, hidden]``
 gradient buffer (113 MB for SmolLM2), which is why GPUs, where memory is the scarce side, keep the
-recomputing path. It is opt-in because under bf16 autocast its rounding depends on ``train.loss_chunk``
-more than the recomputing path's does: three LoRA steps with ``loss_chunk`` 5 and 1024 end 1e-4 apart in
-a weight (tests/training/test_memory.py), which the recomputing path keeps closer. It saved 5 % of a
-SmolLM2 step (benchmarks/README.md); what makes it chunk-dependent is not yet found.
+recomputing path. It saved 5 % of a SmolLM2 step (benchmarks/README.md). It is opt-in because
+tests/training/test_memory.py's trainer test, run with it, ends ``loss_chunk`` 5 and 1024 1e-4 apart in
+a LoRA weight; the cause was found later and is not the fused loss's own: that test runs in fp32 (the
+tests resolve ``auto`` precision to fp32), and a chunk that leaves a one-row last chunk (31 scored tokens
+in chunks of 5) sends that row's head matmuls through another CPU kernel (a matrix-vector product: another
+summation order), in both paths. The gradients differ by fp32 rounding (2.6e-10), which Adam's first step
+magnifies where a zero-initialised ``lora_B`` has a gradient near ``eps`` (the update is
+``lr * g / (|g| + eps)``): 1e-4 of lr in the recomputing path, 2.5e-4 in the fused one, after one step.
+With chunks of 4 or 7 (no one-row tail) both paths give the plain run's weights bit for bit.
 """
 
 from __future__ import annotations

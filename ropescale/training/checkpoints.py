@@ -17,8 +17,9 @@ import json
 import random
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -45,6 +46,51 @@ FINGERPRINT_SECTIONS = ("model", "scaling", "lora", "data", "pose", "s2attn", "o
 FINGERPRINT_TRAIN_KEYS = ("batch_size", "grad_accum", "seed", "mixed_precision")
 # What wrappers insert into parameter names: FSDP1 units, activation-checkpoint wrappers, torch.compile.
 WRAPPER_TOKENS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+class RunIdentity(TypedDict):
+    """Content fingerprints of what a run reads (None: handed to the trainer in memory, or not recorded)."""
+
+    model: str | None
+    data: str | None
+
+
+class _CudaRngState(TypedDict, total=False):
+    cuda: list[torch.Tensor]  # one state per GPU, where there are GPUs
+
+
+class RngState(_CudaRngState):
+    """Every random generator a step draws from, for an exact resume."""
+
+    python: tuple
+    numpy: tuple
+    torch: torch.Tensor
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """What a checkpoint's ``state.json`` says, read once where the file is read (:meth:`read`)."""
+
+    path: Path  # the checkpoint folder
+    step: int
+    tokens: int  # seen so far, over every process
+    elapsed: float  # seconds of training steps so far
+    fingerprint: dict[str, Any]  # the recipe's sections a resume must share, as JSON (:func:`fingerprint`)
+    identity: RunIdentity
+
+    @classmethod
+    def read(cls, path: Path) -> CheckpointState:
+        """``path/state.json``; a checkpoint written before fingerprints or identities has none (empty)."""
+        raw = json.loads((path / "state.json").read_text())
+        identity = raw.get("identity") or {}
+        return cls(
+            path,
+            raw["step"],
+            raw["tokens"],
+            raw["elapsed"],
+            raw.get("fingerprint") or {},
+            RunIdentity(model=identity.get("model"), data=identity.get("data")),
+        )
 
 
 def fingerprint(config: TrainConfig) -> dict[str, Any]:
@@ -92,16 +138,16 @@ def first_difference(a: Any, b: Any, prefix: str = "") -> str:
     return f"{prefix.rstrip('.')}: {a!r} -> {b!r}"
 
 
-def run_identity(config: TrainConfig, model: bool = True, data: bool = True) -> dict[str, Any]:
+def run_identity(config: TrainConfig, model: bool = True, data: bool = True) -> RunIdentity:
     """The content fingerprints of the recipe's model and local data (a path names a file, not its
     content: weights or text changed in place would otherwise resume silently). ``model``/``data``:
     False where the trainer was handed them in memory."""
     from ..models.identity import model_identity
 
-    return {
-        "model": model_identity(config.model.name)["fingerprint"] if model else None,
-        "data": _data_fingerprint(config) if data else None,
-    }
+    return RunIdentity(
+        model=model_identity(config.model.name)["fingerprint"] if model else None,
+        data=_data_fingerprint(config) if data else None,
+    )
 
 
 def _data_fingerprint(config: TrainConfig) -> str | None:
@@ -117,32 +163,32 @@ def _data_fingerprint(config: TrainConfig) -> str | None:
     return hashlib.sha256(json.dumps(prints).encode()).hexdigest() if any(prints) else None
 
 
-def check_resumable(state: dict[str, Any], config: TrainConfig, path: Path, identity: dict | None = None) -> None:
-    """Refuse to resume ``path`` (its ``state.json``) under a recipe that changes what was trained.
+def check_resumable(state: CheckpointState, config: TrainConfig, identity: RunIdentity | None = None) -> None:
+    """Refuse to resume the checkpoint ``state`` was read from under a recipe that changes what was trained.
 
     Raises:
         RopescaleError: the fingerprint differs (first difference named), the model's weights or the
             data's text changed since (``identity``, where the checkpoint recorded it), or the
             checkpoint is already past ``train.max_steps``.
     """
-    saved_identity = state.get("identity") or {}
+    path = state.path
     for key, where in (("model", config.model.name), ("data", config.data.source)):
-        old, new = saved_identity.get(key), (identity or {}).get(key)
+        old, new = state.identity[key], identity[key] if identity is not None else None
         if old and new and old != new:
             raise RopescaleError(
                 f"checkpoint {path} was trained on other {key} content: '{where}' changed since (fingerprint "
                 f"{old[:12]}, now {new[:12]}); use another train.output_dir, or --overwrite to start again"
             )
-    saved = state.get("fingerprint") or {}
+    saved = state.fingerprint
     saved = {**saved, "train": {k: v for k, v in (saved.get("train") or {}).items() if k != "max_steps"}}
     if saved != fingerprint(config):
         raise RopescaleError(
             f"checkpoint {path} was made with a different recipe ("
             f"{first_difference(saved, fingerprint(config))}); use another train.output_dir or the original settings"
         )
-    if state["step"] > config.train.max_steps:
+    if state.step > config.train.max_steps:
         raise RopescaleError(
-            f"checkpoint {path} is at step {state['step']}, past train.max_steps={config.train.max_steps}; "
+            f"checkpoint {path} is at step {state.step}, past train.max_steps={config.train.max_steps}; "
             "raise train.max_steps to train longer"
         )
 
@@ -252,15 +298,15 @@ def resume_point(
     return found
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state() -> RngState:
     """Python, NumPy, torch (and CUDA) RNG states of this process."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = RngState(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     """Restore what :func:`rng_state` returned."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
@@ -276,7 +322,9 @@ def unwrapped_name(name: str) -> str:
     return name
 
 
-def select_trainable(state_dict: dict[str, torch.Tensor], names: list[str], prefix: str = "") -> dict[str, Any]:
+def select_trainable(
+    state_dict: dict[str, torch.Tensor], names: list[str], prefix: str = ""
+) -> dict[str, torch.Tensor]:
     """The entries of a (gathered) state dict that are trainable parameters, keyed by their names in
     the unwrapped peft model.
 
@@ -298,7 +346,9 @@ def select_trainable(state_dict: dict[str, torch.Tensor], names: list[str], pref
     return found
 
 
-def gather_trainable(accelerator: Any, module: nn.Module, names: list[str], fsdp_version: int | None) -> dict[str, Any]:
+def gather_trainable(
+    accelerator: Any, module: nn.Module, names: list[str], fsdp_version: int | None
+) -> dict[str, torch.Tensor]:
     """The full trainable weights of a (possibly sharded) module, on the main process.
 
     Every rank must call it. FSDP2: each trainable DTensor is gathered on its own (the frozen base
@@ -329,7 +379,7 @@ def gather_trainable(accelerator: Any, module: nn.Module, names: list[str], fsdp
 RUN_ENTRIES = (CHECKPOINTS, "metrics.jsonl", "adapter", "merged")  # what --overwrite clears in a run folder
 
 
-def prepare_output_dir(out: Path, resume: bool, overwrite: bool, inputs: dict[str, Any] | None = None) -> None:
+def prepare_output_dir(out: Path, resume: bool, overwrite: bool, inputs: dict[str, str] | None = None) -> None:
     """Create the output folder; refuse to start over existing checkpoints unless ``overwrite``
     (which removes the earlier run's checkpoints, metrics, adapter and merged model).
 

@@ -30,7 +30,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -159,11 +159,27 @@ def tokenize_stream(
     return stream
 
 
+class _StreamKeyOptions(TypedDict, total=False):
+    packing: str  # in the key where it is not the stream packing of the first caches (theirs stay valid)
+    chat_loss: str
+
+
+class StreamKey(_StreamKeyOptions):
+    """What a cached token stream was made from: a stream is tokenized again when any of it changes."""
+
+    source: str
+    content: str | None  # the source's content fingerprint (a file edited in place changes it)
+    holdout: list[str] | int
+    max_tokens: int | None
+    tokenizer: str
+    vocab: int
+
+
 def _extra(path: Path, name: str) -> Path:
     return path.with_name(f"{path.stem}.{name}.npy")
 
 
-def cached_stream(path: Path, key: dict[str, Any], build) -> TokenStream:
+def cached_stream(path: Path, key: StreamKey, build) -> TokenStream:
     """The token stream stored at ``path`` (``.npy`` + ``.json`` key, and ``.starts.npy`` /
     ``.loss.npy`` where it has them), rebuilt when the key differs.
 
@@ -210,14 +226,14 @@ def training_stream(config: Any, tokenizer: Any, path: Path) -> TokenStream:
 
     from ..models.identity import data_identity
 
-    key = {
-        "source": d.source,
-        "content": data_identity(d.source).get("fingerprint"),  # a file edited in place is tokenized again
-        "holdout": d.holdout,
-        "max_tokens": d.max_tokens,
-        "tokenizer": getattr(tokenizer, "name_or_path", "?"),
-        "vocab": len(tokenizer),
-    }
+    key = StreamKey(
+        source=d.source,
+        content=data_identity(d.source).get("fingerprint"),  # a file edited in place is tokenized again
+        holdout=d.holdout,
+        max_tokens=d.max_tokens,
+        tokenizer=getattr(tokenizer, "name_or_path", "?"),
+        vocab=len(tokenizer),
+    )
     if packing != "stream" or d.chat_loss != "assistant":  # the key of a stream cached before these keys stays
         key.update(packing=packing, chat_loss=d.chat_loss)
     return cached_stream(path, key, build)

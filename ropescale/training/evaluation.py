@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from ..errors import RopescaleError
 from .config import TrainConfig
 from .data import split_holdout
+
+
+class EvalResult(TypedDict):
+    """One evaluation of the model being trained (a line of ``metrics.jsonl`` with its step)."""
+
+    eval_length: int
+    eval_ppl: float
+    eval_tokens: int
+    eval_seconds: float
+    eval_window_nll: list[float]  # each window's mean NLL in nats
+
+
+class EvalRecord(TypedDict, total=False):
+    """:class:`EvalResult` with the step it was made at, on the main process; empty on the others (they
+    take part in the run but do not evaluate)."""
+
+    step: int
+    eval_length: int
+    eval_ppl: float
+    eval_tokens: int
+    eval_seconds: float
+    eval_window_nll: list[float]
 
 
 def eval_documents(
@@ -60,7 +82,7 @@ def evaluate_peft_model(
     bos_token_id: int | None,
     base_attn: str,
     autocast: Any,
-) -> dict[str, Any]:
+) -> EvalResult:
     """Perplexity of the model being trained, with S²-Attn switched off and eval mode for the duration.
 
     Args:

@@ -21,7 +21,15 @@ import torch
 
 from ..data.sources import PYTHON_PREFIX, SourceSpec, mix_documents, parse_sources, python_root
 from ..errors import RopescaleError
-from .data import TokenStream, WindowDataset, WindowSpec, cached_stream, stack_samples, tokenize_stream
+from .data import (
+    StreamKey,
+    TokenStream,
+    WindowDataset,
+    WindowSpec,
+    cached_stream,
+    stack_samples,
+    tokenize_stream,
+)
 from .packing import resolved_packing
 
 
@@ -94,16 +102,16 @@ def mixed_streams(config: Any, tokenizer: Any, folder: Path) -> list[TokenStream
                 split = mix_documents(specs, d.holdout, d.text_field)
             return tokenize_stream(tokenizer, split[i][1], spec.max_tokens, packing, d.chat_loss)
 
-        key = {
-            "source": spec.source,
-            "content": source_fingerprint(spec),
-            "holdout": d.holdout,
-            "max_tokens": spec.max_tokens,
-            "packing": packing,
-            "chat_loss": d.chat_loss,
-            "tokenizer": getattr(tokenizer, "name_or_path", "?"),
-            "vocab": len(tokenizer),
-        }
+        key = StreamKey(
+            source=spec.source,
+            content=source_fingerprint(spec),
+            holdout=d.holdout,
+            max_tokens=spec.max_tokens,
+            packing=packing,
+            chat_loss=d.chat_loss,
+            tokenizer=getattr(tokenizer, "name_or_path", "?"),
+            vocab=len(tokenizer),
+        )
         streams.append(cached_stream(folder / f"source-{i}.npy", key, build))
     return streams
 

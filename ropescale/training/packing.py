@@ -33,7 +33,7 @@ the recipe is refused (:func:`packing_problem`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -97,7 +97,28 @@ def document_segments(
     return (positions - anchor[seq]).astype(np.int64), seq.astype(np.int64), first
 
 
-def flash_varlen_kwargs(seq_ids: torch.Tensor) -> dict[str, Any]:
+class VarlenLengths(TypedDict):
+    """Flash attention's varlen arguments: where each document starts in the flattened batch, and the
+    longest document (the same for queries and keys: self-attention)."""
+
+    cu_seq_lens_q: torch.Tensor  # [documents + 1] int32
+    cu_seq_lens_k: torch.Tensor
+    max_length_q: int
+    max_length_k: int
+
+
+class DocumentAttention(TypedDict, total=False):
+    """The decoder's keyword arguments that keep a window's documents apart: an attention mask (a mask,
+    one per layer type, or None), and under flash attention the varlen lengths instead of a mask."""
+
+    attention_mask: torch.Tensor | dict[str, torch.Tensor] | None
+    cu_seq_lens_q: torch.Tensor
+    cu_seq_lens_k: torch.Tensor
+    max_length_q: int
+    max_length_k: int
+
+
+def flash_varlen_kwargs(seq_ids: torch.Tensor) -> VarlenLengths:
     """``cu_seq_lens_q/k`` and ``max_length_q/k`` of the documents of a batch flattened into one
     row (each row's documents apart from the next row's). # seq_ids: [B, L]"""
     b, n = seq_ids.shape
@@ -106,7 +127,7 @@ def flash_varlen_kwargs(seq_ids: torch.Tensor) -> dict[str, Any]:
     starts = new.reshape(-1).nonzero().view(-1).to(torch.int32)
     cu = torch.cat([starts, torch.tensor([b * n], dtype=torch.int32, device=seq_ids.device)])
     longest = int(cu.diff().max())
-    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+    return VarlenLengths(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
 
 
 def uses_varlen(implementation: str) -> bool:
@@ -115,7 +136,7 @@ def uses_varlen(implementation: str) -> bool:
     return "flash" in implementation
 
 
-def document_attention(causal_lm: Any, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> dict[str, Any]:
+def document_attention(causal_lm: Any, position_ids: torch.Tensor, seq_ids: torch.Tensor) -> DocumentAttention:
     """Keyword arguments for the decoder's forward that keep the window's documents apart (see the
     module docstring): a mask, or per-layer-type masks, or flash-attention's varlen lengths."""
     from transformers.masking_utils import (

@@ -180,7 +180,9 @@ def shift_labels(labels: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def context_parallel_batch(accelerator: Any, batch: dict[str, torch.Tensor], cp: int) -> Iterator[dict[str, Any]]:
+def context_parallel_batch(
+    accelerator: Any, batch: dict[str, torch.Tensor], cp: int
+) -> Iterator[dict[str, torch.Tensor]]:
     """Shard a batch over the CP group for one forward + backward (both must run inside).
 
     Yields the keyword arguments of :class:`~ropescale.training.modeling.CausalLMLoss`: this rank's

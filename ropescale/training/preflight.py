@@ -73,6 +73,7 @@ class Preflight:
     gpus: int = 1
     sources: list[SourceText] | None = None
     eval_tokens: list[list[int]] | None = None  # the evaluation's documents, for the trainer to reuse
+    device: str | None = None  # the run's device type (cpu, cuda); None (the dry run): this machine's
 
     @property
     def target_length(self) -> int | None:
@@ -235,8 +236,28 @@ def check_evaluation(pf: Preflight) -> str | list[str]:
     return f"evaluation: held-out text holds a window of {length:,} tokens ({when})"
 
 
+def check_compile(pf: Preflight) -> list[str]:
+    """``train.compile``: torch.compile must be able to build the run's kernels (on a CPU, inductor
+    needs a C++ compiler), found now rather than in the first step, after the weights load."""
+    if not pf.config.train.compile:
+        return []
+    import torch
+
+    from .compiling import compile_problem, cpp_compiler
+
+    device = pf.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    problem = compile_problem(device)
+    if problem is not None:
+        if pf.dry_run and pf.device is None:  # the dry run may plan a run for another machine
+            return [f"compile: {problem} (a run on this machine stops on it)"]
+        raise RopescaleError(problem)
+    how = f"C++ compiler {cpp_compiler()[0]}" if device == "cpu" else "Triton kernels"
+    return [f"compile: each decoder layer through torch.compile on {device} (inductor, {how}); the first steps compile"]
+
+
 CHECKS: list[Callable[[Preflight], str | list[str]]] = [
     check_schedule,
+    check_compile,
     check_output,
     check_data,
     check_chat_targets,

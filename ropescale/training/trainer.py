@@ -8,7 +8,7 @@ reads top to bottom (``setup → train → save_checkpoint``), and accelerate st
 DDP/FSDP wrapping, context parallelism, mixed precision and gradient synchronisation.
 
 The model (:mod:`.modeling`), memory options (:mod:`.memory`), optimizer and schedule (:mod:`.optim`),
-checkpoint helpers (:mod:`.checkpoints`) and context parallelism (:mod:`.parallel`) live beside it.
+checkpoint helpers (:mod:`.checkpoints`), saving and resuming (:mod:`.resume`) and context parallelism (:mod:`.parallel`) live beside it.
 
 Output folder (``train.output_dir``, default ``runs/<recipe>``)::
 
@@ -32,33 +32,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
 
-from .._io import atomic_write_json, atomic_write_text, remove_path
+from .._io import atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
 from ..models.runtime import load_average
 from ..patching.plan import original_spec, sliding_window_setting
-from .checkpoints import (
-    CHECKPOINTS,
-    TRAINABLE_FILE,
-    check_resumable,
-    fingerprint,
-    gather_trainable,
-    left_as_found,
-    list_checkpoints,
-    prepare_output_dir,
-    resume_point,
-    rng_state,
-    run_identity,
-    set_rng_state,
-    write_adapter,
-    write_manifest,
-)
+from .checkpoints import left_as_found, list_checkpoints, prepare_output_dir, run_identity
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
+from .evaluation import EvalRecord
 from .mixing import mixed_windows
 from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: re-exported (older imports)
     CausalLMLoss,
@@ -66,27 +52,18 @@ from .modeling import (  # chunked_causal_lm_loss, resolve_attn_implementation: 
     check_lengths,
     chunked_causal_lm_loss,
     load_base_model,
-    load_trainable,
     resolve_attn_implementation,
     scale_model,
     target_length,
     wrap_lora,
 )
-from .optim import build_optimizer, lr_lambda, sync_lr
+from .optim import build_optimizer, lr_lambda
 from .packing import resolved_packing
 from .parallel import check_launch, context_parallel_batch, cp_size, data_parallel_rank, parallelism_config
 from .preflight import SLIDING_WINDOW_KEY
 from .recall import recall_writer
-from .state_files import (
-    FSDP_OPTIMIZER_FILES,
-    OPTIMIZER_FILE,
-    SCHEDULER_FILE,
-    check_fsdp_state_dict_type,
-    load_state,
-    refuse_pickles,
-    rng_file,
-    save_state,
-)
+from .resume import Checkpointing
+from .state_files import FSDP_OPTIMIZER_FILES, check_fsdp_state_dict_type, refuse_pickles
 
 __all__ = [
     "Trainer",
@@ -104,17 +81,33 @@ def _require_training_deps() -> None:
             raise MissingDependencyError(f"training needs {name}: pip install 'ropescale[train]'")
 
 
+class _CompiledStep(TypedDict, total=False):
+    compiled_layers: int  # train.compile: the decoder layers that ran compiled (absent when off)
+
+
+class StepRecord(_CompiledStep):
+    """One optimizer step's line of ``metrics.jsonl`` (with the load average :meth:`Trainer._log` adds)."""
+
+    step: int
+    loss: float
+    lr: float
+    grad_norm: float | None  # None: optim.max_grad_norm is null (no clipping, no norm computed)
+    tokens: int  # seen so far, over every process
+    tokens_per_s: float
+    elapsed: float  # seconds of training steps so far, over every session of the run
+
+
 @dataclass
 class TrainResult:
     step: int
     losses: list[float] = field(default_factory=list)  # per step of this session
-    evals: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[EvalRecord] = field(default_factory=list)
     output_dir: Path | None = None
     seconds: float = 0.0
     tokens: int = 0
 
 
-class Trainer:
+class Trainer(Checkpointing):
     """Fine-tune a scaled model with LoRA: ``Trainer(config).train()``.
 
     Args:
@@ -146,6 +139,7 @@ class Trainer:
         self.step = 0
         self.tokens_seen = 0
         self.elapsed = 0.0
+        self.compiled_layers = 0
         self._ready = False
 
     # ------------------------------------------------------------------------------ setup
@@ -203,6 +197,10 @@ class Trainer:
             from .s2attn import enable_s2attn
 
             enable_s2attn(self.peft_model.get_base_model(), c.s2attn.group_ratio)
+        if c.train.compile:  # after every change to the layers' code (LoRA, memory options, S2-Attn): it is traced
+            from .compiling import compile_layers
+
+            self.compiled_layers = compile_layers(self.peft_model.get_base_model())
         with acc.main_process_first():
             self.dataset = self._build_dataset()
         state = self._restore_weights() if resume else None
@@ -262,6 +260,7 @@ class Trainer:
                 recipe_data=self._train_tokens is None,
                 gpus=acc.num_processes,
                 eval_tokens=self.eval_tokens,
+                device=acc.device.type,
             )
             try:
                 self.preflight_lines = run_preflight(pf)
@@ -310,96 +309,7 @@ class Trainer:
             return mixed_windows(c, self.tokenizer, self.output_dir / "data", spec, recall)
         return WindowDataset(stream, spec, seed=c.train.seed, recall=recall)
 
-    # --------------------------------------------------------------------------- checkpoints
-
-    def _restore_weights(self) -> dict[str, Any] | None:
-        """Load the newest checkpoint's trainable weights before wrapping; returns its state."""
-        path = resume_point(self.output_dir, announce=self.accelerator.is_main_process)
-        if path is None:
-            return None  # --resume on a fresh directory starts from scratch
-        state = json.loads((path / "state.json").read_text())
-        check_resumable(state, self.config, path, self.identity)
-        from safetensors.torch import load_file
-
-        load_trainable(self.peft_model, load_file(path / TRAINABLE_FILE))
-        state["path"] = str(path)
-        return state
-
-    def _restore_training_state(self, state: dict[str, Any]) -> None:
-        path, acc = Path(state["path"]), self.accelerator
-        if self._fsdp():
-            from accelerate.utils import load_fsdp_optimizer
-
-            load_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(path), 0)
-        else:
-            self.optimizer.optimizer.load_state_dict(load_state(path / OPTIMIZER_FILE))
-        self.scheduler.load_state_dict(load_state(path / SCHEDULER_FILE))
-        sync_lr(self.scheduler)  # a larger train.max_steps recomputes the decay from here on
-        rng = path / rng_file(acc.process_index)
-        if rng.is_file():
-            set_rng_state(load_state(rng))
-        self.step, self.tokens_seen, self.elapsed = state["step"], state["tokens"], state["elapsed"]
-        if acc.is_main_process:
-            self._trim_metrics(self.step)
-
-    def _fsdp(self) -> bool:
-        from accelerate.utils import DistributedType
-
-        return self.accelerator.distributed_type == DistributedType.FSDP
-
-    def save_checkpoint(self) -> Path:
-        """Write ``checkpoints/step-N`` atomically: staged in a hidden folder, renamed when complete."""
-        from safetensors.torch import save_file
-
-        acc, root = self.accelerator, self.output_dir / CHECKPOINTS
-        final = root / f"step-{self.step:08d}"
-        staging = root / f".step-{self.step:08d}.partial"
-        if acc.is_main_process:
-            remove_path(staging)
-            staging.mkdir(parents=True)
-        acc.wait_for_everyone()
-        # every rank takes part in gathering; under FSDP the names are matched unwrapped
-        weights = gather_trainable(acc, self.module, self.trainable_names, self.fsdp_version)
-        if self._fsdp():
-            from accelerate.utils import save_fsdp_optimizer
-
-            save_fsdp_optimizer(acc.state.fsdp_plugin, acc, self.optimizer.optimizer, self.module, str(staging), 0)
-        save_state(staging / rng_file(acc.process_index), rng_state())
-        if acc.is_main_process:
-            save_file({k: v.contiguous().cpu() for k, v in weights.items()}, staging / TRAINABLE_FILE)
-            if not self._fsdp():
-                save_state(staging / OPTIMIZER_FILE, self.optimizer.optimizer.state_dict())
-            save_state(staging / SCHEDULER_FILE, self.scheduler.state_dict())
-            atomic_write_json(
-                staging / "state.json",
-                {
-                    "step": self.step,
-                    "tokens": self.tokens_seen,
-                    "elapsed": self.elapsed,
-                    "world_size": acc.num_processes,
-                    "fingerprint": fingerprint(self.config),
-                    "identity": self.identity,
-                },
-            )
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            write_manifest(staging)  # last: sizes and sha256 of what every rank wrote
-            if final.exists() or final.is_symlink():
-                remove_path(final)
-            os.replace(staging, final)
-            for old in list_checkpoints(self.output_dir)[: -self.config.train.keep_checkpoints]:
-                remove_path(old)  # a symlinked step folder: the link goes, not what it points at
-        acc.wait_for_everyone()
-        return final
-
-    def _trim_metrics(self, step: int) -> None:
-        """Drop metric lines of steps lost after the checkpoint a run resumes from."""
-        path = self.output_dir / "metrics.jsonl"
-        if path.is_file():
-            lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
-            atomic_write_text(path, "".join(ln + "\n" for ln in lines))
-
-    def _log(self, record: dict[str, Any]) -> None:
+    def _log(self, record: StepRecord | EvalRecord) -> None:
         """One line of ``metrics.jsonl``, with the load average it ran under (a step timed beside another
         job is slower by its share: the line says so)."""
         if self.accelerator.is_main_process:
@@ -408,12 +318,12 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- evaluation
 
-    def evaluate(self) -> dict[str, Any]:
+    def evaluate(self) -> EvalRecord:
         """Perplexity at the target length on held-out text, with full attention, in eval mode."""
         from .evaluation import eval_documents, evaluate_peft_model
 
         c, acc = self.config, self.accelerator
-        record: dict[str, Any] = {}
+        record: EvalRecord = {}
         if acc.is_main_process:
             length = c.eval.length or self.target_length
             if self.eval_tokens is None:
@@ -485,17 +395,18 @@ class Trainer:
             self.elapsed += dt
             result.losses.append(step_loss)
             if self.step % c.train.log_every == 0 or self.step == c.train.max_steps:
-                self._log(
-                    {
-                        "step": self.step,
-                        "loss": step_loss,
-                        "lr": lr,
-                        "grad_norm": grad_norm,
-                        "tokens": self.tokens_seen,
-                        "tokens_per_s": step_tokens / dt,
-                        "elapsed": self.elapsed,
-                    }
+                record = StepRecord(
+                    step=self.step,
+                    loss=step_loss,
+                    lr=lr,
+                    grad_norm=grad_norm,
+                    tokens=self.tokens_seen,
+                    tokens_per_s=step_tokens / dt,
+                    elapsed=self.elapsed,
                 )
+                if self.compiled_layers:  # what produced the step's numbers (config.yaml says train.compile too)
+                    record["compiled_layers"] = self.compiled_layers
+                self._log(record)
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.4f}", tok_s=f"{step_tokens / dt:.0f}", lr=f"{lr:.2e}")
             if c.eval.every and self.step % c.eval.every == 0:
@@ -518,14 +429,3 @@ class Trainer:
         if self.cp > 1:
             return context_parallel_batch(self.accelerator, batch, self.cp)
         return contextlib.nullcontext(batch)
-
-    def save_adapter(self) -> Path | None:
-        """``adapter/``: the LoRA adapter in peft format plus the other trainable weights."""
-        acc, out = self.accelerator, self.output_dir / "adapter"
-        if self._fsdp():
-            return None  # the last checkpoint holds the gathered weights; export reads it
-        acc.wait_for_everyone()
-        if acc.is_main_process:
-            write_adapter(self.peft_model, self.config, out)
-        acc.wait_for_everyone()
-        return out

@@ -15,7 +15,7 @@ from tests.evals.lm_eval.conftest import no_defaults_task_manager, no_env_report
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    lm_eval_cmd.register(parser.add_subparsers())
+    lm_eval_cmd.COMMAND.install(parser.add_subparsers())
     return parser
 
 

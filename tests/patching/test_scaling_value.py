@@ -94,3 +94,22 @@ def test_ruler_cells_and_search_results_name_the_same_value():
     }
     found = SearchResult("yarn", {"factor": 4.0, "beta_fast": 8}, "m", 1.0, None)
     assert found.scaling() == Scaling("yarn", 4.0, {"beta_fast": 8}, start="replace")
+
+
+def test_the_method_is_built_once_and_asked_once(tmp_path, monkeypatch):
+    """The edge's checked method object is the plan's, and the plan asks it for the rotary geometry once:
+    writing the config, checking it runs and loading the model read the plan (issue 53's factor path)."""
+    from ropescale.methods.yarn import Yarn
+    from ropescale.models.loading import load_config
+
+    tiny_model().save_pretrained(tmp_path)
+    scaling = Scaling("yarn", 4)
+    scaling.check()
+    asked = []
+    real = Yarn.rope_parameters
+    monkeypatch.setattr(Yarn, "rope_parameters", lambda self, spec: asked.append(spec) or real(self, spec))
+    plan = plan_scaling(load_config(str(tmp_path)), scaling)
+    model = ropescale.from_pretrained(str(tmp_path), plan=plan)
+    assert model.config.rope_parameters["factor"] == 4 and plan.native and not plan.custom_rotary
+    assert len(asked) == 1
+    assert plan.method is scaling.resolved
