@@ -27,17 +27,15 @@ from ropescale.evals.tasks.longppl import (
     text_window,
 )
 from ropescale.evals.tasks.records import (
-    DataKey,
     EvaluatorJSON,
     LongPPLCellFile,
     LongPPLFingerprint,
     LongPPLResults,
     LongPPLSummary,
-    MeasuredJSON,
-    ModelKey,
     ScalingRequest,
 )
 from ropescale.evals.tasks.ruler.run import cell_name
+from ropescale.evals.tasks.run_folder import Fingerprint, MeasuredJSON
 from ropescale.markdown import table
 from ropescale.scaling import Scaling
 
@@ -205,7 +203,7 @@ class CellKeys:
 
         self.model, self.judge, self.documents = str(model), judge, documents
         self.content = model_content(self.model)
-        self.data = {n: DataKey(name=data, fingerprint=text_fingerprint(w)) for n, w in windows.items()}
+        self.data = {n: Fingerprint(name=data, fingerprint=text_fingerprint(w)) for n, w in windows.items()}
 
     def fingerprint(self, s: Scaling, n: int) -> LongPPLFingerprint:
         content: dict[str, str] = {} if self.content is None else {"model_content": self.content}
@@ -224,7 +222,7 @@ class CellKeys:
     def measured(fingerprint: LongPPLFingerprint) -> MeasuredJSON:
         """A cell's fingerprint in the suite's shape (:func:`.cell_keys.measured`), for
         :func:`.run_folder.compare`: a key it lacks stays absent (a cell written before it)."""
-        model = ModelKey(name=fingerprint.get("model"))
+        model = Fingerprint(name=fingerprint.get("model"))
         if "model_content" in fingerprint:
             model["fingerprint"] = fingerprint["model_content"]
         protocol = {k: fingerprint.get(k) for k in ("scaling_requested", "length", "evaluator", "documents")}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
+# JSON's values (a method's parameters, the keys of a result another version wrote that this one does not
+# name) and a cell's measured key are run_folder's, which every runner's cell check shares
+from ropescale.evals.tasks.run_folder import Fingerprint, JSONValue, MeasuredJSON
+
 if TYPE_CHECKING:
     from ropescale.evals.tasks.longppl import LongPPLTotals
     from ropescale.interop.config_json import ProvenanceBlock
-
-#: a value JSON holds (what ``json.loads`` returns): a method's parameters, the keys of a result another
-#: version wrote that this one does not name
-JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
 
 
 class TrialJSON(TypedDict, total=False):
@@ -60,29 +60,6 @@ class EvaluatorJSON(TypedDict):
     beta: float
 
 
-class DataKey(TypedDict):
-    """The data a cell measured: its name as given (``--data``) and its text by content."""
-
-    name: str | None
-    fingerprint: str
-
-
-class ModelKey(TypedDict):
-    """The model a cell measured: by name, and by content where it was recorded."""
-
-    name: str | None
-    fingerprint: NotRequired[str]
-
-
-class MeasuredJSON(TypedDict):
-    """What a cell measured, in the suite's shape (``measured`` of a suite cell, :mod:`.run_folder`'s
-    comparison): the model, the protocol (each task's own keys) and the data where recorded."""
-
-    model: ModelKey
-    protocol: dict[str, JSONValue]
-    data: NotRequired[DataKey]
-
-
 class LongPPLFingerprint(TypedDict):
     """What a LongPPL cell of ``ropescale eval longppl`` records and must match to count as done
     (:class:`.longppl_run.CellKeys`); a key a cell written before it lacks is absent."""
@@ -93,7 +70,7 @@ class LongPPLFingerprint(TypedDict):
     length: int
     evaluator: EvaluatorJSON
     documents: int
-    data: NotRequired[DataKey]
+    data: NotRequired[Fingerprint]
 
 
 class LongPPLCellFile(TypedDict):
@@ -123,7 +100,6 @@ class LongPPLSummary(LongPPLResults):
 
 
 __all__ = [
-    "DataKey",
     "EvaluatorJSON",
     "JSONValue",
     "LongPPLCellFile",
@@ -131,7 +107,6 @@ __all__ = [
     "LongPPLResults",
     "LongPPLSummary",
     "MeasuredJSON",
-    "ModelKey",
     "ScalingRequest",
     "TrialJSON",
 ]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from ropescale.evals.tasks.json_fields import only_known, take
-from ropescale.evals.tasks.records import MeasuredJSON, ScalingRequest
+from ropescale.evals.tasks.records import ScalingRequest
 from ropescale.evals.tasks.ruler.cell import RulerCell, RulerCellJSON
+from ropescale.evals.tasks.run_folder import MeasuredJSON
 from ropescale.interop.config_json import ProvenanceBlock, RopeDict
 from ropescale.scaling import COMPOSE, Scaling
 
