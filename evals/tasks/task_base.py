@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from ropescale.errors import RopescaleError
+
+# a task's block of a suite file: its settings by name, as the file writes them (each task has its own keys)
+from ropescale.evals.tasks.run_folder import Settings as SuiteBlock
 from ropescale.options import option
 
 if TYPE_CHECKING:
@@ -207,7 +210,7 @@ class Task(Generic[S, R]):
         """The keys of the task's block in a suite file."""
         return ("lengths", *(f.name for f in fields(self.settings)))
 
-    def read(self, raw: dict[str, Any]) -> S:
+    def read(self, raw: SuiteBlock) -> S:
         """The typed settings of a (checked) suite block: its values over the defaults."""
         values = {}
         for f in fields(self.settings):
@@ -216,7 +219,7 @@ class Task(Generic[S, R]):
                 values[f.name] = tuple(value) if isinstance(f.default, tuple) and isinstance(value, list) else value
         return self.settings(**values)
 
-    def check(self, raw: dict[str, Any]) -> None:
+    def check(self, raw: SuiteBlock) -> None:
         """Each key of a suite block known and of the kind its field takes (one line naming ``task.key``)."""
         unknown = sorted(set(raw) - set(self.keys()))
         if unknown:
@@ -266,6 +269,7 @@ class Task(Generic[S, R]):
 
 __all__ = [
     "CellContext",
+    "SuiteBlock",
     "MethodRow",
     "SuiteError",
     "SuiteMeta",

@@ -24,6 +24,7 @@ from ropescale.evals.tasks.records import EvaluatorJSON, JSONValue
 from ropescale.evals.tasks.task_base import (
     CellContext,
     MethodRow,
+    SuiteBlock,
     SuiteError,
     Task,
     flag_type,
@@ -169,7 +170,7 @@ class LongPPL(Task[LongPPLSettings, LongPPLCell]):
     command = False  # ``ropescale eval longppl`` (cli/eval_longppl.py) has its own runner and folder layout
     help = "LongPPL: perplexity on the key tokens that need the long context, beside perplexity"
 
-    def check(self, raw: dict[str, Any]) -> None:
+    def check(self, raw: SuiteBlock) -> None:
         """The keys one by one (:meth:`Task.check`), then what they say together: a scaled evaluator
         needs its factor, and the short window must be below every length (else no token is scored)."""
         super().check(raw)

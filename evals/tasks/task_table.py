@@ -15,7 +15,7 @@ import argparse
 from dataclasses import MISSING, fields
 from typing import Any, Literal, TypeVar, overload
 
-from ropescale.evals.tasks.task_base import SuiteError, Task, default_of, suite_meta
+from ropescale.evals.tasks.task_base import SuiteBlock, SuiteError, Task, default_of, suite_meta
 from ropescale.evals.tasks.task_longppl import LONGPPL, LongPPL
 from ropescale.evals.tasks.task_perplexity import PERPLEXITY, Perplexity
 from ropescale.evals.tasks.task_retrieval import NEEDLE, PASSKEY, Needle, Passkey
@@ -68,7 +68,7 @@ def get(name: str) -> AnyTask:
 
 
 # -- a cell's protocol: what it measured besides the model and the data ---------------------------------
-def protocol(task: AnyTask, raw: dict[str, Any], seed: int) -> dict[str, Any]:
+def protocol(task: AnyTask, raw: SuiteBlock, seed: int) -> SuiteBlock:
     """The ``protocol`` of a cell's ``measured`` key: the task's settings as the suite wrote them
     (not the lengths), a default that differs from what an absent key meant before it was set
     (``legacy``), and the seed of a seeded task."""
@@ -116,13 +116,13 @@ def add_flags(parser: argparse.ArgumentParser, task: AnyTask) -> None:
     add_arguments(parser, task.settings)
 
 
-def settings_from_args(task: AnyTask, args: argparse.Namespace) -> dict[str, Any]:
+def settings_from_args(task: AnyTask, args: argparse.Namespace) -> SuiteBlock:
     """The suite block of ``ropescale eval <task>``'s flags: every setting, as a suite file writes it
     (a cell's protocol leaves out what cells never recorded, :func:`protocol`)."""
     from ropescale.options import from_arguments
 
     settings = from_arguments(task.settings, args)
-    block: dict[str, Any] = {"lengths": list(args.lengths)}
+    block: SuiteBlock = {"lengths": list(args.lengths)}
     for f in fields(task.settings):
         value = getattr(settings, f.name)
         value = list(value) if isinstance(value, tuple) else value
