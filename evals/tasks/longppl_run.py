@@ -32,7 +32,6 @@ from ropescale.evals.tasks.records import (
     LongPPLFingerprint,
     LongPPLResults,
     LongPPLSummary,
-    ScalingRequest,
 )
 from ropescale.evals.tasks.ruler.run import cell_name
 from ropescale.evals.tasks.run_folder import Fingerprint, MeasuredJSON
@@ -154,19 +153,13 @@ def evaluator_record(
     scaling = scaling or Scaling("none")
     return EvaluatorJSON(
         model=str(evaluator),
-        scaling=_request(scaling),
+        scaling=scaling.request(),
         default=evaluator == model and scaling.unscaled,
         trunc_len=trunc_len,
         internal=internal,
         alpha=ALPHA,
         beta=BETA,
     )
-
-
-def _request(scaling: Scaling) -> ScalingRequest:
-    """:meth:`Scaling.request`, named by its keys (the same dict)."""
-    asked = scaling.request()
-    return ScalingRequest(method=asked["method"], factor=asked["factor"], params=asked["params"])
 
 
 def evaluator_text(judge: EvaluatorJSON) -> str:
@@ -211,7 +204,7 @@ class CellKeys:
         return LongPPLFingerprint(
             model=self.model,
             **content,
-            scaling_requested=_request(s),
+            scaling_requested=s.request(),
             length=n,
             evaluator=self.judge,
             documents=self.documents,

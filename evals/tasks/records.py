@@ -1,5 +1,5 @@
 """The JSON records the task rows read and write, with their keys named (issue 53: typed inside, JSON a
-dict only at the file boundary): what a scaling request records, a retrieval trial, LongPPL's evaluator,
+dict only at the file boundary): a retrieval trial, LongPPL's evaluator,
 fingerprint, cells and results.
 
 Nothing here imports torch: the rows (:mod:`.task_table`) and the reports name these types.
@@ -16,6 +16,7 @@ from ropescale.evals.tasks.run_folder import Fingerprint, JSONValue, MeasuredJSO
 if TYPE_CHECKING:
     from ropescale.evals.tasks.longppl import LongPPLTotals
     from ropescale.interop.config_json import ProvenanceBlock
+    from ropescale.scaling import ScalingRequest
 
 
 class TrialJSON(TypedDict, total=False):
@@ -35,15 +36,6 @@ class TrialJSON(TypedDict, total=False):
     score: float
     actual_depth: float
     document: str
-
-
-class ScalingRequest(TypedDict):
-    """``{"method", "factor", "params"}``: a scaling as asked for (:meth:`ropescale.scaling.Scaling.request`),
-    as RULER's and LongPPL's cells record it."""
-
-    method: str | None
-    factor: float | None
-    params: dict[str, JSONValue]
 
 
 class EvaluatorJSON(TypedDict):
@@ -107,6 +99,5 @@ __all__ = [
     "LongPPLResults",
     "LongPPLSummary",
     "MeasuredJSON",
-    "ScalingRequest",
     "TrialJSON",
 ]

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
 from ropescale.evals.tasks.json_fields import only_known, take
-from ropescale.evals.tasks.records import ScalingRequest
 from ropescale.evals.tasks.ruler.cell import RulerCell, RulerCellJSON
 from ropescale.evals.tasks.run_folder import MeasuredJSON
 from ropescale.interop.config_json import ProvenanceBlock, RopeDict
-from ropescale.scaling import COMPOSE, Scaling
+from ropescale.scaling import COMPOSE, Scaling, ScalingRequest
 
 #: version of a cell file's layout
 SCHEMA = "ropescale.ruler.cell/1"
@@ -78,7 +77,7 @@ class CellFingerprint:
         return {
             "model": self.model,
             **({} if self.model_content is None else {"model_content": self.model_content}),
-            "scaling_requested": _request(self.scaling_requested),
+            "scaling_requested": self.scaling_requested.request(),
             "task": self.task,
             "length": self.length,
             "samples": self.samples,
@@ -105,7 +104,7 @@ class CellFingerprint:
                 **({} if self.model_content is None else {"fingerprint": self.model_content}),
             },
             "protocol": {
-                "scaling_requested": _request(self.scaling_requested),
+                "scaling_requested": self.scaling_requested.request(),
                 "task": self.task,
                 "length": self.length,
                 "samples": self.samples,
@@ -142,12 +141,6 @@ class CellFingerprint:
             _take(data, "model_content", (str,), "a string", "fingerprint.") if "model_content" in data else None,
             _take(data, "haystack", (str,), "a string", "fingerprint.") if "haystack" in data else None,
         )
-
-
-def _request(scaling: Scaling) -> ScalingRequest:
-    """:meth:`Scaling.request`, named by its keys (the same dict)."""
-    asked = scaling.request()
-    return ScalingRequest(method=asked["method"], factor=asked["factor"], params=asked["params"])
 
 
 def _prompt(value: Any) -> str:
