@@ -159,7 +159,7 @@ def result_values(cls: type, data: dict[str, Any]) -> tuple[dict[str, Any], dict
 
 
 class MethodRow(Protocol):
-    """What a task reads of a suite's method entry (:class:`ropescale.evals.suite.runner.MethodEntry`,
+    """What a task reads of a suite's method entry (the suite's ``MethodEntry``,
     a room above: named here by what it offers)."""
 
     label: str
