@@ -9,9 +9,10 @@ device is resolved).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ropescale import options
+from ropescale.evals.tasks.records import JSONValue
 from ropescale.models.runtime import DTYPES as RUNTIME_DTYPES
 
 MODEL_NAME = "ropescale"
@@ -52,7 +53,33 @@ DTYPES = ("auto", *RUNTIME_DTYPES)
 _DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 
 
-def split_model_args(args: dict[str, Any]) -> dict[str, dict[str, Any]]:
+class ModelArgGroups(TypedDict):
+    """``--model_args`` sorted (:func:`split_model_args`): each group's keys as lm-eval gave them."""
+
+    #: :data:`SCALING_ARGS`, read by :func:`scaling_options`
+    scaling: dict[str, JSONValue]
+    #: :data:`LOAD_ARGS`, given to transformers' loading
+    load: dict[str, JSONValue]
+    #: the method's own parameters (``param_<name>``, the prefix dropped, values read as YAML)
+    params: dict[str, JSONValue]
+    #: :data:`HFLM_ARGS`, given to lm-eval's HFLM
+    hflm: dict[str, JSONValue]
+
+
+class ScalingOptions(TypedDict):
+    """:func:`ropescale.from_pretrained`'s scaling keyword arguments, typed (:func:`scaling_options`)."""
+
+    method: str | None
+    factor: float | None
+    original_max_position_embeddings: int | None
+    replace: bool
+    sliding_window: str | int | None
+    method_params: dict[str, JSONValue] | None
+    #: only when given (factor = target_length / original context)
+    target_length: NotRequired[int]
+
+
+def split_model_args(args: dict[str, JSONValue]) -> ModelArgGroups:
     """Sort ``--model_args`` into scaling, loading, method-parameter and HFLM groups.
 
     Args:
@@ -65,7 +92,7 @@ def split_model_args(args: dict[str, Any]) -> dict[str, dict[str, Any]]:
     Raises:
         ValueError: unknown keys (HFLM would silently ignore them for a ready model).
     """
-    groups: dict[str, dict[str, Any]] = {"scaling": {}, "load": {}, "params": {}, "hflm": {}}
+    groups = ModelArgGroups(scaling={}, load={}, params={}, hflm={})
     unknown = []
     for key, value in args.items():
         if key in SCALING_ARGS:
@@ -84,7 +111,7 @@ def split_model_args(args: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return groups
 
 
-def scaling_options(scaling: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+def scaling_options(scaling: dict[str, JSONValue], params: dict[str, JSONValue]) -> ScalingOptions:
     """Keyword arguments for :func:`ropescale.from_pretrained` from the scaling group, typed.
 
     ``method`` absent or ``saved`` → None (the model as saved); ``none`` removes a saved scaling and any
@@ -95,16 +122,16 @@ def scaling_options(scaling: dict[str, Any], params: dict[str, Any]) -> dict[str
     factor = scaling.get("factor")
     original = scaling.get("original_max_position_embeddings")
     target_length = scaling.get("target_length")
-    out = {
-        "method": None if method is None or str(method).strip().lower() in ("", "saved") else str(method).strip(),
-        "factor": None if options.none_like(factor) else options.factor(factor),
-        "original_max_position_embeddings": (
+    out = ScalingOptions(
+        method=None if method is None or str(method).strip().lower() in ("", "saved") else str(method).strip(),
+        factor=None if options.none_like(factor) else options.factor(factor),
+        original_max_position_embeddings=(
             None if options.none_like(original) else options.length(original, "original_max_position_embeddings")
         ),
-        "replace": options.boolean(scaling.get("replace", True), "replace"),
-        "sliding_window": options.sliding_window(scaling.get("sliding_window", "keep")),
-        "method_params": params or None,
-    }
+        replace=options.boolean(scaling.get("replace", True), "replace"),
+        sliding_window=options.sliding_window(scaling.get("sliding_window", "keep")),
+        method_params=params or None,
+    )
     if not options.none_like(target_length):  # factor = target_length / original context
         out["target_length"] = options.length(target_length, "target_length")
     return out

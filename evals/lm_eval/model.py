@@ -24,12 +24,13 @@ class, built on first use because importing lm-eval's HF model costs seconds).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, TypedDict
 
 from ropescale import options
 from ropescale.errors import MissingDependencyError
 from ropescale.evals.lm_eval.args import (
     MODEL_NAME,
+    ScalingOptions,
     default_max_length,
     parse_dtype,
     resolve_device,
@@ -38,6 +39,8 @@ from ropescale.evals.lm_eval.args import (
     trained_context,
 )
 from ropescale.evals.lm_eval.checks import check_generation, check_loglikelihood, ruler_note
+from ropescale.evals.tasks.records import JSONValue
+from ropescale.interop.config_json import ProvenanceBlock
 
 MODEL_TARGET = "ropescale.evals.lm_eval.model:RopescaleLM"
 
@@ -49,13 +52,24 @@ def lm_eval_missing() -> MissingDependencyError:
     return MissingDependencyError("lm-eval is not installed: pip install 'lm-eval[ruler]' (or ropescale[eval])")
 
 
+class ModelInfo(TypedDict):
+    """What lm-eval records of the model (``get_model_info``): HFLM's keys without its Hub lookup, and
+    the ropescale block of the model's config (None: unpatched)."""
+
+    model_num_parameters: int
+    model_dtype: str
+    model_name: str
+    max_length: int
+    ropescale: ProvenanceBlock | None
+
+
 class _DropReadyModelNotes(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         return "model kwarg is not of type `str`" not in text and "already-initialized model" not in text
 
 
-def _load(name: str, scaling: dict[str, Any], load: dict[str, Any], dtype: Any, device: Any, tokenizer: Any):
+def _load(name: str, scaling: ScalingOptions, load: dict[str, JSONValue], dtype: Any, device: Any, tokenizer: Any):
     """Load and scale ``name`` with ropescale; the tokenizer too unless given as an object."""
     import ropescale
 
@@ -68,7 +82,7 @@ def _load(name: str, scaling: dict[str, Any], load: dict[str, Any], dtype: Any, 
     return model, tokenizer
 
 
-def _origin(name: str, method: str | None, load: dict[str, Any]) -> str:
+def _origin(name: str, method: str | None, load: dict[str, JSONValue]) -> str:
     """How the scaling that will run relates to the one ``name`` was saved with (``evals/tasks/saved.py``):
     ``saved``, ``requested`` (an unscaled checkpoint), ``scaling removed`` or ``replaces saved yarn x4``."""
     if method is None:
@@ -84,7 +98,7 @@ def _origin(name: str, method: str | None, load: dict[str, Any]) -> str:
     return REMOVED if method.lower() in ("none", "default") else f"replaces saved {scaling_label(before)}"
 
 
-def _ready(pretrained: Any, scaling: dict[str, Any], tokenizer: Any):
+def _ready(pretrained: Any, scaling: ScalingOptions, tokenizer: Any):
     """A model already loaded (and scaled, if wanted) is used as it is, with its tokenizer."""
     import ropescale
 
@@ -123,7 +137,7 @@ def _build_lm_class() -> type:
             dtype: Any = "auto",
             device: Any = None,
             tokenizer: Any = None,
-            method_params: dict[str, Any] | None = None,
+            method_params: dict[str, JSONValue] | None = None,
             truncate_prompts: Any = False,
             **kwargs: Any,
         ) -> None:
@@ -176,16 +190,16 @@ def _build_lm_class() -> type:
                 check_loglikelihood(self, requests)
             return super()._loglikelihood_tokens(requests, *args, **kwargs)
 
-        def get_model_info(self) -> dict[str, Any]:
+        def get_model_info(self) -> ModelInfo:
             """HFLM's model info without its Hub lookup (offline-safe), plus the ropescale block."""
             model = self._model
-            return {
-                "model_num_parameters": sum(p.numel() for p in model.parameters()),
-                "model_dtype": str(getattr(model, "dtype", "")),
-                "model_name": self.pretrained,
-                "max_length": self.max_length,
-                "ropescale": self.ropescale_config or None,
-            }
+            return ModelInfo(
+                model_num_parameters=sum(p.numel() for p in model.parameters()),
+                model_dtype=str(getattr(model, "dtype", "")),
+                model_name=self.pretrained,
+                max_length=self.max_length,
+                ropescale=self.ropescale_config or None,
+            )
 
     RopescaleLM.__module__ = MODEL_TARGET.partition(":")[0]
     RopescaleLM.__qualname__ = "RopescaleLM"

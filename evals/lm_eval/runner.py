@@ -21,6 +21,7 @@ from typing import Any
 
 from ropescale.errors import RopescaleError
 from ropescale.evals.lm_eval.model import MODEL_NAME, lm_eval_missing, register_lm_eval_model
+from ropescale.evals.tasks.records import JSONValue
 
 TASKS_DIR = Path(__file__).resolve().parent / "tasks"
 RESULTS_FILE = "results.json"
@@ -156,7 +157,7 @@ def run_harness(
     original_max_position_embeddings: int | None = None,
     replace: bool = False,
     sliding_window: Any = "keep",
-    method_params: dict[str, Any] | None = None,
+    method_params: dict[str, JSONValue] | None = None,
     target_length: int | None = None,
     max_length: int | None = None,
     dtype: Any = "auto",

@@ -16,12 +16,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from tqdm.auto import tqdm
 
 from ropescale.evals.tasks.proportions import wilson_interval
+from ropescale.evals.tasks.records import TrialJSON
 from ropescale.scoring.nll import model_device
 
 
@@ -325,6 +326,28 @@ def grid_jobs(lengths: Sequence[int], depths: Sequence[float], trials: int) -> l
     return [(n, d, t) for n in lengths for t in range(trials) for d in depths]
 
 
+class GridJSON(TypedDict):
+    """The JSON fields the passkey and needle results share (:meth:`GridResult.grid_dict`)."""
+
+    lengths: list[int]
+    depths: list[float]
+    trials: int
+    seed: int
+    max_new_tokens: int
+    threshold: float
+    #: rows = lengths, columns = depths
+    accuracy: list[list[float]]
+    #: keys are strings (JSON's)
+    length_accuracy: dict[str, float]
+    cell_trials: list[list[int]]
+    interval: list[list[list[float]]]
+    length_trials: dict[str, int]
+    length_interval: dict[str, list[float]]
+    effective_context: int | None
+    elapsed_s: float
+    records: list[TrialJSON]
+
+
 class GridResult:
     """Accuracy bookkeeping shared by the passkey and needle results (both dataclasses with
     ``lengths``, ``depths``, ``records`` and ``threshold``; each record has ``length``, ``depth``
@@ -373,7 +396,7 @@ class GridResult:
         passing = [n for n, acc in self.length_accuracy.items() if acc >= self.threshold]
         return max(passing) if passing else None
 
-    def grid_dict(self) -> dict[str, Any]:
+    def grid_dict(self) -> GridJSON:
         """The JSON fields both results share: settings, ``accuracy`` grid (rows = lengths),
         per-length accuracy (keys are strings), the number of trials and the 95% Wilson interval
         of every cell and length, ``effective_context``, timing and the records."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +115,26 @@ class LongPPLDocument:
     tokens: int
 
 
+class LongPPLDocJSON(TypedDict):
+    """A :class:`LongPPLDocument` as a cell keeps it (``asdict``)."""
+
+    title: str
+    longppl: float | None
+    ppl: float
+    key_tokens: int
+    tokens: int
+
+
+class LongPPLTotals(TypedDict):
+    """The authors' totals over a cell's documents (:func:`combine`): a LongPPL cell's numbers."""
+
+    longppl: float | None
+    ppl: float | None
+    key_tokens: int
+    tokens: int
+    documents: list[LongPPLDocJSON]
+
+
 def score_text(model: Any, tokenizer: Any, text: str, spans: list[tuple[int, int]], title: str = "") -> LongPPLDocument:
     """The evaluated model's LongPPL and PPL on ``text`` given the evaluator's key ``spans`` (step 3-4)."""
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -141,18 +161,18 @@ def evaluator_spans(
     return key_spans([tuple(o) for o in enc["offset_mapping"]], keys)
 
 
-def combine(docs: list[LongPPLDocument]) -> dict[str, Any]:
+def combine(docs: list[LongPPLDocument]) -> LongPPLTotals:
     """The authors' totals: per-document LongPPL weighted by key tokens, PPL by tokens."""
     keyed = [d for d in docs if d.longppl is not None]
     n_key = sum(d.key_tokens for d in keyed)
     n_tok = sum(d.tokens for d in docs)
-    return {
-        "longppl": sum(d.longppl * d.key_tokens for d in keyed) / n_key if n_key else None,
-        "ppl": sum(d.ppl * d.tokens for d in docs) / n_tok if n_tok else None,
-        "key_tokens": n_key,
-        "tokens": n_tok,
-        "documents": [asdict(d) for d in docs],
-    }
+    return LongPPLTotals(
+        longppl=sum(d.longppl * d.key_tokens for d in keyed) / n_key if n_key else None,
+        ppl=sum(d.ppl * d.tokens for d in docs) / n_tok if n_tok else None,
+        key_tokens=n_key,
+        tokens=n_tok,
+        documents=[LongPPLDocJSON(**asdict(d)) for d in docs],
+    )
 
 
 def text_window(tokenizer: Any, text: str, length: int) -> str | None:

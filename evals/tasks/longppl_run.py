@@ -26,7 +26,15 @@ from ropescale.evals.tasks.longppl import (
     score_text,
     text_window,
 )
+from ropescale.evals.tasks.records import (
+    EvaluatorJSON,
+    LongPPLCellFile,
+    LongPPLFingerprint,
+    LongPPLResults,
+    LongPPLSummary,
+)
 from ropescale.evals.tasks.ruler.run import cell_name
+from ropescale.evals.tasks.run_folder import Fingerprint, MeasuredJSON
 from ropescale.markdown import table
 from ropescale.scaling import Scaling
 
@@ -58,7 +66,7 @@ def run_longppl(
     internal: int = 1024,
     runtime: Any = None,
     data: str | None = None,
-) -> dict[str, Any]:
+) -> LongPPLSummary:
     """Score every scaling at every length, holding the folder's lock; return the summary (also
     written to ``output``).
 
@@ -106,14 +114,14 @@ def run_longppl(
             m = _load(model, s, runtime)
             for n in todo:
                 docs = [score_text(m, tokenizer, w, spans[n][i], title) for i, (title, w) in enumerate(windows[n])]
-                record = {
-                    "schema": SCHEMA,
-                    "fingerprint": keys.fingerprint(s, n),
-                    "label": s.label,
-                    "scaling": describe(m),
-                    "length": n,
-                    "result": combine(docs),
-                }
+                record = LongPPLCellFile(
+                    schema=SCHEMA,
+                    fingerprint=keys.fingerprint(s, n),
+                    label=s.label,
+                    scaling=describe(m),
+                    length=n,
+                    result=combine(docs),
+                )
                 atomic_write_json(_cell_path(output, s, n), record)
             del m
         return write_report(output, judge)
@@ -138,23 +146,23 @@ def text_windows(
 
 def evaluator_record(
     model: str, evaluator: str | None, scaling: Scaling | None, trunc_len: int, internal: int
-) -> dict[str, Any]:
+) -> EvaluatorJSON:
     """Who chooses the key tokens and by which rule (recorded with every cell): ``evaluator`` (default
     ``model``) with ``scaling`` (default unscaled), and the authors' thresholds."""
     evaluator = evaluator or model
     scaling = scaling or Scaling("none")
-    return {
-        "model": str(evaluator),
-        "scaling": scaling.request(),
-        "default": evaluator == model and scaling.unscaled,
-        "trunc_len": trunc_len,
-        "internal": internal,
-        "alpha": ALPHA,
-        "beta": BETA,
-    }
+    return EvaluatorJSON(
+        model=str(evaluator),
+        scaling=scaling.request(),
+        default=evaluator == model and scaling.unscaled,
+        trunc_len=trunc_len,
+        internal=internal,
+        alpha=ALPHA,
+        beta=BETA,
+    )
 
 
-def evaluator_text(judge: dict[str, Any]) -> str:
+def evaluator_text(judge: EvaluatorJSON) -> str:
     """The evaluator and its rule in words, as the reports say it (``judge``: :func:`evaluator_record`)."""
     who = "the evaluated model itself, unscaled (default)" if judge["default"] else f"{judge['model']}"
     if not judge["default"]:
@@ -176,38 +184,47 @@ class CellKeys:
     another file, or the same file edited, is other data). A cell written before the content and the
     data were recorded counts as matching on them (:func:`.run_folder.legacy`)."""
 
-    def __init__(self, model: str, judge: dict[str, Any], documents: int, data: str | None, windows: dict[int, Any]):
+    def __init__(
+        self,
+        model: str,
+        judge: EvaluatorJSON,
+        documents: int,
+        data: str | None,
+        windows: dict[int, list[tuple[str, str]]],
+    ):
         from ropescale.evals.tasks.run_folder import model_content, text_fingerprint
 
         self.model, self.judge, self.documents = str(model), judge, documents
         self.content = model_content(self.model)
-        self.data = {n: {"name": data, "fingerprint": text_fingerprint(w)} for n, w in windows.items()}
+        self.data = {n: Fingerprint(name=data, fingerprint=text_fingerprint(w)) for n, w in windows.items()}
 
-    def fingerprint(self, s: Scaling, n: int) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            **({} if self.content is None else {"model_content": self.content}),
-            "scaling_requested": s.request(),
-            "length": n,
-            "evaluator": self.judge,
-            "documents": self.documents,
-            "data": self.data[n],
-        }
+    def fingerprint(self, s: Scaling, n: int) -> LongPPLFingerprint:
+        content: dict[str, str] = {} if self.content is None else {"model_content": self.content}
+        # model_content second, where known: the key order of the cells written before
+        return LongPPLFingerprint(
+            model=self.model,
+            **content,
+            scaling_requested=s.request(),
+            length=n,
+            evaluator=self.judge,
+            documents=self.documents,
+            data=self.data[n],
+        )
 
     @staticmethod
-    def measured(fingerprint: dict[str, Any]) -> dict[str, Any]:
+    def measured(fingerprint: LongPPLFingerprint) -> MeasuredJSON:
         """A cell's fingerprint in the suite's shape (:func:`.cell_keys.measured`), for
         :func:`.run_folder.compare`: a key it lacks stays absent (a cell written before it)."""
-        model = {"name": fingerprint.get("model")}
+        model = Fingerprint(name=fingerprint.get("model"))
         if "model_content" in fingerprint:
             model["fingerprint"] = fingerprint["model_content"]
         protocol = {k: fingerprint.get(k) for k in ("scaling_requested", "length", "evaluator", "documents")}
-        out = {"model": model, "protocol": protocol}
+        out = MeasuredJSON(model=model, protocol=protocol)
         if "data" in fingerprint:
             out["data"] = fingerprint["data"]
         return json.loads(json.dumps(out))
 
-    def _recorded(self, output: Path, s: Scaling, n: int) -> dict[str, Any] | None:
+    def _recorded(self, output: Path, s: Scaling, n: int) -> LongPPLFingerprint | None:
         try:
             record = json.loads(_cell_path(output, s, n).read_text(encoding="utf-8"))
         except (OSError, ValueError):  # absent or damaged: recomputed
@@ -244,7 +261,7 @@ class CellKeys:
                     )
 
 
-def key_spans(output: Path | None, judge: dict[str, Any], windows: dict[int, list[tuple[str, str]]], runtime: Any):
+def key_spans(output: Path | None, judge: EvaluatorJSON, windows: dict[int, list[tuple[str, str]]], runtime: Any):
     """Each window's key spans by ``judge``'s evaluator, loaded once here and freed on return; kept in
     ``output/keys/`` and read back from there where the same evaluator already chose them (``output``
     None: nothing kept)."""
@@ -281,10 +298,10 @@ def _kept_spans(path: Path) -> list[tuple[int, int]] | None:
         return None
 
 
-def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
+def write_report(output: str | Path, judge: EvaluatorJSON) -> LongPPLSummary:
     """``report.md`` and ``results.json`` of the cells in ``output`` scored with ``judge``'s key tokens."""
     output = Path(output)
-    rows = []
+    rows: list[LongPPLCellFile] = []
     for path in sorted((output / "cells").glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
         if record.get("schema") == SCHEMA and record["fingerprint"]["evaluator"] == json.loads(json.dumps(judge)):
@@ -300,9 +317,9 @@ def write_report(output: str | Path, judge: dict[str, Any]) -> dict[str, Any]:
     lines.append(table(["scaling", "length", "LongPPL", "PPL", "key tokens", "tokens", "documents"], cells))
     text = "\n".join(lines) + "\n"
     atomic_write_text(output / "report.md", text)
-    summary = {"schema": "ropescale.longppl.results/1", "evaluator": judge, "cells": rows}
+    summary = LongPPLResults(schema="ropescale.longppl.results/1", evaluator=judge, cells=rows)
     atomic_write_json(output / "results.json", summary)
-    return {**summary, "markdown": text, "report": str(output / "report.md")}
+    return LongPPLSummary(**summary, markdown=text, report=str(output / "report.md"))
 
 
 __all__ = [

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ropescale.evals.tasks.generation import (
+    GridJSON,
     GridResult,
     PromptJournal,
     check_grid,
@@ -98,6 +99,13 @@ class NeedleTrial:
     start_char: int
 
 
+class NeedleJSON(GridJSON):
+    """A needle result's JSON (:meth:`NeedleResult.to_dict`): the task and its metric, then the grid's fields."""
+
+    task: str
+    metric: str | None
+
+
 @dataclass
 class NeedleResult(GridResult):
     """Outcome of :func:`run_needle`; the same shape as :class:`~ropescale.evals.tasks.passkey.PasskeyResult`.
@@ -123,7 +131,7 @@ class NeedleResult(GridResult):
     elapsed_s: float = 0.0
     threshold: float = RULER_THRESHOLD
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> NeedleJSON:
         """Return a JSON-serialisable dict (:meth:`GridResult.grid_dict`, plus ``task`` and ``metric``)."""
         return {
             "task": self.task,

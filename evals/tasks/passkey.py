@@ -46,6 +46,7 @@ import torch
 
 from ropescale.data.documents import tokens_after_sentence
 from ropescale.evals.tasks.generation import (
+    GridJSON,
     GridResult,
     PromptJournal,
     bos_prefix,
@@ -238,6 +239,12 @@ class PasskeyTrial:
     needle_start: int
 
 
+class PasskeyJSON(GridJSON):
+    """A passkey result's JSON (:meth:`PasskeyResult.to_dict`): the grid's fields and the passkey context."""
+
+    passkey_context: int | None
+
+
 @dataclass
 class PasskeyResult(GridResult):
     """Outcome of :func:`run_passkey`.
@@ -274,7 +281,7 @@ class PasskeyResult(GridResult):
         """Largest length whose accuracy over all depths is >= ``threshold`` (None if none is)."""
         return self.effective_context
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PasskeyJSON:
         """Return a JSON-serialisable dict (:meth:`GridResult.grid_dict`, plus ``passkey_context``)."""
         return {**self.grid_dict(), "passkey_context": self.passkey_context}
 

@@ -3,6 +3,10 @@
 A task kind is one object, a :class:`Task`, that says everything the suite runner, the suite's
 checks, its cell keys, the command line and the report need to know about it:
 
+A row is declared ``Task[XSettings, XResult]`` (``class Perplexity(Task[PerplexitySettings, PerplexityCell])``):
+the two type parameters are its ``settings`` and ``result`` classes, so that :meth:`Task.read` returns the
+row's settings and :meth:`Task.run_cell` its result to a type checker, as they do at run time.
+
 - ``settings``: a dataclass whose fields (made with :func:`setting`) are the task's keys in a suite
   file (``passkey: {depths: ..., trials: ...}``) *and* the flags of ``ropescale eval <task>``, each
   with its default, its check and its help, written once;
@@ -19,13 +23,22 @@ from __future__ import annotations
 import numbers
 from dataclasses import MISSING, Field, asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from ropescale.errors import RopescaleError
+
+# a task's block of a suite file: its settings by name, as the file writes them (each task has its own keys)
+from ropescale.evals.tasks.run_folder import Settings as SuiteBlock
 from ropescale.options import option
 
 if TYPE_CHECKING:
     from ropescale.evals.tasks.report_cells import PlotContext
+
+
+#: a row's settings dataclass (``PerplexitySettings``)
+S = TypeVar("S")
+#: a row's typed cell result (``PerplexityCell``)
+R = TypeVar("R")
 
 
 class SuiteError(RopescaleError):
@@ -57,12 +70,25 @@ def setting(
         is_length: the value is a length in tokens (``4k`` is read as 4096 in a suite file).
         cli: :func:`ropescale.options.option`'s flag options (``type``, ``choices``, ``parse``...).
     """
-    suite = {"check": check, "legacy": legacy, "omit": omit_at_legacy, "length": is_length}
+    suite = SuiteMeta(check=check, legacy=legacy, omit=omit_at_legacy, length=is_length)
     return option(default, help=help, suite=suite, **cli)
 
 
-def suite_meta(f: Field) -> dict[str, Any]:
-    return f.metadata.get("suite") or {}
+class SuiteMeta(TypedDict, total=False):
+    """What :func:`setting` keeps in a field's metadata for the suite (a field made otherwise has none)."""
+
+    #: ``check(name, value)``, raising :class:`SuiteError` (None: any value)
+    check: Any
+    #: what an absent key meant before the default was set (``MISSING``: the default always was)
+    legacy: Any
+    #: leave the key out of a cell's protocol when it equals ``legacy``
+    omit: bool
+    #: a length in tokens (``4k`` read as 4096)
+    length: bool
+
+
+def suite_meta(f: Field) -> SuiteMeta:
+    return f.metadata.get("suite") or SuiteMeta()
 
 
 def default_of(f: Field) -> Any:
@@ -132,6 +158,16 @@ def result_values(cls: type, data: dict[str, Any]) -> tuple[dict[str, Any], dict
     return {k: data[k] for k in named if k in data}, {k: v for k, v in data.items() if k not in named}
 
 
+class MethodRow(Protocol):
+    """What a task reads of a suite's method entry (the suite's ``MethodEntry``,
+    a room above: named here by what it offers)."""
+
+    label: str
+    method: str
+
+    def runs(self, task: str, length: int) -> bool: ...
+
+
 @dataclass
 class CellContext:
     """What one cell runs with: the patched model, its tokenizer, the method entry, the suite's seed,
@@ -139,7 +175,7 @@ class CellContext:
 
     model: Any
     tokenizer: Any
-    entry: Any
+    entry: MethodRow
     seed: int
     data: Any
     progress: bool
@@ -149,13 +185,15 @@ class CellContext:
         return self.journal_for(suffix)
 
 
-class Task:
-    """One row of the table of tasks; subclass it in the task's own file and add it to
-    :data:`.task_table.TABLE` (or :func:`.task_table.register` it)."""
+class Task(Generic[S, R]):
+    """One row of the table of tasks, ``Task[XSettings, XResult]``; subclass it in the task's own file
+    and add it to :data:`.task_table.TABLE` (or :func:`.task_table.register` it)."""
 
     name: ClassVar[str]
-    settings: ClassVar[type]
-    result: ClassVar[type]
+    #: the settings dataclass (``S``); a class attribute of each row (ClassVar cannot hold a type variable)
+    settings: type[S]
+    #: the result class (``R``), with ``to_json``/``from_json``
+    result: type[R]
     metric: ClassVar[str]
     higher_is_better: ClassVar[bool]
     #: a pass/fail accuracy per cell: the report adds Wilson intervals, context and accuracy grids
@@ -172,7 +210,7 @@ class Task:
         """The keys of the task's block in a suite file."""
         return ("lengths", *(f.name for f in fields(self.settings)))
 
-    def read(self, raw: dict[str, Any]) -> Any:
+    def read(self, raw: SuiteBlock) -> S:
         """The typed settings of a (checked) suite block: its values over the defaults."""
         values = {}
         for f in fields(self.settings):
@@ -181,7 +219,7 @@ class Task:
                 values[f.name] = tuple(value) if isinstance(f.default, tuple) and isinstance(value, list) else value
         return self.settings(**values)
 
-    def check(self, raw: dict[str, Any]) -> None:
+    def check(self, raw: SuiteBlock) -> None:
         """Each key of a suite block known and of the kind its field takes (one line naming ``task.key``)."""
         unknown = sorted(set(raw) - set(self.keys()))
         if unknown:
@@ -196,29 +234,29 @@ class Task:
         return False
 
     # -- running ----------------------------------------------------------------------------------
-    def check_lengths(self, suite: Any, settings: Any, tokenizer: Any) -> None:
+    def check_lengths(self, suite: Any, settings: S, tokenizer: Any) -> None:
         """Refuse, in one line, a length this task cannot build a prompt of with ``tokenizer`` (no
         weights; ``--dry-run`` runs it too, so a plan never calls a refused length fine)."""
 
-    def prepare(self, suite: Any, settings: Any, tokenizer: Any) -> Any:
+    def prepare(self, suite: Any, settings: S, tokenizer: Any) -> Any:
         """What the task's cells read, loaded (and refused, in one line) before the weights load."""
         return None
 
-    def run_cell(self, ctx: CellContext, settings: Any, length: int) -> Any:
+    def run_cell(self, ctx: CellContext, settings: S, length: int) -> R:
         """One method at one length: an instance of ``result``."""
         raise NotImplementedError
 
-    def partial(self, runner: Any, entry: Any, length: int, settings: Any, tokenizer: Any) -> dict | None:
+    def partial(self, runner: Any, entry: MethodRow, length: int, settings: S, tokenizer: Any) -> dict | None:
         """The result so far of an unfinished cell, from its journal (None: nothing to show)."""
         return None
 
     # -- reading and reporting ---------------------------------------------------------------------
-    def value(self, result: Any, length: int) -> float | None:
+    def value(self, result: R, length: int) -> float | None:
         """The cell's number (``metric``) from its typed result (an instance of ``result``) at ``length``."""
         value = getattr(result, self.metric, None)
         return float(value) if isinstance(value, numbers.Real) else None
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
         """The report's section of this task (``table``: a :class:`.aggregate.TaskTable`, whose ``results``
         hold each cell's typed result; ``entries``: label -> the suite's method entry)."""
         from ropescale.evals.tasks.report_cells import render_values
@@ -229,4 +267,15 @@ class Task:
         return []
 
 
-__all__ = ["CellContext", "SuiteError", "Task", "default_of", "flag_type", "setting", "suite_meta"]
+__all__ = [
+    "CellContext",
+    "SuiteBlock",
+    "MethodRow",
+    "SuiteError",
+    "SuiteMeta",
+    "Task",
+    "default_of",
+    "flag_type",
+    "setting",
+    "suite_meta",
+]

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale import options
+from ropescale.evals.tasks.records import EvaluatorJSON, JSONValue
 from ropescale.evals.tasks.task_base import (
     CellContext,
+    MethodRow,
+    SuiteBlock,
     SuiteError,
     Task,
     flag_type,
@@ -30,6 +33,9 @@ from ropescale.evals.tasks.task_base import (
     result_values,
     setting,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.tasks.longppl import LongPPLDocJSON
 
 #: ``--trunc-len`` and ``--internal``'s defaults, the authors' (:data:`.longppl.TRUNC_LEN`, which imports
 #: torch; a test ties the two)
@@ -125,9 +131,11 @@ class LongPPLCell:
     ppl: float
     key_tokens: int = 0
     tokens: int = 0
-    documents: list[dict[str, Any]] = field(default_factory=list)
-    evaluator: dict[str, Any] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    documents: list[LongPPLDocJSON] = field(default_factory=list)
+    #: empty where a cell recorded none
+    evaluator: EvaluatorJSON = field(default_factory=dict)
+    #: the keys of the result's JSON it does not name, as they were read
+    extra: dict[str, JSONValue] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return result_json(self)
@@ -140,7 +148,19 @@ class LongPPLCell:
         return cls(**named, extra=extra)
 
 
-class LongPPL(Task):
+@dataclass
+class LongPPLData:
+    """What a LongPPL cell reads (:meth:`LongPPL.prepare`): each length's windows, the evaluator, the
+    suite's runtime settings (device, dtype, kernel) and, once the first cell ran, every window's key
+    spans (the evaluator chooses them all at once, then is freed)."""
+
+    windows: dict[int, list[tuple[str, str]]]
+    judge: EvaluatorJSON
+    runtime: tuple[str, str, str]
+    spans: dict[int, list[list[tuple[int, int]]]] | None = None
+
+
+class LongPPL(Task[LongPPLSettings, LongPPLCell]):
     name = "longppl"
     settings = LongPPLSettings
     result = LongPPLCell
@@ -150,7 +170,7 @@ class LongPPL(Task):
     command = False  # ``ropescale eval longppl`` (cli/eval_longppl.py) has its own runner and folder layout
     help = "LongPPL: perplexity on the key tokens that need the long context, beside perplexity"
 
-    def check(self, raw: dict[str, Any]) -> None:
+    def check(self, raw: SuiteBlock) -> None:
         """The keys one by one (:meth:`Task.check`), then what they say together: a scaled evaluator
         needs its factor, and the short window must be below every length (else no token is scored)."""
         super().check(raw)
@@ -172,7 +192,7 @@ class LongPPL(Task):
         block = suite.blocks.get(self.name) or {}
         return block.get("data") is None  # the suite's data (a block's own is in its protocol)
 
-    def prepare(self, suite: Any, settings: LongPPLSettings, tokenizer: Any) -> Any:
+    def prepare(self, suite: Any, settings: LongPPLSettings, tokenizer: Any) -> LongPPLData:
         from ropescale.data.documents import load_documents
         from ropescale.evals.tasks.longppl_run import evaluator_record, text_windows
 
@@ -185,24 +205,24 @@ class LongPPL(Task):
             suite.model, settings.evaluator, evaluator_scaling(settings), settings.trunc_len, settings.internal
         )
         runtime = (suite.device, suite.dtype, suite.attn_implementation)
-        return {"windows": windows, "judge": judge, "runtime": runtime, "spans": None}
+        return LongPPLData(windows, judge, runtime)
 
     def run_cell(self, ctx: CellContext, settings: LongPPLSettings, length: int) -> LongPPLCell:
         from ropescale.evals.tasks.longppl import combine, score_text
         from ropescale.evals.tasks.longppl_run import key_spans
         from ropescale.models.runtime import resolve_runtime
 
-        data = ctx.data
-        if data["spans"] is None:  # once per run: every length's key tokens, then the evaluator is freed
-            data["spans"] = key_spans(None, data["judge"], data["windows"], resolve_runtime(*data["runtime"]))
-        spans = data["spans"][length]
+        data: LongPPLData = ctx.data
+        if data.spans is None:  # once per run: every length's key tokens, then the evaluator is freed
+            data.spans = key_spans(None, data.judge, data.windows, resolve_runtime(*data.runtime))
+        spans = data.spans[length]
         docs = [
             score_text(ctx.model, ctx.tokenizer, w, spans[i], title)
-            for i, (title, w) in enumerate(data["windows"][length])
+            for i, (title, w) in enumerate(data.windows[length])
         ]
-        return LongPPLCell.from_json({**combine(docs), "evaluator": data["judge"]})
+        return LongPPLCell.from_json({**combine(docs), "evaluator": data.judge})
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
         """LongPPL, perplexity and the key-token counts per method and length (the cells' :class:`LongPPLCell`)."""
         from ropescale.evals.tasks.longppl_run import evaluator_record, evaluator_text
         from ropescale.evals.tasks.report_cells import NOT_RUN, fmt, length_table, row_name

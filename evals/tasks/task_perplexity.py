@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ropescale import options
+from ropescale.evals.tasks.records import JSONValue
 from ropescale.evals.tasks.task_base import (
     CellContext,
+    MethodRow,
     SuiteError,
     Task,
     flag_type,
@@ -65,7 +67,8 @@ class PerplexityCell:
     mode: str = "yarn"
     window: int | None = None
     stride: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: the keys of the result's JSON it does not name, as they were read
+    extra: dict[str, JSONValue] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return result_json(self)
@@ -78,7 +81,7 @@ class PerplexityCell:
         return cls(**named, extra=extra)
 
 
-class Perplexity(Task):
+class Perplexity(Task[PerplexitySettings, PerplexityCell]):
     name = "perplexity"
     settings = PerplexitySettings
     result = PerplexityCell
@@ -124,7 +127,7 @@ class Perplexity(Task):
         out.pop("window_document", None)
         return PerplexityCell.from_json(out)
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
         from ropescale.evals.tasks.report_cells import render_perplexity
 
         return render_perplexity(table, labels, entries)

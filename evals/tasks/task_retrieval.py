@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ropescale.evals.tasks.records import JSONValue, TrialJSON
 from ropescale.evals.tasks.task_base import (
     CellContext,
+    MethodRow,
+    S,
     SuiteError,
     Task,
     positive_int,
@@ -122,11 +125,12 @@ class RetrievalCell:
     depths: list[float]
     trials: int
     accuracy: list[list[float]]
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[TrialJSON] = field(default_factory=list)
     threshold: float | None = None
     length_accuracy: dict[str, float] = field(default_factory=dict)
     length_trials: dict[str, int] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: the keys of the result's JSON it does not name, as they were read
+    extra: dict[str, JSONValue] = field(default_factory=dict)
 
     @property
     def partial(self) -> dict[str, int] | None:
@@ -158,7 +162,7 @@ class RetrievalCell:
         return cls(**values, extra=extra)
 
 
-class Retrieval(Task):
+class Retrieval(Task[S, RetrievalCell]):
     result = RetrievalCell
     metric = "accuracy"
     higher_is_better = True
@@ -173,19 +177,19 @@ class Retrieval(Task):
         """The accuracy a length needs to count towards the context, for cells that did not record one."""
         raise NotImplementedError
 
-    def title(self, settings: Any) -> str:
+    def title(self, settings: S) -> str:
         raise NotImplementedError
 
     scoring = ""
     #: what the trials at one fixed depth differ in (the report's placement line)
     differ = "the key"
 
-    def placement(self, settings: Any, results: dict[str, dict[int, RetrievalCell]]) -> str:
+    def placement(self, settings: S, results: dict[str, dict[int, RetrievalCell]]) -> str:
         from ropescale.evals.tasks.report_cells import placement_line
 
         return placement_line(settings, results, self.differ)
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
         from ropescale.evals.tasks.report_cells import render_retrieval
 
         return render_retrieval(table, labels, entries)
@@ -197,7 +201,7 @@ class Retrieval(Task):
         return list(plot_grids(output, self.name, table.results, labels, table.lengths, titles))
 
 
-class Passkey(Retrieval):
+class Passkey(Retrieval[PasskeySettings]):
     name = "passkey"
     settings = PasskeySettings
     help = "passkey retrieval at several lengths and depths"
@@ -212,7 +216,7 @@ class Passkey(Retrieval):
 
         return PASS_THRESHOLD
 
-    def title(self, settings: Any) -> str:
+    def title(self, settings: PasskeySettings) -> str:
         return "Passkey retrieval"
 
     def check_lengths(self, suite: Any, settings: PasskeySettings, tokenizer: Any) -> None:
@@ -244,7 +248,9 @@ class Passkey(Retrieval):
         )
         return RetrievalCell.from_json(result.to_dict())
 
-    def partial(self, runner: Any, entry: Any, length: int, settings: Any, tokenizer: Any) -> dict | None:
+    def partial(
+        self, runner: Any, entry: MethodRow, length: int, settings: PasskeySettings, tokenizer: Any
+    ) -> dict | None:
         from ropescale.evals.tasks.passkey import partial_passkey
 
         journal = runner.journal(entry, self.name, length)
@@ -265,7 +271,7 @@ class Passkey(Retrieval):
         return {**result.to_dict(), "partial": {"prompts": len(result.records), "of": total}}
 
 
-class Needle(Retrieval):
+class Needle(Retrieval[NeedleSettings]):
     name = "needle"
     settings = NeedleSettings
     help = "RULER-style multi-key / multi-value needles in a real-text haystack"

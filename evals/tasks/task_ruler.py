@@ -13,12 +13,13 @@ keeps its own folder layout (one file per task) and reads the same settings' fla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale import options
 from ropescale.evals.tasks.ruler.prompt import PROMPTS
 from ropescale.evals.tasks.task_base import (
     CellContext,
+    MethodRow,
     SuiteError,
     Task,
     flag_type,
@@ -27,6 +28,10 @@ from ropescale.evals.tasks.task_base import (
     positive_int,
     setting,
 )
+
+if TYPE_CHECKING:
+    from ropescale.evals.tasks.ruler.cell import RulerCell
+    from ropescale.evals.tasks.ruler.tasks import RulerTask
 
 DEFAULT_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe")
 
@@ -85,7 +90,7 @@ class RulerSettings:
 class RulerBattery:
     """A RULER cell of a suite: every task of the battery at one length."""
 
-    cells: dict[str, Any] = field(default_factory=dict)  # task name -> RulerCell
+    cells: dict[str, RulerCell] = field(default_factory=dict)  # task name -> its cell
 
     @property
     def score(self) -> float:
@@ -104,6 +109,15 @@ class RulerBattery:
         return cls({name: RulerCell.from_dict(cell) for name, cell in data["tasks"].items()})
 
 
+@dataclass(frozen=True)
+class RulerData:
+    """What a RULER cell reads (:meth:`Ruler.prepare`): the battery's tasks and the essay haystack's words
+    (None: no task of the battery reads prose)."""
+
+    tasks: list[RulerTask]
+    essay: list[str] | None
+
+
 def essay_text(spec: str) -> str:
     """The text of ``CORPUS:TITLE`` (the held-out novel of the [austen] variants)."""
     from ropescale.data.documents import load_documents
@@ -116,7 +130,7 @@ def essay_text(spec: str) -> str:
     raise ValueError(f"haystack {spec!r}: no document titled {title!r} in {corpus!r} ({', '.join(n for n, _ in docs)})")
 
 
-class Ruler(Task):
+class Ruler(Task[RulerSettings, RulerBattery]):
     name = "ruler"
     settings = RulerSettings
     result = RulerBattery
@@ -125,7 +139,7 @@ class Ruler(Task):
     command = False  # ``ropescale eval ruler`` (cli/eval_ruler.py) has its own runner and folder layout
     help = "RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)"
 
-    def prepare(self, suite: Any, settings: RulerSettings, tokenizer: Any) -> Any:
+    def prepare(self, suite: Any, settings: RulerSettings, tokenizer: Any) -> RulerData:
         from ropescale.evals.tasks.ruler.prompt import check_prompt
         from ropescale.evals.tasks.ruler.tasks import check_fits, essay_haystack, get_task
 
@@ -143,14 +157,15 @@ class Ruler(Task):
         for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
             for length in suite.block(self.name)["lengths"]:
                 check_fits(task, tokenizer, length, essay)
-        return {"tasks": tasks, "essay": essay}
+        return RulerData(tasks, essay)
 
     def run_cell(self, ctx: CellContext, settings: RulerSettings, length: int) -> RulerBattery:
         from ropescale.evals.tasks.ruler.cell import run_ruler_cell
 
         seed = ctx.seed if settings.seed is None else settings.seed
         battery = RulerBattery()
-        for task in ctx.data["tasks"]:
+        data: RulerData = ctx.data
+        for task in data.tasks:
             battery.cells[task.name] = run_ruler_cell(
                 ctx.model,
                 ctx.tokenizer,
@@ -158,14 +173,14 @@ class Ruler(Task):
                 length,
                 settings.samples,
                 seed,
-                ctx.data["essay"],
+                data.essay,
                 journal=ctx.journal(task.name),
                 progress=ctx.progress,
                 prompt=settings.prompt,
             )
         return battery
 
-    def render(self, table: Any, labels: list[str], entries: dict[str, Any]) -> list[str]:
+    def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
         """The battery's mean score per method and length, then each task's (the cells' :class:`RulerBattery`:
         scores recomputed from the records, as its file's ``score`` was when it was written)."""
         from ropescale.evals.tasks.report_cells import NOT_RUN, length_table, row_name

@@ -13,20 +13,25 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import MISSING, fields
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
-from ropescale.evals.tasks.task_base import SuiteError, Task, default_of, suite_meta
-from ropescale.evals.tasks.task_longppl import LONGPPL
-from ropescale.evals.tasks.task_perplexity import PERPLEXITY
-from ropescale.evals.tasks.task_retrieval import NEEDLE, PASSKEY
-from ropescale.evals.tasks.task_ruler import RULER
+from ropescale.evals.tasks.task_base import SuiteBlock, SuiteError, Task, default_of, suite_meta
+from ropescale.evals.tasks.task_longppl import LONGPPL, LongPPL
+from ropescale.evals.tasks.task_perplexity import PERPLEXITY, Perplexity
+from ropescale.evals.tasks.task_retrieval import NEEDLE, PASSKEY, Needle, Passkey
+from ropescale.evals.tasks.task_ruler import RULER, Ruler
+
+#: any row, whatever its settings and result (``Task[S, R]``)
+AnyTask = Task[Any, Any]
+#: a row of a precise type (``Perplexity``, a test's row): :func:`register` gives it back as it came
+T = TypeVar("T", bound=AnyTask)
 
 #: every task kind a suite may run, in the order a suite's report lists them
-TABLE: dict[str, Task] = {t.name: t for t in (PERPLEXITY, PASSKEY, NEEDLE, RULER, LONGPPL)}
+TABLE: dict[str, AnyTask] = {t.name: t for t in (PERPLEXITY, PASSKEY, NEEDLE, RULER, LONGPPL)}
 
 
-def register(task: Task) -> Task:
-    """Add a row (a task of a plug-in, or of a test); returns it. A name already taken is refused."""
+def register(task: T) -> T:
+    """Add a row (a task of a plug-in, or of a test); returns it, typed as it came. A name already taken is refused."""
     if task.name in TABLE and TABLE[task.name] is not task:
         raise ValueError(f"task '{task.name}' is already in the table")
     TABLE[task.name] = task
@@ -41,7 +46,21 @@ def names() -> tuple[str, ...]:
     return tuple(TABLE)
 
 
-def get(name: str) -> Task:
+# a built-in row looked up by its literal name is its own class to a type checker, so that
+# ``get("ruler").run_cell(...)`` is a RulerBattery; any other name is some row
+@overload
+def get(name: Literal["perplexity"]) -> Perplexity: ...
+@overload
+def get(name: Literal["passkey"]) -> Passkey: ...
+@overload
+def get(name: Literal["needle"]) -> Needle: ...
+@overload
+def get(name: Literal["ruler"]) -> Ruler: ...
+@overload
+def get(name: Literal["longppl"]) -> LongPPL: ...
+@overload
+def get(name: str) -> AnyTask: ...
+def get(name: str) -> AnyTask:
     try:
         return TABLE[name]
     except KeyError:
@@ -49,7 +68,7 @@ def get(name: str) -> Task:
 
 
 # -- a cell's protocol: what it measured besides the model and the data ---------------------------------
-def protocol(task: Task, raw: dict[str, Any], seed: int) -> dict[str, Any]:
+def protocol(task: AnyTask, raw: SuiteBlock, seed: int) -> SuiteBlock:
     """The ``protocol`` of a cell's ``measured`` key: the task's settings as the suite wrote them
     (not the lengths), a default that differs from what an absent key meant before it was set
     (``legacy``), and the seed of a seeded task."""
@@ -90,20 +109,20 @@ def same_measured(a: Any, b: Any, task_name: str) -> bool:
 
 
 # -- the command line ----------------------------------------------------------------------------------
-def add_flags(parser: argparse.ArgumentParser, task: Task) -> None:
+def add_flags(parser: argparse.ArgumentParser, task: AnyTask) -> None:
     """The flags of ``ropescale eval <task>`` from the task's settings fields (:func:`ropescale.options.add_arguments`)."""
     from ropescale.options import add_arguments
 
     add_arguments(parser, task.settings)
 
 
-def settings_from_args(task: Task, args: argparse.Namespace) -> dict[str, Any]:
+def settings_from_args(task: AnyTask, args: argparse.Namespace) -> SuiteBlock:
     """The suite block of ``ropescale eval <task>``'s flags: every setting, as a suite file writes it
     (a cell's protocol leaves out what cells never recorded, :func:`protocol`)."""
     from ropescale.options import from_arguments
 
     settings = from_arguments(task.settings, args)
-    block: dict[str, Any] = {"lengths": list(args.lengths)}
+    block: SuiteBlock = {"lengths": list(args.lengths)}
     for f in fields(task.settings):
         value = getattr(settings, f.name)
         value = list(value) if isinstance(value, tuple) else value
@@ -117,4 +136,4 @@ def settings_from_args(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     return block
 
 
-__all__ = ["TABLE", "add_flags", "canonical", "get", "names", "protocol", "register", "same_measured"]
+__all__ = ["TABLE", "AnyTask", "add_flags", "canonical", "get", "names", "protocol", "register", "same_measured"]

@@ -240,3 +240,36 @@ def test_shipped_suites_keep_the_placement_they_were_measured_with():
         if suite.passkey is not None:
             expected = 0.125 if "jitter" in path.stem else 0
             assert suite.passkey["jitter"] == expected == suite.settings("passkey").jitter, path.name
+
+
+# -- each row is declared Task[Settings, Result] (issue 53 point 3) -----------------------------------------
+def _declared(cls: type) -> tuple | None:
+    """The ``(S, R)`` a row's class declares, through a generic base of its own (``Passkey``:
+    ``Retrieval[PasskeySettings]``, ``Retrieval``: ``Task[S, RetrievalCell]``); None when undeclared."""
+    import typing
+
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if origin is Task:
+            return typing.get_args(base)
+        if isinstance(origin, type) and issubclass(origin, Task):
+            inner = _declared(origin)
+            if inner is not None:
+                given = dict(zip(origin.__parameters__, typing.get_args(base)))
+                return tuple(given.get(a, a) for a in inner)
+    return None
+
+
+def test_every_row_is_declared_with_its_settings_and_result_types():
+    """A type checker reads a row's settings and result from ``Task[S, R]``, the runner from the class
+    attributes: the two say the same for every built-in row, and the table is typed by ``Task``."""
+    for name, row in task_table.TABLE.items():
+        assert _declared(type(row)) == (row.settings, row.result), name
+    assert typing_args(task_table.TABLE) == (str, task_table.AnyTask)
+
+
+def typing_args(table: dict) -> tuple:
+    import typing
+
+    hints = typing.get_type_hints(task_table)
+    return typing.get_args(hints["TABLE"]) if "TABLE" in hints else ()

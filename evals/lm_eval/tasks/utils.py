@@ -38,10 +38,29 @@ import math
 import random
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 # The standard prompt (Mohtashami & Jaggi), shared with ropescale's own passkey engine.
 from ropescale.evals.tasks.passkey import FILLER, NEEDLE, QUESTION, TASK  # noqa: E402
+from ropescale.evals.tasks.records import JSONValue  # noqa: E402
+
+if TYPE_CHECKING:
+    import datasets
+
+
+class PasskeyDoc(TypedDict):
+    """One passkey document (:func:`make_docs`), a row of the task's dataset."""
+
+    input: str
+    #: the pass key, as the text the model must write
+    key: str
+    length: int
+    depth: float
+    n_tokens: int
+    n_filler_sentences: int
+    #: "tokenizer" (sized with the model's) or "estimate" (1.3 tokens a word)
+    sizing: str
+
 
 FILLER_SENTENCES = [s if s.endswith(".") else s + "." for s in FILLER.split(". ")]
 DEFAULT_SAMPLES = 10
@@ -127,7 +146,7 @@ def make_docs(
     seed: int = DEFAULT_SEED,
     gen_toks: int = DEFAULT_GEN_TOKS,
     tokenizer: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[PasskeyDoc]:
     """Passkey documents for one nominal ``length`` (see module docstring)."""
     for name, value in (("passkey_length", length), ("passkey_samples", samples), ("passkey_gen_toks", gen_toks)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -144,27 +163,27 @@ def make_docs(
     target = length - gen_toks
     rng = random.Random(seed * 1_000_003 + length)
     guess = _first_guess(count, target)
-    docs = []
+    docs: list[PasskeyDoc] = []
     for i in range(samples):
         depth = van_der_corput(i + 1)
         key = rng.randint(10000, 99999)
         n, tokens = _fit(count, target, depth, key, guess)
         guess = n
         docs.append(
-            {
-                "input": build_text(n, depth, key),
-                "key": str(key),
-                "length": length,
-                "depth": depth,
-                "n_tokens": tokens,
-                "n_filler_sentences": n,
-                "sizing": sizing,
-            }
+            PasskeyDoc(
+                input=build_text(n, depth, key),
+                key=str(key),
+                length=length,
+                depth=depth,
+                n_tokens=tokens,
+                n_filler_sentences=n,
+                sizing=sizing,
+            )
         )
     return docs
 
 
-def _tokenizer_name(metadata: dict[str, Any]) -> str | None:
+def _tokenizer_name(metadata: dict[str, JSONValue]) -> str | None:
     for key in ("tokenizer", "pretrained"):
         value = metadata.get(key)
         if isinstance(value, str) and value.strip():
@@ -172,7 +191,7 @@ def _tokenizer_name(metadata: dict[str, Any]) -> str | None:
     return None
 
 
-def passkey_dataset(passkey_length: int, **metadata: Any) -> dict[str, Any]:
+def passkey_dataset(passkey_length: int, **metadata: JSONValue) -> dict[str, datasets.Dataset]:
     """``custom_dataset`` for the passkey tasks: ``{"test": Dataset}`` of :func:`make_docs` documents.
 
     lm-eval calls it with the task's ``dataset_kwargs`` (``passkey_length``) and its metadata
@@ -196,7 +215,7 @@ def first_integer(text: str) -> str | None:
     return match.group(0) if match else None
 
 
-def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+def process_results(doc: PasskeyDoc, results: list[str]) -> dict[str, float]:
     """``acc`` = 1.0 when the first integer the model generated equals the pass key."""
     found = first_integer(results[0] if results else "")
     return {"acc": 1.0 if found is not None and int(found) == int(doc["key"]) else 0.0}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ropescale.evals.tasks.generation import (
     PromptJournal,
@@ -22,7 +22,7 @@ from ropescale.evals.tasks.generation import (
 )
 from ropescale.evals.tasks.proportions import wilson_interval
 from ropescale.evals.tasks.ruler.prompt import chat_text, check_prompt, starts_with_bos, template_tokens
-from ropescale.evals.tasks.ruler.tasks import RulerTask, generate_samples, prompt_text, score
+from ropescale.evals.tasks.ruler.tasks import RulerDoc, RulerTask, generate_samples, prompt_text, score
 from ropescale.models.runtime import load_average
 
 #: fewest samples a cell should have for its interval to mean something (the issue's floor)
@@ -38,6 +38,38 @@ class RulerRecord:
     outputs: list[str]
     prediction: str
     score: float
+
+
+class RulerRecordJSON(TypedDict):
+    """A :class:`RulerRecord` as a cell file holds it (``asdict``)."""
+
+    index: int
+    prompt_tokens: int
+    outputs: list[str]
+    prediction: str
+    score: float
+
+
+class RulerCellJSON(TypedDict):
+    """A :class:`RulerCell` as a cell file holds it (:meth:`RulerCell.to_dict`): its fields, then the
+    score, its interval and the metric; ``prompt`` and ``load_avg`` only where the cell has them, ``stop``
+    absent from files written before it."""
+
+    task: str
+    length: int
+    samples: int
+    seed: int
+    max_new_tokens: int
+    lm_eval_task: str
+    haystack: str
+    records: list[RulerRecordJSON]
+    elapsed_s: float
+    stop: NotRequired[str]
+    prompt: NotRequired[str]
+    load_avg: NotRequired[list[float | None]]
+    score: float
+    interval: list[float]
+    metric: str
 
 
 @dataclass
@@ -74,7 +106,7 @@ class RulerCell:
     def interval(self) -> tuple[float, float]:
         return wilson_interval(sum(r.score for r in self.records), len(self.records))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> RulerCellJSON:
         out = asdict(self)
         out.update(score=self.score, interval=list(self.interval), metric="string_match_all")
         out["records"] = [asdict(r) for r in self.records]
@@ -85,7 +117,7 @@ class RulerCell:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RulerCell:
+    def from_dict(cls, data: RulerCellJSON) -> RulerCell:
         keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt", "load_avg")}
         cell = cls(
             **{k: data[k] for k in keys},
@@ -105,7 +137,7 @@ def cell_docs(
     seed: int = 0,
     essay: list[str] | None = None,
     prompt: str = "plain",
-) -> list[dict[str, Any]]:
+) -> list[RulerDoc]:
     """The cell's samples as lm-eval generates them (:func:`.tasks.generate_samples`; with ``chat`` the
     template's tokens come off the length). The tokenizer alone makes them, so a runner calls this
     before the weights load.
@@ -143,7 +175,7 @@ def run_ruler_cell(
     progress: bool = False,
     add_bos: bool | None = None,
     prompt: str = "plain",
-    docs: list[dict[str, Any]] | None = None,
+    docs: list[RulerDoc] | None = None,
 ) -> RulerCell:
     """Generate ``samples`` prompts of ``task`` at ``length`` (lm-eval's generator, :mod:`.tasks`),
     decode each greedily for the task's ``max_new_tokens`` (or until every expected string is in

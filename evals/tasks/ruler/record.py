@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from ropescale.evals.tasks.json_fields import only_known, take
-from ropescale.evals.tasks.ruler.cell import RulerCell
-from ropescale.scaling import COMPOSE, Scaling
+from ropescale.evals.tasks.ruler.cell import RulerCell, RulerCellJSON
+from ropescale.evals.tasks.run_folder import MeasuredJSON
+from ropescale.interop.config_json import ProvenanceBlock, RopeDict
+from ropescale.scaling import COMPOSE, Scaling, ScalingRequest
 
 #: version of a cell file's layout
 SCHEMA = "ropescale.ruler.cell/1"
@@ -32,6 +34,22 @@ def _take(data: Any, key: str, kinds: tuple[type, ...], what: str, where: str = 
 
 def _keys(data: dict[str, Any], known: list[str], where: str) -> None:
     only_known(data, known, SCHEMA, where, error=CellFileError)
+
+
+class FingerprintJSON(TypedDict):
+    """A RULER cell's ``fingerprint`` (:meth:`CellFingerprint.to_json`): a key left out is what files
+    written before it hold."""
+
+    model: str
+    model_content: NotRequired[str]
+    scaling_requested: ScalingRequest
+    task: str
+    length: int
+    samples: int
+    seed: int
+    runtime: dict[str, str]
+    prompt: NotRequired[str]
+    haystack: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -50,12 +68,12 @@ class CellFingerprint:
     length: int
     samples: int
     seed: int
-    runtime: dict[str, Any]
+    runtime: dict[str, str]
     prompt: str = "plain"
     model_content: str | None = None
     haystack: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> FingerprintJSON:
         return {
             "model": self.model,
             **({} if self.model_content is None else {"model_content": self.model_content}),
@@ -69,16 +87,18 @@ class CellFingerprint:
             **({} if self.haystack is None else {"haystack": self.haystack}),
         }
 
-    def legacy_json(self) -> dict[str, Any]:
+    def legacy_json(self) -> FingerprintJSON:
         """The fingerprint as ropescale wrote it before cells recorded the model's content and the
         haystack: what a prompt journal of a cell in progress then holds (resumed, not set aside)."""
-        return {k: v for k, v in self.to_json().items() if k not in ("model_content", "haystack")}
+        return cast(
+            FingerprintJSON, {k: v for k, v in self.to_json().items() if k not in ("model_content", "haystack")}
+        )
 
-    def measured(self) -> dict[str, Any]:
+    def measured(self) -> MeasuredJSON:
         """What the cell measured, in the suite's shape (:func:`.cell_keys.measured`): the model (name,
         content where recorded), the haystack's text where recorded (``data``) and the protocol; the
         runtime is not in it (a cell of another runtime is recomputed, as a suite's is)."""
-        out: dict[str, Any] = {
+        out: MeasuredJSON = {
             "model": {
                 "name": self.model,
                 **({} if self.model_content is None else {"fingerprint": self.model_content}),
@@ -131,6 +151,21 @@ def _prompt(value: Any) -> str:
     return value
 
 
+class CellFileJSON(TypedDict):
+    """A RULER cell file (:meth:`CellRecord.to_json`), its keys in the order they are written."""
+
+    schema: str
+    fingerprint: FingerprintJSON
+    label: str
+    unscaled: bool
+    scaling: ProvenanceBlock
+    rope_parameters: RopeDict | None
+    lm_eval_version: str
+    runtime: dict[str, str]
+    original_context: int
+    cell: RulerCellJSON
+
+
 #: a cell file's keys, in the order they are described
 _KEYS = [
     "schema",
@@ -156,16 +191,16 @@ class CellRecord:
     fingerprint: CellFingerprint
     label: str
     unscaled: bool
-    scaling: dict[str, Any]
-    rope_parameters: dict[str, Any] | None
+    scaling: ProvenanceBlock
+    rope_parameters: RopeDict | None
     lm_eval_version: str
-    runtime: dict[str, Any]
+    runtime: dict[str, str]
     original_context: int
     result: RulerCell
     path: Path | None = None
     #: the cell as its file holds it, written back as it was (cells written before RulerCell's ``stop``
     #: lack it, and ``RulerCell.to_dict`` would add it); None for a record built in memory
-    cell_json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    cell_json: RulerCellJSON | None = field(default=None, repr=False, compare=False)
 
     @property
     def model(self) -> str:
@@ -200,7 +235,7 @@ class CellRecord:
         """Every sample asked decoded and scored."""
         return bool(self.result.records) and len(self.result.records) == self.result.samples and not self.short
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CellFileJSON:
         """The JSON object of the cell's file, as :class:`~.run.RulerRun` writes it."""
         return {
             "schema": SCHEMA,

@@ -5,7 +5,7 @@ length (:mod:`.measures`) of every scaling."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ropescale._io import atomic_write_json, atomic_write_text
 from ropescale.evals.tasks.ruler.measures import (
@@ -24,12 +24,53 @@ RESULTS_SCHEMA = "ropescale.ruler.results/1"
 BEYOND_FLOOR = 30.0
 
 
-def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, Any]:
+class ScoreEntry(TypedDict):
+    """One scaling × task × length of the summary: the score and its 95% Wilson interval (0-100)."""
+
+    score: float
+    interval: list[float]
+    samples: int
+    seed: int
+    #: the samples asked, where fewer were decoded (a cell written before such a cell was refused)
+    asked: NotRequired[int]
+
+
+class TaskMeasures(TypedDict, total=False):
+    """One scaling × task's measures (:mod:`.measures`): the effective lengths, and where the unscaled
+    model's cells are here, the retention per length (keys are strings) and its worst."""
+
+    effective_length_ruler: int | None
+    effective_length_relative: int | None
+    relative_note: str
+    base: str
+    retention: dict[str, float]
+    worst_retention: float | None
+
+
+class RulerSummary(TypedDict):
+    """:func:`summarize`'s summary: scores by label, task and length, the measures by label and task."""
+
+    original_context: int | None
+    scores: dict[str, dict[str, dict[int, ScoreEntry]]]
+    measures: dict[str, dict[str, TaskMeasures]]
+    has_unscaled: bool
+    #: label -> prompt format, where a row is not plain
+    prompts: NotRequired[dict[str, str]]
+
+
+class RulerReport(RulerSummary):
+    """:func:`write_report`'s return: the summary, the report's text and its path."""
+
+    markdown: str
+    report: str
+
+
+def summarize(cells: list[CellRecord], model: str | None = None) -> RulerSummary:
     """Scores (0-100) of ``cells`` (:func:`.record.load_cells`) as ``{label: {task: {length: ...}}}``
     and the measures against the unscaled model's cells, when there are any."""
     if model is not None:
         cells = [c for c in cells if c.model == str(model)]
-    table: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    table: dict[str, dict[str, dict[int, ScoreEntry]]] = {}
     # the unscaled base of each prompt format: a row is compared with prompts of its own format only
     unscaled: dict[str, dict[str, dict[int, float]]] = {}
     prompt_of: dict[str, str] = {}
@@ -37,7 +78,7 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
     for c in cells:
         r = c.result
         lo, hi = r.interval
-        entry = {"score": 100 * r.score, "interval": [100 * lo, 100 * hi], "samples": r.samples, "seed": r.seed}
+        entry = ScoreEntry(score=100 * r.score, interval=[100 * lo, 100 * hi], samples=r.samples, seed=r.seed)
         if c.short:  # fewer samples than asked (written before such a cell was refused): said, never done
             entry["asked"] = c.fingerprint.samples
         table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
@@ -45,11 +86,11 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
         context = c.original_context
         if c.unscaled:
             unscaled.setdefault(c.prompt, {}).setdefault(r.task, {})[r.length] = 100 * r.score
-    measures: dict[str, dict[str, Any]] = {}
+    measures: dict[str, dict[str, TaskMeasures]] = {}
     for label, tasks in table.items():
         for task, by_length in tasks.items():
             scores = {n: e["score"] for n, e in by_length.items()}
-            row: dict[str, Any] = {"effective_length_ruler": effective_length_absolute(scores)}
+            row = TaskMeasures(effective_length_ruler=effective_length_absolute(scores))
             base = unscaled.get(prompt_of[label], {}).get(task)
             if context is not None:
                 length, why = effective_length_relative(scores, context, base=base, floor=BEYOND_FLOOR)
@@ -58,16 +99,13 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> dict[str, An
                 kept = retention(scores, base, context)
                 row.update(retention={str(n): v for n, v in kept.items()}, worst_retention=worst_retention(kept))
             measures.setdefault(label, {})[task] = row
-    return {
-        "original_context": context,
-        "scores": table,
-        "measures": measures,
-        "has_unscaled": bool(unscaled),
-        **({"prompts": prompt_of} if set(prompt_of.values()) - {"plain"} else {}),
-    }
+    summary = RulerSummary(original_context=context, scores=table, measures=measures, has_unscaled=bool(unscaled))
+    if set(prompt_of.values()) - {"plain"}:
+        summary["prompts"] = prompt_of
+    return summary
 
 
-def markdown(summary: dict[str, Any]) -> str:
+def markdown(summary: RulerSummary) -> str:
     """The summary as markdown: one table of scores, one of the measures."""
     table = summary["scores"]
     lengths = sorted({n for tasks in table.values() for by in tasks.values() for n in by})
@@ -124,17 +162,17 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(output: str | Path, model: str | None = None) -> dict[str, Any]:
+def write_report(output: str | Path, model: str | None = None) -> RulerReport:
     """Write ``report.md`` and ``results.json`` of every cell in ``output`` (of ``model``) atomically."""
     output = Path(output)
     summary = summarize(load_cells(output), model)
     text = markdown(summary)
     atomic_write_text(output / "report.md", text)
     atomic_write_json(output / "results.json", {"schema": RESULTS_SCHEMA, **_jsonable(summary)})
-    return {**summary, "markdown": text, "report": str(output / "report.md")}
+    return RulerReport(**summary, markdown=text, report=str(output / "report.md"))
 
 
-def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+def _jsonable(summary: RulerSummary) -> dict[str, Any]:  # results.json: the file boundary
     scores = {
         label: {task: {str(n): e for n, e in by.items()} for task, by in tasks.items()}
         for label, tasks in summary["scores"].items()
@@ -142,4 +180,14 @@ def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return {**summary, "scores": scores}
 
 
-__all__ = ["BEYOND_FLOOR", "RESULTS_SCHEMA", "markdown", "summarize", "write_report"]
+__all__ = [
+    "BEYOND_FLOOR",
+    "RESULTS_SCHEMA",
+    "RulerReport",
+    "RulerSummary",
+    "ScoreEntry",
+    "TaskMeasures",
+    "markdown",
+    "summarize",
+    "write_report",
+]

@@ -16,13 +16,16 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ropescale._io import atomic_write_json
 from ropescale.evals.tasks.ruler.cell import run_ruler_cell
 from ropescale.evals.tasks.ruler.record import SCHEMA, CellFingerprint, CellRecord, load_cells, read_cells
 from ropescale.evals.tasks.ruler.tasks import RulerTask, essay_haystack
 from ropescale.scaling import REPLACE, Scaling
+
+if TYPE_CHECKING:
+    from ropescale.evals.tasks.ruler.report import RulerReport
 
 
 def row_label(scaling: Scaling, prompt: str = "plain") -> str:
@@ -57,7 +60,7 @@ class RulerRun:
         self.runtime, self.essay_text, self.prompt = runtime, essay_text, prompt
         self.cells_dir = self.output / "cells"
         #: the report :meth:`run` wrote with ``report=True``
-        self.summary: dict[str, Any] | None = None
+        self.summary: RulerReport | None = None
 
     @functools.cached_property
     def model_content(self) -> str | None:

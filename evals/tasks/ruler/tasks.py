@@ -35,12 +35,36 @@ import random
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 #: RULER's threshold for a length to count as effective (the score of Llama-2-7B at 4k, in %).
 RULER_THRESHOLD = 85.6
 
 _ESSAY = "austen"  # the local haystack that replaces the essays
+
+
+class NiahArgs(TypedDict, total=False):
+    """lm-eval's ``generate_samples`` arguments of a needle task (its haystack, key and value kinds, and
+    the counts a variant sets)."""
+
+    type_haystack: str
+    type_needle_k: str
+    type_needle_v: str
+    num_needle_k: int
+    num_needle_v: int
+    num_needle_q: int
+
+
+class RulerDoc(TypedDict, total=False):
+    """One of lm-eval's RULER documents (a sample), with the keys read here."""
+
+    input: str
+    #: the expected strings
+    outputs: list[str]
+    gen_prefix: str
+    length: int
+    max_length: int
+    index: int
 
 
 @dataclass(frozen=True)
@@ -52,7 +76,7 @@ class RulerTask:
     what: str  # what it measures, for the docs and reports
     max_new_tokens: int  # lm-eval's max_gen_toks
     delimiter: str = " "  # lm-eval's target_delimiter between input and gen_prefix
-    niah: dict[str, Any] = field(default_factory=dict)  # generate_samples arguments (niah tasks)
+    niah: NiahArgs = field(default_factory=dict)  # generate_samples arguments (niah tasks)
 
     @property
     def haystack(self) -> str:
@@ -66,7 +90,7 @@ class RulerTask:
 
 
 def _niah(name: str, what: str, haystack: str, k: str = "words", v: str = "numbers", **counts: int) -> RulerTask:
-    args = {"type_haystack": haystack, "type_needle_k": k, "type_needle_v": v, **counts}
+    args = NiahArgs(type_haystack=haystack, type_needle_k=k, type_needle_v=v, **counts)
     return RulerTask(name, "niah", what, 128, niah=args)
 
 
@@ -185,7 +209,7 @@ def essay_haystack(text: str) -> list[str]:
 
 def generate_samples(
     task: RulerTask, tokenizer: Any, length: int, samples: int, seed: int, essay: list[str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[RulerDoc]:
     """lm-eval's samples of ``task`` at ``length`` tokens: the first ``samples`` of what lm-eval's
     task function generates after ``random.seed(seed)`` (and ``numpy.random.seed(seed)``).
 
@@ -348,7 +372,7 @@ def _niah_samples(task: RulerTask, tokenizer: Any, length: int, samples: int, es
 # -- prompt and score ----------------------------------------------------------------------------
 
 
-def prompt_text(task: RulerTask, doc: dict[str, Any]) -> str:
+def prompt_text(task: RulerTask, doc: RulerDoc) -> str:
     """lm-eval's plain-text context of ``doc``: its input, the task's delimiter where neither side
     has whitespace at the join (lm-eval's ``requires_delimiter``), and the ``gen_prefix``."""
     text, prefix = doc["input"], doc["gen_prefix"]
