@@ -199,9 +199,11 @@ def _pose_recipe(model: str, factor: float | None = None, target: int | None = N
     folders = [d for d in CONFIGS_DIR.iterdir() if d.is_dir() and name.startswith(_family(d.name))]
     folder = max(folders, key=lambda d: len(_family(d.name)), default=CONFIGS_DIR / Path(model).name)
     # the family's own: the extension recipes (yarn_x*; the factor asked for first), then its PoSE recipes
-    own = sorted(r for r in folder.glob("yarn_x*.yaml") if "control" not in r.stem and "_cp" not in r.stem)
-    if factor:
-        own.sort(key=lambda r: r.stem != f"yarn_x{factor:g}")  # stable: the rest keep their order
+    # (a context-parallel recipe ends in _cp; the CPU-sized ones, _cpu, are candidates like any other)
+    own = sorted(r for r in folder.glob("yarn_x*.yaml") if "control" not in r.stem and not r.stem.endswith("_cp"))
+    if factor:  # the factor's own recipe, then its variants (yarn_x2_cpu for x2); stable: the rest keep their order
+        exact = f"yarn_x{factor:g}"
+        own.sort(key=lambda r: (r.stem != exact, not r.stem.startswith(exact + "_")))
     # a family recipe that reaches the target itself (llama3.1-8b/ultralong_yarn_x64_512k for 512k) comes first
     reaching = [r for r in sorted(folder.glob("*.yaml")) if target and _reach(r) == target and "control" not in r.stem]
     own = reaching + [r for r in own if r not in reaching]

@@ -82,6 +82,9 @@ def test_train_commands_do_not_repeat_what_the_recipe_sets(capsys):
         ("mistralai/Mistral-7B-v0.3", 4, "mistral-7b-v0.3/yarn_x4"),
         ("Qwen/Qwen3-8B", 4, "qwen3-8b/yarn_x4"),
         ("smollm2-135m", 4, "smollm2-135m/yarn_x4"),
+        # no yarn_x2: the factor's variant, the CPU recipe whose evidence recommend quotes (before: its "_cpu"
+        # read as a context-parallel "_cp" and yarn_x4 was named, retargeted to x2)
+        ("smollm2-135m", 2, "smollm2-135m/yarn_x2_cpu"),
     ],
 )
 def test_a_model_gets_its_familys_recipe_at_the_factor_asked(name, factor, recipe):
