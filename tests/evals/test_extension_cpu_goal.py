@@ -60,6 +60,8 @@ def test_every_part_met_and_each_part_failing_on_its_own():
     assert _parts(ft={2048: 23.0, 8192: 24.0, T: 24.5})[0].status == "NOT met"  # 1.021 × the control's 8k
     kept = _parts(ft={2048: 23.5, 8192: 24.0, T: 24.1})[1]  # 23.0 / 23.5 = 97.9 % < 98.5 %
     assert kept.status == "NOT met" and "2k 23.50 vs 23.00 = 97.9 %" in kept.detail
+    # adaptation to the text removed: the same share against the control, which learned it unscaled
+    assert "against the control (the same text, unscaled): 2k 97.4 %, 8k 100.0 %" in kept.detail
     assert _parts(ruler=0.8)[2].status == "NOT met"  # 80 % of the unscaled model's 4k
     assert _parts(ruler=0.9, prompts=12)[2].status == "in progress"  # a cell of fewer than 30 prompts
     assert "not met yet" in verdict(_parts(ruler=0.8))
