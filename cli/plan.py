@@ -10,7 +10,6 @@ length covers them all; the number of forwards per cell follows the task's proto
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,16 +36,6 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _forwards(args: argparse.Namespace, length: int) -> int:
-    """Prompts (forwards of ``length`` tokens) one cell of one method runs."""
-    if args.task == "perplexity":
-        scored = args.max_tokens or 4 * length
-        stride = args.stride or (length if args.mode == "nonoverlap" else 256)
-        return max(1, math.ceil(scored / stride))
-    depths = len([d for d in str(args.depths).split(",") if d.strip()])
-    return depths * args.trials
-
-
 def _tokenizer_here(model: str) -> tuple[Any, str]:
     """``(tokenizer, "")`` of a local or converted model, else ``(None, why)``: the dry run reads no
     Hub and converts nothing."""
@@ -65,7 +54,7 @@ def _tokenizer_here(model: str) -> tuple[Any, str]:
     return load_tokenizer(folder), ""
 
 
-def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any] | None = None) -> int:
+def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any]) -> int:
     """Print the plan; ``suite_of`` builds the suite the run would build, whose lengths are checked
     against the tokenizer as the run checks them (:meth:`Task.check_lengths`) before any row says "fits"."""
     from ropescale.errors import RopescaleError
@@ -77,14 +66,14 @@ def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any] | None
     card = plan.card(args.gpu or "h100-80gb")
     config, source = config_source(args.model)
     unchecked = ""
-    if suite_of is not None:
-        suite = suite_of()
-        tokenizer, unchecked = _tokenizer_here(args.model)
-        if tokenizer is not None:
-            task_table.get(args.task).check_lengths(suite, suite.settings(args.task), tokenizer)
+    task, suite = task_table.get(args.task), suite_of()
+    settings = suite.settings(args.task)  # what the run would run: its prompts per cell, whether it generates
+    tokenizer, unchecked = _tokenizer_here(args.model)
+    if tokenizer is not None:
+        task.check_lengths(suite, settings, tokenizer)
     shape = plan.Shape.from_config(config)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
-    generate = args.task != "perplexity"
+    generate = task.retrieval
     methods = len(str(args.methods).split(",")) if args.methods else 1
     print(f"plan:    {args.task} on {source}, {dtype}, SDPA, {card.label}; estimates (ropescale/models/plan.py)")
     rows = []
@@ -92,7 +81,7 @@ def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any] | None
         est = plan.eval_estimate(
             shape, length, dtype, kv_cache=generate, decode_tokens=DECODE_TOKENS if generate else 0, card=card
         )
-        n = _forwards(args, length)
+        n = task.prompts_per_cell(settings, length)
         fit = "yes" if plan.fits(est, card) else f"NO: needs {plan.gib(est.peak + plan.RESERVE_MIB * plan.MIB)}"
         per_cell, per_run = plan.duration(n * est.seconds), plan.duration(methods * n * est.seconds)
         rows.append([length, plan.gib(est.peak), fit, plan.duration(est.seconds), n, per_cell, per_run])

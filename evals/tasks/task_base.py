@@ -234,6 +234,11 @@ class Task(Generic[S, R]):
         return False
 
     # -- running ----------------------------------------------------------------------------------
+    def prompts_per_cell(self, settings: S, length: int) -> int:
+        """The forwards of ``length`` tokens one cell of one method runs: what ``--dry-run`` plans (a
+        retrieval cell also generates its answer: :attr:`retrieval`)."""
+        raise NotImplementedError(f"{self.name}: no plan of its prompts")
+
     def check_lengths(self, suite: Any, settings: S, tokenizer: Any) -> None:
         """Refuse, in one line, a length this task cannot build a prompt of with ``tokenizer`` (no
         weights; ``--dry-run`` runs it too, so a plan never calls a refused length fine)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,12 @@ class Perplexity(Task[PerplexitySettings, PerplexityCell]):
 
     def uses_data(self, suite: Any) -> bool:
         return True
+
+    def prompts_per_cell(self, settings: PerplexitySettings, length: int) -> int:
+        """Windows of ``length`` over the tokens scored (4 windows' worth unless ``max_tokens``), one per stride."""
+        scored = settings.max_tokens or 4 * length
+        stride = settings.stride or (length if settings.mode == "nonoverlap" else 256)
+        return max(1, math.ceil(scored / stride))
 
     def prepare(self, suite: Any, settings: PerplexitySettings, tokenizer: Any) -> Any:
         from ropescale.data.documents import load_documents, tokenize_documents

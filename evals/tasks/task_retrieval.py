@@ -168,6 +168,10 @@ class Retrieval(Task[S, RetrievalCell]):
     higher_is_better = True
     retrieval = True
 
+    def prompts_per_cell(self, settings: S, length: int) -> int:
+        """``len(depths) x trials`` prompts at every length."""
+        return len(settings.depths) * settings.trials
+
     def value(self, result: RetrievalCell, length: int) -> float | None:
         from ropescale.evals.tasks.report_cells import retrieval_stats
 
