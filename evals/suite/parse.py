@@ -212,7 +212,7 @@ def load_suite(
 ) -> Suite:
     """A suite from a YAML path, or by name from ``evals/suites/``; ``model``, ``target_length`` and
     ``data`` replace the file's (``ropescale eval suite NAME --model PATH``), relative lengths are
-    resolved against the model's trained context (:func:`.lengths.prepare`). ``lengths`` and
+    resolved against the model's trained context L and shipped context S (:func:`.lengths.prepare`). ``lengths`` and
     ``samples`` size it down (``--lengths``, ``--samples``: :mod:`.size`), so that a suite
     written for a small model fits the time a large one allows."""
     from ropescale.evals.suite import size as suite_size
@@ -232,9 +232,10 @@ def load_suite(
     from ropescale.evals.suite.lengths import prepare
 
     samples = suite_size.check_samples(samples)
-    raw = prepare(
+    resolved = prepare(
         suite_size.with_lengths(raw, lengths), f"suite '{path}'", model=model, target_length=target_length, data=data
     )
+    raw = resolved.raw
     if lengths is not None:
         raw = suite_size.keep_only_asked(_read_lengths(raw))
     suite = suite_from_dict(raw, default_name=path.stem, source=f"suite '{path}'")
@@ -244,4 +245,5 @@ def load_suite(
     sized = suite_size.sized_text(lengths, samples, suite, said)
     if sized:
         suite.sized = sized
+    suite.contexts = resolved.contexts
     return suite
