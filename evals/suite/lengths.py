@@ -191,7 +191,8 @@ def prepare(
     if over_s and target is not None and target <= S:
         raise SuiteError(
             f"target length {target} of {source} is within the model's shipped context S = {S:,} "
-            f"({contexts.S_source}): a factor target/S would not extend it; give a target past S (--target-length N above {S}, or target_length: 2S)"
+            f"({contexts.S_source}): a factor target/S would not extend it; give a target past S "
+            f"(--target-length N above {S}, or target_length: 2S)"
         )
     raw.pop("target_length", None)
     if uses_target:
