@@ -80,14 +80,16 @@ def test_the_dry_run_says_which_context_each_symbol_took(tmp_path, capsys, monke
 
 def test_target_over_l_on_a_composed_method_is_refused_in_one_line(tmp_path, capsys):
     """Composed on llama3's 128k, target/L would ask yarn x64 on top of x8: 8M tokens for a 512k target."""
-    text = SHIPPED.replace("factor: target/S, params", "factor: target/L, params")
+    # no S anywhere: the file the old code read, and ran at yarn x64 composed on llama3 x8
+    text = SHIPPED.replace("factor: target/S, params", "factor: target/L, params").replace("S", "L")
+    text = text.replace("target_length: 4L", "target_length: 64L")
     code = main(["eval", "suite", str(_suite(tmp_path, text)), "--model", str(LLAMA31), "--dry-run"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert "methods[1].factor of suite" in err[0] and "'target/L' on a method composed on the shipped" in err[0]
     assert "S = 131,072 (family table: Llama 3.1/3.3), not L = 8,192: write target/S" in err[0]
     plain = load_suite(_suite(tmp_path, text), model=str(LLAMA3))  # S = L: the two factors are one
-    assert {m.label: m.factor for m in plain.methods}["yarn-on-shipped"] == 4.0
+    assert {m.label: m.factor for m in plain.methods}["yarn-on-shipped"] == 64.0
 
 
 def test_a_target_within_s_for_a_target_over_s_factor_is_refused(tmp_path):
