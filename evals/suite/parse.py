@@ -20,8 +20,9 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
       - {method: yarn, factor: 4, params: {attention_factor: 1.0}, label: yarn-af1}
       - {method: linear, factor: 4, only: {passkey: [4096]}}   # this method: passkey at 4096 only
     perplexity: {lengths: [2048, 8192], mode: nonoverlap, stride: null, max_tokens: 16384}
-    # lengths (and `only`'s) may be relative to the model's trained context L: L/4, L, 2L, target;
-    # a factor may be target/L (evals/suite/lengths.py) -- one suite fits every model
+    # lengths (and `only`'s) may be relative to the model's trained context L or its shipped context S:
+    # L/4, L, 2L, S, target; a factor may be target/L or target/S (evals/suite/lengths.py) -- one suite
+    # fits every model
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
     ruler: {tasks: [niah_single_1, vt], samples: 30, lengths: [4096]}
