@@ -17,8 +17,9 @@ method's ``only``, ``target_length``):
 
 and, as a method's factor, ``target/L`` (N / L: a method that replaces the shipped scaling starts
 from the pretraining frequencies) or ``target/S`` (N / S: a method composed on the shipped scaling,
-``params: {compose: true}``, scales from the shipped context; ``target/L`` there is refused, as it
-would overshoot by S / L). Lengths that resolve to the same number are kept once. Resolving needs
+``params: {compose: true}``, scales from the shipped context; where S is not L, ``target/L`` there
+is refused, as it would overshoot by S / L, and ``target/S`` on a replacing method, which would fall
+short by as much). Lengths that resolve to the same number are kept once. Resolving needs
 only the model's config (no weights), and every mistake is one line naming the key; which context
 each symbol took, and from where, is :attr:`Resolved.contexts` (the dry run prints it).
 """
@@ -140,8 +141,9 @@ def prepare(
     Raises:
         SuiteError: a relative value that cannot resolve (``target`` with no target length, a
             factor other than ``target/L`` or ``target/S``), a target within L (within S for a
-            ``target/S`` factor), ``target/L`` on a method composed on a shipped scaling whose S is
-            not L, or ``--target-length`` given to a suite that names no target.
+            ``target/S`` factor), where S is not L ``target/L`` on a method composed on the shipped
+            scaling or ``target/S`` on one that replaces it, or ``--target-length`` given to a suite
+            that names no target.
     """
     if not isinstance(raw, dict):
         return Resolved(raw)  # suite_from_dict says what a suite must be
@@ -170,7 +172,15 @@ def prepare(
     contexts = contexts_of(load_config(str(raw.get("model") or "smollm2-135m")))
     L, S = contexts.L, contexts.S
     for i, entry in enumerate(raw.get("methods") or []):
-        if _composes(entry) and _factor_symbol(entry.get("factor")) == "L" and S != L:
+        symbol = _factor_symbol(entry.get("factor")) if isinstance(entry, dict) else None
+        if not _composes(entry) and symbol == "S" and S != L:
+            # a replacing method multiplies L: target/S would reach target x L / S (a sixteenth on Llama 3.1)
+            raise SuiteError(
+                f"methods[{i}].factor of {source} is 'target/S' on a method that replaces the shipped scaling, "
+                f"which starts from the pretraining context L = {L:,} ({contexts.L_source}), not S = {S:,}: "
+                "write target/L, or params: {compose: true} to build on the shipped scaling"
+            )
+        if _composes(entry) and symbol == "L" and S != L:
             raise SuiteError(
                 f"methods[{i}].factor of {source} is 'target/L' on a method composed on the shipped scaling "
                 f"(params.compose: true), which scales from the shipped context S = {S:,} ({contexts.S_source}), "

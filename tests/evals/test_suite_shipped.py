@@ -100,3 +100,31 @@ def test_a_target_within_s_for_a_target_over_s_factor_is_refused(tmp_path):
 def test_lengths_option_takes_s(tmp_path):
     small = load_suite(_suite(tmp_path), model=str(LLAMA31), lengths=["S/4", "S"])
     assert small.perplexity["lengths"] == [32768, 131072] and small.passkey["lengths"] == [32768, 131072]
+
+
+def test_target_over_s_on_a_replacing_method_is_refused_in_one_line(tmp_path, capsys):
+    """Replacing llama3 from the pretraining 8k, target/S would reach a sixteenth of the target."""
+    text = SHIPPED.replace("factor: target/L, label", "factor: target/S, label")
+    code = main(["eval", "suite", str(_suite(tmp_path, text)), "--model", str(LLAMA31), "--dry-run"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "methods[2].factor of suite" in err[0] and "'target/S' on a method that replaces the shipped" in err[0]
+    assert "L = 8,192 (config.json rope_parameters.original_max_position_embeddings), not S = 131,072" in err[0]
+    assert "write target/L, or params: {compose: true}" in err[0]
+    plain = load_suite(_suite(tmp_path, text), model=str(LLAMA3))  # S = L: the two factors are one
+    assert {m.label: m.factor for m in plain.methods}["yarn-replacing"] == 4.0
+
+
+def test_the_runners_own_checks_accept_what_s_resolves_to(tmp_path):
+    """The runner plans each method on the config and checks each length against the context its factor
+    multiplies (S for a composed method): target/S and target/L both reach the target, before any weights."""
+    from ropescale.evals.suite.checks import check_against_model
+    from ropescale.evals.suite.lengths import check_lengths, contexts_of
+    from ropescale.models.loading import load_config
+
+    suite = load_suite(_suite(tmp_path), model=str(LLAMA31))
+    config = load_config(str(LLAMA31))
+    check_against_model(suite, config)
+    contexts = contexts_of(config)
+    check_lengths(suite, contexts.L, contexts.S)
+    assert (contexts.L, contexts.S) == (8192, 131072)
