@@ -5,8 +5,10 @@ A shipped suite names its model (the embedded one); ``ropescale eval suite NAME 
 and one trained at 32k, a suite may write, wherever it gives a length (a task's ``lengths``, a
 method's ``only``, ``target_length``):
 
-- ``L`` the model's trained (pretraining) context (``original_max_position_embeddings``, as
-  patching reads it), ``2L``, ``L/4``, ``1.5L``: a multiple or a fraction of it (rounded down to a token);
+- ``L`` the model's trained (pretraining) context, as patching starts from it
+  (``original_max_position_embeddings`` of a scaled checkpoint; the family table's where an unscaled
+  config.json overstates it), ``2L``, ``L/4``, ``1.5L``: a multiple or a fraction of it (rounded down
+  to a token);
 - ``S`` the context the checkpoint serves as shipped (:func:`ropescale.patching.shipped.shipped_of`:
   ropescale's provenance, the family table, else ``max_position_embeddings``), ``2S``, ``S/4``: on an
   already extended checkpoint (Llama 3.1: L = 8,192, S = 131,072) the model as shipped is the baseline
@@ -67,17 +69,15 @@ class Contexts:
 
 
 def contexts_of(config: Any) -> Contexts:
-    """L and S of a model's config: L as patching reads it (:func:`~ropescale.patching.plan.trained_context`),
-    S as every command reads the model as shipped (:func:`~ropescale.patching.shipped.shipped_of`, the same
-    call the runner's length check makes), so a factor written here is the one the patch multiplies."""
-    from ropescale.patching.plan import trained_context
+    """L and S of a model's config, both from :func:`~ropescale.patching.shipped.shipped_of`: L is the
+    pretraining context a replacing patch starts from (:func:`~ropescale.patching.plan.plan_scaling`
+    takes the family table's where config.json overstates it: 32,768 on Qwen3-8B, not the 40,960 its
+    field states), S the context it serves as shipped, which a composed patch and the runner's length
+    check start from; so a factor written ``target/L`` or ``target/S`` is the one the patch multiplies."""
     from ropescale.patching.shipped import shipped_of
 
-    L, shipped = trained_context(config), shipped_of(config)
-    L_source = shipped.pretraining_source
-    if shipped.pretraining != L:  # a family row corrects an unscaled config's field; patching reads the field
-        L_source = f"config.json max_position_embeddings, as patching reads it; {L_source} says {shipped.pretraining:,}"
-    return Contexts(L, L_source, shipped.context, shipped.context_source)
+    shipped = shipped_of(config)
+    return Contexts(shipped.pretraining, shipped.pretraining_source, shipped.context, shipped.context_source)
 
 
 @dataclass(frozen=True)

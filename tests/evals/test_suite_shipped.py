@@ -128,3 +128,18 @@ def test_the_runners_own_checks_accept_what_s_resolves_to(tmp_path):
     contexts = contexts_of(config)
     check_lengths(suite, contexts.L, contexts.S)
     assert (contexts.L, contexts.S) == (8192, 131072)
+
+
+@pytest.mark.parametrize("shape, L", [("qwen3-8b", 32768), ("qwen2.5-7b", 32768), ("mistral-nemo-12b", 131072)])
+def test_l_is_the_context_the_patch_starts_from_where_config_json_overstates_it(shape, L):
+    """Qwen3-8B's config.json states 40,960, Qwen2.5-7B's 131,072, Mistral-Nemo's 1,024,000; patching starts
+    from the family table's context. Before, L was the field: extend-check on Qwen3-8B asked 163,840
+    tokens of a yarn x4 that reaches 131,072 (Qwen2.5-7B: 524,288 of 131,072), and the run's check let it."""
+    from ropescale.models.loading import load_config
+    from ropescale.patching.plan import plan_scaling
+
+    suite = load_suite("extend-check", model=str(SHAPES / shape))
+    assert suite.perplexity["lengths"] == [L // 4, L, 2 * L, 4 * L] and suite.target_length == 4 * L
+    yarn = next(m for m in suite.methods if m.label == "yarn")
+    assert f"from the pretraining context {L} " in plan_scaling(load_config(str(SHAPES / shape)), yarn.scaling).start
+    assert yarn.factor * L == suite.target_length
