@@ -77,7 +77,7 @@ def add_suite_arguments(p: argparse.ArgumentParser) -> None:
         type=typed(lengths_option),
         default=None,
         help="size the suite: these lengths for every task instead of the file's (4096, 4k, or relative to the "
-        "model's trained context: L/4, L, 2L, target); a method's `only` keeps those still asked",
+        "model's trained or shipped context: L/4, L, 2L, S, target); a method's `only` keeps those still asked",
     )
     p.add_argument(
         "--samples",

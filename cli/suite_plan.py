@@ -52,6 +52,8 @@ def print_suite_plan(suite: Any, output: str, gpu: str | None) -> int:
         shape, source = None, f"no estimate ({' '.join(str(exc).split())})"
     cells = suite.cells()
     print(f"dry run: suite {suite.name} on {suite.model}: {len(cells)} cells into {output}; nothing loaded or run")
+    if suite.contexts:  # on an already extended checkpoint L and S differ: say which each symbol took
+        print(suite.contexts)
     if suite.sized:
         print(suite.sized)
     rows, total = [], 0.0

@@ -20,8 +20,9 @@ A suite is a YAML file (``evals/suites/*.yaml``)::
       - {method: yarn, factor: 4, params: {attention_factor: 1.0}, label: yarn-af1}
       - {method: linear, factor: 4, only: {passkey: [4096]}}   # this method: passkey at 4096 only
     perplexity: {lengths: [2048, 8192], mode: nonoverlap, stride: null, max_tokens: 16384}
-    # lengths (and `only`'s) may be relative to the model's trained context L: L/4, L, 2L, target;
-    # a factor may be target/L (evals/suite/lengths.py) -- one suite fits every model
+    # lengths (and `only`'s) may be relative to the model's trained context L or its shipped context S:
+    # L/4, L, 2L, S, target; a factor may be target/L or target/S (evals/suite/lengths.py) -- one suite
+    # fits every model
     passkey: {lengths: [4096, 8192], depths: [0.25, 0.75], trials: 2}
     needle: {task: niah_single, lengths: [4096], depths: [0.5], trials: 2}
     ruler: {tasks: [niah_single_1, vt], samples: 30, lengths: [4096]}
@@ -212,7 +213,7 @@ def load_suite(
 ) -> Suite:
     """A suite from a YAML path, or by name from ``evals/suites/``; ``model``, ``target_length`` and
     ``data`` replace the file's (``ropescale eval suite NAME --model PATH``), relative lengths are
-    resolved against the model's trained context (:func:`.lengths.prepare`). ``lengths`` and
+    resolved against the model's trained context L and shipped context S (:func:`.lengths.prepare`). ``lengths`` and
     ``samples`` size it down (``--lengths``, ``--samples``: :mod:`.size`), so that a suite
     written for a small model fits the time a large one allows."""
     from ropescale.evals.suite import size as suite_size
@@ -232,9 +233,10 @@ def load_suite(
     from ropescale.evals.suite.lengths import prepare
 
     samples = suite_size.check_samples(samples)
-    raw = prepare(
+    resolved = prepare(
         suite_size.with_lengths(raw, lengths), f"suite '{path}'", model=model, target_length=target_length, data=data
     )
+    raw = resolved.raw
     if lengths is not None:
         raw = suite_size.keep_only_asked(_read_lengths(raw))
     suite = suite_from_dict(raw, default_name=path.stem, source=f"suite '{path}'")
@@ -244,4 +246,5 @@ def load_suite(
     sized = suite_size.sized_text(lengths, samples, suite, said)
     if sized:
         suite.sized = sized
+    suite.contexts = resolved.contexts
     return suite

@@ -53,7 +53,6 @@ class SuiteRunner(SuiteFolder):
         from ropescale.evals.tasks.saved import scaling_origin
         from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
         from ropescale.patching.model import attention_kernel, patch
-        from ropescale.patching.plan import trained_context
         from ropescale.patching.readback import restore_scaling, scaling_of, snapshot_scaling
 
         self.runtime  # noqa: B018 — a device/dtype/kernel this machine lacks fails before anything is written
@@ -63,7 +62,8 @@ class SuiteRunner(SuiteFolder):
         from ropescale.evals.suite.lengths import check_lengths
         from ropescale.patching.shipped import shipped_of
 
-        check_lengths(self.suite, trained_context(config), shipped_of(config).context)
+        shipped = shipped_of(config)  # the contexts the patch starts from, as the suite's L and S resolved
+        check_lengths(self.suite, shipped.pretraining, shipped.context)
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
         todo = self.pending()
         if todo:  # the tokenizer and the data can be refused too: before the folder is written

@@ -49,7 +49,7 @@ def lengths_option(text: str) -> list[int | str]:
         except ValueError:
             raise ValueError(
                 f"{item!r} is not a length (a token count such as 4096 or 4k, or relative to the "
-                "model's trained context: L/4, L, 2L, target)"
+                "model's trained or shipped context: L/4, L, 2L, S, target)"
             ) from None
     return out
 

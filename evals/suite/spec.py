@@ -68,6 +68,9 @@ class Suite:
     carries: str | None = None
     #: how ``--lengths``/``--samples`` sized the suite down (:mod:`.size`), None: as its file has it
     sized: str | None = None
+    #: which context L and S took and where each came from, where the suite file wrote relative lengths
+    #: (:func:`.lengths.prepare`); printed by the dry run, not kept in the results folder
+    contexts: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         """A task's block by its name (``suite.passkey``), None where the suite does not run it."""

@@ -127,7 +127,10 @@ BASE = "model: MODEL\ndata: DATA\nmethods: [none]\nperplexity: {lengths: [64]}\n
             "method labels 'x y' and 'x-y' of suite",
         ),
         (BASE.replace("[64]", "[target]"), "relative to the target length: give --target-length"),
-        (BASE.replace("methods: [none]", "methods: [{method: yarn, factor: 2/L}]"), "a factor is a number or target/L"),
+        (
+            BASE.replace("methods: [none]", "methods: [{method: yarn, factor: 2/L}]"),
+            "a factor is a number, target/L or target/S",
+        ),
         (BASE.replace("methods: [none]", "methods: [{method: saved, factor: 2}]"), "'saved' runs the checkpoint's own"),
     ],
 )
