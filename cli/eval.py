@@ -160,7 +160,8 @@ def methods_from_args(args: argparse.Namespace) -> list[MethodEntry]:
             "--factor/--target-length/--param need a --method: without one the checkpoint runs with the scaling it "
             "carries (saved)"
         )
-    original_context = _original_context(args.model) if target_length is not None else None
+    compose = params.get("compose") is True
+    original_context = _original_context(args.model, compose) if target_length is not None else None
     entries = []
     for name in names:
         entry: MethodEntry = {"method": name, "params": params}
@@ -179,12 +180,16 @@ def methods_from_args(args: argparse.Namespace) -> list[MethodEntry]:
     return entries
 
 
-def _original_context(model: str) -> int:
-    """The trained context L of ``model`` (its config only; no weights are loaded)."""
+def _original_context(model: str, compose: bool = False) -> int:
+    """The context a ``--target-length`` is reached from, as the patch reaches it (its config only; no weights
+    are loaded): the pretraining context L, from the family table where config.json misstates it (Qwen3-8B:
+    40,960 for a model pretrained at 32,768), or the shipped context for a method composed on the shipped
+    scaling (:func:`ropescale.patching.shipped.shipped_of`)."""
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import trained_context
+    from ropescale.patching.shipped import shipped_of
 
-    return trained_context(load_config(model))
+    shipped = shipped_of(load_config(model))
+    return shipped.context if compose else shipped.pretraining
 
 
 def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:

@@ -177,13 +177,15 @@ def _scaled(model: str) -> bool:
 
 
 def _original_context(model: str, given: int | None) -> int:
-    """The trained context L: ``given``, or the model's config (no weights are loaded)."""
+    """The pretraining context L the candidates are scaled from, as the patch takes it: ``given``, or the
+    model's config read by :func:`ropescale.patching.shipped.shipped_of` (the family table where config.json
+    misstates it; no weights are loaded)."""
     if given:
         return given
     from ropescale.models.loading import load_config
-    from ropescale.patching.plan import trained_context
+    from ropescale.patching.shipped import shipped_of
 
-    return trained_context(load_config(model))
+    return shipped_of(load_config(model)).pretraining
 
 
 COMMAND = Command(
