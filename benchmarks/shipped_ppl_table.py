@@ -28,6 +28,30 @@ def cells(folder: Path) -> dict[tuple[str, int], dict]:
     return out
 
 
+def leading(result: dict, tokens: int | None) -> dict:
+    """``result`` restricted to its leading windows within the first ``tokens`` tokens scored (None: all).
+
+    A suite's ``max_tokens`` cuts each document, not the cell: ``smollm2-shipped-yarn2`` scores Emma's first
+    131,072 tokens and then 55,608 of the next novel (Mansfield Park, which the fine-tunes trained on). The
+    windows come in document order, so ``--first 131072`` keeps Emma's alone."""
+    if tokens is None:
+        return result
+    keep, total = 0, 0
+    for n in result["window_tokens"]:
+        if total + n > tokens:
+            break
+        keep, total = keep + 1, total + n
+    nll, counts = result["window_nll"][:keep], result["window_tokens"][:keep]
+    return {
+        **result,
+        "window_nll": nll,
+        "window_tokens": counts,
+        "total_nll": sum(nll),
+        "tokens_scored": total,
+        "ppl": math.exp(sum(nll) / total),
+    }
+
+
 def paired_ratio(a: dict, b: dict) -> tuple[float, float, float, int]:
     """PPL(a) / PPL(b) and its 95 % interval, from the per-window differences of mean NLL."""
     if a["window_tokens"] != b["window_tokens"]:
@@ -47,8 +71,9 @@ def main(argv=None) -> None:
     ap.add_argument("--composed", default="yarn x2 on the shipped yarn x2 (composed)")
     ap.add_argument("--replaced", default="yarn x4 from 8k (replaced)")
     ap.add_argument("--shipped", default="yarn x2 (saved)")
+    ap.add_argument("--first", type=int, default=None, help="only the windows within the first N tokens scored")
     args = ap.parse_args(argv)
-    got = cells(args.folder)
+    got = {key: leading(r, args.first) for key, r in cells(args.folder).items()}
     lengths = sorted({n for _, n in got})
     rows = [args.shipped, args.composed, args.replaced]
     print("| length | " + " | ".join(rows) + " | composed / replaced (95 %, windows) |")

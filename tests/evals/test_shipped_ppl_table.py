@@ -22,3 +22,12 @@ def test_the_ratio_is_the_perplexities_and_its_interval_the_windows_spread():
     assert low < ratio < high and low == pytest.approx(math.exp(0.2 - 4.302653 * 0.1 / math.sqrt(3)), rel=1e-6)
     with pytest.raises(SystemExit, match="did not score the same windows"):
         table.paired_ratio(a, _result([1.0, 1.0], [100, 100]))
+
+
+def test_first_keeps_the_leading_windows_of_the_first_document():
+    """``--first N``: the windows within the first N tokens (a suite's first document), their perplexity."""
+    table = load_script("benchmarks/shipped_ppl_table.py")
+    r = {**_result([200.0, 100.0, 300.0], [100, 100, 50]), "ppl": 0.0}
+    head = table.leading(r, 200)
+    assert head["window_nll"] == [200.0, 100.0] and head["tokens_scored"] == 200
+    assert head["ppl"] == pytest.approx(math.exp(1.5)) and table.leading(r, None) is r
