@@ -33,15 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _scaling(method: str, factor: float | None, params: dict, flag: str):
-    from ropescale.scaling import COMPOSE, Scaling
+    from ropescale.scaling import Scaling
 
     if method.lower() in ("none", "default"):
         return Scaling("none")
     if factor is None:
         raise ValueError(f"{flag} {method} needs a factor")
-    params = dict(params)
-    compose = params.pop("compose", False) is True  # on top of the checkpoint's shipped scaling; else it replaces it
-    return Scaling(method, factor, params, start=COMPOSE if compose else None)
+    return Scaling.from_request(method, factor, params)  # compose=true: on the shipped scaling; else it replaces it
 
 
 def run_cmd(args: argparse.Namespace) -> int:

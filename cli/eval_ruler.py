@@ -59,7 +59,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     from ropescale.evals.tasks.ruler.run import RulerRun
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
-    from ropescale.scaling import COMPOSE, Scaling
+    from ropescale.scaling import Scaling
 
     tasks = [get_task(t) for t in args.tasks.split(",") if t.strip()]
     if not tasks:
@@ -68,9 +68,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     if method and method.lower() not in ("none", "default") and args.factor is None:
         raise ValueError(f"--method {method} needs --factor")
     unscaled = bool(method) and method.lower() in ("none", "default")
-    params = parse_params(args.param)
-    compose = params.pop("compose", False) is True  # on top of the checkpoint's shipped scaling; else it replaces it
-    scaling = Scaling(method, None if unscaled else args.factor, params, start=COMPOSE if compose else None)
+    # compose=true: on top of the checkpoint's shipped scaling; else the run replaces it
+    scaling = Scaling.from_request(method, None if unscaled else args.factor, parse_params(args.param))
     if args.samples < MIN_SAMPLES:
         print(f"ropescale: note: {args.samples} samples per cell (< {MIN_SAMPLES}): wide intervals", file=sys.stderr)
     essay = _essay(args.haystack) if any(t.haystack == "essay" for t in tasks) else None

@@ -144,6 +144,16 @@ class Scaling:
         compose = bool(params.pop("compose", False))
         return cls.of(method, factor, replace=not compose, **params, **({"compose": True} if compose else {}))
 
+    @classmethod
+    def from_request(
+        cls, method: str | None, factor: float | None = None, params: MethodParams | None = None
+    ) -> Scaling:
+        """The inverse of :meth:`request`: ``compose: true`` among the parameters is the start, every other key
+        a method parameter; without it the start is left to the caller (a RULER or LongPPL run replaces)."""
+        params = dict(params or {})
+        compose = params.pop("compose", False) is True
+        return cls(method, factor, params, start=COMPOSE if compose else None)
+
     # what was asked, read back
     @property
     def as_saved(self) -> bool:

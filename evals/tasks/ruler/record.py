@@ -18,7 +18,7 @@ from ropescale.evals.tasks.json_fields import only_known, take
 from ropescale.evals.tasks.ruler.cell import RulerCell, RulerCellJSON
 from ropescale.evals.tasks.run_folder import MeasuredJSON
 from ropescale.interop.config_json import ProvenanceBlock, RopeDict
-from ropescale.scaling import COMPOSE, Scaling, ScalingRequest
+from ropescale.scaling import Scaling, ScalingRequest
 
 #: version of a cell file's layout
 SCHEMA = "ropescale.ruler.cell/1"
@@ -126,9 +126,7 @@ class CellFingerprint:
         where = "fingerprint.scaling_requested."
         method = _take(asked, "method", (str, type(None)), "a method name or null", where)
         factor = _take(asked, "factor", (int, float, type(None)), "a number or null", where)
-        params = dict(_take(asked, "params", (dict,), "an object", where))
-        compose = params.pop("compose", False) is True  # a composed cell's request (Scaling.request)
-        scaling = Scaling(method, factor, params, start=COMPOSE if compose else None)
+        scaling = Scaling.from_request(method, factor, _take(asked, "params", (dict,), "an object", where))
         return cls(
             _take(data, "model", (str,), "a string", "fingerprint."),
             scaling,
