@@ -122,6 +122,12 @@ def add_shipped_args(p: argparse.ArgumentParser) -> None:
         help="build on the checkpoint's own scaling, from its shipped context (the default where its weights "
         "were trained with it: Llama 3.1, a ropescale fine-tune)",
     )
+    add_shipped_context_arg(p)
+
+
+def add_shipped_context_arg(p: argparse.ArgumentParser) -> None:
+    """``--shipped-context N``: the context the checkpoint serves as shipped, where its config.json and the
+    family table are wrong (:func:`ropescale.patching.shipped.shipped_of`)."""
     p.add_argument(
         "--shipped-context",
         type=_length,

@@ -24,6 +24,7 @@ from ropescale.cli.common import (
     add_factor_args,
     add_model_args,
     add_runtime_args,
+    add_shipped_context_arg,
     model_slug,
     parse_params,
     typed,
@@ -72,6 +73,7 @@ def add_suite_arguments(p: argparse.ArgumentParser) -> None:
         help="the target length a suite's 'target' lengths and 'target/L' factors mean (default: the suite's)",
     )
     p.add_argument("--data", default=None, help="the suite's perplexity text and haystack instead of its own")
+    add_shipped_context_arg(p)  # the suite's S, its composed methods' start, its baseline's context
     p.add_argument(
         "--lengths",
         type=typed(lengths_option),
@@ -126,6 +128,7 @@ def _task_parser(tasks, name: str, help_text: str, example: str = "") -> argpars
     p.add_argument(
         "--param", action="append", default=[], metavar="KEY=VALUE", help="parameter of --method, repeatable"
     )
+    add_shipped_context_arg(p)
     p.add_argument(
         "--data", default=None, help="corpus name (austen, kjv), text file, folder, JSONL/Parquet, or hub:org/name"
     )
@@ -161,7 +164,8 @@ def methods_from_args(args: argparse.Namespace) -> list[MethodEntry]:
             "carries (saved)"
         )
     compose = params.get("compose") is True
-    original_context = _original_context(args.model, compose) if target_length is not None else None
+    shipped_context = getattr(args, "shipped_context", None)
+    original_context = _original_context(args.model, compose, shipped_context) if target_length is not None else None
     entries = []
     for name in names:
         entry: MethodEntry = {"method": name, "params": params}
@@ -180,7 +184,7 @@ def methods_from_args(args: argparse.Namespace) -> list[MethodEntry]:
     return entries
 
 
-def _original_context(model: str, compose: bool = False) -> int:
+def _original_context(model: str, compose: bool = False, shipped_context: int | None = None) -> int:
     """The context a ``--target-length`` is reached from, as the patch reaches it (its config only; no weights
     are loaded): the pretraining context L, from the family table where config.json misstates it (Qwen3-8B:
     40,960 for a model pretrained at 32,768), or the shipped context for a method composed on the shipped
@@ -188,7 +192,7 @@ def _original_context(model: str, compose: bool = False) -> int:
     from ropescale.models.loading import load_config
     from ropescale.patching.shipped import shipped_of
 
-    shipped = shipped_of(load_config(model))
+    shipped = shipped_of(load_config(model), shipped_context)
     return shipped.context if compose else shipped.pretraining
 
 
@@ -204,6 +208,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "data": args.data,
         "seed": args.seed,
         "methods": methods_from_args(args),
+        **({"shipped_context": args.shipped_context} if getattr(args, "shipped_context", None) else {}),
         task: settings,
     }
 
@@ -230,6 +235,7 @@ def run_suite_cmd(args: argparse.Namespace) -> int:
         data=args.data,
         lengths=args.lengths,
         samples=args.samples,
+        shipped_context=args.shipped_context,
     )
     output = args.output or (
         f"runs/{suite.name}"

@@ -238,7 +238,9 @@ def short_context_regressions(suite, tables: list[TaskTable]) -> tuple[list[Regr
         return [], lines + ["No unscaled method (`none`) in the suite: nothing to compare against.", ""]
     flags: list[RegressionFlag] = []
     # the model as shipped is the baseline up to the context it serves; plain RoPE up to its trained one
-    trained = _shipped_context(suite.model) if shipped is not None else _trained_context(suite.model)
+    trained = (
+        _shipped_context(suite.model, suite.shipped_context) if shipped is not None else _trained_context(suite.model)
+    )
     ppl = next((tt.results for tt in tables if tt.task == "perplexity"), {})
     for m in suite.methods:
         if m is base:
@@ -288,8 +290,11 @@ def _flag(method: str, task: str, length: int, value: float, baseline: float, in
     return flag
 
 
-def _shipped_context(model: str) -> int | None:
-    """The context the checkpoint serves as shipped (:func:`ropescale.patching.shipped.shipped_of`), or None."""
+def _shipped_context(model: str, given: int | None = None) -> int | None:
+    """The context the checkpoint serves as shipped (the suite's ``shipped_context``, else
+    :func:`ropescale.patching.shipped.shipped_of`), or None."""
+    if given is not None:
+        return given
     try:
         from ropescale.models.loading import load_config
         from ropescale.patching.shipped import shipped_of

@@ -68,7 +68,7 @@ class Contexts:
         return f"L = {self.L:,} (pretraining: {self.L_source}), S = {self.S:,} (shipped: {self.S_source})"
 
 
-def contexts_of(config: Any) -> Contexts:
+def contexts_of(config: Any, shipped_context: int | None = None, said: str = "--shipped-context") -> Contexts:
     """L and S of a model's config, both from :func:`~ropescale.patching.shipped.shipped_of`: L is the
     pretraining context a replacing patch starts from (:func:`~ropescale.patching.plan.plan_scaling`
     takes the family table's where config.json overstates it: 32,768 on Qwen3-8B, not the 40,960 its
@@ -76,8 +76,9 @@ def contexts_of(config: Any) -> Contexts:
     check start from; so a factor written ``target/L`` or ``target/S`` is the one the patch multiplies."""
     from ropescale.patching.shipped import shipped_of
 
-    shipped = shipped_of(config)
-    return Contexts(shipped.pretraining, shipped.pretraining_source, shipped.context, shipped.context_source)
+    shipped = shipped_of(config, shipped_context)
+    source = said if shipped_context is not None else shipped.context_source
+    return Contexts(shipped.pretraining, shipped.pretraining_source, shipped.context, source)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ def prepare(
     model: str | None = None,
     target_length: int | None = None,
     data: str | None = None,
+    shipped_context: int | None = None,
 ) -> Resolved:
     """The suite mapping ``raw`` for ``model`` (default: its own) with relative lengths resolved.
 
@@ -152,6 +154,9 @@ def prepare(
         raw["model"] = model
     if data is not None:
         raw["data"] = data
+    said = "the suite's shipped_context"
+    if shipped_context is not None:
+        raw["shipped_context"], said = shipped_context, "--shipped-context"
     places = _places(raw)
     for key, value in places:
         if key.endswith(".factor") and isinstance(value, str) and not _factor_symbol(value):
@@ -169,7 +174,9 @@ def prepare(
         return Resolved(raw)
     from ropescale.models.loading import load_config
 
-    contexts = contexts_of(load_config(str(raw.get("model") or "smollm2-135m")))
+    given = raw.get("shipped_context")  # suite_from_dict says what a shipped_context must be
+    given = given if isinstance(given, int) and not isinstance(given, bool) and given > 0 else None
+    contexts = contexts_of(load_config(str(raw.get("model") or "smollm2-135m")), given, said)
     L, S = contexts.L, contexts.S
     for i, entry in enumerate(raw.get("methods") or []):
         symbol = _factor_symbol(entry.get("factor")) if isinstance(entry, dict) else None
@@ -242,12 +249,15 @@ def check_lengths(suite: Any, original_context: int, shipped_context: int | None
     composed on the checkpoint's own scaling (``params: {compose: true}``) scales from its shipped context."""
     for entry, task, length in suite.cells():
         factor = float(entry.factor or 1.0)
-        context = shipped_context if entry.params.get("compose") and shipped_context else original_context
+        composed = bool(entry.params.get("compose") and shipped_context)
+        context = shipped_context if composed and shipped_context else original_context
         if factor > 1 and length > factor * context:
             need = math.ceil(length / context)
+            start = f" from the shipped context {context}" if composed else ""
             raise SuiteError(
                 f"factor {factor:g} of '{entry.label}' is too small for {task} at {length} tokens "
-                f"(extended context {int(factor * context)}); use factor >= {need}"
+                f"(extended context {int(factor * context)}{start}); use factor >= {need}"
+                + (" or --shipped-context N where the checkpoint serves more" if start else "")
             )
 
 

@@ -116,6 +116,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         "note",
         "sized",
         "target_length",
+        "shipped_context",
         "methods",
         *task_table.names(),
     )
@@ -124,6 +125,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         raise SuiteError(f"unknown suite key '{unknown[0]}'; known: {', '.join(known)}")
     raw = _read_lengths(raw)  # 4k = 4096, as the docs write lengths
     check_raw(raw)  # types and task settings: nothing is loaded before the whole suite is valid
+    shipped_context = _shipped_context(raw.get("shipped_context"), "shipped_context", source)
     methods = []
     for i, entry in enumerate(raw.get("methods") or []):
         if isinstance(entry, str):
@@ -133,9 +135,10 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         params = dict(entry.get("params") or {})
         factor = entry.get("factor")
         # patch options, not method parameters: KV consistency, and building on the checkpoint's own scaling
-        method_params = {k: v for k, v in params.items() if k not in ("kv_consistent", "compose")}
+        method_params = {k: v for k, v in params.items() if k not in ("kv_consistent", "compose", "shipped_context")}
         if "compose" in params and not isinstance(params["compose"], bool):
             raise SuiteError(f"methods[{i}].params.compose must be true or false, got {params['compose']!r}")
+        params = _with_shipped_context(params, shipped_context, f"methods[{i}].params", source)
         if is_saved(entry["method"]):
             if factor is not None or params:
                 raise SuiteError(
@@ -178,6 +181,7 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
         note=str(raw["note"]).strip() if raw.get("note") else None,
         sized=str(raw["sized"]).strip() if raw.get("sized") else None,
         target_length=raw.get("target_length"),
+        shipped_context=shipped_context,
         blocks={t: raw[t] for t in task_table.names() if raw.get(t)},
     )
     if suite.dtype not in DTYPES:
@@ -203,6 +207,31 @@ def suite_from_dict(raw: dict[str, Any], default_name: str = "suite", source: st
     return suite
 
 
+def _shipped_context(value: Any, key: str, source: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SuiteError(f"{key} of {source} must be a positive token count such as 131072, got {value!r}")
+    return value
+
+
+def _with_shipped_context(params: dict[str, Any], shipped: int | None, key: str, source: str) -> dict[str, Any]:
+    """A method's parameters with the suite's shipped context where it composes on the shipped scaling (the
+    context its second ramp is measured in: the cells record it, and a cell of another S is not done);
+    a replacing method starts from the pretraining context, where a shipped context means nothing."""
+    own = _shipped_context(params.get("shipped_context"), f"{key}.shipped_context", source)
+    if own is not None and params.get("compose") is not True:
+        raise SuiteError(
+            f"{key}.shipped_context of {source} is given to a method that replaces the shipped scaling (it starts "
+            "from the pretraining context): add compose: true, or drop it"
+        )
+    if own is not None and shipped is not None and own != shipped:
+        raise SuiteError(f"{key}.shipped_context of {source} is {own}, the suite's shipped_context {shipped}: give one")
+    if shipped is not None and params.get("compose") is True:
+        return {**params, "shipped_context": shipped}
+    return params
+
+
 def load_suite(
     path_or_name: str | Path,
     model: str | None = None,
@@ -210,6 +239,7 @@ def load_suite(
     data: str | None = None,
     lengths: list[int | str] | None = None,
     samples: int | None = None,
+    shipped_context: int | None = None,
 ) -> Suite:
     """A suite from a YAML path, or by name from ``evals/suites/``; ``model``, ``target_length`` and
     ``data`` replace the file's (``ropescale eval suite NAME --model PATH``), relative lengths are
@@ -234,7 +264,12 @@ def load_suite(
 
     samples = suite_size.check_samples(samples)
     resolved = prepare(
-        suite_size.with_lengths(raw, lengths), f"suite '{path}'", model=model, target_length=target_length, data=data
+        suite_size.with_lengths(raw, lengths),
+        f"suite '{path}'",
+        model=model,
+        target_length=target_length,
+        data=data,
+        shipped_context=shipped_context,
     )
     raw = resolved.raw
     if lengths is not None:

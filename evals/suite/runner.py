@@ -62,7 +62,9 @@ class SuiteRunner(SuiteFolder):
         from ropescale.evals.suite.lengths import check_lengths
         from ropescale.patching.shipped import shipped_of
 
-        shipped = shipped_of(config)  # the contexts the patch starts from, as the suite's L and S resolved
+        shipped = shipped_of(
+            config, self.suite.shipped_context
+        )  # the contexts the patch starts from, as the suite's L and S resolved
         check_lengths(self.suite, shipped.pretraining, shipped.context)
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
         todo = self.pending()

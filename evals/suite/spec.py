@@ -71,6 +71,9 @@ class Suite:
     #: which context L and S took and where each came from, where the suite file wrote relative lengths
     #: (:func:`.lengths.prepare`); printed by the dry run, not kept in the results folder
     contexts: str | None = None
+    #: the context the checkpoint serves as shipped, where config.json and the family table are wrong (the
+    #: suite's ``shipped_context:`` key, ``--shipped-context``): its S, its composed methods' start, its baseline
+    shipped_context: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         """A task's block by its name (``suite.passkey``), None where the suite does not run it."""
@@ -111,6 +114,7 @@ def suite_dict(suite: Suite) -> dict[str, Any]:
         **({"note": suite.note} if suite.note else {}),
         **({"sized": suite.sized} if suite.sized else {}),
         **({"target_length": suite.target_length} if suite.target_length else {}),
+        **({"shipped_context": suite.shipped_context} if suite.shipped_context else {}),
     }
     out["methods"] = [
         {

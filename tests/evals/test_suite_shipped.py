@@ -8,6 +8,7 @@ The folders are the config.json files of the real shapes (tests/data/shapes): re
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,94 @@ def test_l_is_the_context_the_patch_starts_from_where_config_json_overstates_it(
     yarn = next(m for m in suite.methods if m.label == "yarn")
     assert f"from the pretraining context {L} " in plan_scaling(load_config(str(SHAPES / shape)), yarn.scaling).start
     assert yarn.factor * L == suite.target_length
+
+
+# --shipped-context on a suite (issue 51 point 1: "take it from --shipped-context, else a family table ...,
+# else max_position_embeddings, naming the source"). Before, `eval suite` had no such flag and a suite no
+# such key: S was the family table's or config.json's, and an unknown checkpoint could not say what it serves.
+
+LLAMA31_256K = "methods:\n  - saved\n  - {method: yarn, factor: target/S, params: {compose: true}, label: on-shipped}\n"
+
+
+def test_shipped_context_flag_is_the_suites_s_and_its_composed_methods_start(tmp_path, capsys, monkeypatch):
+    """A Llama 3.1 said to serve 262,144 (say, a fine-tune whose config.json still states 131,072): S, the
+    composed method's factor and its plan all start there, and the dry run names the flag as the source."""
+    text = f"name: s\ndata: austen\ntarget_length: 2S\n{LLAMA31_256K}perplexity: {{lengths: [S, target]}}\n"
+    suite = load_suite(_suite(tmp_path, text), model=str(LLAMA31), shipped_context=262144)
+    assert suite.shipped_context == 262144 and suite.perplexity["lengths"] == [262144, 524288]
+    composed = next(m for m in suite.methods if m.label == "on-shipped")
+    assert composed.factor == 2.0 and composed.params == {"compose": True, "shipped_context": 262144}
+    assert composed.scaling.shipped_context == 262144
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "suite", str(_suite(tmp_path, text)), "--model", str(LLAMA31), "--dry-run"]
+    assert main([*argv, "--shipped-context", "256k"]) == 0
+    out = capsys.readouterr().out
+    assert "S = 262,144 (shipped: --shipped-context); target = 524,288 (target_length: 2S)" in out, out
+
+
+def test_shipped_context_suite_key_and_its_refusals(tmp_path):
+    text = f"name: s\ndata: austen\ntarget_length: 2S\nshipped_context: 262144\n{LLAMA31_256K}"
+    suite = load_suite(_suite(tmp_path, text + "perplexity: {lengths: [S]}\n"), model=str(LLAMA31))
+    assert suite.perplexity["lengths"] == [262144] and suite.methods[1].params["shipped_context"] == 262144
+    assert suite.methods[0].params == {}  # the model as saved runs as it is
+    from ropescale.evals.suite.lengths import prepare
+
+    said = prepare({**_yaml(text), "perplexity": {"lengths": ["S"]}}, "suite 'x'", model=str(LLAMA31)).contexts
+    assert "S = 262,144 (shipped: the suite's shipped_context)" in said, said
+    with pytest.raises(SuiteError, match=r"^shipped_context of suite .* must be a positive token count .* got 'big'"):
+        load_suite(_suite(tmp_path, "shipped_context: big\nmethods: [none]\nperplexity: {lengths: [1024]}\n"))
+    replacing = (
+        "methods:\n  - {method: yarn, factor: 2, params: {shipped_context: 16384}}\nperplexity: {lengths: [1024]}\n"
+    )
+    with pytest.raises(SuiteError, match=r"methods\[0\]\.params\.shipped_context of .* replaces the shipped scaling"):
+        load_suite(_suite(tmp_path, replacing))
+    both = "shipped_context: 16384\nmethods:\n  - {method: yarn, factor: 2, params: {compose: true, shipped_context: 8192}}"
+    with pytest.raises(SuiteError, match=r"is 8192, the suite's shipped_context 16384: give one"):
+        load_suite(_suite(tmp_path, both + "\nperplexity: {lengths: [1024]}\n"))
+
+
+def _yaml(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def test_a_cell_composed_from_another_shipped_context_is_not_done(tmp_path):
+    """The composed method's cells record the shipped context their second ramp was measured in; a run told
+    another one recomputes them instead of reporting the old numbers under the new S."""
+    from ropescale.evals.report.cell_keys import scaling_run
+    from ropescale.evals.tasks.saved import is_saved
+
+    text = f"name: s\ndata: austen\n{LLAMA31_256K.replace('target/S', '2')}perplexity: {{lengths: [1024]}}\n"
+    runs = {}
+    for given in (None, 262144, 524288):
+        suite = load_suite(_suite(tmp_path, text), model=str(LLAMA31), shipped_context=given)
+        entry = next(m for m in suite.methods if not is_saved(m.method))
+        runs[given] = scaling_run(str(LLAMA31), entry)
+    assert len({repr(r) for r in runs.values()}) == 3, runs
+    assert runs[262144]["params"]["shipped_context"] == 262144
+
+
+def test_eval_runs_a_composed_method_from_the_shipped_context_it_is_told(tmp_path, capsys):
+    """End to end on a tiny checkpoint saved with a training-free YaRN x2 (128 → 256 positions): composed x2
+    reaches 512 from what config.json says; told it serves 512, the same request reaches 1,024 and its cell says so."""
+    from tests.conftest import tiny_model
+    from tests.evals.ruler_fixtures import ruler_tokenizer
+
+    tok, base = ruler_tokenizer(), str(tmp_path / "base")
+    tiny_model(vocab_size=len(tok), max_position_embeddings=128, attn_implementation="sdpa").save_pretrained(base)
+    tok.save_pretrained(base)
+    shipped = str(tmp_path / "shipped")
+    assert main(["patch", "--model", base, "--method", "yarn", "--factor", "2", "--output", shipped]) == 0
+    out, text = tmp_path / "ppl", tmp_path / "text.txt"
+    text.write_text(" ".join(f"The {i}th guest came to the ball at {i % 12} o'clock." for i in range(300)))
+    argv = ["eval", "perplexity", "--model", shipped, "--method", "yarn", "--factor", "2", "--param", "compose=true"]
+    argv += ["--lengths", "1024", "--data", str(text), "--device", "cpu", "--output", str(out), "--no-progress"]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists(), err
+    assert "at 1024 tokens (extended context 512 from the shipped context 256); use factor >= 4 or --shipped" in err[0]
+    assert main([*argv, "--shipped-context", "512"]) == 0
+    (cell,) = (json.loads(p.read_text()) for p in (out / "cells").glob("*.json"))
+    assert cell["scaling"]["params"]["shipped_context"] == 512, cell["scaling"]
