@@ -103,7 +103,14 @@ def suite_dicts(plan: Plan, finetuned: str | Path, control: str | Path) -> dict[
         "dtype": plan.dtype,
         "data": plan.data,
         "seed": plan.seed,
-        "perplexity": {"lengths": list(plan.ppl_lengths), "mode": "nonoverlap", "max_tokens": plan.ppl_max_tokens},
+        # budget: document, the protocol every committed cell of these suites was measured with (before the key
+        # existed, max_tokens cut each document); at x2 the tokens are Emma's alone either way
+        "perplexity": {
+            "lengths": list(plan.ppl_lengths),
+            "mode": "nonoverlap",
+            "max_tokens": plan.ppl_max_tokens,
+            "budget": "document",
+        },
         "passkey": {
             "lengths": list(plan.passkey_lengths),
             "depths": list(plan.depths),

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 #: the window protocols (:data:`ropescale.scoring.perplexity.MODES`, which imports torch; a test ties the two)
 MODES = ("yarn", "longlora", "nonoverlap")
+#: what a cell's token budget bounds (``budget``): the cell's tokens, or each document's (before the key)
+BUDGETS = ("cell", "document")
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,20 @@ class PerplexitySettings:
     )
     max_tokens: int | None = setting(
         None,
-        "tokens scored per cell (default: 4 windows)",
+        "tokens scored per cell (default: 4 windows of the length); see budget",
         check=optional_positive_int,
         is_length=True,
         type=flag_type(options.length, "--max-tokens"),
+    )
+    budget: str = setting(
+        "cell",
+        "what max_tokens bounds: cell (the tokens the cell scores, the documents taken in order until it is "
+        "spent; default) or document (each document's first max_tokens, as every cell before this key was "
+        "scored: a cell of several documents scored more)",
+        check=one_of(*BUDGETS),
+        legacy="document",
+        omit_at_legacy=True,
+        choices=list(BUDGETS),
     )
 
 
@@ -80,6 +92,19 @@ class PerplexityCell:
             raise ValueError("a perplexity result needs 'ppl'")
         named, extra = result_values(cls, data)
         return cls(**named, extra=extra)
+
+
+def cell_documents(documents: list[list[int]], budget: int, window: int) -> list[list[int]]:
+    """The documents a cell scores when ``budget`` bounds the cell: taken in order, the last one cut where
+    the budget is spent, a remainder shorter than one window left out (it holds no window), so that a
+    cell of ``max_tokens: 131072`` scores at most 131,072 tokens however many documents the data holds."""
+    out, left = [], budget
+    for doc in documents:
+        if left < window:
+            break
+        out.append(doc[:left])
+        left -= len(out[-1])
+    return out
 
 
 class Perplexity(Task[PerplexitySettings, PerplexityCell]):
@@ -120,14 +145,18 @@ class Perplexity(Task[PerplexitySettings, PerplexityCell]):
     def run_cell(self, ctx: CellContext, settings: PerplexitySettings, length: int) -> PerplexityCell:
         from ropescale.scoring.perplexity import evaluate_perplexity
 
+        budget = max(length, int(settings.max_tokens or 4 * length))
+        documents = [d for d in ctx.data if len(d) >= length]
+        if settings.budget == "cell":
+            documents = cell_documents(documents, budget, length)
         result = evaluate_perplexity(
             ctx.model,
-            [d for d in ctx.data if len(d) >= length],
+            documents,
             window=length,
             stride=settings.stride,
             mode=settings.mode,
             bos_token_id=ctx.tokenizer.bos_token_id,
-            max_tokens=max(length, int(settings.max_tokens or 4 * length)),
+            max_tokens=budget,
             progress=ctx.progress,
         )
         out = result.to_dict()

@@ -129,3 +129,36 @@ def test_a_cell_records_the_scaling_it_ran_and_older_cells_count_only_at_the_def
         cell.write_text(json.dumps(changed))
         assert _eval(capsys, tmp_path, out, "saved", models / "t1.txt", "--method", "yarn", "--factor", "4") == (0, [])
         assert (json.loads(cell.read_text())["result"]["ppl"] == 1.0) is reused, older
+
+
+def test_max_tokens_bounds_the_cell_not_each_document(models, tmp_path, capsys):
+    """``max_tokens`` is the tokens a cell scores. Before ``budget``, each document was cut to it, so a cell of
+    two documents scored twice what it said (issue 51's shipped suite scored Emma's 131,072 tokens and 55,608 of
+    Mansfield Park). ``budget: document`` keeps the old protocol, and cells of it resume; cells written before
+    the key (their protocol names none) are the old protocol, and a run of the new one stops naming it."""
+    (models / "two").mkdir(exist_ok=True)  # two documents of 80 characters (tokens): each longer than the budget's half
+    (models / "two" / "a.txt").write_text(("The cat sat on the mat and looked at the rain. " * 2)[:80])
+    (models / "two" / "b.txt").write_text(("A dog ran in the park and barked at a bird. " * 2)[:80])
+    out = tmp_path / "cell"
+    assert _eval(capsys, models, out, "A", "two") == (0, [])
+    cell = json.loads((out / "cells" / "none__perplexity__32.json").read_text())
+    assert cell["result"]["tokens_scored"] <= 64 and cell["measured"]["protocol"]["budget"] == "cell"
+    old = tmp_path / "document"
+    assert _eval(capsys, models, old, "A", "two", "--budget", "document") == (0, [])
+    path = old / "cells" / "none__perplexity__32.json"
+    cell = json.loads(path.read_text())
+    assert cell["result"]["tokens_scored"] > 64 and "budget" not in cell["measured"]["protocol"]
+    code, err = _eval(capsys, models, old, "A", "two")
+    assert code == 2 and "measured with a different protocol.budget: 'document' -> 'cell'" in err[0], err
+    before = path.read_text()
+    assert _eval(capsys, models, old, "A", "two", "--budget", "document") == (0, []) and path.read_text() == before
+
+
+def test_a_cells_documents_stop_where_its_budget_is_spent():
+    from ropescale.evals.tasks.task_perplexity import cell_documents
+
+    docs = [list(range(100)), list(range(50)), list(range(40))]
+    assert [len(d) for d in cell_documents(docs, 130, 32)] == [100]  # 30 left: less than a window
+    assert [len(d) for d in cell_documents(docs, 140, 32)] == [100, 40]
+    assert [len(d) for d in cell_documents(docs, 64, 32)] == [64]
+    assert [len(d) for d in cell_documents(docs, 1000, 32)] == [100, 50, 40]
