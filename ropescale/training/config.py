@@ -3,7 +3,8 @@
 A recipe (``configs/train/<model>/<method>_<setting>.yaml``) has up to nine sections; every key is
 optional except ``model.name``, ``scaling.method`` and ``scaling.factor``::
 
-    model:    {name: smollm2-135m, dtype: auto, attn_implementation: auto, shipped_scaling: null}
+    model:    {name: smollm2-135m, dtype: auto, attn_implementation: auto, shipped_scaling: null,
+               shipped_context: null}
     scaling:  {method: yarn, factor: 4, params: {}}
     lora:     {enabled: true, r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj],
                trainable: [embed, norm]}     # enabled: false = full fine-tune (every weight trains)

@@ -76,6 +76,7 @@ def recipe_scaling(config: TrainConfig, hf_config: Any) -> Scaling:
         replace=shipped_mode(config, hf_config) != "compose",
         sliding_window=config.model.sliding_window,
         **dict(s.params),
+        **({"shipped_context": config.model.shipped_context} if config.model.shipped_context else {}),
         **({"compose": True} if shipped_mode(config, hf_config) == "compose" else {}),
     )
 

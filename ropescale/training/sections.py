@@ -26,6 +26,9 @@ class ModelSection:
     attn_implementation: str = "auto"  # auto: flash_attention_2 if installed and on a GPU, else sdpa
     sliding_window: Any = "keep"  # Mistral-style models: keep, null (full attention) or a width
     shipped_scaling: str | None = None  # replace | compose a scaling the checkpoint carries (training/shipped.py)
+    # the context the checkpoint serves as shipped, where config.json and the family table are wrong: where
+    # the recipe composes on the shipped scaling, its factor multiplies this (patching/shipped.py)
+    shipped_context: int | None = None
 
 
 @dataclass

@@ -55,6 +55,14 @@ def _is_the_recipes(config: Any, hf_config: Any) -> bool:
     return block["method"] == wanted.name and block["params"] == wanted.params()
 
 
+def _shipped(config: Any, hf_config: Any) -> Any:
+    """The checkpoint as shipped, with the recipe's word on its contexts (``model.shipped_context``,
+    ``scaling.original_max_position_embeddings``) over config.json and the family table."""
+    from ..patching.shipped import shipped_of
+
+    return shipped_of(hf_config, config.model.shipped_context, config.scaling.original_max_position_embeddings)
+
+
 def shipped_mode(config: Any, hf_config: Any) -> str | None:
     """``replace`` or ``compose`` for a checkpoint that carries a scaling other than the recipe's (the
     recipe's word, else the rule), None where there is nothing to decide.
@@ -64,12 +72,12 @@ def shipped_mode(config: Any, hf_config: Any) -> str | None:
             recipe does not set ``model.shipped_scaling`` (one line naming the key).
     """
     from ..patching.plan import is_scaled
-    from ..patching.shipped import shipped_of, start_mode
+    from ..patching.shipped import start_mode
 
     if not is_scaled(hf_config) or _is_the_recipes(config, hf_config):
         return None
     choice = config.model.shipped_scaling
-    shipped = shipped_of(hf_config, None, config.scaling.original_max_position_embeddings)
+    shipped = _shipped(config, hf_config)
     try:
         return start_mode(shipped, choice == "compose" or None, choice == "replace" or None)
     except AlreadyScaledError:
@@ -106,9 +114,11 @@ def shipped_scaling_line(config: Any, hf_config: Any, where: str = "config.json"
         else "the rule: " + ("trained with it" if mode == "compose" else "applied without training")
     )
     if mode == "compose":
+        shipped = _shipped(config, hf_config)
+        source = "model.shipped_context" if config.model.shipped_context else shipped.context_source
         return (
             f"shipped:       composed: {recipe} applies on top of rope_type '{rope_type}' of {where} ({carried}), "
-            f"from its shipped context ({why})"
+            f"from its shipped context {shipped.context:,} as {source} gives it ({why})"
         )
     return (
         f"shipped:       replaced: rope_type '{rope_type}' of {where} ({carried}) is dropped; {recipe} applies to the "

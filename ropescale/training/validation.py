@@ -50,6 +50,9 @@ def validate(c: TrainConfig) -> None:
         from .shipped import SHIPPED
 
         _one_of("model.shipped_scaling", c.model.shipped_scaling, SHIPPED)
+    sc = c.model.shipped_context
+    if sc is not None and (isinstance(sc, bool) or not isinstance(sc, int) or sc <= 0):
+        raise ConfigError(f"model.shipped_context must be a positive token count such as 131072, got {sc!r}")
     if not c.scaling.method:
         raise ConfigError("scaling.method is required (see `ropescale methods`)")
     if c.scaling.method == "none":  # the control of an extension experiment: same text, no scaling

@@ -80,6 +80,26 @@ def test_compose_is_planned_from_the_shipped_context(capsys):
     assert "(model.shipped_scaling=compose)" in line
 
 
+def test_compose_from_a_shipped_context_the_recipe_gives(capsys):
+    """Where config.json and the family table are wrong (a Llama 3.1 fine-tuned to 256k whose config still
+    says 131,072), ``model.shipped_context`` is the context the composed factor multiplies, as
+    ``--shipped-context`` is for patch and eval; the line names the key. Before, the key was unknown and the
+    composition started from the family table's 131,072: yarn x4 reached 524,288, not 1,048,576."""
+    code, out, err = _dry(capsys, "model.shipped_scaling=compose", "scaling.factor=4", "model.shipped_context=262144")
+    assert code == 0, err
+    assert "written:       yarn x4: 8,192 -> 1,048,576 tokens" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("shipped:"))
+    assert "from its shipped context 262,144 as model.shipped_context gives it (model.shipped_scaling=compose)" in line
+    code, out, err = _dry(capsys, "model.shipped_scaling=compose", "scaling.factor=4")
+    line = next(ln for ln in out.splitlines() if ln.startswith("shipped:"))
+    assert (
+        "from its shipped context 131,072 as family table: Llama 3.1/3.3 gives it (model.shipped_scaling=compose)"
+        in line
+    )
+    with pytest.raises(ConfigError, match=r"^model.shipped_context must be a positive token count .* got 0$"):
+        load_config(ULTRALONG, ["model.shipped_context=0"])
+
+
 def test_a_bad_value_names_the_key():
     with pytest.raises(ConfigError, match=r"^model.shipped_scaling must be one of replace, compose, got 'swap'$"):
         load_config(ULTRALONG, ["model.shipped_scaling=swap"])
