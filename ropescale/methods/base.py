@@ -12,11 +12,13 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from .types import MethodParams, RopeParameters
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -152,12 +154,22 @@ class ScalingMethod:
 
     factor: float = 1.0
 
-    def __init__(self, **values: Any) -> None:
-        """Every method's one constructor (subclasses are ``@dataclass(frozen=True, init=False)``), by keyword:
-        the declared fields from ``values`` or their defaults, converted and checked (:meth:`__post_init__`).
-        A method is built and checked here whatever its class, from what the class declares (its fields, their
-        :func:`bounded` checks, :attr:`rope_keys`) and :meth:`validate` where a rule is more than a bound."""
+    def __init__(self, *args: object, **values: object) -> None:
+        """Every method's one constructor (subclasses are ``@dataclass(frozen=True, init=False)``), as the
+        dataclass one took its arguments: the declared fields from ``args`` (in order) and ``values``, or their defaults, converted and checked (:meth:`__post_init__`).
+
+        One constructor, here, because the one dataclass generates for each subclass ran in the subclass's
+        module, which handed the new value to this module's checks and took it back, and the subclass's own
+        ``validate`` and ``rope_parameters`` did the same again (issue 53's factor path). A method is now built
+        and checked in one place from what its class declares: its fields, their :func:`bounded` checks,
+        :attr:`rope_keys`, and :meth:`validate` only for a rule that is more than a bound."""
         fields = [f for f in dataclasses.fields(self) if f.init]
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} arguments but {len(args)} were given")
+        for f, value in zip(fields, args):
+            if f.name in values:
+                raise TypeError(f"{type(self).__name__}() got multiple values for argument {f.name!r}")
+            values[f.name] = value
         unknown = sorted(set(values) - {f.name for f in fields})
         if unknown:
             raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
@@ -169,11 +181,12 @@ class ScalingMethod:
             elif f.default_factory is not dataclasses.MISSING:
                 value = f.default_factory()
             else:
-                raise TypeError(f"{type(self).__name__}() missing required keyword argument {f.name!r}")
+                raise TypeError(f"{type(self).__name__}() missing required argument {f.name!r}")
             object.__setattr__(self, f.name, value)
         self.__post_init__()
 
     def __post_init__(self) -> None:
+        # CLI values arrive as text: each field converted to its annotated type before it is checked
         fields = dataclasses.fields(self)
         for f in fields:
             kind = {"float": float, "bool": bool, "tuple": tuple}.get(_base_type(f.type))
@@ -270,12 +283,13 @@ class ScalingMethod:
 
 
 def bounded(
-    default: Any, *, above: float = 0.0, above_field: str | None = None, together: tuple[str, str] | None = None
-) -> Any:
+    default: T, *, above: float = 0.0, above_field: str | None = None, together: tuple[str, str] | None = None
+) -> T:
     """A method parameter with its checks declared (run by :meth:`ScalingMethod.__post_init__`): the value,
     unless None, must be > ``above``; > the field ``above_field`` too; and ``together[0]`` must be given
     exactly when this one is (``together[1]`` says why)."""
-    return field(default=default, metadata={"above": above, "above_field": above_field, "together": together})
+    checks = {"above": above, "above_field": above_field, "together": together}
+    return field(default=default, metadata=checks)  # type: ignore[return-value] - a Field stands for its default
 
 
 def _base_type(annotation: Any) -> str:
