@@ -60,7 +60,7 @@ def shape_config(name: str, smoke: bool, target: int | None = None):
     """The family's config (tiny in smoke mode), YaRN-scaled to ``target`` tokens when given."""
     import transformers
 
-    from ropescale.patching.plan import patch_config
+    from ropescale.patching.model import patch_config
 
     raw = json.loads((SHAPES / name / "config.json").read_text())
     if smoke:

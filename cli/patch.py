@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ropescale.models.checkpoint import save_pretrained
     from ropescale.models.loading import from_pretrained, load_config, load_tokenizer
-    from ropescale.patching.plan import apply_plan, plan_scaling
+    from ropescale.patching.model import apply_plan
+    from ropescale.patching.plan import plan_scaling
 
     _from_search(args)
     if args.config_only and not args.output:

@@ -22,7 +22,7 @@ _LAZY = {
     "load_tokenizer": "ropescale.models.loading",
     "patch": "ropescale.patching.model",
     "save_pretrained": "ropescale.models.checkpoint",
-    "patch_config": "ropescale.patching.plan",
+    "patch_config": "ropescale.patching.model",
     "Scaling": "ropescale.scaling",
     "get_method": "ropescale.methods",
     "METHODS": "ropescale.methods",

@@ -70,7 +70,7 @@ class Serving:
         <verdict> (<why>)"`` per row that does not keep it; empty where every row keeps it."""
         from ropescale.interop.legacy import with_legacy_keys
         from ropescale.interop.verdict import check
-        from ropescale.patching.plan import patch_config
+        from ropescale.patching.model import patch_config
 
         with warnings.catch_warnings():  # the save-time warnings name engines too; the verdicts say it here
             warnings.simplefilter("ignore")

@@ -92,7 +92,8 @@ def check_against_model(suite: Any, config: Any) -> None:
     from pathlib import Path
 
     from ropescale.models.runnable import check_partial_rotary
-    from ropescale.patching.plan import apply_plan, plan_scaling
+    from ropescale.patching.model import apply_plan
+    from ropescale.patching.plan import plan_scaling
 
     name = str(getattr(config, "_name_or_path", "") or suite.model)
     source = str(Path(name) / "config.json") if (Path(name) / "config.json").is_file() else name

@@ -74,7 +74,7 @@ SHORT = {"keeps": "keeps", "approximates": "approx.", "loses": "LOSES", "fails":
 def configs() -> dict[tuple[str, str], dict]:
     """(column, form) -> config.json dict."""
     from ..models.tiny import tiny_config
-    from ..patching.plan import patch_config
+    from ..patching.model import patch_config
 
     base = tiny_config(
         shape="engines", max_position_embeddings=L, rope_parameters={"rope_type": "default", "rope_theta": 5e5}

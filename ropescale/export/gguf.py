@@ -35,12 +35,8 @@ from ..interop.engines import CANNOT
 from ..interop.gguf_support import GGUF_ARCH, carry
 from ..interop.verdict import intent_of
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
-from ..patching.plan import (
-    _head_dim,
-    original_geometry,
-    patch_config,
-    plan_from_provenance,
-)
+from ..patching.model import patch_config
+from ..patching.plan import _head_dim, original_geometry, plan_from_provenance
 from .gguf_rope import GGUFMetadata, GGUFRope, NotExpressibleError, rope_for_gguf
 from .gguf_vocab import vocab_metadata
 

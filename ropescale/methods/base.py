@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
 from .types import MethodParams, RopeParameters
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -145,18 +147,70 @@ class ScalingMethod:
     #: ``ropescale.attention.modes``; None for methods that only change frequencies
     attention: ClassVar[str | None] = None
 
+    #: the keys of transformers' ``rope_parameters`` besides ``rope_type`` (the method's name) and
+    #: ``rope_theta``, in the order written, for methods that transformers builds from their own fields;
+    #: None: :meth:`rope_parameters` says (or transformers cannot express the method)
+    rope_keys: ClassVar[tuple[str, ...] | None] = None
+
     factor: float = 1.0
 
+    def __init__(self, *args: object, **values: object) -> None:
+        """Every method's one constructor (subclasses are ``@dataclass(frozen=True, init=False)``), as the
+        dataclass one took its arguments: the declared fields from ``args`` (in order) and ``values``, or their defaults, converted and checked (:meth:`__post_init__`).
+
+        One constructor, here, because the one dataclass generates for each subclass ran in the subclass's
+        module, which handed the new value to this module's checks and took it back, and the subclass's own
+        ``validate`` and ``rope_parameters`` did the same again (issue 53's factor path). A method is now built
+        and checked in one place from what its class declares: its fields, their :func:`bounded` checks,
+        :attr:`rope_keys`, and :meth:`validate` only for a rule that is more than a bound."""
+        fields = [f for f in dataclasses.fields(self) if f.init]
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} arguments but {len(args)} were given")
+        for f, value in zip(fields, args):
+            if f.name in values:
+                raise TypeError(f"{type(self).__name__}() got multiple values for argument {f.name!r}")
+            values[f.name] = value
+        unknown = sorted(set(values) - {f.name for f in fields})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}")
+        for f in fields:
+            if f.name in values:
+                value = values[f.name]
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                raise TypeError(f"{type(self).__name__}() missing required argument {f.name!r}")
+            object.__setattr__(self, f.name, value)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
+        # CLI values arrive as text: each field converted to its annotated type before it is checked
+        fields = dataclasses.fields(self)
+        for f in fields:
             kind = {"float": float, "bool": bool, "tuple": tuple}.get(_base_type(f.type))
             if kind is not None:
                 object.__setattr__(self, f.name, coerce(f.name, getattr(self, f.name), kind))
         check_number("factor", self.factor, minimum=1.0)
+        for f in fields:  # the declared bounds (:func:`bounded`), each value first, then how values relate
+            value, minimum = getattr(self, f.name), f.metadata.get("above")
+            if value is not None and minimum is not None:
+                check_number(f.name, value, minimum=minimum, strict=True)
+        for f in fields:
+            value, other = getattr(self, f.name), f.metadata.get("above_field")
+            if other is not None and value is not None and value <= getattr(self, other):
+                raise ValueError(
+                    f"{f.name} must be > {other}, got {f.name}={value:g} <= {other}={getattr(self, other):g}"
+                )
+            together = f.metadata.get("together")
+            if together is not None and (value is None) != (getattr(self, together[0]) is None):
+                raise ValueError(f"{f.name} and {together[0]} must be given together ({together[1]})")
         self.validate()
 
     def validate(self) -> None:
-        """Check method-specific parameters; raise ``ValueError`` naming the bad one."""
+        """Check what the fields' declared bounds (:func:`bounded`) cannot say; raise ``ValueError`` naming the
+        bad parameter."""
 
     def validate_for(self, spec: RotarySpec) -> None:
         """Check parameters that depend on the model's geometry (e.g. list lengths)."""
@@ -168,8 +222,13 @@ class ScalingMethod:
         raise NotImplementedError
 
     def rope_parameters(self, spec: RotarySpec) -> RopeParameters | None:
-        """A complete transformers ``rope_parameters`` dict, or None if transformers cannot express it."""
-        return None
+        """A complete transformers ``rope_parameters`` dict, or None if transformers cannot express it: by
+        default :attr:`rope_keys` of the method's parameters (those that are None left out)."""
+        if self.rope_keys is None:
+            return None
+        values = {**self.params(), "original_max_position_embeddings": spec.original_max_position_embeddings}
+        kept = {k: values[k] for k in self.rope_keys if values[k] is not None}
+        return {"rope_type": self.name, "rope_theta": spec.base, **kept}  # type: ignore[typeddict-item]
 
     def extended_context(self, spec: RotarySpec) -> int:
         """The context this scaling targets: factor × L."""
@@ -221,6 +280,16 @@ class ScalingMethod:
     def parameter_defaults(cls) -> dict[str, Any]:
         """Parameter names and defaults (``dataclasses.MISSING`` for required ones)."""
         return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def bounded(
+    default: T, *, above: float = 0.0, above_field: str | None = None, together: tuple[str, str] | None = None
+) -> T:
+    """A method parameter with its checks declared (run by :meth:`ScalingMethod.__post_init__`): the value,
+    unless None, must be > ``above``; > the field ``above_field`` too; and ``together[0]`` must be given
+    exactly when this one is (``together[1]`` says why)."""
+    checks = {"above": above, "above_field": above_field, "together": together}
+    return field(default=default, metadata=checks)  # type: ignore[return-value] - a Field stands for its default
 
 
 def _base_type(annotation: Any) -> str:

@@ -19,7 +19,7 @@ from .base import RotarySpec, ScalingMethod
 from .types import RopeParameters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Default(ScalingMethod):
     """Plain RoPE, no scaling."""
 
@@ -27,6 +27,7 @@ class Default(ScalingMethod):
     training_free = "no scaling"
     runs_in = "every loader"
     summary = "plain RoPE, no scaling (factor must be 1)"
+    rope_keys = ()
 
     def validate(self) -> None:
         if self.factor != 1.0:
@@ -35,11 +36,8 @@ class Default(ScalingMethod):
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return spec.base_inv_freq(device=device), 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
-        return {"rope_type": "default", "rope_theta": spec.base}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Linear(ScalingMethod):
     """Position interpolation: every frequency divided by the factor."""
 
@@ -47,15 +45,13 @@ class Linear(ScalingMethod):
     training_free = "no: fine-tune"
     runs_in = "transformers, vLLM, SGLang, llama.cpp"
     summary = "position interpolation (PI): every frequency / factor"
+    rope_keys = ("factor",)
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         return spec.base_inv_freq(device=device) / self.factor, 1.0
 
-    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
-        return {"rope_type": "linear", "rope_theta": spec.base, "factor": self.factor}
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class NTK(ScalingMethod):
     """NTK-aware static base change; transformers expresses it as plain RoPE with a larger base."""
 
@@ -82,7 +78,7 @@ DYNAMIC_NTK_ALPHAS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DynamicNTK(ScalingMethod):
     """NTK-aware base recomputed from the current length ℓ; plain RoPE while ℓ ≤ L.
 

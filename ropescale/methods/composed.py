@@ -105,7 +105,7 @@ class _FollowsOnTop:
         return self.default if obj is None else getattr(obj.outer, self.attribute)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Composed(ScalingMethod):
     """``on_top`` (factor s) applied over the frequencies of ``base`` (the shipped scaling), measured
     from the shipped context: the extended context is s × ``shipped_context``.

@@ -52,7 +52,7 @@ from .types import MethodParams
 VARIANTS = {"chunkllama": (0.05, 8), "chunkllama_flash": (0.1, 16)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DualChunk(ScalingMethod):
     """Dual Chunk Attention with ``chunk_size`` (default 3L/4) and ``local_window`` (default L/8 for
     ``variant=chunkllama``, L/16 for ``chunkllama_flash``); ``temperature`` scales logits beyond L

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 import torch
 
 from .base import RotarySpec, ScalingMethod, check_number
-from .types import RopeParameters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Llama3(ScalingMethod):
     name = "llama3"
     training_free = "no: Meta's recipe"
     runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp (not Qwen)"
     summary = "Llama 3.1: long wavelengths / s, short kept, smooth blend between (no temperature)"
+    rope_keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
@@ -42,13 +42,3 @@ class Llama3(ScalingMethod):
         smooth = ((L / wavelen - self.low_freq_factor) / (self.high_freq_factor - self.low_freq_factor)).clamp(0, 1)
         # smooth = 1 for wavelen < L/high (kept), 0 for wavelen > L/low (interpolated)
         return (1 - smooth) * theta / self.factor + smooth * theta, 1.0
-
-    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
-        return {
-            "rope_type": "llama3",
-            "rope_theta": spec.base,
-            "factor": self.factor,
-            "low_freq_factor": self.low_freq_factor,
-            "high_freq_factor": self.high_freq_factor,
-            "original_max_position_embeddings": spec.original_max_position_embeddings,
-        }

@@ -23,7 +23,7 @@ from .base import RotarySpec, ScalingMethod, check_number
 from .types import RopeParameters
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class LongRope(ScalingMethod):
     name = "longrope"
     training_free = "yes, searched"

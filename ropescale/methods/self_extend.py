@@ -81,7 +81,7 @@ def fractional_positions(
     return query_positions.float() / G + (W - W / G), key_positions.float() / G
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SelfExtend(ScalingMethod):
     """Self-Extend with neighbour window ``window`` (W) and group size ``group_size`` (G).
 

@@ -86,7 +86,7 @@ def llamacpp_positions(
     return query_positions - shift, torch.where(key_positions < k * W, grouped, key_positions - shift)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SelfExtendLlamaCpp(ScalingMethod):
     """llama.cpp's Self-Extend: ``--grp-attn-n group_size --grp-attn-w window`` with ``-b n_batch``.
 

@@ -55,7 +55,7 @@ STRING_FACTOR = yarn_mscale(2)
 TEMPERATURES = ("string", "frequencies")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class String(ScalingMethod):
     """STRING with shift ``shift`` (S, default int(0.33·L)) and local window ``local_window`` (W,
     default 128, or L/64 when 128 ≥ S); ``frequencies`` picks the rotary frequencies (default plain

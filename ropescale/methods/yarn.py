@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from ..rope_math import yarn_mscale
-from .base import RotarySpec, ScalingMethod, check_number
-from .types import RopeParameters
+from .base import RotarySpec, ScalingMethod, bounded
 
 
 def correction_range(spec: RotarySpec, beta_fast: float, beta_slow: float, truncate: bool) -> tuple[float, float]:
@@ -52,7 +51,7 @@ def yarn_inv_freq(
     return theta / factor * ramp + theta * (1 - ramp)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Yarn(ScalingMethod):
     """Static YaRN at a fixed factor s."""
 
@@ -60,28 +59,23 @@ class Yarn(ScalingMethod):
     training_free = "yes, or fine-tune"
     runs_in = "transformers, vLLM, SGLang, TGI, llama.cpp"
     summary = "YaRN: NTK-by-parts (fast dims kept, slow dims / s) + attention temperature 0.1 ln s + 1"
+    rope_keys = (
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "truncate",
+        "attention_factor",
+        "mscale",
+        "mscale_all_dim",
+    )
 
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
+    beta_fast: float = bounded(32.0, above_field="beta_slow")
+    beta_slow: float = bounded(1.0)
+    attention_factor: float | None = bounded(None)
+    mscale: float | None = bounded(None, together=("mscale_all_dim", "DeepSeek's attention factor"))
+    mscale_all_dim: float | None = bounded(None)
     truncate: bool = True
-
-    def validate(self) -> None:
-        check_number("beta_fast", self.beta_fast, minimum=0, strict=True)
-        check_number("beta_slow", self.beta_slow, minimum=0, strict=True)
-        if self.beta_fast <= self.beta_slow:
-            raise ValueError(
-                f"beta_fast must be > beta_slow, got beta_fast={self.beta_fast:g} <= beta_slow={self.beta_slow:g}"
-            )
-        if self.attention_factor is not None:
-            check_number("attention_factor", self.attention_factor, minimum=0, strict=True)
-        if (self.mscale is None) != (self.mscale_all_dim is None):
-            raise ValueError("mscale and mscale_all_dim must be given together (DeepSeek's attention factor)")
-        for name in ("mscale", "mscale_all_dim"):
-            if getattr(self, name) is not None:
-                check_number(name, getattr(self, name), minimum=0, strict=True)
 
     def attention_scale(self, factor: float) -> float:
         if self.attention_factor is not None:
@@ -94,23 +88,8 @@ class Yarn(ScalingMethod):
         inv_freq = yarn_inv_freq(spec, self.factor, self.beta_fast, self.beta_slow, self.truncate, device)
         return inv_freq, self.attention_scale(self.factor)
 
-    def rope_parameters(self, spec: RotarySpec) -> RopeParameters:
-        params = {
-            "rope_type": "yarn",
-            "rope_theta": spec.base,
-            "factor": self.factor,
-            "original_max_position_embeddings": spec.original_max_position_embeddings,
-            "beta_fast": self.beta_fast,
-            "beta_slow": self.beta_slow,
-            "truncate": self.truncate,
-        }
-        for key in ("attention_factor", "mscale", "mscale_all_dim"):
-            if getattr(self, key) is not None:
-                params[key] = getattr(self, key)
-        return params
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DynamicYarn(Yarn):
     """YaRN recomputed at s = max(1, ℓ/L) from the current length ℓ (jquesnelle/yarn,
     ``LlamaDynamicYaRNScaledRotaryEmbedding``), frequencies and temperature alike.
@@ -125,12 +104,10 @@ class DynamicYarn(Yarn):
     runs_in = "ropescale"
     summary = "dynamic YaRN: YaRN at s = current length / L, plain RoPE up to L"
     dynamic = True
+    rope_keys = None  # transformers has no dynamic YaRN: ropescale swaps the rotary module
 
     def compute(self, spec: RotarySpec, seq_len: int | None = None, device: torch.device | None = None):
         L = spec.original_max_position_embeddings
         scale = max(1.0, (seq_len or L) / L)
         inv_freq = yarn_inv_freq(spec, scale, self.beta_fast, self.beta_slow, self.truncate, device)
         return inv_freq, self.attention_scale(scale)
-
-    def rope_parameters(self, spec: RotarySpec) -> None:
-        return None  # transformers has no dynamic YaRN: ropescale swaps the rotary module

@@ -17,14 +17,11 @@ from typing import Any
 from ..errors import RopescaleError, hub_unreachable
 from ..interop.legacy import restore_serving_fields
 from ..methods.types import MethodParams
-from ..patching.model import install_rotary
+from ..patching.model import FROM_PLAN, apply_plan, install_rotary, patched_copy
 from ..patching.plan import (
-    FROM_PLAN,
     NON_NATIVE_PREFIX,
     PatchPlan,
-    apply_plan,
     check_supported,
-    patched_copy,
     plan_from_provenance,
     plan_scaling,
     quiet_transformers,

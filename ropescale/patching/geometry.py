@@ -22,7 +22,7 @@ GEOMETRY_KEYS = ("rope_type", "rope_theta", "partial_rotary_factor")
 
 
 class Provenance(TypedDict, total=False):
-    """The ``ropescale`` block a patched config carries (:func:`~ropescale.patching.plan.apply_plan` writes
+    """The ``ropescale`` block a patched config carries (:func:`~ropescale.patching.model.apply_plan` writes
     it), so the model explains itself and can be re-patched from its original geometry."""
 
     method: str

@@ -1,27 +1,22 @@
-"""Patching a transformers config: the least-monkeypatching path.
+"""Planning a patch: what a scaling does to one model's config, decided and checked, nothing written.
 
-Where transformers can express a method in ``config.rope_parameters``, patching writes a complete
-dict (always ``rope_theta``; for yarn/llama3/longrope always ``original_max_position_embeddings``)
-and transformers builds the rotary embedding itself, so the saved checkpoint reloads anywhere.
-Where it cannot (``dynamic_yarn``), the config records ``rope_type: "ropescale_<method>"`` and
-:mod:`ropescale.patching.model` swaps the model's one rotary module; a checkpoint saved by
-:func:`ropescale.save_pretrained` then declares ``model_type: "ropescale_<type>"`` with an
-``auto_map``, so plain transformers stops at the config and asks for remote code (which hands
-the load to ropescale) instead of crashing inside the model.
-
-Every patched config carries a provenance block ``config.ropescale`` (method, parameters,
-original context, original rope parameters, ropescale version) so the model explains itself and
-can be re-patched from its original geometry.
+:func:`plan_scaling` turns a :class:`~ropescale.scaling.Scaling` and a transformers config into a frozen
+:class:`PatchPlan`: the method at the factor it resolves to, the original geometry, what became of a shipped
+scaling, and the method's answers on that geometry (:class:`~ropescale.methods.base.Rotary`), asked once.
+:mod:`ropescale.patching.model` writes a plan into a config (``rope_parameters``, ``max_position_embeddings``
+and the provenance block ``config.ropescale``) and installs it into a model. Methods transformers cannot
+express are written as ``rope_type: "ropescale_<method>"``; a checkpoint saved by
+:func:`ropescale.save_pretrained` then declares ``model_type: "ropescale_<type>"`` with an ``auto_map``, so
+plain transformers stops at the config and asks for remote code (which hands the load to ropescale) instead
+of crashing inside the model.
 """
 
 from __future__ import annotations
 
 import copy
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
 from ..attention.modes import mode as attention_row
 from ..errors import RopescaleError
 from ..methods import RotarySpec, ScalingMethod, get_method, method_class
@@ -36,7 +31,7 @@ from ..scaling import (
     kv_consistent_for,
     kv_consistent_option,  # noqa: F401 - evals/ import it from here
 )
-from .geometry import PROVENANCE_KEY, CarriedScaling, is_scaled, original_geometry, provenance, scaling_label
+from .geometry import CarriedScaling, is_scaled, original_geometry, provenance, scaling_label
 from .shipped import COMPOSE, Shipped, shipped_of, start_mode
 from .supported import (  # noqa: F401 - re-exported: callers import the supported models and geometry from here
     SUPPORTED_MODEL_TYPES,
@@ -47,15 +42,12 @@ from .supported import (  # noqa: F401 - re-exported: callers import the support
     rotary_spec,
     trained_context,
 )
-from .window import apply_sliding_window, sliding_window_setting  # noqa: F401 - sliding_window_setting re-exported
+from .window import sliding_window_setting  # noqa: F401 - re-exported
 
 NON_NATIVE_PREFIX = "ropescale_"
 INT64_MAX = 2**63 - 1  # the largest max_position_embeddings a loader can hold
 #: Loader that plain transformers finds through ``auto_map`` for checkpoints it cannot build.
 REMOTE_CODE_MODULE = "modeling_ropescale"
-
-#: apply_plan's default: the sliding window the plan's Scaling asked for
-FROM_PLAN = "from the plan"
 
 
 @dataclass(frozen=True)
@@ -302,100 +294,6 @@ def check_method_args(method: str | ScalingMethod | Scaling, factor: Any = None,
         ValueError: an unknown method or parameter, or a bad value, in one line naming it.
     """
     as_scaling(method, factor, **params).check()
-
-
-def apply_plan(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, fine_tuned: bool = False) -> None:
-    """Write ``plan`` into ``config`` in place (rope_parameters, max_position_embeddings, provenance).
-
-    ``sliding_window``: the plan's own (its Scaling's) unless given.
-
-    ``fine_tuned``: the weights were trained with this scaling (``ropescale export`` of a run), so a later
-    extension composes on top of it by default (:func:`ropescale.patching.shipped.start_mode`)."""
-    # the plan's facts only (its method was asked once, when it was made); copies, so that configs
-    # written from one plan share no list or dict with it or with each other
-    method, spec, rotary = plan.method, plan.spec, plan.rotary
-    native = copy.deepcopy(rotary.rope_parameters)
-    carried = {k: v for k, v in plan.original_rope_parameters.items() if k == "partial_rotary_factor"}
-    if native is not None:
-        config.rope_parameters = {**carried, **native}
-    else:
-        with quiet_transformers():
-            config.rope_parameters = {
-                **carried,
-                "rope_type": NON_NATIVE_PREFIX + method.name,
-                "rope_theta": spec.base,
-                "original_max_position_embeddings": spec.original_max_position_embeddings,
-                **{k: v for k, v in copy.deepcopy(rotary.params).items() if v is not None},
-            }
-    config.max_position_embeddings = rotary.max_position_embeddings
-    extended = rotary.extended_context
-    apply_sliding_window(config, extended, plan.sliding_window if sliding_window is FROM_PLAN else sliding_window)
-    setattr(
-        config,
-        PROVENANCE_KEY,
-        {
-            "method": method.name,
-            "params": copy.deepcopy(rotary.params),
-            "native": native is not None,
-            "original_max_position_embeddings": spec.original_max_position_embeddings,
-            "original_rope_theta": spec.base,
-            "original_rope_parameters": plan.original_rope_parameters,
-            "original_max_position_embeddings_field": plan.original_max_position_embeddings_field,
-            "extended_context": extended,
-            "kv_consistent": plan.kv_consistent,
-            **({"start": plan.start, "mode": plan.mode} if plan.mode else {}),
-            **({"fine_tuned": True} if fine_tuned or plan.fine_tuned else {}),
-            "version": __version__,
-        },
-    )
-
-
-def patch_config(
-    config: Any,
-    method: str | ScalingMethod | Scaling = "yarn",
-    factor: float | None = None,
-    original_max_position_embeddings: int | None = None,
-    replace: bool = False,
-    sliding_window: Any = KEEP,
-    *,
-    target_length: int | None = None,
-    **params: Any,
-) -> Any:
-    """Return a patched copy of a transformers config.
-
-    Args:
-        config: a ``PreTrainedConfig`` of a supported architecture (Llama, Mistral, Qwen2, Qwen3).
-        method: a :class:`~ropescale.scaling.Scaling` (then nothing else), or a registered method name
-            (see ``ropescale methods``) or a ``ScalingMethod`` with the arguments below.
-        factor: the scaling factor s (extended context = s × original).
-        original_max_position_embeddings: the trained context L, if the config does not say it.
-        replace: allow re-patching an already scaled config (starts from its original parameters).
-        sliding_window: ``"keep"`` (default, warns if narrower than the new context), ``None``
-            (full attention) or a width in tokens.
-        target_length: instead of ``factor``, the context to reach in tokens: factor = N / L
-            (rounded up to an integer for llama3); N must exceed the original context L.
-        **params: the method's own parameters (``beta_fast=32``, ``long_factor=[...]``, ...).
-
-    Returns:
-        A new config; ``config`` itself is not modified.
-    """
-    scaling = as_scaling(
-        method, factor, original_max_position_embeddings, replace, sliding_window, target_length=target_length, **params
-    )
-    return patched_copy(config, plan_scaling(config, scaling))
-
-
-def patched_copy(config: Any, plan: PatchPlan, sliding_window: Any = FROM_PLAN, quietly: bool = False) -> Any:
-    """A copy of ``config`` with ``plan`` written into it (:func:`apply_plan`); ``quietly``: without the
-    sliding-window warning (a copy made only to be checked; the config the model keeps gives it once)."""
-    patched = copy.deepcopy(config)
-    if not quietly:
-        apply_plan(patched, plan, sliding_window)
-        return patched
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        apply_plan(patched, plan, sliding_window)
-    return patched
 
 
 def plan_from_provenance(config: Any) -> PatchPlan | None:

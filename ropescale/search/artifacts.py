@@ -78,7 +78,7 @@ class SearchResult:
 
 def write_best(directory: Path, space: Any, candidate: Trial, settings: SearchSettings, model_config: Any) -> None:
     """``best.json`` and the patched ``config.json`` for ``candidate``."""
-    from ..patching.plan import patch_config
+    from ..patching.model import patch_config
 
     params = space.method_params(candidate["params"])
     config = patch_config(model_config, space.method, replace=True, **params)

@@ -86,7 +86,8 @@ def build_meta_model(config: TrainConfig, hf_config: Any, source: str = "") -> M
     from transformers import AutoModelForCausalLM
 
     from ..models.loading import buildable_config
-    from ..patching.plan import check_supported, patch_config, quiet_transformers
+    from ..patching.model import patch_config
+    from ..patching.plan import check_supported, quiet_transformers
     from .modeling import check_lengths, recipe_scaling, wrap_lora
     from .shipped import shipped_scaling_line
 

@@ -391,7 +391,7 @@ def model_inputs(config: TrainConfig, dry_run: bool) -> tuple[Any, str, Any]:
 def scaled_config(config: TrainConfig, hf_config: Any = None) -> Any:
     """The model's config scaled as the recipe says (None where it cannot be read or scaled here: the
     load says why)."""
-    from ..patching.plan import patch_config
+    from ..patching.model import patch_config
     from .dryrun import config_source
     from .modeling import recipe_scaling
 

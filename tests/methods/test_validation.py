@@ -312,3 +312,26 @@ def test_spec_dim():
     assert RotarySpec(80, 1e4, 4096, partial_rotary_factor=0.5).dim == 40
     assert RotarySpec(128, 5e5, 8192, partial_rotary_factor=0.25).dim == 32
     assert RotarySpec(64, 10000, 4096).base_inv_freq().shape == (32,)
+
+
+# --- one constructor for every method (ScalingMethod.__init__; the classes are dataclass(init=False))
+
+
+@pytest.mark.parametrize("cls", sorted(set(METHODS.values()), key=lambda c: c.name))
+def test_every_method_is_built_by_the_base_constructor(cls):
+    """Issue 53 point 4: no method class carries a generated __init__ of its own (that one ran in the
+    subclass's module and handed the factor back and forth with the base's checks)."""
+    from ropescale.methods.base import ScalingMethod
+
+    assert cls.__init__ is ScalingMethod.__init__
+
+
+def test_the_base_constructor_takes_what_the_dataclass_one_took():
+    assert Yarn(4.0, 16) == Yarn(factor=4.0, beta_fast=16.0) == get_method("yarn", factor=4, beta_fast=16)
+    assert Yarn(4.0).beta_slow == 1.0 and Yarn().factor == 1.0
+    with pytest.raises(TypeError, match="unexpected keyword argument 'beta'"):
+        Yarn(factor=4, beta=2)
+    with pytest.raises(TypeError, match="multiple values for argument 'factor'"):
+        Yarn(4.0, factor=4.0)
+    with pytest.raises(ValueError, match="beta_fast must be > beta_slow, got beta_fast=2 <= beta_slow=3"):
+        Yarn(factor=4, beta_fast=2, beta_slow=3)  # a bound declared on the field (bounded), checked by the base

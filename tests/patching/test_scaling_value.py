@@ -10,7 +10,8 @@ import torch
 
 import ropescale
 from ropescale.methods import get_method
-from ropescale.patching.plan import patch_config, plan_patch, plan_scaling
+from ropescale.patching.model import patch_config
+from ropescale.patching.plan import plan_patch, plan_scaling
 from ropescale.scaling import Scaling
 from tests.conftest import tiny_config, tiny_model
 

@@ -15,7 +15,8 @@ from transformers import AutoConfig
 
 import ropescale
 from ropescale.errors import AlreadyScaledError, RopescaleError
-from ropescale.patching.plan import apply_plan, patch_config, plan_patch
+from ropescale.patching.model import apply_plan, patch_config
+from ropescale.patching.plan import plan_patch
 from ropescale.patching.shipped import shipped_of
 from tests.conftest import tiny_config
 
