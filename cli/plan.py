@@ -73,7 +73,7 @@ def print_eval_plan(args: argparse.Namespace, suite_of: Callable[[], Any]) -> in
         task.check_lengths(suite, settings, tokenizer)
     shape = plan.Shape.from_config(config)
     dtype = "bfloat16" if args.dtype == "auto" else args.dtype
-    generate = task.retrieval
+    generate = task.decodes
     methods = len(str(args.methods).split(",")) if args.methods else 1
     print(f"plan:    {args.task} on {source}, {dtype}, SDPA, {card.label}; estimates (ropescale/models/plan.py)")
     rows = []

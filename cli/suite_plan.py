@@ -9,9 +9,9 @@ plan lists every cell; a resumed run skips the finished ones.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from ropescale.evals.tasks import task_table
 from ropescale.markdown import table
 
 #: the tokens a retrieval prompt decodes after its prefill (as :data:`.plan.DECODE_TOKENS`)
@@ -19,21 +19,10 @@ DECODE_TOKENS = 10
 
 
 def prompts(suite: Any, task: str, length: int) -> tuple[int, bool]:
-    """``(forwards of length tokens one cell runs, whether they decode)`` from the task's settings."""
-    from dataclasses import fields
-
-    settings = suite.settings(task)
-    names = {f.name for f in fields(settings)}
-    if task == "perplexity":
-        stride = settings.stride or (length if settings.mode == "nonoverlap" else 256)
-        return max(1, math.ceil(max(length, int(settings.max_tokens or 4 * length)) / stride)), False
-    if "samples" in names:  # RULER: every task of the battery, samples prompts each
-        return settings.samples * len(getattr(settings, "tasks", ()) or (1,)), True
-    if {"depths", "trials"} <= names:
-        return len(settings.depths) * settings.trials, True
-    if "documents" in names:  # LongPPL: each window scored by the model and by its evaluator
-        return 2 * settings.documents, False
-    return 1, False
+    """``(forwards of length tokens one cell runs, whether they decode)``: the task row's own count
+    (:meth:`~ropescale.evals.tasks.task_base.Task.prompts_per_cell`), as ``eval <task> --dry-run`` plans it."""
+    row = task_table.get(task)
+    return row.prompts_per_cell(suite.settings(task), length), row.decodes
 
 
 def print_suite_plan(suite: Any, output: str, gpu: str | None) -> int:

@@ -198,6 +198,8 @@ class Task(Generic[S, R]):
     higher_is_better: ClassVar[bool]
     #: a pass/fail accuracy per cell: the report adds Wilson intervals, context and accuracy grids
     retrieval: ClassVar[bool] = False
+    #: a cell's prompts generate an answer after their prefill (a plan counts the KV cache and the decoding)
+    decodes: ClassVar[bool] = False
     #: the suite's seed draws the task's prompts, so it is part of a cell's protocol
     seeded: ClassVar[bool] = True
     help: ClassVar[str] = ""

@@ -170,6 +170,10 @@ class LongPPL(Task[LongPPLSettings, LongPPLCell]):
     command = False  # ``ropescale eval longppl`` (cli/eval_longppl.py) has its own runner and folder layout
     help = "LongPPL: perplexity on the key tokens that need the long context, beside perplexity"
 
+    def prompts_per_cell(self, settings: LongPPLSettings, length: int) -> int:
+        """Each document's window scored twice: by the model and by its evaluator."""
+        return 2 * settings.documents
+
     def check(self, raw: SuiteBlock) -> None:
         """The keys one by one (:meth:`Task.check`), then what they say together: a scaled evaluator
         needs its factor, and the short window must be below every length (else no token is scored)."""

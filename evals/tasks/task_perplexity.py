@@ -125,7 +125,7 @@ class Perplexity(Task[PerplexitySettings, PerplexityCell]):
 
     def prompts_per_cell(self, settings: PerplexitySettings, length: int) -> int:
         """Windows of ``length`` over the tokens scored (4 windows' worth unless ``max_tokens``), one per stride."""
-        scored = settings.max_tokens or 4 * length
+        scored = max(length, int(settings.max_tokens or 4 * length))  # the cell's budget, as run_cell takes it
         stride = settings.stride or (length if settings.mode == "nonoverlap" else 256)
         return max(1, math.ceil(scored / stride))
 

@@ -167,6 +167,7 @@ class Retrieval(Task[S, RetrievalCell]):
     metric = "accuracy"
     higher_is_better = True
     retrieval = True
+    decodes = True
 
     def prompts_per_cell(self, settings: S, length: int) -> int:
         """``len(depths) x trials`` prompts at every length."""

@@ -136,8 +136,13 @@ class Ruler(Task[RulerSettings, RulerBattery]):
     result = RulerBattery
     metric = "score"
     higher_is_better = True
+    decodes = True  # lm-eval's generate_until: every prompt answers
     command = False  # ``ropescale eval ruler`` (cli/eval_ruler.py) has its own runner and folder layout
     help = "RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)"
+
+    def prompts_per_cell(self, settings: RulerSettings, length: int) -> int:
+        """Every task of the battery, ``samples`` prompts each."""
+        return settings.samples * max(1, len(settings.tasks))
 
     def prepare(self, suite: Any, settings: RulerSettings, tokenizer: Any) -> RulerData:
         from ropescale.evals.tasks.ruler.prompt import check_prompt
