@@ -261,6 +261,7 @@ def mask(text: str, tmp: Path) -> str:
     text = re.sub(r"\bin \d+(\.\d+)? ?(s|min)\b", "in <TIME>", text)  # "finished 6/6 cells in 25 s"
     text = re.sub(r"pytest-of-[\w-]+[/-]pytest-\d+", "<PYTEST>", text)  # names made from a temporary path
     text = re.sub(r"perplexity-[\w.<>-]*golden\d+-tiny", "perplexity-<TINY-NAME>", text)  # wherever TMPDIR is
+    text = re.sub(r"ruler-[\w.<>-]*golden-ruler\d+-ruler", "ruler-<RULER-NAME>", text)  # wherever TMPDIR is
     # converting the embedded model happens once per cache: whether this case sees it depends on the order
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("ropescale: converting"))
 

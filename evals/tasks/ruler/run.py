@@ -92,7 +92,7 @@ class RulerRun:
     def path(self, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_name(self.scaling, task, length, self.prompt)}.json"
 
-    def _record(self, task: str, length: int) -> CellRecord | None:
+    def record(self, task: str, length: int) -> CellRecord | None:
         path = self.path(task, length)
         try:
             return CellRecord.from_json(json.loads(path.read_text(encoding="utf-8")), path)
@@ -104,7 +104,7 @@ class RulerRun:
         written before it lacks counts as matching), on the same runtime, with every sample asked."""
         from ropescale.evals.tasks.run_folder import legacy
 
-        record = self._record(task, length)
+        record = self.record(task, length)
         if record is None or not record.complete:
             return False
         ours = self.fingerprint(task, length)
@@ -125,7 +125,7 @@ class RulerRun:
         check_model_content(self.output, cells, str(self.model), self.model_content)
         for task in self.tasks:
             for length in self.lengths:
-                record = self._record(task.name, length)
+                record = self.record(task.name, length)
                 if record is not None:
                     ours = self.fingerprint(task.name, length).measured()
                     compare(record.path, record.fingerprint.measured(), ours, self.output)
