@@ -262,6 +262,7 @@ def mask(text: str, tmp: Path) -> str:
     text = re.sub(r"pytest-of-[\w-]+[/-]pytest-\d+", "<PYTEST>", text)  # names made from a temporary path
     text = re.sub(r"perplexity-[\w.<>-]*golden\d+-tiny", "perplexity-<TINY-NAME>", text)  # wherever TMPDIR is
     text = re.sub(r"ruler-[\w.<>-]*golden-ruler\d+-ruler", "ruler-<RULER-NAME>", text)  # wherever TMPDIR is
+    text = re.sub(r"longppl-[\w.<>-]*golden\d+-tiny", "longppl-<TINY-NAME>", text)  # wherever TMPDIR is
     # converting the embedded model happens once per cache: whether this case sees it depends on the order
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("ropescale: converting"))
 

@@ -43,8 +43,8 @@ class NewerCellError(CellFileError):
 
 
 #: cells of the layouts a command wrote before it ran through the suite runner: read by that command's
-#: report (:mod:`.ruler_folder`), passed over by the suite's
-EARLIER_LAYOUTS = ("ropescale.ruler.cell/1",)
+#: report (:mod:`.ruler_folder`, :mod:`.longppl_folder`), passed over by the suite's
+EARLIER_LAYOUTS = ("ropescale.ruler.cell/1", "ropescale.longppl.cell/1")
 
 
 class EarlierCellError(CellFileError):

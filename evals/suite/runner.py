@@ -173,7 +173,9 @@ class SuiteRunner(SuiteFolder):
             return journal
 
         # a prompt bar only where the cell bar is shown
-        ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for)
+        ctx = CellContext(
+            model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for, self.output
+        )
         return task_table.get(task).run_cell(ctx, self.suite.settings(task), length)
 
 

@@ -290,17 +290,32 @@ def test_longppl_other_data_or_weights_are_refused_not_reused(longppl_model, tmp
     assert cell.read_bytes() == before
 
 
-def test_longppl_cell_of_today_counts_as_done(longppl_model, tmp_path):
-    a, _ = _texts(tmp_path)
+def test_longppl_cell_of_today_counts_as_done(longppl_model, tmp_path, capsys):
+    """A cell as ``eval longppl`` wrote it before it ran through the suite runner (issue 53: its own
+    ``ropescale.longppl.cell/1`` layout, at the same file name), and before cells recorded the model's
+    content and the data (issue 52): read as done, never replaced; one that measured other data is refused."""
+    a, b = _texts(tmp_path)
     out = tmp_path / "o"
     assert _longppl(longppl_model, a, out) == 0
     cell = out / "cells" / "none__longppl__160.json"
-    data = json.loads(cell.read_text())
-    for key in ("model_content", "data"):  # as today's runner writes its cells
+    (data,) = json.loads((out / "results.json").read_text())["cells"]  # the cell, in the earlier layout's shape
+    data["schema"] = "ropescale.longppl.cell/1"
+    for key in ("model_content", "data"):  # as the runner before issue 52 wrote its cells
         del data["fingerprint"][key]
     cell.write_text(json.dumps(data))
     before = cell.read_bytes()
     assert _longppl(longppl_model, a, out) == 0 and cell.read_bytes() == before
+    report = (out / "report.md").read_text()
+    assert "| none      | 160      |" in report  # reported as before
+    data["fingerprint"]["documents"] = 2  # measured otherwise: refused naming it, left as it is
+    cell.write_text(json.dumps(data))
+    before = cell.read_bytes()
+    capsys.readouterr()
+    assert _longppl(longppl_model, a, out) == 2
+    assert (
+        "holds none__longppl__160.json, measured with a different protocol.documents: 2 -> 1" in capsys.readouterr().err
+    )
+    assert cell.read_bytes() == before
 
 
 def test_longppl_takes_the_folders_lock(longppl_model, tmp_path, capsys):
@@ -331,8 +346,10 @@ def test_longppl_leaves_a_newer_schema_or_another_tasks_folder_as_it_is(longppl_
     err = capsys.readouterr().err
     if which == "ruler":
         assert "holds another task's results.json (schema 'ropescale.ruler.results/1'); ropescale eval longppl" in err
-    else:
-        assert f"'{path}' has schema '{data['schema']}'; this ropescale writes" in err
+    else:  # a suite cell names no schema: one that names one is read by no ropescale here
+        assert (
+            f"'{path}' has schema '{data['schema']}'; this ropescale {'reads' if which == 'cell' else 'writes'}" in err
+        )
     assert _bytes(out) == before
 
 
