@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ropescale import options
 from ropescale.cli.command import Command
@@ -21,6 +21,10 @@ from ropescale.cli.common import add_model_args, add_runtime_args, model_slug, p
 from ropescale.cli.eval_ruler import parse_lengths
 from ropescale.evals.tasks.task_longppl import LongPPLSettings
 from ropescale.options import factor as _factor
+
+if TYPE_CHECKING:
+    from ropescale.evals.advice.records import SuiteEntry
+    from ropescale.evals.suite.spec import Suite
 
 EXAMPLE = "example: ropescale eval longppl --methods none,yarn --factor 4 --lengths 16k --output runs/longppl"
 
@@ -46,7 +50,7 @@ def _scaling(method: str, factor: float | None, params: dict, flag: str):
     return Scaling.from_request(method, factor, params)  # compose=true: on the shipped scaling; else it replaces it
 
 
-def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def suite_from_args(args: argparse.Namespace) -> Suite:
     """The suite the flags ask for (a suite file's keys): one method entry per ``--methods`` name, labelled as
     the command always named its cells (``none``, ``yarn-x4``), the texts as the suite's ``data`` (keyed by
     content), and the ``longppl:`` block of the other flags.
@@ -55,6 +59,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         ValueError: in the flags' words: no method, a method without a factor, a scaled evaluator without
             its factor, ``--trunc-len`` not below every length.
     """
+    from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.tasks.task_longppl import evaluator_scaling
     from ropescale.options import from_arguments
 
@@ -65,7 +70,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
     methods = []
     for name in names:
         scaling = _scaling(name, args.factor, params, "--methods")
-        entry: dict[str, Any] = {"method": name, "label": scaling.label}
+        entry: SuiteEntry = {"method": name, "label": scaling.label}
         if not scaling.unscaled:
             entry.update(factor=args.factor, params=params)
         methods.append(entry)
@@ -77,7 +82,7 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
                 f"--trunc-len {settings.trunc_len} must be below every length (got {n}): no token would be scored"
             )
     block = {k: v for k, v in asdict(settings).items() if k != "data" and v is not None}
-    return {
+    raw = {
         "name": f"longppl-{model_slug(args.model)}",
         "model": args.model,
         "dtype": args.dtype,
@@ -87,15 +92,15 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "methods": methods,
         "longppl": {"lengths": args.lengths, **block},
     }
+    return suite_from_dict(raw, source="the flags of eval longppl")
 
 
 def run_cmd(args: argparse.Namespace) -> int:
     from ropescale._lock import writing
     from ropescale.evals.report.longppl_folder import LongPPLFolder
-    from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.suite.runner import SuiteRunner
 
-    suite = suite_from_dict(suite_from_args(args), source="the flags of eval longppl")
+    suite = suite_from_args(args)
     with writing(args.output, "results folder"):  # a read-only or full disk: one line naming the folder
         summary = SuiteRunner(suite, args.output, front=LongPPLFolder()).run()
     print(summary["markdown"])

@@ -13,13 +13,18 @@ length against it; cells written by ``eval ruler`` before it ran through the sui
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ropescale import options
 from ropescale.cli.command import Command
 from ropescale.cli.common import add_model_args, add_runtime_args, model_slug, parse_params, typed
 from ropescale.evals.tasks.task_ruler import RulerSettings, essay_text, task_names
 from ropescale.options import factor as _factor
+
+if TYPE_CHECKING:
+    from ropescale.evals.advice.records import SuiteEntry
+    from ropescale.evals.suite.spec import Suite
+    from ropescale.evals.tasks.task_base import SuiteBlock
 
 EXAMPLE = (
     "example: ropescale eval ruler --method yarn --factor 4 --tasks niah_multikey_2,vt "
@@ -56,10 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def suite_from_args(args: argparse.Namespace) -> Suite:
     """The one-method suite the flags ask for (a suite file's keys): ``--method`` absent is the checkpoint's
     own scaling (``saved``), ``none`` the unscaled model; its label is the row the report gives it
     (``yarn-x4``, ``+chat`` for chat prompts), as cells of the earlier layout named it."""
+    from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.tasks.ruler.run import row_label
     from ropescale.scaling import Scaling
 
@@ -70,12 +76,12 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
     params = parse_params(args.param)
     # compose=true: on top of the checkpoint's shipped scaling; else the run replaces it
     scaling = Scaling.from_request(method, None if unscaled else args.factor, params)
-    entry: dict[str, Any] = {"method": method or "saved", "label": row_label(scaling, args.prompt)}
+    entry: SuiteEntry = {"method": method or "saved", "label": row_label(scaling, args.prompt)}
     if method and not unscaled:
         entry.update(factor=args.factor, params=params)
-    block: dict[str, Any] = {"lengths": args.lengths, "tasks": list(task_names(args.tasks)), "samples": args.samples}
+    block: SuiteBlock = {"lengths": args.lengths, "tasks": list(task_names(args.tasks)), "samples": args.samples}
     block.update({k: v for k, v in (("haystack", args.haystack), ("prompt", args.prompt)) if v != _default(k)})
-    return {
+    raw = {
         "name": f"ruler-{model_slug(args.model)}",
         "model": args.model,
         "dtype": args.dtype,
@@ -85,9 +91,10 @@ def suite_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "methods": [entry],
         "ruler": block,
     }
+    return suite_from_dict(raw, source="the flags of eval ruler")
 
 
-def _default(key: str) -> Any:
+def _default(key: str) -> str:
     from dataclasses import fields
 
     return next(f.default for f in fields(RulerSettings) if f.name == key)
@@ -97,7 +104,6 @@ def run_cmd(args: argparse.Namespace) -> int:
     import sys
 
     from ropescale.evals.report.ruler_folder import RulerFolder
-    from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.suite.runner import SuiteRunner
     from ropescale.evals.tasks.ruler.cell import MIN_SAMPLES
     from ropescale.evals.tasks.ruler.tasks import get_task
@@ -105,7 +111,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     tasks = [get_task(t) for t in task_names(args.tasks)]
     if not tasks:
         raise ValueError("--tasks names no task")
-    suite = suite_from_dict(suite_from_args(args), source="the flags of eval ruler")
+    suite = suite_from_args(args)
     if args.samples < MIN_SAMPLES:
         print(f"ropescale: note: {args.samples} samples per cell (< {MIN_SAMPLES}): wide intervals", file=sys.stderr)
     if args.prompt != "plain":  # in the flag's words, before the suite's (``ruler.prompt: ...``) and the weights

@@ -10,10 +10,12 @@ earlier versions wrote. What advice computes in between is a dataclass (:class:`
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ropescale.evals.report.records import Params
-from ropescale.evals.tasks.ruler.report import RulerSummary, ScoreEntry, TaskMeasures
+
+if TYPE_CHECKING:  # RULER's summary types, one definition (its report's)
+    from ropescale.evals.tasks.ruler.report import ScoreEntry, TaskMeasures
 
 
 # evals/measured/*.json (evidence.py's module docstring)
@@ -139,7 +141,6 @@ class FrontierSuite(TypedDict):
 __all__ = [
     "BaseScore",
     "BatteryRecord",
-    "RulerSummary",
     "Comparison",
     "FolderRecord",
     "FrontierSuite",
@@ -148,9 +149,7 @@ __all__ = [
     "PasskeyBlock",
     "PerplexityBlock",
     "RowRecord",
-    "ScoreEntry",
     "ShippedFile",
     "ShippedRow",
     "SuiteEntry",
-    "TaskMeasures",
 ]

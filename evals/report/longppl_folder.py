@@ -37,16 +37,19 @@ def cell_row(cell: SuiteCell) -> LongPPLCellFile:
     model = measured.model if measured is not None else {}
     protocol = measured.protocol if measured is not None else {}
     asked = Scaling.from_request(None if is_saved(cell.method_name) else cell.method_name, cell.factor, cell.params)
-    fingerprint: dict[str, Any] = {"model": model.get("name")}
-    if model.get("fingerprint") is not None:
-        fingerprint["model_content"] = model["fingerprint"]
-    fingerprint.update(
-        scaling_requested=asked.request(), length=cell.length, evaluator=judge, documents=protocol.get("documents", 1)
+    fingerprint = LongPPLFingerprint(
+        model=str(model.get("name")),
+        scaling_requested=asked.request(),
+        length=cell.length,
+        evaluator=judge,  # type: ignore[typeddict-item] - the result's evaluator record
+        documents=int(protocol.get("documents", 1)),  # type: ignore[arg-type] - a positive int, checked
     )
+    if model.get("fingerprint") is not None:
+        fingerprint["model_content"] = str(model["fingerprint"])
     if measured is not None and measured.data is not None:
         fingerprint["data"] = measured.data
     return {
-        "fingerprint": LongPPLFingerprint(**fingerprint),
+        "fingerprint": fingerprint,
         "label": cell.label,
         "scaling": dict(cell.scaling or {}),  # type: ignore[typeddict-item] - what the model ran, read back
         "length": cell.length,
