@@ -1,4 +1,10 @@
-"""``ropescale eval ruler``'s runner: one model, one scaling, tasks × lengths, one file per cell.
+"""The earlier layout of RULER's cells: one model, one scaling, tasks × lengths, one file per task and length.
+
+``ropescale eval ruler`` runs through the suite runner since issue 53; what is left here is the keying
+of the cells it wrote before (:meth:`RulerRun.fingerprint`, :meth:`RulerRun.is_done`, read by
+:mod:`ropescale.evals.report.ruler_folder` to count them as done) and the runner the experiment drivers
+still use (``benchmarks/extension_ruler.py``, ``benchmarks/cpu_finetune_x2.py``: their folders are of
+this layout, seeded task by task from the shipped cells).
 
 Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when
 their file records the same model (name and content), scaling request, samples, seed, haystack and
