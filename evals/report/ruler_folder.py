@@ -183,6 +183,7 @@ class RulerFolder:
             )
             records = {t.name: r for t in tasks if (r := run.record(t.name, length)) is not None}
             if not records:  # none, or a damaged one: the report names it and skips it
+                self._carry_journals(runner, run, entry, length)
                 continue
             for name, record in records.items():
                 ours = run.fingerprint(name, length).measured()
@@ -197,6 +198,22 @@ class RulerFolder:
                 f"layout before eval ruler ran through the suite runner, without a finished {missing[0]} at "
                 f"{length} beside it: ask --tasks {','.join(found)} to read it as done, or give another --output"
             )
+
+    @staticmethod
+    def _carry_journals(runner: Any, run: Any, entry: Any, length: int) -> None:
+        """A cell of the earlier layout in progress (its prompt journal, keyed as that layout keyed it):
+        its decoded prompts carried into the journal of the suite cell that runs its task, so that the
+        run resumes where it stopped (a 32k prompt costs minutes on a CPU); the old journal is left as it is."""
+        from ropescale.evals.tasks.generation import PromptJournal
+
+        if runner.is_done(entry, "ruler", length):
+            return
+        for task in run.tasks:
+            old = run.path(task.name, length).with_suffix(".partial.jsonl")
+            if old.is_file():
+                fingerprint = run.fingerprint(task.name, length)
+                earlier = PromptJournal(old, fingerprint.to_json(), also=[fingerprint.legacy_json()])
+                runner.journal(entry, "ruler", length, task.name).carry(earlier)
 
     def done(self, entry: Any, task: str, length: int) -> bool:
         """Whether the earlier layout's cells hold this (method, length) (:meth:`check`)."""

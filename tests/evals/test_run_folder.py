@@ -243,6 +243,53 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
 
 
+def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runner(models, tmp_path, monkeypatch):
+    """A RULER cell cut short under ``eval ruler``'s earlier layout (issue 53: its own runner, one journal per
+    task): the suite runner now running ``eval ruler`` resumes at its first undecoded prompt, the old
+    journal carried into the suite cell's and left as it was."""
+    from ropescale.evals.tasks import generation
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
+    from ropescale.models.runtime import resolve_runtime
+    from ropescale.scaling import Scaling
+
+    out = tmp_path / "o"
+    real = generation.PromptJournal.record
+
+    def killed_after_one(self, prompt, max_new_tokens, text):
+        real(self, prompt, max_new_tokens, text)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    run = RulerRun(
+        models["u0"],
+        Scaling("none"),
+        [get_task("niah_single_1")],
+        [256],
+        2,
+        out,
+        0,
+        resolve_runtime("cpu"),
+        None,
+        False,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    (journal,) = (out / "cells").glob("*.partial.jsonl")
+    assert journal.name == "none__niah_single_1__256.partial.jsonl"  # the earlier layout's
+    before = journal.read_bytes()
+    decoded = []
+
+    def counted(self, prompt, max_new_tokens, text):
+        real(self, prompt, max_new_tokens, text)
+        decoded.append(text)
+
+    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    assert _ruler(models["u0"], out, "--samples", "2") == 0
+    assert len(decoded) == 1  # the first prompt came from the earlier journal
+    assert (out / "cells" / CELL).is_file() and journal.read_bytes() == before
+
+
 # ---- eval longppl --------------------------------------------------------------------------------------
 
 
