@@ -3,19 +3,28 @@
     ropescale eval ruler --model smollm2-135m --method yarn --factor 4 \\
         --tasks niah_multikey_2,vt --lengths 4k,16k --samples 30 --output runs/ruler
 
-Cells land in ``OUTPUT/cells/`` as they finish (a re-run skips them); run ``--method none`` into the
-same folder and the report adds short-context retention and effective length against it.
+The flags are a one-method suite of the task table's RULER row, run by the suite runner (its cells, one
+per length holding every task, land in ``OUTPUT/cells/`` as they finish; a re-run skips them, an
+interrupted one resumes at its first undecoded prompt). Run ``--method none`` into the same folder and
+the report (:mod:`ropescale.evals.report.ruler_folder`) adds short-context retention and effective
+length against it; cells written by ``eval ruler`` before it ran through the suite runner are read too.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ropescale import options
 from ropescale.cli.command import Command
-from ropescale.cli.common import add_model_args, add_runtime_args, parse_params, typed
-from ropescale.evals.tasks.task_ruler import RulerSettings, essay_text
+from ropescale.cli.common import add_model_args, add_runtime_args, model_slug, parse_params, typed
+from ropescale.evals.tasks.task_ruler import RulerSettings, essay_text, task_names
 from ropescale.options import factor as _factor
+
+if TYPE_CHECKING:
+    from ropescale.evals.advice.records import SuiteEntry
+    from ropescale.evals.suite.spec import Suite
+    from ropescale.evals.tasks.task_base import SuiteBlock
 
 EXAMPLE = (
     "example: ropescale eval ruler --method yarn --factor 4 --tasks niah_multikey_2,vt "
@@ -52,43 +61,66 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def run_cmd(args: argparse.Namespace) -> int:
-    import sys
-
-    from ropescale.evals.tasks.ruler.cell import MIN_SAMPLES
-    from ropescale.evals.tasks.ruler.run import RulerRun
-    from ropescale.evals.tasks.ruler.tasks import get_task
-    from ropescale.models.runtime import resolve_runtime
+def suite_from_args(args: argparse.Namespace) -> Suite:
+    """The one-method suite the flags ask for (a suite file's keys): ``--method`` absent is the checkpoint's
+    own scaling (``saved``), ``none`` the unscaled model; its label is the row the report gives it
+    (``yarn-x4``, ``+chat`` for chat prompts), as cells of the earlier layout named it."""
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.tasks.ruler.run import row_label
     from ropescale.scaling import Scaling
 
-    tasks = [get_task(t) for t in args.tasks.split(",") if t.strip()]
-    if not tasks:
-        raise ValueError("--tasks names no task")
     method = args.method
     if method and method.lower() not in ("none", "default") and args.factor is None:
         raise ValueError(f"--method {method} needs --factor")
     unscaled = bool(method) and method.lower() in ("none", "default")
+    params = parse_params(args.param)
     # compose=true: on top of the checkpoint's shipped scaling; else the run replaces it
-    scaling = Scaling.from_request(method, None if unscaled else args.factor, parse_params(args.param))
+    scaling = Scaling.from_request(method, None if unscaled else args.factor, params)
+    entry: SuiteEntry = {"method": method or "saved", "label": row_label(scaling, args.prompt)}
+    if method and not unscaled:
+        entry.update(factor=args.factor, params=params)
+    block: SuiteBlock = {"lengths": args.lengths, "tasks": list(task_names(args.tasks)), "samples": args.samples}
+    block.update({k: v for k, v in (("haystack", args.haystack), ("prompt", args.prompt)) if v != _default(k)})
+    raw = {
+        "name": f"ruler-{model_slug(args.model)}",
+        "model": args.model,
+        "dtype": args.dtype,
+        "device": args.device,
+        "attn_implementation": args.attn_implementation,
+        "seed": args.seed,
+        "methods": [entry],
+        "ruler": block,
+    }
+    return suite_from_dict(raw, source="the flags of eval ruler")
+
+
+def _default(key: str) -> str:
+    from dataclasses import fields
+
+    return next(f.default for f in fields(RulerSettings) if f.name == key)
+
+
+def run_cmd(args: argparse.Namespace) -> int:
+    import sys
+
+    from ropescale.evals.report.ruler_folder import RulerFolder
+    from ropescale.evals.suite.runner import SuiteRunner
+    from ropescale.evals.tasks.ruler.cell import MIN_SAMPLES
+    from ropescale.evals.tasks.ruler.tasks import get_task
+
+    tasks = [get_task(t) for t in task_names(args.tasks)]
+    if not tasks:
+        raise ValueError("--tasks names no task")
+    suite = suite_from_args(args)
     if args.samples < MIN_SAMPLES:
         print(f"ropescale: note: {args.samples} samples per cell (< {MIN_SAMPLES}): wide intervals", file=sys.stderr)
+    if args.prompt != "plain":  # in the flag's words, before the suite's (``ruler.prompt: ...``) and the weights
+        from ropescale.evals.tasks.ruler.prompt import check_prompt
+        from ropescale.models.loading import load_tokenizer
+
+        check_prompt(args.prompt, load_tokenizer(args.model), str(args.model))
     essay = _essay(args.haystack) if any(t.haystack == "essay" for t in tasks) else None
-    runtime = resolve_runtime(args.device, args.dtype, args.attn_implementation)
-    run = RulerRun(
-        args.model,
-        scaling,
-        tasks,
-        args.lengths,
-        args.samples,
-        args.output,
-        args.seed,
-        runtime,
-        essay,
-        progress=not args.no_progress,
-        prompt=args.prompt,
-    )
-    run.run(report=True)  # the report under the folder's lock, as the cells
-    summary = run.summary
+    summary = SuiteRunner(suite, args.output, progress=not args.no_progress, front=RulerFolder(essay)).run()
     print(summary["markdown"])
     print(f"report: {summary['report']}")
     return 0

@@ -166,6 +166,81 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ],
         ["results.json", "report.md"],
     ),
+    # RULER: the unscaled run first (PRE), then yarn into the same folder, whose report adds retention
+    "eval-ruler-tiny": (
+        [
+            "eval",
+            "ruler",
+            "--model",
+            "{ruler}",
+            "--method",
+            "yarn",
+            "--factor",
+            "2",
+            "--tasks",
+            "niah_single_1,fwe",
+            "--lengths",
+            "1k",
+            "--samples",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--output",
+            "{out}",
+        ],
+        ["results.json", "report.md"],
+    ),
+    "eval-longppl-tiny": (
+        [
+            "eval",
+            "longppl",
+            "--model",
+            "{tiny}",
+            "--methods",
+            "none,yarn",
+            "--factor",
+            "2",
+            "--lengths",
+            "200",
+            "--data",
+            "{text}",
+            "--trunc-len",
+            "64",
+            "--internal",
+            "32",
+            "--device",
+            "cpu",
+            "--output",
+            "{out}",
+        ],
+        ["results.json", "report.md"],
+    ),
+}
+
+#: name -> commands run first into the same folder (their output is not compared)
+PRE: dict[str, list[list[str]]] = {
+    "eval-ruler-tiny": [
+        [
+            "eval",
+            "ruler",
+            "--model",
+            "{ruler}",
+            "--method",
+            "none",
+            "--tasks",
+            "niah_single_1,fwe",
+            "--lengths",
+            "1k",
+            "--samples",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--output",
+            "{out}",
+        ]
+    ],
 }
 
 _VOLATILE = (
@@ -186,6 +261,8 @@ def mask(text: str, tmp: Path) -> str:
     text = re.sub(r"\bin \d+(\.\d+)? ?(s|min)\b", "in <TIME>", text)  # "finished 6/6 cells in 25 s"
     text = re.sub(r"pytest-of-[\w-]+[/-]pytest-\d+", "<PYTEST>", text)  # names made from a temporary path
     text = re.sub(r"perplexity-[\w.<>-]*golden\d+-tiny", "perplexity-<TINY-NAME>", text)  # wherever TMPDIR is
+    text = re.sub(r"ruler-[\w.<>-]*golden-ruler\d+-ruler", "ruler-<RULER-NAME>", text)  # wherever TMPDIR is
+    text = re.sub(r"longppl-[\w.<>-]*golden\d+-tiny", "longppl-<TINY-NAME>", text)  # wherever TMPDIR is
     # converting the embedded model happens once per cache: whether this case sees it depends on the order
     return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("ropescale: converting"))
 
@@ -206,15 +283,34 @@ def tiny(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def ruler_model(tmp_path_factory):
+    """The RULER tests' tiny model: its tokenizer is trained on lm-eval's RULER wording, so prompts fit 1k."""
+    from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
+
+    return save_ruler_model(tmp_path_factory.mktemp("golden-ruler") / "ruler", ruler_tokenizer())
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_what_users_see_is_unchanged(name, capsys, tmp_path, tiny, monkeypatch):
+def test_what_users_see_is_unchanged(name, capsys, tmp_path, tiny, monkeypatch, request):
     monkeypatch.setenv("COLUMNS", "100")
     argv, files = CASES[name]
     out = tmp_path / "out"
-    argv = [
-        a.replace("{out}", str(out)).replace("{tiny}", str(tiny)).replace("{text}", str(tiny.parent / "text.txt"))
-        for a in argv
-    ]
+    ruler = request.getfixturevalue("ruler_model") if "{ruler}" in argv else ""
+
+    def filled(args: list[str]) -> list[str]:
+        return [
+            a.replace("{out}", str(out))
+            .replace("{tiny}", str(tiny))
+            .replace("{ruler}", ruler)
+            .replace("{text}", str(tiny.parent / "text.txt"))
+            for a in args
+        ]
+
+    for before in PRE.get(name, []):
+        assert main(filled(before)) == 0, capsys.readouterr().err[-1500:]
+    capsys.readouterr()
+    argv = filled(argv)
     code = main(argv)
     captured = capsys.readouterr()
     said = "".join(line + "\n" for line in captured.err.splitlines() if line.startswith("ropescale: error"))
@@ -225,6 +321,7 @@ def test_what_users_see_is_unchanged(name, capsys, tmp_path, tiny, monkeypatch):
         seen[f] = (out / f).read_text()
     for part, text in seen.items():
         golden = GOLDENS / name / (part if part != "stdout" else "stdout.txt")
+        text = text.replace(str(Path(ruler).parent), "<RULER>") if ruler else text
         text = mask(text.replace(str(tiny.parent), "<TINY>"), tmp_path)
         if part == "results.json":  # measured floats: the last bits follow the CPU's kernels, not ropescale
             text = json.dumps(_rounded(json.loads(text)), indent=2, ensure_ascii=False) + "\n"

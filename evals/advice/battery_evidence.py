@@ -1,13 +1,13 @@
 """RULER battery cells as ``ropescale recommend`` evidence: what each method keeps past the trained context.
 
-A battery folder is what ``ropescale eval ruler`` writes (``OUTPUT/cells/*.json``) or a folder of such cells
-shipped in ``evals/measured/ruler/<model>-x<factor>-<machine>/``. Folders are matched by what their cells
+A battery folder is what ``ropescale eval ruler`` writes (``OUTPUT/cells/*.json``: suite cells of the RULER
+row, or one file per task where an earlier ropescale wrote them) or a folder of such cells shipped in ``evals/measured/ruler/<model>-x<factor>-<machine>/``. Folders are matched by what their cells
 record, never by their names: a folder belongs to a model when one of its cells' fingerprints names that
 model (``fingerprint.model``); each cell is then a row by its requested scaling (``fingerprint.
 scaling_requested``: method, factor, parameters), so a folder may hold several factors. Cells of another
 model in the same folder (a fine-tuned export, its control) are rows labelled with that checkpoint's name,
 never candidates and never the unscaled base. A file that is not a cell this ropescale reads (a newer
-schema) is skipped and said (:func:`~.ruler.record.read_cells`).
+schema) is skipped and said (:func:`ropescale.evals.report.ruler_folder.read_ruler_cells`).
 
 Scores, retention at ≤ L and effective length come from :func:`~.ruler.report.summarize` against the
 unscaled model's cells of the same folder; past L a cell is quoted as a share of that base (the unscaled
@@ -25,7 +25,8 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.advice.evidence import MEASURED_DIR, same_model
 from ropescale.evals.advice.evidence import length_text as _k
-from ropescale.evals.advice.records import BatteryRecord, BatterySummary, Comparison, FolderRecord, Params, ScoreEntry
+from ropescale.evals.advice.records import BatteryRecord, Comparison, FolderRecord, Params
+from ropescale.evals.tasks.ruler.report import RulerSummary, ScoreEntry
 
 #: the shipped battery folders
 BATTERY_DIR = MEASURED_DIR / "ruler"
@@ -58,7 +59,7 @@ class Folder:
 
     source: str
     rows: dict[str, Row]
-    summary: BatterySummary
+    summary: RulerSummary
     skipped: list[str]
 
     @property
@@ -114,7 +115,8 @@ def read_folder(folder: str | Path, model: str, prompt: str = "plain") -> Folder
     """The cells of ``model`` in ``folder`` (and the checkpoints beside them) whose prompts were of format
     ``prompt`` (:mod:`~.ruler.prompt`: a chat cell is compared with chat cells only); None when it has none."""
     from ropescale.evals.advice.evidence import _method_name
-    from ropescale.evals.tasks.ruler.record import cell_files, read_cells
+    from ropescale.evals.report.ruler_folder import read_ruler_cells as read_cells
+    from ropescale.evals.tasks.ruler.record import cell_files
     from ropescale.evals.tasks.ruler.report import summarize
 
     folder = Path(folder)
@@ -194,7 +196,8 @@ def battery_folders(model: str, paths: list[str | Path] | None = None, shipped: 
         folder = Path(p).parent if Path(p).is_file() else Path(p)
         got = read_folders(folder, model)
         if not got:
-            from ropescale.evals.tasks.ruler.record import cell_files, read_cells
+            from ropescale.evals.report.ruler_folder import read_ruler_cells as read_cells
+            from ropescale.evals.tasks.ruler.record import cell_files
 
             records, skipped = read_cells(cell_files(folder))
             models = sorted({r.model for r in records})

@@ -114,7 +114,11 @@ def recommend(
     """
     from ropescale.evals.advice.battery_evidence import battery_folders, battery_line
 
-    rec = _recommend(model, original_context, target_length, budget, evidence, train_recipe, patch_flags, serving)
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
+    evidence = list(evidence if evidence is not None else shipped_evidence())
+    rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
+    _choose(rec, train_recipe, patch_flags, serving)
     folders = battery if battery is not None else battery_folders(model)
     rec.battery, rec.battery_record = battery_line(rec, folders)
     if serving is not None and rec.method is not None:
@@ -123,23 +127,13 @@ def recommend(
     return rec
 
 
-def _recommend(
-    model: str,
-    original_context: int,
-    target_length: int,
-    budget: str = "auto",
-    evidence: list[Evidence] | None = None,
-    train_recipe: str | None = None,
-    patch_flags: str = "",
-    serving: Any = None,
-) -> Recommendation:
+def _choose(rec: Recommendation, train_recipe: str | None, patch_flags: str, serving: Any) -> Recommendation:
+    """The rule's choice for the request ``rec`` holds (model, L, N, budget, evidence), written into it."""
     from ropescale.methods.factor import factor_for_target
 
-    if budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {', '.join(BUDGETS)}, got {budget!r}")
-    evidence = list(evidence if evidence is not None else shipped_evidence())
+    model, original_context, target_length = rec.model, rec.original_context, rec.target_length
+    budget, evidence = rec.budget, rec.evidence
     s = target_length / original_context
-    rec = Recommendation(model, original_context, target_length, budget, None, None, evidence=evidence)
     if s <= 1:
         rec.budget = "none"
         rec.why = (

@@ -3,16 +3,19 @@ and the ``recommend --json`` battery record, and the suite ``ropescale eval fron
 
 They are ``TypedDict``s, not dataclasses, for the reason of :mod:`ropescale.search.records`: each is the
 JSON object a file holds (``evals/measured/*.json``, ``recommend --json``, the frontier's ``suite.yaml``)
-or one :func:`~.ruler.report.summarize` builds for it, so its keys, their order and their values stay what
+or one built for it, so its keys, their order and their values stay what
 earlier versions wrote. What advice computes in between is a dataclass (:class:`~.evidence.Measured`,
 :class:`~.battery_evidence.Folder`).
 """
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ropescale.evals.report.records import Params
+
+if TYPE_CHECKING:  # RULER's summary types, one definition (its report's)
+    from ropescale.evals.tasks.ruler.report import ScoreEntry, TaskMeasures
 
 
 # evals/measured/*.json (evidence.py's module docstring)
@@ -47,40 +50,7 @@ class ShippedFile(TypedDict, total=False):
     rows: list[ShippedRow]
 
 
-# a RULER battery: ruler.report.summarize's table, and the record recommend --json prints
-class ScoreEntry(TypedDict, total=False):
-    """A cell's score (0-100) with its interval and samples; ``asked``: the samples asked, where fewer ran;
-    ``of_base``: its share of the unscaled base (the ``--json`` record only)."""
-
-    score: float
-    interval: list[float]
-    samples: int
-    seed: int
-    asked: int
-    of_base: float | None
-
-
-class TaskMeasures(TypedDict, total=False):
-    """A row's measures on one task against the unscaled base (:func:`~.ruler.report.summarize`)."""
-
-    effective_length_ruler: int | None
-    effective_length_relative: int | None
-    relative_note: str | None
-    base: str
-    retention: dict[str, float]
-    worst_retention: float | None
-
-
-class BatterySummary(TypedDict, total=False):
-    """:func:`~.ruler.report.summarize` of a folder's cells: scores and measures by label, then task."""
-
-    original_context: int | None
-    scores: dict[str, dict[str, dict[int, ScoreEntry]]]
-    measures: dict[str, dict[str, TaskMeasures]]
-    has_unscaled: bool
-    prompts: dict[str, str]
-
-
+# a RULER battery: the record recommend --json prints (the summary's types are RULER's report's)
 class Comparison(TypedDict):
     """One length past L where two or more methods have cells (:func:`~.battery_evidence.holds`)."""
 
@@ -171,7 +141,6 @@ class FrontierSuite(TypedDict):
 __all__ = [
     "BaseScore",
     "BatteryRecord",
-    "BatterySummary",
     "Comparison",
     "FolderRecord",
     "FrontierSuite",
@@ -180,9 +149,7 @@ __all__ = [
     "PasskeyBlock",
     "PerplexityBlock",
     "RowRecord",
-    "ScoreEntry",
     "ShippedFile",
     "ShippedRow",
     "SuiteEntry",
-    "TaskMeasures",
 ]

@@ -21,27 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ropescale.errors import RopescaleError
-from ropescale.evals.report.cell_record import CELL_REMEDY, NewerCellError, SuiteCell
-from ropescale.evals.report.records import CellJSON, Fingerprint, MeasuredJSON, ScalingJSON
+from ropescale.evals.report.cell_record import CELL_REMEDY, EarlierCellError, NewerCellError, SuiteCell
+from ropescale.evals.report.records import Fingerprint, MeasuredJSON, ScalingJSON
 from ropescale.evals.tasks.run_folder import difference
 from ropescale.evals.tasks.task_base import SuiteError
 from ropescale.models.integrity import read_json_file
 from ropescale.models.runtime import runtime_text, same_runtime
-
-
-def cell_record(
-    entry: Any,
-    task: str,
-    length: int,
-    runtime: dict[str, str],
-    result: Any,
-    measured: MeasuredJSON | None = None,
-    scaling: ScalingJSON | None = None,
-) -> CellJSON:
-    """A cell file's content (:meth:`.cell_record.SuiteCell.to_json` of :meth:`~.cell_record.SuiteCell.of`):
-    which method, task and length, on which runtime, what it measured (model, data, protocol:
-    :meth:`.folder.SuiteFolder.measured`), the scaling it ran (:func:`scaling_run`), and its result."""
-    return SuiteCell.of(entry, task, length, runtime, result, measured, scaling).to_json()
 
 
 @functools.lru_cache(maxsize=64)
@@ -93,7 +78,7 @@ def same_scaling(cell: SuiteCell, ours: ScalingJSON | None, entry: Any) -> bool:
         return {k: cell.scaling.get(k) for k in ("method", "params")} == ours
     from ropescale.methods import get_method
 
-    params = {k: v for k, v in entry.params.items() if k != "kv_consistent"}
+    params = {k: v for k, v in entry.params.items() if k not in ("kv_consistent", "compose")}
     method = get_method(entry.method, **params, **({"factor": entry.factor} if entry.factor is not None else {}))
     return json.loads(json.dumps({"method": method.name, "params": method.params()})) == ours
 
@@ -132,9 +117,14 @@ def check_measured(runner: Any) -> None:
     if not runner.cells_dir.is_dir():
         return
     ours = {runner.cell_path(*cell) for cell in runner.suite.cells()}
+    front = getattr(runner, "front", None)
     for path in sorted(runner.cells_dir.glob("*.json")):
+        if front is not None and front.own_cells_only and path not in ours:
+            continue  # another run's row (eval ruler's): its report tells them apart; the front checks the model
         try:
             cell = SuiteCell.read(path)
+        except EarlierCellError:
+            continue  # an earlier layout's cell: its command's report reads it (and keys it, .ruler_folder)
         except NewerCellError:
             raise  # recomputing it would overwrite what a newer ropescale measured
         except RopescaleError:  # damaged, or not a cell file

@@ -42,6 +42,15 @@ class NewerCellError(CellFileError):
     """A cell file that names a ``schema``: a newer ropescale wrote it (the message names it)."""
 
 
+#: cells of the layouts a command wrote before it ran through the suite runner: read by that command's
+#: report (:mod:`.ruler_folder`, :mod:`.longppl_folder`), passed over by the suite's
+EARLIER_LAYOUTS = ("ropescale.ruler.cell/1", "ropescale.longppl.cell/1")
+
+
+class EarlierCellError(CellFileError):
+    """A cell of an :data:`EARLIER_LAYOUTS` schema: not a suite cell, but read by its command's report."""
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -184,6 +193,8 @@ class SuiteCell:
         """
         try:
             return cls._read(data, path)
+        except EarlierCellError as exc:
+            raise EarlierCellError(f"cell file '{path}' has {exc}") from None
         except NewerCellError as exc:
             raise NewerCellError(f"cell file '{path}' has {exc}") from None
         except CellFileError as exc:
@@ -193,6 +204,8 @@ class SuiteCell:
     def _read(cls, data: Any, path: str | Path | None) -> SuiteCell:
         if not isinstance(data, dict):
             raise CellFileError(f"(the file) = {_short(data)}: must be an object")
+        if data.get("schema") in EARLIER_LAYOUTS:
+            raise EarlierCellError(f"schema {data['schema']!r}: a cell of the layout before the suite runner")
         if "schema" in data:
             raise NewerCellError(
                 f"schema {_short(data['schema'])}; this ropescale reads suite cells of {SCHEMA}, which name "
@@ -259,7 +272,23 @@ def load_cells(output: str | Path) -> list[SuiteCell]:
         CellFileError: a cell file this ropescale does not read (see :meth:`SuiteCell.from_json`).
         DamagedFileError: a file that is not JSON (a copy cut short), naming its position.
     """
-    return [SuiteCell.read(p) for p in sorted((Path(output) / "cells").glob("*.json"))]
+    cells = []
+    for path in sorted((Path(output) / "cells").glob("*.json")):
+        try:
+            cells.append(SuiteCell.read(path))
+        except EarlierCellError:  # another command's report reads it (an eval ruler folder's own cells)
+            continue
+    return cells
 
 
-__all__ = ["CELL_REMEDY", "SCHEMA", "CellFileError", "Measured", "NewerCellError", "SuiteCell", "load_cells"]
+__all__ = [
+    "CELL_REMEDY",
+    "EARLIER_LAYOUTS",
+    "SCHEMA",
+    "CellFileError",
+    "EarlierCellError",
+    "Measured",
+    "NewerCellError",
+    "SuiteCell",
+    "load_cells",
+]

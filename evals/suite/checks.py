@@ -80,7 +80,8 @@ def entry_kernel(method: str, factor: Any, params: dict[str, Any], requested: st
     from ropescale.methods import get_method
     from ropescale.patching.plan import attention_mode, kv_consistent_option
 
-    method_params = {k: v for k, v in params.items() if k != "kv_consistent"}
+    # patch options, not the method's parameters (a method composed on a shipped scaling runs the same kernel)
+    method_params = {k: v for k, v in params.items() if k not in ("kv_consistent", "compose")}
     scaling = get_method(method, **method_params, **({"factor": factor} if factor is not None else {}))
     return kernel_for(attention_mode(scaling, kv_consistent_option(scaling, params.get("kv_consistent"))), requested)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -27,11 +27,34 @@ from ropescale.evals.tasks.task_base import CellContext
 from ropescale.models.runtime import load_average
 
 
-class SuiteRunner(SuiteFolder):
-    """Runs a suite into ``output``; call :meth:`run`."""
+class Front(Protocol):
+    """A command that runs its flags as a one-method suite and keeps a report of its own (``eval ruler``:
+    :class:`~ropescale.evals.report.ruler_folder.RulerFolder`): the runner and the cells stay the suite's."""
 
-    def __init__(self, suite: Suite, output: str | Path, progress: bool = True):
+    #: cells at other paths are other runs' rows of its report, not compared with this run's protocol
+    own_cells_only: bool
+
+    def check_results(self, output: Path) -> None:
+        """Refuse a ``results.json`` the command does not write (instead of the suite's check)."""
+
+    def check(self, runner: SuiteRunner) -> None:
+        """Refuse, before anything is written, what the folder holds that this run must not mix with."""
+
+    def done(self, entry: MethodEntry, task: str, length: int) -> bool:
+        """A cell the folder holds in the command's earlier layout, read as done."""
+        ...
+
+    def write_report(self, runner: SuiteRunner) -> Any:
+        """The command's report of the folder, returned to it."""
+
+
+class SuiteRunner(SuiteFolder):
+    """Runs a suite into ``output``; call :meth:`run`. ``front``: the command whose report it writes
+    (None: the suite's own)."""
+
+    def __init__(self, suite: Suite, output: str | Path, progress: bool = True, front: Front | None = None):
         self.progress = progress
+        self.front = front
         self.data: dict[str, Any] = {}  # task -> what its cells read (Task.prepare)
         self._journals: list[Any] = []  # the prompt journals of the cell in flight
         self._bars = progress  # progress bars shown (a terminal watches): set per run
@@ -43,8 +66,13 @@ class SuiteRunner(SuiteFolder):
         from ropescale.evals.report.results_schema import check_suite_results
 
         with output_lock(self.output, "results folder"):
-            check_suite_results(self.output)  # a newer or another task's results.json: before anything is written
+            # a newer or another task's results.json: before anything is written
+            (self.front.check_results if self.front else check_suite_results)(self.output)
             return self._run()
+
+    def pending(self) -> list[tuple[MethodEntry, str, int]]:
+        """The cells to run: not done, nor held by the front's earlier layout (:meth:`Front.done`)."""
+        return [c for c in super().pending() if self.front is None or not self.front.done(*c)]
 
     def _run(self) -> dict[str, Any]:
         from tqdm.auto import tqdm
@@ -67,6 +95,8 @@ class SuiteRunner(SuiteFolder):
         )  # the contexts the patch starts from, as the suite's L and S resolved
         check_lengths(self.suite, shipped.pretraining, shipped.context)
         check_measured(self)  # cells of another model, data or protocol: stop before anything is written
+        if self.front is not None:
+            self.front.check(self)  # the command's earlier cells, read as done or refused
         todo = self.pending()
         if todo:  # the tokenizer and the data can be refused too: before the folder is written
             tokenizer = load_tokenizer(self.suite.model)
@@ -121,6 +151,8 @@ class SuiteRunner(SuiteFolder):
                         flush=True,
                     )
             bar.close()
+        if self.front is not None:
+            return self.front.write_report(self)
         from ropescale.evals.report.aggregate import write_report
 
         return write_report(self.suite, self.output)
@@ -143,7 +175,9 @@ class SuiteRunner(SuiteFolder):
             return journal
 
         # a prompt bar only where the cell bar is shown
-        ctx = CellContext(model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for)
+        ctx = CellContext(
+            model, tokenizer, entry, self.suite.seed, self.data[task], self._bars, journal_for, self.output
+        )
         return task_table.get(task).run_cell(ctx, self.suite.settings(task), length)
 
 

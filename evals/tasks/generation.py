@@ -300,6 +300,20 @@ class PromptJournal:
             f.flush()
             os.fsync(f.fileno())
 
+    def carry(self, other: PromptJournal) -> int:
+        """Append the prompts ``other`` holds under its own fingerprint (the same work journaled in another
+        layout: a RULER cell in progress before eval ruler ran through the suite runner), so that this
+        journal resumes where that one stopped; ``other`` is read, never changed. Returns how many."""
+        found = other._read(write=False)
+        if not found:
+            return 0
+        self.texts([], 0)  # starts the file under this fingerprint (a stale one is set aside)
+        have = self._read(write=False)
+        for (prompt, max_new_tokens), text in found.items():
+            if (prompt, max_new_tokens) not in have:
+                self._append({"prompt": prompt, "max_new_tokens": max_new_tokens, "text": text})
+        return len(found)
+
     def remove(self) -> None:
         """Delete the journal (the run's result has been written)."""
         self.path.unlink(missing_ok=True)

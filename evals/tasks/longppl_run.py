@@ -1,13 +1,14 @@
-"""``ropescale eval longppl``'s runner: LongPPL and perplexity of scalings × lengths, beside each other.
+"""What ``ropescale eval longppl`` and a suite's ``longppl:`` cells share: each length's windows, the
+evaluator's record and its key tokens (kept in ``OUTPUT/keys/``), and the command's report.
 
 Each length takes the first ``documents`` texts of the data that hold that many tokens, cut there.
 The evaluator (by default the evaluated checkpoint itself, unscaled; :mod:`.longppl`) picks each
-window's key tokens once, kept in ``OUTPUT/keys/``; every scaling is then scored on the same
-windows, one file per (scaling, length) in ``OUTPUT/cells/``, skipped on a re-run when it records
-the same request, model content and windows (the data by content). A cell there that measured
-something else, a file of another task or of a newer schema stops the run naming it, before anything
-is written (:mod:`.run_folder`); one writer at a time holds the folder's lock. ``report.md`` and
-``results.json`` are rewritten (atomically) at the end.
+window's key tokens once; every scaling is then scored on the same windows. The command runs its flags
+as a suite of the task table's LongPPL row (:mod:`.task_longppl`) through the suite runner; cells it
+wrote before (``ropescale.longppl.cell/1``, one file per scaling and length) are keyed by
+:class:`CellKeys` (the same request, model content and windows: read as done) and reported beside the
+suite's (:mod:`ropescale.evals.report.longppl_folder`); :func:`write_report` writes ``report.md`` and
+``results.json``.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from ropescale.evals.tasks.longppl import (
     ALPHA,
     BETA,
     LongPPLDocument,
-    combine,
     evaluator_spans,
-    score_text,
     text_window,
 )
 from ropescale.evals.tasks.records import (
@@ -51,80 +50,6 @@ def _load(model: str, scaling: Scaling, runtime: Any):
         model, scaling if scaling.as_saved or scaling.start else scaling.with_(start="replace"), **kwargs
     )
     return (runtime.place(m) if runtime else m).eval()
-
-
-def run_longppl(
-    model: str,
-    scalings: list[Scaling],
-    lengths: list[int],
-    texts: list[tuple[str, str]],
-    output: str | Path,
-    documents: int = 1,
-    evaluator: str | None = None,
-    evaluator_scaling: Scaling | None = None,
-    trunc_len: int = 4096,
-    internal: int = 1024,
-    runtime: Any = None,
-    data: str | None = None,
-) -> LongPPLSummary:
-    """Score every scaling at every length, holding the folder's lock; return the summary (also
-    written to ``output``).
-
-    Args:
-        model: the evaluated checkpoint.
-        scalings: the scalings to compare (``Scaling("none")`` is the unscaled model).
-        lengths: window lengths in the evaluated model's tokens.
-        texts: ``[(title, text)]``, longest first (:func:`ropescale.data.documents.load_documents`).
-        documents: windows per length.
-        evaluator: the checkpoint that picks key tokens (default: ``model``).
-        evaluator_scaling: its scaling (default: unscaled).
-        trunc_len, internal: the short window and the scoring stride (the authors' defaults).
-        runtime: a resolved :class:`ropescale.models.runtime.Runtime`.
-        data: the ``--data`` value the texts came from (their name in the cells; their content is
-            keyed by the windows scored).
-
-    Raises:
-        ValueError: a length no document of the data reaches, or ``trunc_len`` not below a length.
-        RopescaleError: the folder holds a cell that measured something else (another model, model
-            content, data, evaluator...), a file of another task or of a newer schema
-            (:mod:`.run_folder`), or another process is writing it.
-    """
-    from ropescale._lock import output_lock
-
-    output = Path(output)
-    for n in lengths:
-        if trunc_len >= n:
-            raise ValueError(f"--trunc-len {trunc_len} must be below every length (got {n}): no token would be scored")
-    with output_lock(output, "results folder"):
-        from ropescale.evals.tasks.run_folder import check_folder
-        from ropescale.models.loading import load_tokenizer
-        from ropescale.patching.model import describe
-
-        check_folder(output, SCHEMA, RESULTS_SCHEMA, "ropescale eval longppl")  # before anything is read or written
-        tokenizer = load_tokenizer(model)
-        windows = text_windows(tokenizer, texts, lengths, documents)
-        judge = evaluator_record(model, evaluator, evaluator_scaling, trunc_len, internal)
-        keys = CellKeys(model, judge, documents, data, windows)
-        keys.check(output, scalings, lengths)  # a cell that measured something else: before anything is written
-        spans = key_spans(output, judge, windows, runtime)
-        for s in scalings:
-            todo = [n for n in lengths if not keys.done(output, s, n)]
-            if not todo:
-                continue
-            m = _load(model, s, runtime)
-            for n in todo:
-                docs = [score_text(m, tokenizer, w, spans[n][i], title) for i, (title, w) in enumerate(windows[n])]
-                record = LongPPLCellFile(
-                    schema=SCHEMA,
-                    fingerprint=keys.fingerprint(s, n),
-                    label=s.label,
-                    scaling=describe(m),
-                    length=n,
-                    result=combine(docs),
-                )
-                atomic_write_json(_cell_path(output, s, n), record)
-            del m
-        return write_report(output, judge)
 
 
 def text_windows(
@@ -298,14 +223,12 @@ def _kept_spans(path: Path) -> list[tuple[int, int]] | None:
         return None
 
 
-def write_report(output: str | Path, judge: EvaluatorJSON) -> LongPPLSummary:
-    """``report.md`` and ``results.json`` of the cells in ``output`` scored with ``judge``'s key tokens."""
+def write_report(output: str | Path, judge: EvaluatorJSON, cells: list[LongPPLCellFile]) -> LongPPLSummary:
+    """``report.md`` and ``results.json`` of ``cells`` (both layouts: :mod:`ropescale.evals.report.longppl_folder`)
+    scored with ``judge``'s key tokens (a cell of another evaluator is left out)."""
     output = Path(output)
-    rows: list[LongPPLCellFile] = []
-    for path in sorted((output / "cells").glob("*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("schema") == SCHEMA and record["fingerprint"]["evaluator"] == json.loads(json.dumps(judge)):
-            rows.append(record)
+    judged = json.loads(json.dumps(judge))
+    rows = [r for r in cells if r["fingerprint"]["evaluator"] == judged]
     lines = ["## LongPPL beside perplexity (arXiv 2410.23771)", "", evaluator_text(judge), ""]
     cells = []
     for r in sorted(rows, key=lambda r: (r["label"], r["length"])):
@@ -328,7 +251,6 @@ __all__ = [
     "evaluator_record",
     "evaluator_text",
     "key_spans",
-    "run_longppl",
     "text_windows",
     "write_report",
 ]

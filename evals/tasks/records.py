@@ -66,9 +66,10 @@ class LongPPLFingerprint(TypedDict):
 
 
 class LongPPLCellFile(TypedDict):
-    """A cell file of ``ropescale eval longppl`` (``OUTPUT/cells/*.json``)."""
+    """A cell of ``ropescale eval longppl`` as ``results.json`` lists it: a file of the layout before the
+    command ran through the suite runner (``schema``), or a suite's cell in that shape (no ``schema``)."""
 
-    schema: str
+    schema: NotRequired[str]
     fingerprint: LongPPLFingerprint
     label: str
     scaling: ProvenanceBlock

@@ -171,7 +171,7 @@ class MethodRow(Protocol):
 @dataclass
 class CellContext:
     """What one cell runs with: the patched model, its tokenizer, the method entry, the suite's seed,
-    the task's prepared data (:meth:`Task.prepare`) and the cell's prompt journals (resuming)."""
+    the task's prepared data (:meth:`Task.prepare`), the cell's prompt journals (resuming) and the results folder."""
 
     model: Any
     tokenizer: Any
@@ -180,6 +180,8 @@ class CellContext:
     data: Any
     progress: bool
     journal_for: Any  # suffix -> PromptJournal ("" the cell's own, "x" a second one beside it)
+    #: the results folder, where a task keeps what its cells share across runs (LongPPL's key tokens)
+    output: Path | None = None
 
     def journal(self, suffix: str = "") -> Any:
         return self.journal_for(suffix)

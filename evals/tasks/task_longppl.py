@@ -6,8 +6,8 @@ A suite's ``longppl:`` block scores every method at each length::
 
 One cell per method and length holds LongPPL *and* plain perplexity of the patched model on the same
 windows (the first ``documents`` texts of the data that hold that many tokens, cut there), as
-``ropescale eval longppl`` reports them (:mod:`.longppl_run`, which keeps its own folder layout and
-reads the same settings' flags). The key tokens are chosen by the evaluator, by default the suite's
+``ropescale eval longppl`` reports them (a suite of this row, run by the same runner; its report:
+:mod:`ropescale.evals.report.longppl_folder`). The key tokens are chosen by the evaluator, by default the suite's
 model itself, unscaled (the report says which): the first cell a run computes loads it beside the
 suite's model, picks every length's key tokens and frees it, so every method is scored on the same
 key tokens. A key token depends on the evaluator and the data only, never on the seed.
@@ -167,7 +167,7 @@ class LongPPL(Task[LongPPLSettings, LongPPLCell]):
     metric = "longppl"
     higher_is_better = False
     seeded = False
-    command = False  # ``ropescale eval longppl`` (cli/eval_longppl.py) has its own runner and folder layout
+    command = False  # ``ropescale eval longppl`` (cli/eval_longppl.py) has its own flags (--methods) and report
     help = "LongPPL: perplexity on the key tokens that need the long context, beside perplexity"
 
     def prompts_per_cell(self, settings: LongPPLSettings, length: int) -> int:
@@ -217,8 +217,8 @@ class LongPPL(Task[LongPPLSettings, LongPPLCell]):
         from ropescale.models.runtime import resolve_runtime
 
         data: LongPPLData = ctx.data
-        if data.spans is None:  # once per run: every length's key tokens, then the evaluator is freed
-            data.spans = key_spans(None, data.judge, data.windows, resolve_runtime(*data.runtime))
+        if data.spans is None:  # once per run: every length's key tokens (kept in OUTPUT/keys/), then it is freed
+            data.spans = key_spans(ctx.output, data.judge, data.windows, resolve_runtime(*data.runtime))
         spans = data.spans[length]
         docs = [
             score_text(ctx.model, ctx.tokenizer, w, spans[i], title)

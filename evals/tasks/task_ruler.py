@@ -6,8 +6,8 @@ A suite's ``ruler:`` block runs the battery at each length::
 
 One cell per method and length holds every task of the battery (:class:`RulerBattery`), each a
 :class:`~.ruler.cell.RulerCell` decoded by :func:`~.ruler.cell.run_ruler_cell` with its own prompt
-journal, so an interrupted cell resumes at its first undecoded prompt. ``ropescale eval ruler``
-keeps its own folder layout (one file per task) and reads the same settings' flags.
+journal, so an interrupted cell resumes at its first undecoded prompt. ``ropescale eval ruler`` is a
+one-method suite of this row, run by the same runner (its report: :mod:`ropescale.evals.report.ruler_folder`).
 """
 
 from __future__ import annotations
@@ -111,11 +111,13 @@ class RulerBattery:
 
 @dataclass(frozen=True)
 class RulerData:
-    """What a RULER cell reads (:meth:`Ruler.prepare`): the battery's tasks and the essay haystack's words
-    (None: no task of the battery reads prose)."""
+    """What a RULER cell reads (:meth:`Ruler.prepare`): the battery's tasks, the essay haystack's words
+    (None: no task of the battery reads prose) and each task's samples per length, generated from the
+    tokenizer before the weights load (a cell lm-eval fills short is refused then, not after loading)."""
 
     tasks: list[RulerTask]
     essay: list[str] | None
+    docs: dict[tuple[str, int], Any] = field(default_factory=dict)
 
 
 def essay_text(spec: str) -> str:
@@ -137,7 +139,7 @@ class Ruler(Task[RulerSettings, RulerBattery]):
     metric = "score"
     higher_is_better = True
     decodes = True  # lm-eval's generate_until: every prompt answers
-    command = False  # ``ropescale eval ruler`` (cli/eval_ruler.py) has its own runner and folder layout
+    command = False  # ``ropescale eval ruler`` (cli/eval_ruler.py) has its own flags (--method, --seed) and report
     help = "RULER's offline synthetic tasks (needles, variable tracking, common/frequent words)"
 
     def prompts_per_cell(self, settings: RulerSettings, length: int) -> int:
@@ -159,10 +161,19 @@ class Ruler(Task[RulerSettings, RulerBattery]):
                 essay = essay_haystack(essay_text(settings.haystack))
             except ValueError as exc:
                 raise SuiteError(f"ruler.{exc}") from None
+        lengths = suite.block(self.name)["lengths"]
         for task in tasks:  # a length lm-eval's generators cannot fill: said before the weights load
-            for length in suite.block(self.name)["lengths"]:
+            for length in lengths:
                 check_fits(task, tokenizer, length, essay)
-        return RulerData(tasks, essay)
+        from ropescale.evals.tasks.ruler.cell import cell_docs
+
+        seed = suite.seed if settings.seed is None else settings.seed
+        docs = {  # a cell lm-eval fills short: said before the weights load
+            (t.name, n): cell_docs(t, tokenizer, n, settings.samples, seed, essay, settings.prompt)
+            for t in tasks
+            for n in lengths
+        }
+        return RulerData(tasks, essay, docs)
 
     def run_cell(self, ctx: CellContext, settings: RulerSettings, length: int) -> RulerBattery:
         from ropescale.evals.tasks.ruler.cell import run_ruler_cell
@@ -182,6 +193,7 @@ class Ruler(Task[RulerSettings, RulerBattery]):
                 journal=ctx.journal(task.name),
                 progress=ctx.progress,
                 prompt=settings.prompt,
+                docs=data.docs.get((task.name, length)),
             )
         return battery
 

@@ -34,14 +34,13 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     out = tmp_path / "ruler"
     assert _run(ruler_model_dir, out, "--method", "none") == 0
     cells = sorted((out / "cells").glob("*.json"))
-    assert [c.name for c in cells] == ["none__fwe__1024.json", "none__niah_single_1__1024.json"]
-    record = json.loads(cells[1].read_text())
-    cell = record["cell"]
+    assert [c.name for c in cells] == ["none__ruler__1024.json"]  # a suite's cell: every task at the length
+    record = json.loads(cells[0].read_text())
+    cell = record["result"]["tasks"]["niah_single_1"]
     assert (cell["task"], cell["length"], cell["samples"], cell["seed"]) == ("niah_single_1", 1024, 2, 0)
     assert len(cell["records"]) == 2 and cell["max_new_tokens"] == 128 and cell["metric"] == "string_match_all"
-    assert all(r["prompt_tokens"] <= 1024 for r in cell["records"]) and record["unscaled"]
+    assert all(r["prompt_tokens"] <= 1024 for r in cell["records"]) and record["method_name"] == "none"
     assert record["scaling"]["method"] == "default" and record["scaling"]["params"] == {"factor": 1.0}
-    assert record["rope_parameters"]["rope_type"] == "default" and record["lm_eval_version"]
     assert not list(out.glob("cells/*.partial.jsonl"))  # journals go once the cell is written
 
     mtimes = {c: c.stat().st_mtime_ns for c in cells}
@@ -49,7 +48,7 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     assert {c: c.stat().st_mtime_ns for c in cells} == mtimes
 
     assert _run(ruler_model_dir, out, "--method", "yarn", "--factor", "2") == 0
-    yarn = json.loads((out / "cells" / "yarn-x2__fwe__1024.json").read_text())
+    yarn = json.loads((out / "cells" / "yarn-x2__ruler__1024.json").read_text())
     assert yarn["scaling"]["method"] == "yarn" and yarn["scaling"]["params"]["factor"] == 2.0  # what the model ran
     results = json.loads((out / "results.json").read_text())
     assert results["has_unscaled"] and results["original_context"] == 1024
@@ -57,6 +56,47 @@ def test_eval_ruler_end_to_end(ruler_model_dir, tmp_path, capsys):
     report = squeezed((out / "report.md").read_text())
     assert "| yarn-x2 | niah_single_1 |" in report and "worst retention" in report
     assert "report:" in capsys.readouterr().out
+    from ropescale.evals.advice.battery_evidence import read_folder
+
+    folder = read_folder(out, ruler_model_dir)  # recommend and the frontier read the suite's cells as RULER's
+    assert folder is not None and not folder.skipped and folder.summary["has_unscaled"]
+    assert {label: (r.kind, r.method, r.factor) for label, r in folder.rows.items()} == {
+        "none": ("unscaled", None, None),
+        "yarn-x2": ("method", "yarn", 2.0),
+    }
+
+
+def test_cells_of_the_earlier_layout_are_read_as_done_or_refused_naming_one(
+    ruler_model_dir, tmp_path, capsys, monkeypatch
+):
+    """A folder ``eval ruler`` wrote before it ran through the suite runner (one ``ropescale.ruler.cell/1``
+    file per task): its finished cells are read as done and reported as before, never run again beside
+    them; a run that asks a task they lack at their length is refused naming one of them (issue 53)."""
+    from dataclasses import replace
+
+    import ropescale.models.loading as loading
+    from ropescale._io import atomic_write_json
+    from ropescale.evals.report.cell_record import SuiteCell
+    from ropescale.evals.report.ruler_folder import task_records
+
+    out = tmp_path / "ruler"
+    assert _run(ruler_model_dir, out, "--method", "none") == 0
+    report = (out / "report.md").read_text()
+    cell = out / "cells" / "none__ruler__1024.json"
+    for record in task_records(SuiteCell.read(cell)):  # the same cells, as eval ruler wrote them before
+        earlier = replace(record, lm_eval_version="0.4.9", original_context=1024).to_json()
+        atomic_write_json(out / "cells" / f"none__{record.task}__1024.json", earlier)
+    cell.unlink()
+    capsys.readouterr()
+    monkeypatch.setattr(loading, "from_pretrained", lambda *a, **k: pytest.fail("weights loaded"))
+    assert _run(ruler_model_dir, out, "--method", "none") == 0
+    assert not cell.exists() and (out / "report.md").read_text() == report  # read as done, reported as before
+    assert "| none | fwe |" in squeezed(capsys.readouterr().out)
+    assert _run(ruler_model_dir, out, "--method", "none", "--tasks", "fwe,niah_multikey_2") == 2
+    err = capsys.readouterr().err
+    assert f"results folder '{out}' holds none__fwe__1024.json, a RULER cell of the layout before" in err
+    assert "without a finished niah_multikey_2 at 1024 beside it: ask --tasks fwe to read it as done" in err
+    assert not cell.exists()
 
 
 def test_a_suite_runs_rulers_battery_through_the_task_table(ruler_model_dir, tmp_path):
@@ -190,10 +230,10 @@ def test_ruler_composes_on_a_shipped_scaling_only_when_asked_and_keeps_the_cells
     capsys.readouterr()
     records = {p.name: json.loads(p.read_text()) for p in sorted((out / "cells").glob("*.json"))}
     assert len(records) == 2, sorted(records)
-    replaced = records["yarn-x2__fwe__2048.json"]
-    (composed,) = (r for name, r in records.items() if name != "yarn-x2__fwe__2048.json")
-    assert composed["fingerprint"]["scaling_requested"]["params"] == {"compose": True}
-    assert replaced["fingerprint"]["scaling_requested"]["params"] == {}
-    assert replaced["rope_parameters"] != composed["rope_parameters"]
+    replaced = records["yarn-x2__ruler__2048.json"]
+    (composed,) = (r for name, r in records.items() if name != "yarn-x2__ruler__2048.json")
+    assert composed["params"] == {"compose": True}
+    assert replaced["params"] == {}
+    assert replaced["scaling"] != composed["scaling"]  # what the model ran, read back from it
     assert main([*argv, "--param", "compose=true"]) == 0  # done: the composed cell is found again, not rerun
     assert len(list((out / "cells").glob("*.json"))) == 2

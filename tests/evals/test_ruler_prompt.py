@@ -112,14 +112,17 @@ def _run(model_dir, out, *extra):
 def test_chat_cells_are_rows_of_their_own_beside_the_plain_ones(chat_model_dir, tmp_path):
     out = tmp_path / "ruler"
     assert _run(chat_model_dir, out, "--method", "none") == 0
-    plain = out / "cells" / "none__niah_single_1__1024.json"
+    plain = out / "cells" / "none__ruler__1024.json"  # a suite's cell of the RULER row (issue 53)
     before = plain.read_bytes()
     assert _run(chat_model_dir, out, "--method", "none", "--prompt", "chat") == 0
     assert plain.read_bytes() == before  # not a plain cell done again, nor overwritten
-    chat = json.loads((out / "cells" / "none+chat__niah_single_1__1024.json").read_text())
-    assert chat["label"] == "none+chat" and chat["fingerprint"]["prompt"] == "chat" and chat["cell"]["prompt"] == "chat"
-    assert all(r["prompt_tokens"] + 128 <= 1024 for r in chat["cell"]["records"])
-    assert "prompt" not in json.loads(before)["fingerprint"]
+    chat = json.loads((out / "cells" / "none-chat__ruler__1024.json").read_text())
+    cell = chat["result"]["tasks"]["niah_single_1"]
+    assert (
+        chat["method"] == "none+chat" and chat["measured"]["protocol"]["prompt"] == "chat" and cell["prompt"] == "chat"
+    )
+    assert all(r["prompt_tokens"] + 128 <= 1024 for r in cell["records"])
+    assert "prompt" not in json.loads(before)["measured"]["protocol"]
     results = json.loads((out / "results.json").read_text())
     assert results["prompts"] == {"none": "plain", "none+chat": "chat"}
     assert "Rows marked `+chat`" in (out / "report.md").read_text()

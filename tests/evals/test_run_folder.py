@@ -37,7 +37,7 @@ def _bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-CELL = "none__niah_single_1__256.json"
+CELL = "none__ruler__256.json"  # eval ruler's cell: the suite runner's, every task asked at the length
 
 
 def test_another_model_seed_or_samples_into_the_folder_is_refused_and_the_cell_kept(models, tmp_path, capsys):
@@ -80,13 +80,14 @@ def test_a_newer_ruler_schema_is_refused_and_left_as_it_is(models, tmp_path, cap
     assert _ruler(models["u0"], out) == 0
     path = out / "cells" / CELL if which == "cell" else out / "results.json"
     data = json.loads(path.read_text())
-    data.update(schema=data["schema"][:-1] + "2", added_later=1)
+    data.update(schema=data.get("schema", "ropescale.suite.cell/1")[:-1] + "2", added_later=1)
     path.write_text(json.dumps(data))
     before = _bytes(out)
     capsys.readouterr()
     assert _ruler(models["u0"], out) == 2
     what = "cell file" if which == "cell" else "results file"
-    assert f"{what} '{path}' has schema '{data['schema']}'; this ropescale writes" in capsys.readouterr().err
+    verb = "reads" if which == "cell" else "writes"  # a suite cell names no schema: a newer one is read by none
+    assert f"{what} '{path}' has schema '{data['schema']}'; this ropescale {verb}" in capsys.readouterr().err
     assert _bytes(out) == before
 
 
@@ -242,6 +243,53 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
 
 
+def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runner(models, tmp_path, monkeypatch):
+    """A RULER cell cut short under ``eval ruler``'s earlier layout (issue 53: its own runner, one journal per
+    task): the suite runner now running ``eval ruler`` resumes at its first undecoded prompt, the old
+    journal carried into the suite cell's and left as it was."""
+    from ropescale.evals.tasks import generation
+    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ropescale.evals.tasks.ruler.tasks import get_task
+    from ropescale.models.runtime import resolve_runtime
+    from ropescale.scaling import Scaling
+
+    out = tmp_path / "o"
+    real = generation.PromptJournal.record
+
+    def killed_after_one(self, prompt, max_new_tokens, text):
+        real(self, prompt, max_new_tokens, text)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    run = RulerRun(
+        models["u0"],
+        Scaling("none"),
+        [get_task("niah_single_1")],
+        [256],
+        2,
+        out,
+        0,
+        resolve_runtime("cpu"),
+        None,
+        False,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    (journal,) = (out / "cells").glob("*.partial.jsonl")
+    assert journal.name == "none__niah_single_1__256.partial.jsonl"  # the earlier layout's
+    before = journal.read_bytes()
+    decoded = []
+
+    def counted(self, prompt, max_new_tokens, text):
+        real(self, prompt, max_new_tokens, text)
+        decoded.append(text)
+
+    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    assert _ruler(models["u0"], out, "--samples", "2") == 0
+    assert len(decoded) == 1  # the first prompt came from the earlier journal
+    assert (out / "cells" / CELL).is_file() and journal.read_bytes() == before
+
+
 # ---- eval longppl --------------------------------------------------------------------------------------
 
 
@@ -289,17 +337,32 @@ def test_longppl_other_data_or_weights_are_refused_not_reused(longppl_model, tmp
     assert cell.read_bytes() == before
 
 
-def test_longppl_cell_of_today_counts_as_done(longppl_model, tmp_path):
-    a, _ = _texts(tmp_path)
+def test_longppl_cell_of_today_counts_as_done(longppl_model, tmp_path, capsys):
+    """A cell as ``eval longppl`` wrote it before it ran through the suite runner (issue 53: its own
+    ``ropescale.longppl.cell/1`` layout, at the same file name), and before cells recorded the model's
+    content and the data (issue 52): read as done, never replaced; one that measured other data is refused."""
+    a, b = _texts(tmp_path)
     out = tmp_path / "o"
     assert _longppl(longppl_model, a, out) == 0
     cell = out / "cells" / "none__longppl__160.json"
-    data = json.loads(cell.read_text())
-    for key in ("model_content", "data"):  # as today's runner writes its cells
+    (data,) = json.loads((out / "results.json").read_text())["cells"]  # the cell, in the earlier layout's shape
+    data["schema"] = "ropescale.longppl.cell/1"
+    for key in ("model_content", "data"):  # as the runner before issue 52 wrote its cells
         del data["fingerprint"][key]
     cell.write_text(json.dumps(data))
     before = cell.read_bytes()
     assert _longppl(longppl_model, a, out) == 0 and cell.read_bytes() == before
+    report = (out / "report.md").read_text()
+    assert "| none      | 160      |" in report  # reported as before
+    data["fingerprint"]["documents"] = 2  # measured otherwise: refused naming it, left as it is
+    cell.write_text(json.dumps(data))
+    before = cell.read_bytes()
+    capsys.readouterr()
+    assert _longppl(longppl_model, a, out) == 2
+    assert (
+        "holds none__longppl__160.json, measured with a different protocol.documents: 2 -> 1" in capsys.readouterr().err
+    )
+    assert cell.read_bytes() == before
 
 
 def test_longppl_takes_the_folders_lock(longppl_model, tmp_path, capsys):
@@ -330,8 +393,10 @@ def test_longppl_leaves_a_newer_schema_or_another_tasks_folder_as_it_is(longppl_
     err = capsys.readouterr().err
     if which == "ruler":
         assert "holds another task's results.json (schema 'ropescale.ruler.results/1'); ropescale eval longppl" in err
-    else:
-        assert f"'{path}' has schema '{data['schema']}'; this ropescale writes" in err
+    else:  # a suite cell names no schema: one that names one is read by no ropescale here
+        assert (
+            f"'{path}' has schema '{data['schema']}'; this ropescale {'reads' if which == 'cell' else 'writes'}" in err
+        )
     assert _bytes(out) == before
 
 

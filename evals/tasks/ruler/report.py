@@ -33,6 +33,8 @@ class ScoreEntry(TypedDict):
     seed: int
     #: the samples asked, where fewer were decoded (a cell written before such a cell was refused)
     asked: NotRequired[int]
+    #: its share (%) of the unscaled base: ``recommend --json``'s battery record only
+    of_base: NotRequired[float | None]
 
 
 class TaskMeasures(TypedDict, total=False):
@@ -162,10 +164,12 @@ def markdown(summary: RulerSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(output: str | Path, model: str | None = None) -> RulerReport:
-    """Write ``report.md`` and ``results.json`` of every cell in ``output`` (of ``model``) atomically."""
+def write_report(output: str | Path, model: str | None = None, cells: list[CellRecord] | None = None) -> RulerReport:
+    """Write ``report.md`` and ``results.json`` of every cell in ``output`` (of ``model``) atomically;
+    ``cells``: those records instead of the folder's cells of this layout (both layouts,
+    :func:`ropescale.evals.report.ruler_folder.load_ruler_cells`)."""
     output = Path(output)
-    summary = summarize(load_cells(output), model)
+    summary = summarize(load_cells(output) if cells is None else cells, model)
     text = markdown(summary)
     atomic_write_text(output / "report.md", text)
     atomic_write_json(output / "results.json", {"schema": RESULTS_SCHEMA, **_jsonable(summary)})

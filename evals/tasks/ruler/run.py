@@ -1,4 +1,10 @@
-"""``ropescale eval ruler``'s runner: one model, one scaling, tasks × lengths, one file per cell.
+"""The earlier layout of RULER's cells: one model, one scaling, tasks × lengths, one file per task and length.
+
+``ropescale eval ruler`` runs through the suite runner since issue 53; what is left here is the keying
+of the cells it wrote before (:meth:`RulerRun.fingerprint`, :meth:`RulerRun.is_done`, read by
+:mod:`ropescale.evals.report.ruler_folder` to count them as done) and the runner the experiment drivers
+still use (``benchmarks/extension_ruler.py``, ``benchmarks/cpu_finetune_x2.py``: their folders are of
+this layout, seeded task by task from the shipped cells).
 
 Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when
 their file records the same model (name and content), scaling request, samples, seed, haystack and
@@ -92,7 +98,7 @@ class RulerRun:
     def path(self, task: str, length: int) -> Path:
         return self.cells_dir / f"{cell_name(self.scaling, task, length, self.prompt)}.json"
 
-    def _record(self, task: str, length: int) -> CellRecord | None:
+    def record(self, task: str, length: int) -> CellRecord | None:
         path = self.path(task, length)
         try:
             return CellRecord.from_json(json.loads(path.read_text(encoding="utf-8")), path)
@@ -104,7 +110,7 @@ class RulerRun:
         written before it lacks counts as matching), on the same runtime, with every sample asked."""
         from ropescale.evals.tasks.run_folder import legacy
 
-        record = self._record(task, length)
+        record = self.record(task, length)
         if record is None or not record.complete:
             return False
         ours = self.fingerprint(task, length)
@@ -125,7 +131,7 @@ class RulerRun:
         check_model_content(self.output, cells, str(self.model), self.model_content)
         for task in self.tasks:
             for length in self.lengths:
-                record = self._record(task.name, length)
+                record = self.record(task.name, length)
                 if record is not None:
                     ours = self.fingerprint(task.name, length).measured()
                     compare(record.path, record.fingerprint.measured(), ours, self.output)
