@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 
 from ropescale import options
 from ropescale.cli.command import Command
-from ropescale.cli.common import add_model_args, add_runtime_args, model_slug, parse_params, typed
+from ropescale.cli.common import (
+    add_model_args,
+    add_runtime_args,
+    add_shipped_context_arg,
+    model_slug,
+    parse_params,
+    typed,
+)
 from ropescale.cli.eval_ruler import parse_lengths
 from ropescale.evals.tasks.task_longppl import LongPPLSettings
 from ropescale.options import factor as _factor
@@ -31,6 +38,7 @@ EXAMPLE = "example: ropescale eval longppl --methods none,yarn --factor 4 --leng
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_args(p)
+    add_shipped_context_arg(p)  # S: where a method composed on the shipped scaling starts, the report's base range
     p.add_argument("--methods", default="none", help="comma-separated scalings, e.g. none,yarn (default: none)")
     p.add_argument("--factor", type=typed(_factor), default=None, help="factor of every method but none")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="method parameter, repeatable")
@@ -85,6 +93,7 @@ def suite_from_args(args: argparse.Namespace) -> Suite:
     raw = {
         "name": f"longppl-{model_slug(args.model)}",
         "model": args.model,
+        **({"shipped_context": args.shipped_context} if args.shipped_context else {}),
         "dtype": args.dtype,
         "device": args.device,
         "attn_implementation": args.attn_implementation,

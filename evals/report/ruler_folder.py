@@ -222,7 +222,9 @@ class RulerFolder:
     def write_report(self, runner: Any) -> RulerReport:
         """RULER's report of every cell of the model in the folder, both layouts (``report.md``, ``results.json``)."""
         records = load_ruler_cells(runner.output)
-        return write_report(runner.output, model=runner.suite.model, cells=records)
+        return write_report(
+            runner.output, model=runner.suite.model, cells=records, shipped_context=runner.suite.shipped_context
+        )
 
 
 __all__ = ["COMMAND", "RESULTS_SCHEMA", "SCHEMA", "RulerFolder", "load_ruler_cells", "read_ruler_cells", "task_records"]

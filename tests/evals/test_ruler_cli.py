@@ -237,3 +237,32 @@ def test_ruler_composes_on_a_shipped_scaling_only_when_asked_and_keeps_the_cells
     assert replaced["scaling"] != composed["scaling"]  # what the model ran, read back from it
     assert main([*argv, "--param", "compose=true"]) == 0  # done: the composed cell is found again, not rerun
     assert len(list((out / "cells").glob("*.json"))) == 2
+
+
+def test_the_report_of_a_scaled_checkpoint_measures_against_the_model_as_shipped(ruler_model_dir, tmp_path, capsys):
+    """Issue 51 point 1: "native" in every retention figure is the model as shipped, up to the context it
+    serves. On a checkpoint saved with a YaRN x2 (1,024 → 2,048), RULER's base is its own cells (no
+    ``--method``) and L its shipped 2,048; before, L was the trained 1,024 and the as-shipped row no base, so
+    no retention was reported at all. ``--shipped-context`` moves L; a plain checkpoint keeps the unscaled base."""
+    shipped = str(tmp_path / "shipped")
+    assert main(["patch", "--model", ruler_model_dir, "--method", "yarn", "--factor", "2", "--output", shipped]) == 0
+    out = tmp_path / "ruler"
+    argv = ["eval", "ruler", "--model", shipped, "--tasks", "fwe", "--lengths", "1k,2k", "--samples", "1"]
+    argv += ["--device", "cpu", "--output", str(out), "--no-progress"]
+    assert main(argv) == 0 and main([*argv, "--method", "yarn", "--factor", "2", "--param", "compose=true"]) == 0
+    capsys.readouterr()
+    results = json.loads((out / "results.json").read_text())
+    assert results["original_context"] == 2048 and results["as_shipped"] == "ropescale provenance", results
+    assert sorted(results["measures"]) == ["as-saved", "yarn-x2-da236bdb"], sorted(results["measures"])
+    composed = results["measures"]["yarn-x2-da236bdb"]["fwe"]
+    assert composed["base"] == "as shipped" and set(composed["retention"]) == {"1024", "2048"}, composed
+    report = (out / "report.md").read_text()
+    assert "## Effective length and short-context retention (shipped context L = 2048)" in report
+    assert main([*argv, "--shipped-context", "4k"]) == 0  # the user's word on what it serves
+    capsys.readouterr()
+    told = json.loads((out / "results.json").read_text())
+    assert (told["original_context"], told["as_shipped"]) == (4096, "--shipped-context")
+    plain = tmp_path / "plain"
+    assert _run(ruler_model_dir, plain, "--method", "none") == 0 and _run(ruler_model_dir, plain) == 0
+    capsys.readouterr()
+    assert "as_shipped" not in json.loads((plain / "results.json").read_text())

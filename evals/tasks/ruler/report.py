@@ -56,6 +56,9 @@ class RulerSummary(TypedDict):
     scores: dict[str, dict[str, dict[int, ScoreEntry]]]
     measures: dict[str, dict[str, TaskMeasures]]
     has_unscaled: bool
+    #: where the checkpoint ships a scaling and its cells as shipped are here: the baseline is the model as
+    #: shipped, up to its shipped context (``original_context`` is then that context), and where it came from
+    as_shipped: NotRequired[str]
     #: label -> prompt format, where a row is not plain
     prompts: NotRequired[dict[str, str]]
 
@@ -67,11 +70,15 @@ class RulerReport(RulerSummary):
     report: str
 
 
-def summarize(cells: list[CellRecord], model: str | None = None) -> RulerSummary:
+def summarize(cells: list[CellRecord], model: str | None = None, shipped_context: int | None = None) -> RulerSummary:
     """Scores (0-100) of ``cells`` (:func:`.record.load_cells`) as ``{label: {task: {length: ...}}}``
-    and the measures against the unscaled model's cells, when there are any."""
+    and the measures against the baseline's cells, when there are any: the model as shipped up to its
+    shipped context where the checkpoint ships a scaling and its own cells are here (issue 51: "native" is
+    the model as shipped; ``shipped_context``: ``--shipped-context``), else the unscaled model's up to the
+    trained context."""
     if model is not None:
         cells = [c for c in cells if c.model == str(model)]
+    shipped = as_shipped(cells, shipped_context)
     table: dict[str, dict[str, dict[int, ScoreEntry]]] = {}
     # the unscaled base of each prompt format: a row is compared with prompts of its own format only
     unscaled: dict[str, dict[str, dict[int, float]]] = {}
@@ -86,9 +93,11 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> RulerSummary
         table.setdefault(c.label, {}).setdefault(r.task, {})[r.length] = entry
         prompt_of[c.label] = c.prompt
         context = c.original_context
-        if c.unscaled:
+        if c.fingerprint.scaling_requested.as_saved if shipped else c.unscaled:
             unscaled.setdefault(c.prompt, {}).setdefault(r.task, {})[r.length] = 100 * r.score
     measures: dict[str, dict[str, TaskMeasures]] = {}
+    if shipped is not None:
+        context = shipped[0]
     for label, tasks in table.items():
         for task, by_length in tasks.items():
             scores = {n: e["score"] for n, e in by_length.items()}
@@ -96,7 +105,8 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> RulerSummary
             base = unscaled.get(prompt_of[label], {}).get(task)
             if context is not None:
                 length, why = effective_length_relative(scores, context, base=base, floor=BEYOND_FLOOR)
-                row.update(effective_length_relative=length, relative_note=why, base="unscaled" if base else "own")
+                base_name = ("as shipped" if shipped else "unscaled") if base else "own"
+                row.update(effective_length_relative=length, relative_note=why, base=base_name)
             if base and context is not None:
                 kept = retention(scores, base, context)
                 row.update(retention={str(n): v for n, v in kept.items()}, worst_retention=worst_retention(kept))
@@ -104,7 +114,31 @@ def summarize(cells: list[CellRecord], model: str | None = None) -> RulerSummary
     summary = RulerSummary(original_context=context, scores=table, measures=measures, has_unscaled=bool(unscaled))
     if set(prompt_of.values()) - {"plain"}:
         summary["prompts"] = prompt_of
+    if shipped is not None:
+        summary["as_shipped"] = shipped[1]
     return summary
+
+
+def as_shipped(cells: list[CellRecord], given: int | None = None) -> tuple[int, str] | None:
+    """The shipped context of the cells' checkpoint and where it came from, where it ships a scaling and
+    cells of it as shipped (no ``--method``) are among ``cells``; None otherwise (a plain checkpoint, whose
+    baseline stays the unscaled model, or a folder copied without its model)."""
+    from ropescale.errors import RopescaleError
+    from ropescale.models.loading import load_config
+    from ropescale.patching.geometry import is_scaled
+    from ropescale.patching.shipped import shipped_of
+
+    saved = [c for c in cells if c.fingerprint.scaling_requested.as_saved]
+    if not saved:
+        return None
+    try:
+        config = load_config(saved[0].model)
+    except (RopescaleError, OSError, ValueError):
+        return None
+    if not is_scaled(config):
+        return None
+    shipped = shipped_of(config, given)
+    return shipped.context, "--shipped-context" if given else shipped.context_source
 
 
 def markdown(summary: RulerSummary) -> str:
@@ -132,7 +166,12 @@ def markdown(summary: RulerSummary) -> str:
         lines += ["", "Rows marked `+chat`: prompts in the model's chat template (`--prompt chat`), compared with the"]
         lines += ["unscaled model's `+chat` cells only; the other rows are lm-eval's plain text."]
     context = summary["original_context"]
-    lines += ["", f"## Effective length and short-context retention (trained context L = {context})", ""]
+    if summary.get("as_shipped"):  # L is the shipped context, the base the model as shipped
+        lines += ["", f"## Effective length and short-context retention (shipped context L = {context})", ""]
+        lines += ["The base is the model as shipped (its own scaling, no `--method`), up to the context it serves"]
+        lines += [f"({summary['as_shipped']}); the unscaled model (`--method none`) is a row like the others.", ""]
+    else:
+        lines += ["", f"## Effective length and short-context retention (trained context L = {context})", ""]
     if not summary["has_unscaled"]:
         lines += ["No cells of the unscaled model (`--method none`) here: no retention; the relative", ""]
         lines += ["effective length uses each scaling's own scores at ≤ L.", ""]
@@ -164,12 +203,17 @@ def markdown(summary: RulerSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(output: str | Path, model: str | None = None, cells: list[CellRecord] | None = None) -> RulerReport:
+def write_report(
+    output: str | Path,
+    model: str | None = None,
+    cells: list[CellRecord] | None = None,
+    shipped_context: int | None = None,
+) -> RulerReport:
     """Write ``report.md`` and ``results.json`` of every cell in ``output`` (of ``model``) atomically;
     ``cells``: those records instead of the folder's cells of this layout (both layouts,
     :func:`ropescale.evals.report.ruler_folder.load_ruler_cells`)."""
     output = Path(output)
-    summary = summarize(load_cells(output) if cells is None else cells, model)
+    summary = summarize(load_cells(output) if cells is None else cells, model, shipped_context)
     text = markdown(summary)
     atomic_write_text(output / "report.md", text)
     atomic_write_json(output / "results.json", {"schema": RESULTS_SCHEMA, **_jsonable(summary)})
