@@ -72,7 +72,7 @@ def task_records(cell: SuiteCell) -> list[CellRecord]:
                 unscaled=scaling.unscaled,
                 scaling=dict(cell.scaling or {}),  # type: ignore[arg-type] - what the model ran, read back
                 rope_parameters=None,
-                lm_eval_version="",
+                lm_eval_version=battery.lm_eval_version or "",
                 runtime=runtime,
                 original_context=_trained_context(model),  # type: ignore[arg-type] - None: not known here
                 result=result,

@@ -91,6 +91,8 @@ class RulerBattery:
     """A RULER cell of a suite: every task of the battery at one length."""
 
     cells: dict[str, RulerCell] = field(default_factory=dict)  # task name -> its cell
+    #: the lm-eval whose generators wrote the prompts and whose metric scored them (None: not recorded)
+    lm_eval_version: str | None = None
 
     @property
     def score(self) -> float:
@@ -98,7 +100,8 @@ class RulerBattery:
         return sum(c.score for c in self.cells.values()) / len(self.cells) if self.cells else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"score": self.score, "tasks": {name: cell.to_dict() for name, cell in self.cells.items()}}
+        out = {"score": self.score, "tasks": {name: cell.to_dict() for name, cell in self.cells.items()}}
+        return {**out, **({"lm_eval_version": self.lm_eval_version} if self.lm_eval_version else {})}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RulerBattery:
@@ -106,7 +109,9 @@ class RulerBattery:
 
         if not isinstance(data, dict) or not isinstance(data.get("tasks"), dict):
             raise ValueError("a RULER result needs 'tasks'")
-        return cls({name: RulerCell.from_dict(cell) for name, cell in data["tasks"].items()})
+        version = data.get("lm_eval_version")
+        cells = {name: RulerCell.from_dict(cell) for name, cell in data["tasks"].items()}
+        return cls(cells, version if isinstance(version, str) else None)
 
 
 @dataclass(frozen=True)
@@ -176,10 +181,12 @@ class Ruler(Task[RulerSettings, RulerBattery]):
         return RulerData(tasks, essay, docs)
 
     def run_cell(self, ctx: CellContext, settings: RulerSettings, length: int) -> RulerBattery:
+        from importlib.metadata import version
+
         from ropescale.evals.tasks.ruler.cell import run_ruler_cell
 
         seed = ctx.seed if settings.seed is None else settings.seed
-        battery = RulerBattery()
+        battery = RulerBattery(lm_eval_version=version("lm_eval"))  # the generators' version: the prompts' source
         data: RulerData = ctx.data
         for task in data.tasks:
             battery.cells[task.name] = run_ruler_cell(

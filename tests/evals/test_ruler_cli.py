@@ -258,6 +258,10 @@ def test_the_report_of_a_scaled_checkpoint_measures_against_the_model_as_shipped
     assert composed["base"] == "as shipped" and set(composed["retention"]) == {"1024", "2048"}, composed
     report = (out / "report.md").read_text()
     assert "## Effective length and short-context retention (shipped context L = 2048)" in report
+    from importlib.metadata import version  # each cell names the lm-eval whose generators wrote its prompts
+
+    cell = json.loads((out / "cells" / "as-saved__ruler__1024.json").read_text())
+    assert cell["result"]["lm_eval_version"] == version("lm_eval")
     assert main([*argv, "--shipped-context", "4k"]) == 0  # the user's word on what it serves
     capsys.readouterr()
     told = json.loads((out / "results.json").read_text())
