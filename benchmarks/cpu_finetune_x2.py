@@ -207,10 +207,10 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     """Steps 1-4, each skipped where its output exists."""
     import bench_extension as bx
     from extension_ruler import _emma
+    from ruler_run import RulerRun
 
     from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.suite.runner import run_suite
-    from ropescale.evals.tasks.ruler.run import RulerRun
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import Scaling

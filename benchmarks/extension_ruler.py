@@ -5,7 +5,7 @@ Recall sentences in the training windows train retrieval in their own forms; RUL
 among needles, variable tracking, common and frequent words) are formats the fine-tune never saw, so
 they tell a trained skill from a trained format. The fine-tuned model runs at every length from L to
 its target; the unscaled model and the control at L, where the goal compares them
-(:mod:`.extension_goal`). Cells resume as ``ropescale eval ruler``'s do (:class:`~.ruler.run.RulerRun`).
+(:mod:`.extension_goal`). Cells resume as ``ropescale eval ruler``'s do (``ruler_run.RulerRun``, the earlier layout).
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ def ruler_runs(
     runtime: Any = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Each role's :class:`~.ruler.run.RulerRun` (not yet run): the unscaled base model (``none``) and
+    """Each role's ``ruler_run.RulerRun`` (not yet run): the unscaled base model (``none``) and
     the control (its export, unscaled) at L; the fine-tune (its export, its YaRN as saved) at L and
     every passkey length beyond it. Raises ValueError for an unknown task name."""
-    from ropescale.evals.tasks.ruler.run import RulerRun
+    from ruler_run import RulerRun
+
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.scaling import Scaling
 

@@ -74,7 +74,7 @@ def suite_from_args(args: argparse.Namespace) -> Suite:
     own scaling (``saved``), ``none`` the unscaled model; its label is the row the report gives it
     (``yarn-x4``, ``+chat`` for chat prompts), as cells of the earlier layout named it."""
     from ropescale.evals.suite.parse import suite_from_dict
-    from ropescale.evals.tasks.ruler.run import row_label
+    from ropescale.evals.tasks.ruler.earlier import row_label
     from ropescale.scaling import Scaling
 
     method = args.method

@@ -142,7 +142,7 @@ class RulerFolder:
 
     def check(self, runner: Any) -> None:
         """Refuse a cell of the model's name that recorded other weights; read as done each (method, length)
-        of this run whose every task has a finished cell of the earlier layout that measured what this run would (:meth:`~ropescale.evals.tasks.ruler.run.RulerRun.is_done`);
+        of this run whose every task has a finished cell of the earlier layout that measured what this run would (:meth:`~ropescale.evals.tasks.ruler.earlier.EarlierCells.is_done`);
         refuse, naming the file, one that measured something else, or one of a (method, length) whose other
         tasks it lacks (running them would measure its tasks again beside it).
 
@@ -151,7 +151,7 @@ class RulerFolder:
                 protocol.samples: 1 -> 2; ...`` or ``... holds none__fwe__1024.json, a RULER cell of the
                 earlier layout, without niah_single_1 at 1024 beside it; ...``.
         """
-        from ropescale.evals.tasks.ruler.run import RulerRun
+        from ropescale.evals.tasks.ruler.earlier import EarlierCells
         from ropescale.evals.tasks.ruler.tasks import get_task
         from ropescale.evals.tasks.run_folder import check_model_content, compare, model_content
 
@@ -168,7 +168,7 @@ class RulerFolder:
             scaling = Scaling.from_request(
                 None if entry.method == "saved" else entry.method, entry.factor, entry.params
             )
-            run = RulerRun(
+            run = EarlierCells(
                 suite.model,
                 scaling,
                 tasks,

@@ -32,7 +32,7 @@ from ropescale.evals.tasks.records import (
     LongPPLResults,
     LongPPLSummary,
 )
-from ropescale.evals.tasks.ruler.run import cell_name
+from ropescale.evals.tasks.ruler.earlier import cell_name
 from ropescale.evals.tasks.run_folder import Fingerprint, MeasuredJSON
 from ropescale.markdown import table
 from ropescale.scaling import Scaling

@@ -106,7 +106,7 @@ class LongPPLSettings:
 
 
 def evaluator_scaling(settings: LongPPLSettings, flag: str = "--evaluator-method") -> Any:
-    """The evaluator's :class:`~.ruler.run.Scaling` (``none``: unscaled).
+    """The evaluator's :class:`~ropescale.scaling.Scaling` (``none``: unscaled).
 
     Raises:
         ValueError: a scaling method without a factor (``--evaluator-method yarn needs a factor``).

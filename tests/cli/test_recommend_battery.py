@@ -19,10 +19,12 @@ MODEL = "smollm2-135m"
 def write_cell(folder: Path, task: str, length: int, hits: int, method: str | None = "none", factor=None,
                params=None, model: str = MODEL, samples: int = 30, schema: str | None = None,
                prompt: str = "plain") -> Path:  # fmt: skip
-    """One cell file as :class:`~ropescale.evals.tasks.ruler.run.RulerRun` writes it, from a RulerCell whose first
+    """One cell file as the earlier layout's runner (benchmarks/ruler_run.py) writes it, from a RulerCell whose first
     ``hits`` of ``samples`` prompts found their needle (``prompt``: its prompt format, as ``--prompt``)."""
     from ropescale.evals.tasks.ruler.cell import RulerCell, RulerRecord
-    from ropescale.evals.tasks.ruler.run import SCHEMA, Scaling, cell_name, row_label
+    from ropescale.evals.tasks.ruler.earlier import cell_name, row_label
+    from ropescale.evals.tasks.ruler.record import SCHEMA
+    from ropescale.scaling import Scaling
 
     cell = RulerCell(task, length, samples, 0, 128, task, "repeat", prompt=prompt)
     cell.records = [

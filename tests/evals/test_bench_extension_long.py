@@ -86,8 +86,9 @@ def tiny(tmp_path, monkeypatch):
 
 
 def test_the_long_experiment_runs_end_to_end_and_resumes(bench, tiny, tmp_path, monkeypatch, capsys):
+    import ruler_run
+
     from ropescale.cli.main import main
-    from ropescale.evals.tasks.ruler import run as ruler_run
 
     recipe, plan = tiny
     monkeypatch.setattr(bench, "make_plan", lambda factor, jitter: plan)

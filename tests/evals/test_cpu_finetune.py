@@ -78,9 +78,10 @@ def tiny(tmp_path, monkeypatch):
 
 
 def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver, tiny, monkeypatch, capsys):
+    import ruler_run
+
     from ropescale.cli.main import main
     from ropescale.evals.advice.evidence import load_measured
-    from ropescale.evals.tasks.ruler import run as ruler_run
 
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
@@ -197,9 +198,9 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     """--control-from: the control (the same at every factor) is read from the x2 experiment's folder,
     trained there if not yet, never again under the x4 output; the suites and curves use it."""
     import bench_extension as bx
+    import ruler_run
 
     import ropescale.evals.suite.runner as suite_module
-    import ropescale.evals.tasks.ruler.run as ruler_run
 
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)

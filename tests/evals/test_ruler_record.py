@@ -14,8 +14,8 @@ import pytest
 from ropescale._io import atomic_write_json
 from ropescale.evals.advice.battery_evidence import BATTERY_DIR
 from ropescale.evals.tasks.ruler.cell import RulerCell, RulerRecord
+from ropescale.evals.tasks.ruler.earlier import EarlierCells
 from ropescale.evals.tasks.ruler.record import SCHEMA, CellFileError, CellRecord, Scaling, read_cells
-from ropescale.evals.tasks.ruler.run import RulerRun
 from ropescale.evals.tasks.ruler.tasks import TASKS
 
 SHIPPED = sorted(BATTERY_DIR.glob("*/*.json"))
@@ -36,11 +36,11 @@ def test_every_shipped_cell_file_round_trips_byte_for_byte(path, tmp_path):
     assert record.score == data["cell"]["score"] and record.path == path and record.complete
 
 
-def _run(tmp_path: Path, seed: int = 0) -> RulerRun:
-    return RulerRun("smollm2-135m", Scaling("yarn", 4.0), [TASKS["niah_single_1"]], [1024], 2, tmp_path, seed=seed)
+def _run(tmp_path: Path, seed: int = 0) -> EarlierCells:
+    return EarlierCells("smollm2-135m", Scaling("yarn", 4.0), [TASKS["niah_single_1"]], [1024], 2, tmp_path, seed=seed)
 
 
-def _record(run: RulerRun) -> CellRecord:
+def _record(run: EarlierCells) -> CellRecord:
     cell = RulerCell("niah_single_1", 1024, 2, 0, 128, "niah_single_1", "repeat")
     cell.records = [RulerRecord(i, 900, ["1234567"], " 1234567.", 1.0) for i in range(2)]
     scaling = {"method": "yarn", "params": {"factor": 4.0}}

@@ -163,8 +163,9 @@ class _Runtime:
 
 
 def _shipped_run(cells: Path, task: str, length: int, **kw):
+    from ruler_run import RulerRun  # the earlier layout's runner, kept for the experiment drivers (benchmarks/)
+
     from ropescale.evals.tasks.ruler.record import Scaling
-    from ropescale.evals.tasks.ruler.run import RulerRun
     from ropescale.evals.tasks.ruler.tasks import get_task
 
     run = RulerRun("smollm2-135m", Scaling("none"), [get_task(task)], [length], 30, cells, runtime=_Runtime(), **kw)
@@ -247,8 +248,9 @@ def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runn
     """A RULER cell cut short under ``eval ruler``'s earlier layout (issue 53: its own runner, one journal per
     task): the suite runner now running ``eval ruler`` resumes at its first undecoded prompt, the old
     journal carried into the suite cell's and left as it was."""
+    from ruler_run import RulerRun  # the earlier layout's runner, kept for the experiment drivers (benchmarks/)
+
     from ropescale.evals.tasks import generation
-    from ropescale.evals.tasks.ruler.run import RulerRun
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import Scaling

@@ -1,6 +1,6 @@
 """A RULER cell file as one typed record: what ``ropescale eval ruler`` writes and every reader reads.
 
-:class:`~.run.RulerRun` writes one :class:`CellRecord` per cell (:meth:`CellRecord.to_json`, schema
+the earlier layout's runner (``benchmarks/ruler_run.py``) writes one :class:`CellRecord` per cell (:meth:`CellRecord.to_json`, schema
 :data:`SCHEMA`); :func:`read_cells` reads them back, skipping with its reason any file that is not one
 (not JSON, another schema, a key missing or of the wrong type). The report (:mod:`.aggregate`),
 ``recommend``'s battery line (:mod:`ropescale.evals.advice.battery_evidence`) and the extension experiment
@@ -54,7 +54,7 @@ class FingerprintJSON(TypedDict):
 
 @dataclass(frozen=True)
 class CellFingerprint:
-    """What a cell's file must record for the cell to count as done (:meth:`~.run.RulerRun.is_done`):
+    """What a cell's file must record for the cell to count as done (:meth:`~.earlier.EarlierCells.is_done`):
     the model by name and by content (``model_content``: :func:`ropescale.models.identity.model_identity`'s
     fingerprint; the path alone would let new weights in the same folder reuse the old cell), the
     scaling asked for, the cell, the runtime's settings (all but its attention kernel, which the record's
@@ -234,7 +234,7 @@ class CellRecord:
         return bool(self.result.records) and len(self.result.records) == self.result.samples and not self.short
 
     def to_json(self) -> CellFileJSON:
-        """The JSON object of the cell's file, as :class:`~.run.RulerRun` writes it."""
+        """The JSON object of the cell's file, as the earlier layout's runner (``benchmarks/ruler_run.py``) writes it."""
         return {
             "schema": SCHEMA,
             "fingerprint": self.fingerprint.to_json(),

@@ -1,121 +1,39 @@
-"""The earlier layout of RULER's cells: one model, one scaling, tasks × lengths, one file per task and length.
+"""The runner of RULER's earlier cell layout (one file per task and length), for the experiment drivers.
 
-``ropescale eval ruler`` runs through the suite runner since issue 53; what is left here is the keying
-of the cells it wrote before (:meth:`RulerRun.fingerprint`, :meth:`RulerRun.is_done`, read by
-:mod:`ropescale.evals.report.ruler_folder` to count them as done) and the runner the experiment drivers
-still use (``benchmarks/extension_ruler.py``, ``benchmarks/cpu_finetune_x2.py``: their folders are of
-this layout, seeded task by task from the shipped cells).
+``ropescale eval ruler`` runs through the suite runner (issue 53); the drivers here
+(``extension_ruler.py``, ``cpu_finetune_x2.py``) keep this layout because their folders are seeded and
+resumed task by task from the shipped cells (``evals/measured/ruler/``), which a suite cell (every task of
+the battery at one length) cannot take one task at a time. The keying of the layout stays in the library
+(:class:`ropescale.evals.tasks.ruler.earlier.EarlierCells`), which ``eval ruler`` reads to count such cells
+as done; the running is here, as every experiment driver is (the library never imports benchmarks/).
 
-Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when
-their file records the same model (name and content), scaling request, samples, seed, haystack and
-runtime; a cell cut short resumes at its first undecoded prompt (a journal beside it). Runs of other
-methods (or models) into the same folder add their cells, and the report (:mod:`.aggregate`) compares
-them with the unscaled model's. A cell at a path this run writes that measured something else (another
-model or content, seed, samples...) stops the run naming the difference, as a suite's does
-(:mod:`ropescale.evals.tasks.run_folder`); so do a folder of another task and files of a newer schema. A
-cell file is a :class:`~.record.CellRecord` (:mod:`.record`: its layout, writing and reading).
+Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when their file
+records the same model (name and content), scaling request, samples, seed, haystack and runtime; a cell
+cut short resumes at its first undecoded prompt (a journal beside it). A cell at a path this run writes
+that measured something else stops the run naming the difference, as a suite's does
+(:mod:`ropescale.evals.tasks.run_folder`); so do a folder of another task and files of a newer schema.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ropescale._io import atomic_write_json
 from ropescale.evals.tasks.ruler.cell import run_ruler_cell
-from ropescale.evals.tasks.ruler.record import SCHEMA, CellFingerprint, CellRecord, load_cells, read_cells
+from ropescale.evals.tasks.ruler.earlier import EarlierCells, row_label
+from ropescale.evals.tasks.ruler.record import SCHEMA, CellRecord, read_cells
+from ropescale.evals.tasks.ruler.report import RulerReport
 from ropescale.evals.tasks.ruler.tasks import RulerTask, essay_haystack
-from ropescale.scaling import REPLACE, Scaling
-
-if TYPE_CHECKING:
-    from ropescale.evals.tasks.ruler.report import RulerReport
+from ropescale.scaling import REPLACE
 
 
-def row_label(scaling: Scaling, prompt: str = "plain") -> str:
-    """A report row's label: the scaling's, with ``+chat`` for prompts in the chat template (a row of its
-    own, compared with the unscaled model's chat cells only)."""
-    return scaling.label + ("" if prompt == "plain" else f"+{prompt}")
-
-
-def cell_name(scaling: Scaling, task: str, length: int, prompt: str = "plain") -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "-", f"{row_label(scaling, prompt)}__{task}__{length}")
-
-
-class RulerRun:
+class RulerRun(EarlierCells):
     """Runs ``tasks`` × ``lengths`` of one scaling of ``model`` into ``output``; call :meth:`run`."""
 
-    def __init__(
-        self,
-        model: str,
-        scaling: Scaling,
-        tasks: list[RulerTask],
-        lengths: list[int],
-        samples: int,
-        output: str | Path,
-        seed: int = 0,
-        runtime: Any = None,
-        essay_text: str | None = None,
-        progress: bool = True,
-        prompt: str = "plain",
-    ):
-        self.model, self.scaling, self.tasks, self.lengths = model, scaling, tasks, lengths
-        self.samples, self.seed, self.output, self.progress = samples, seed, Path(output), progress
-        self.runtime, self.essay_text, self.prompt = runtime, essay_text, prompt
-        self.cells_dir = self.output / "cells"
-        #: the report :meth:`run` wrote with ``report=True``
-        self.summary: RulerReport | None = None
-
-    @functools.cached_property
-    def model_content(self) -> str | None:
-        """The model's content fingerprint (:func:`ropescale.evals.tasks.run_folder.model_content`)."""
-        from ropescale.evals.tasks.run_folder import model_content
-
-        return model_content(str(self.model))
-
-    def fingerprint(self, task: str, length: int) -> CellFingerprint:
-        """What a cell's file must record for the cell to count as done."""
-        from ropescale.evals.tasks.ruler.tasks import get_task
-        from ropescale.evals.tasks.run_folder import text_fingerprint
-
-        runtime = {k: v for k, v in self.runtime.to_dict().items() if k != "attention"} if self.runtime else {}
-        essay = self.essay_text is not None and get_task(task).haystack == "essay"
-        return CellFingerprint(
-            str(self.model),
-            self.scaling,
-            task,
-            length,
-            self.samples,
-            self.seed,
-            runtime,
-            self.prompt,
-            self.model_content,
-            text_fingerprint(self.essay_text) if essay else None,
-        )
-
-    def path(self, task: str, length: int) -> Path:
-        return self.cells_dir / f"{cell_name(self.scaling, task, length, self.prompt)}.json"
-
-    def record(self, task: str, length: int) -> CellRecord | None:
-        path = self.path(task, length)
-        try:
-            return CellRecord.from_json(json.loads(path.read_text(encoding="utf-8")), path)
-        except (OSError, ValueError):  # absent, damaged or not a cell of this layout: recomputed
-            return None
-
-    def is_done(self, task: str, length: int) -> bool:
-        """The cell's file records what this run would measure (:meth:`fingerprint`; a key a cell
-        written before it lacks counts as matching), on the same runtime, with every sample asked."""
-        from ropescale.evals.tasks.run_folder import legacy
-
-        record = self.record(task, length)
-        if record is None or not record.complete:
-            return False
-        ours = self.fingerprint(task, length)
-        recorded = record.fingerprint
-        return recorded.runtime == ours.runtime and legacy(recorded.measured(), ours.measured()) == ours.measured()
+    #: the report :meth:`run` wrote with ``report=True``
+    summary: RulerReport | None = None
 
     def check(self) -> None:
         """Stop, naming it, where the folder holds what this run must not replace or mix with its own
@@ -238,14 +156,4 @@ def _original_context(model: Any) -> int:
     return trained_context(model.config)
 
 
-__all__ = [
-    "SCHEMA",
-    "CellFingerprint",
-    "CellRecord",
-    "RulerRun",
-    "Scaling",
-    "cell_name",
-    "row_label",
-    "load_cells",
-    "read_cells",
-]
+__all__ = ["RulerRun"]
