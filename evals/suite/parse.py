@@ -52,6 +52,7 @@ from ropescale.evals.suite.spec import ATTENTIONS, DTYPES, MethodEntry, Suite
 from ropescale.evals.tasks import task_table
 from ropescale.evals.tasks.saved import check_file_names, is_saved
 from ropescale.evals.tasks.task_base import SuiteError, suite_meta
+from ropescale.methods.types import MethodParams
 
 SUITES_DIR = Path(__file__).parent.parent / "suites"
 
@@ -215,7 +216,7 @@ def _shipped_context(value: Any, key: str, source: str) -> int | None:
     return value
 
 
-def _with_shipped_context(params: dict[str, Any], shipped: int | None, key: str, source: str) -> dict[str, Any]:
+def _with_shipped_context(params: MethodParams, shipped: int | None, key: str, source: str) -> MethodParams:
     """A method's parameters with the suite's shipped context where it composes on the shipped scaling (the
     context its second ramp is measured in: the cells record it, and a cell of another S is not done);
     a replacing method starts from the pretraining context, where a shipped context means nothing."""
