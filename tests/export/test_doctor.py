@@ -10,6 +10,7 @@ import pytest
 import ropescale
 from ropescale.cli.main import main
 from ropescale.interop import engines
+from ropescale.patching import geometry
 from ropescale.patching import plan as patching_config
 from tests.conftest import tiny_model
 
@@ -151,7 +152,7 @@ def test_bad_input_is_one_line_exit_2(argv, capsys, monkeypatch):
 
 def test_constants_match_patching():
     assert engines.NON_NATIVE_PREFIX == patching_config.NON_NATIVE_PREFIX
-    assert engines.PROVENANCE_KEY == patching_config.PROVENANCE_KEY
+    assert engines.PROVENANCE_KEY == geometry.PROVENANCE_KEY  # where the provenance block is written and read
 
 
 def test_tgi_approximates_a_yarn_with_custom_betas(tmp_path, capsys):
