@@ -94,13 +94,9 @@ class LongPPLFolder:
 
     def check_results(self, output: Path) -> None:
         """A ``results.json`` of another task or a newer schema: refused, naming it, before anything is written."""
-        from ropescale.evals.tasks.run_folder import refuse_other, schema_of
+        from ropescale.evals.tasks.run_folder import check_results
 
-        results = Path(output) / "results.json"
-        if results.is_file():
-            readable, named = schema_of(results)
-            if readable and named != RESULTS_SCHEMA:
-                refuse_other(results, named, RESULTS_SCHEMA, COMMAND, Path(output))
+        check_results(output, RESULTS_SCHEMA, COMMAND)
 
     def _judge(self, runner: Any) -> EvaluatorJSON:
         from ropescale.evals.tasks.longppl_run import evaluator_record

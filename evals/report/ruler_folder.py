@@ -132,13 +132,9 @@ class RulerFolder:
 
     def check_results(self, output: Path) -> None:
         """A ``results.json`` of another task or a newer schema: refused, naming it, before anything is written."""
-        from ropescale.evals.tasks.run_folder import refuse_other, schema_of
+        from ropescale.evals.tasks.run_folder import check_results
 
-        results = Path(output) / "results.json"
-        if results.is_file():
-            readable, named = schema_of(results)
-            if readable and named != RESULTS_SCHEMA:
-                refuse_other(results, named, RESULTS_SCHEMA, COMMAND, Path(output))
+        check_results(output, RESULTS_SCHEMA, COMMAND)
 
     def check(self, runner: Any) -> None:
         """Refuse a cell of the model's name that recorded other weights; read as done each (method, length)

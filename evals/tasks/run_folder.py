@@ -98,6 +98,18 @@ def refuse_other(path: Path, named: Any, ours: str, command: str, output: Path) 
     )
 
 
+def check_results(output: str | Path, results_schema: str, command: str) -> None:
+    """Stop before anything is written where ``output`` holds a ``results.json`` of another task or of a
+    newer version of ``results_schema`` (:func:`refuse_other` names it); one that is not JSON is left to
+    the writer, which replaces it."""
+    output = Path(output)
+    results = output / "results.json"
+    if results.is_file():
+        readable, named = schema_of(results)
+        if readable and named != results_schema:
+            refuse_other(results, named, results_schema, command, output)
+
+
 def check_folder(output: str | Path, cell_schema: str, results_schema: str, command: str) -> None:
     """Stop before anything is written where ``output`` holds what this runner would overwrite and did
     not write: a ``results.json`` or a cell (``cells/*.json``) of another task, or of a newer version of
@@ -111,11 +123,7 @@ def check_folder(output: str | Path, cell_schema: str, results_schema: str, comm
             ropescale.ruler.cell/1 (written by a newer ropescale? ...)``.
     """
     output = Path(output)
-    results = output / "results.json"
-    if results.is_file():
-        readable, named = schema_of(results)
-        if readable and named != results_schema:
-            refuse_other(results, named, results_schema, command, output)
+    check_results(output, results_schema, command)
     for path in sorted((output / "cells").glob("*.json")):
         readable, named = schema_of(path)
         if readable and named != cell_schema:
@@ -202,6 +210,7 @@ __all__ = [
     "refuse_other",
     "schema_of",
     "check_folder",
+    "check_results",
     "check_model_content",
     "compare",
     "difference",
