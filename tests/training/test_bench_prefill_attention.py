@@ -1,0 +1,46 @@
+"""benchmarks/bench_prefill_attention.py (issue 54): the alternative it times against SDPA's CPU kernel
+computes the same causal attention (else the ratio compares different work), and a quick run writes
+every figure with the machine and the load average. No figure of the quick run means anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import load_script
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("benchmarks/bench_prefill_attention.py")
+
+
+@pytest.mark.parametrize("length,block", [(300, 128), (256, 256), (97, 1024)])
+def test_the_block_alternative_is_causal_attention(bench, length, block):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 3, length, 16, generator=gen) for _ in range(3))
+    expected = bench.sdpa(q, k, v, torch)
+    got = bench.blocks(q, k, v, torch, min(block, length))
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+    # the last query sees every key, the first only itself
+    assert torch.allclose(got[..., 0, :], v[..., 0, :], atol=1e-6)
+
+
+def test_the_causal_work_counts_half_the_square(bench):
+    assert bench.causal_flops(9, 16384, 64) == pytest.approx(309.2e9, rel=1e-3)
+
+
+def test_a_quick_run_writes_every_figure(bench, tmp_path):
+    out = tmp_path / "attention.json"
+    assert bench.main(["--quick", "--repeats", "1", "--output", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["command"].startswith("python benchmarks/bench_prefill_attention.py --quick")
+    assert [r["length"] for r in record["rows"]] == [256, 512]
+    for row in record["rows"]:
+        assert set(row["kernels"]) == {"sdpa", "blocks", "blocks, no softmax"}
+        assert row["kernels"]["sdpa"]["ratio_to_sdpa"] == 1.0
+        assert row["max_abs_difference"] < 0.05  # bf16
+    assert {"cpu", "threads", "torch"} <= set(record["machine"])
+    assert "load_avg_before" in record and "load_avg_after" in record
