@@ -3,6 +3,7 @@ step by step and resumable over several sittings, with the evidence written as i
 
     python benchmarks/cpu_finetune_x2.py                 # x2 (to 16k): ~5 h of training + ~2 h of evaluation
     python benchmarks/cpu_finetune_x2.py --factor 4 --control-from runs/cpu-x2   # x4 (to 32k) after x2, its control reused
+    python benchmarks/cpu_finetune_x2.py --steps 640     # both recipes twice as long: a run that did not converge
     python benchmarks/cpu_finetune_x2.py --report-only   # the report and verdict of what is measured
 
 Run it ALONE on the machine (no test run, build or second measurement beside it): every training log
@@ -61,7 +62,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--factor", type=int, default=2, choices=sorted(RECIPES))
     ap.add_argument("--recipe", default=None, help="the fine-tune's recipe (default: smollm2-135m/yarn_x<s>_cpu)")
     ap.add_argument("--control", default=None, help=f"the control's recipe (default: {CONTROL_RECIPE})")
-    ap.add_argument("--output", default=None, help="runs, exports and cells (default: runs/cpu-x<s>)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="train both recipes for N optimizer steps (train.max_steps=N, the cosine schedule over N) instead of "
+        "the recipes' own; the folders and the evidence file are then named -<N>steps",
+    )
+    ap.add_argument("--output", default=None, help="runs, exports and cells (default: runs/cpu-x<s>[-<N>steps])")
     ap.add_argument(
         "--ship", default=None, help="the committed evidence folder (default: evals/measured/finetune-cpu-x<s>)"
     )
@@ -87,6 +95,17 @@ def make_plan(factor: int):
 
     plan = Plan.at(factor)
     return replace(plan, ppl_max_tokens=4 * max(plan.ppl_lengths))
+
+
+def overrides(args) -> list[str]:
+    """The recipe overrides both runs train with: ``--steps N`` only, so the control trains as long as the
+    fine-tune (a control trained less would leave the fine-tune's extra adaptation in the comparison)."""
+    return [f"train.max_steps={args.steps}"] if args.steps else []
+
+
+def suffix(args) -> str:
+    """What names a run of other steps apart: its folders, evidence file and command."""
+    return f"-{args.steps}steps" if args.steps else ""
 
 
 def ropescale(*args: str) -> None:
@@ -224,14 +243,15 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     if seeded:
         print(f"resumed {seeded} committed cells from {ship}")
     runs = run_dirs(out, args.control_from)
+    given = overrides(args)
     for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
-        bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, [], factor, {role: recipe})
+        bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given, factor, {role: recipe})
     exports = {role: run.parent / f"{run.name}-export" for role, run in runs.items()}
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = runs[role]
         try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
             if not bx.trained(run, recipe):
-                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress")
+                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *given)
         finally:
             ship_logs(ship, runs)
         if not (exports[role] / "config.json").is_file():
@@ -269,13 +289,16 @@ def main(argv=None) -> int:
 
     factor = args.factor
     recipes = {FINE_TUNED: args.recipe or RECIPES[factor], CONTROL: args.control or CONTROL_RECIPE}
-    out = Path(args.output or f"runs/cpu-x{factor}")
-    ship = Path(args.ship or ROOT / "evals" / "measured" / f"finetune-cpu-x{factor}")
-    evidence = Path(args.evidence or ROOT / "evals" / "measured" / f"smollm2-135m-finetune-cpu-x{factor}.json")
+    out = Path(args.output or f"runs/cpu-x{factor}{suffix(args)}")
+    ship = Path(args.ship or ROOT / "evals" / "measured" / f"finetune-cpu-x{factor}{suffix(args)}")
+    evidence = Path(
+        args.evidence or ROOT / "evals" / "measured" / f"smollm2-135m-finetune-cpu-x{factor}{suffix(args)}.json"
+    )
     plan = make_plan(factor)
     if not args.report_only:
         measure(args, plan, out, ship, recipes, factor)
-    command = f"python benchmarks/cpu_finetune_x2.py --factor {factor} --output {out}"
+    steps = f" --steps {args.steps}" if args.steps else ""
+    command = f"python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
     rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     runs = run_dirs(out, args.control_from)
     curves = {role: heldout_records(runs[role]) for role in (FINE_TUNED, CONTROL)}

@@ -231,3 +231,52 @@ def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.startswith("cpu_finetune_x2: --tasks: ") and len(err.strip().splitlines()) == 1
     assert calls == [] and not (tmp_path / "x").exists()
+
+
+def test_steps_trains_both_recipes_longer_in_folders_of_their_own(driver, tiny, monkeypatch, capsys):
+    """--steps N (a run that did not converge, trained again longer): the recipe and its control both train
+    with train.max_steps=N (a control trained less would leave the extra adaptation in the comparison), the
+    default output is named -<N>steps, and the report's command says --steps."""
+    import bench_extension as bx
+    import ruler_run
+
+    import ropescale.evals.suite.runner as suite_module
+
+    tmp, plan = tiny
+    monkeypatch.chdir(tmp)
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls = []
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(bx, "trained", lambda run, recipe: False)
+    monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: None)
+    monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml"), "--steps", "6"]
+    argv += ["--ship", str(tmp / "ship"), "--evidence", str(tmp / "ev.json"), "--base-cells", str(tmp / "none")]
+    assert driver.main([*argv, "--tasks", "niah_single_1"]) == 0
+    trains = [c for c in calls if c[0] == "train"]
+    assert [c[2] for c in trains] == [str(tmp / "tiny_cpu.yaml"), str(tmp / "tiny_cpu_control.yaml")]
+    assert all(c[-1] == "train.max_steps=6" for c in trains)
+    assert {c[4] for c in trains} == {"runs/cpu-x2-6steps/yarn", "runs/cpu-x2-6steps/control"}
+    assert "Command: `python benchmarks/cpu_finetune_x2.py --factor 2 --steps 6 --output runs/cpu-x2-6steps`" in (
+        (tmp / "ship" / "report.md").read_text()
+    )
+
+
+def test_steps_refuses_a_control_trained_with_the_recipes_own(driver, tiny, monkeypatch, capsys):
+    """--steps N with --control-from a folder whose control trained the recipe's steps: refused in one line
+    before anything trains (its cells would stand beside a fine-tune trained longer)."""
+    tmp, plan = tiny
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls = []
+    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    control = tmp / "x2" / "control"
+    control.mkdir(parents=True)
+    shutil.copy(tmp / "tiny_cpu_control.yaml", control / "config.yaml")  # trained with max_steps 4
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml"), "--steps", "6"]
+    argv += ["--output", str(tmp / "long"), "--control-from", str(tmp / "x2"), "--ship", str(tmp / "ship")]
+    with pytest.raises(SystemExit) as stop:
+        driver.main([*argv, "--evidence", str(tmp / "ev.json"), "--tasks", "niah_single_1"])
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(err.splitlines()) == 1, err
+    assert str(control / "config.yaml") in err and "max_steps" in err
+    assert calls == []
