@@ -89,13 +89,28 @@ def _cited_once(text: str, before: str) -> str:
     return text
 
 
+def _clauses(text: str) -> list[str]:
+    """``text`` split at each ``"; "`` outside brackets (a clause's own list stays whole)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and text.startswith("; ", i):
+            out.append(text[start:i])
+            start = i + 2
+    return [*out, text[start:]]
+
+
 def _battery_short(line: str) -> str:
     """The battery line's first clause (the recommended method's row) and its folder; the alternative's
-    row, which method holds and the tasks beyond the model are ``--verbose``'s (the ``more:`` line says so)."""
-    first, _, rest = line.partition("; ")
-    folder = re.search(r"\((evals/measured/[^()]+)\)$", line)
-    if not rest:
-        return line
+    row, which method holds and the tasks beyond the model are ``--verbose``'s (the ``more:`` line says so).
+    Where the recommended method has no cell, the first clause lists the other scalings' cells: the short
+    answer counts them (a list cut at its first entry would read as the only cell there is)."""
+    folder = re.search(r" \((evals/measured/[^()]+)\)$", line)
+    first = _clauses(line[: folder.start()] if folder else line)[0]
+    listed = re.search(r" \(cells: (.*)\)$", first)
+    if listed:
+        n = len(_clauses(listed.group(1)))
+        first = first.replace(listed.group(0), f" (cells of {n} other scaling{'s' * (n > 1)}: --verbose)")
     return f"{first} ({folder.group(1)})" if folder else first
 
 

@@ -264,12 +264,16 @@ def test_the_shipped_cells_give_the_battery_line(capsys, tmp_path, monkeypatch):
     code, out, err = run(capsys, "recommend", "--model", MODEL, "--target-length", "16k")
     assert code == 0, err
     battery = _flat(out[out.index("\nbattery:") : out.index("\ncaveat:") if "\ncaveat:" in out else None])
-    assert battery.startswith(
-        "battery: not measured for self_extend ×2 or dynamic_ntk ×2 at 16k (cells: self_extend ×4"
-    )
-    # the shipped self_extend ×4 cells past L, whichever task is the worst as cells are added
-    assert re.search(r"self_extend ×4 .*16k .*\d+/30 \(\d+ % of base\)", battery), battery
-    assert "(evals/measured/ruler/smollm2-135m-x4-cpu" in battery
+    # the short answer counts the other scalings' cells (cut at its first entry, the list read as the only cell)
+    assert re.match(
+        r"battery: not measured for self_extend ×2 or dynamic_ntk ×2 at 16k \(cells of \d+ other scalings: "
+        r"--verbose\) \(evals/measured/ruler/smollm2-135m-x4-cpu\)$",
+        battery.strip(),
+    ), battery
+    code, out, err = run(capsys, "recommend", "--model", MODEL, "--target-length", "16k", "--json")
+    line = json.loads(out)["battery"]["line"]
+    # the whole list: the shipped self_extend ×4 cells past L, whichever task is the worst as cells are added
+    assert re.search(r"\(cells: .*self_extend ×4 [^;]*16k [^;]*\d+/30 \(\d+ % of base\)", line), line
     code, out, err = run(capsys, "recommend", "--model", MODEL, "--target-length", "32k", "--json")
     record = json.loads(out)
     assert record["method"] == "self_extend" and record["battery"]["line"].startswith("self_extend ×4 ")
@@ -306,3 +310,23 @@ def test_the_frontier_report_gains_the_battery(capsys, tmp_path):
     assert "## RULER battery" in report
     assert "| yarn ×4 | 90.0 % | 4k (niah_single_1) | cwe, niah_single_1 |" in report
     assert "Beyond the model at any length (unscaled base < 30 %, not counted): vt." in report
+
+
+def test_the_short_battery_line_keeps_a_clauses_own_list_whole():
+    """The short answer cuts the battery line at its first clause, not inside a clause's own list: where
+    the recommended method has no cell, the other scalings' cells are counted, never cut to the first."""
+    from ropescale.evals.advice.recommend_text import _battery_short, _clauses
+
+    assert _clauses("a (x; y); b; c (z)") == ["a (x; y)", "b", "c (z)"]
+    folder = "evals/measured/ruler/m-x4-cpu"
+    line = (
+        "not measured for yarn ×2 at 16k (cells: self_extend ×4 (window=4096) niah_single_3 16k 1/30 (11 % of base); "
+        f"yarn ×4 16k 6 tasks, worst vt 8/30 (28 % of base)); beyond the model (< 30 % at 4k): cwe ({folder})"
+    )
+    assert _battery_short(line) == (
+        f"not measured for yarn ×2 at 16k (cells of 2 other scalings: --verbose) ({folder})"
+    )
+    one = f"not measured for yarn ×2 at 16k (cells: yarn ×4 niah_single_1 16k 30/30 (100 % of base)) ({folder})"
+    assert _battery_short(one) == f"not measured for yarn ×2 at 16k (cells of 1 other scaling: --verbose) ({folder})"
+    measured = f"yarn ×4 niah_single_1 16k 30/30 (100 % of base); alternative dynamic_ntk ×4 16k 2/30 ({folder})"
+    assert _battery_short(measured) == f"yarn ×4 niah_single_1 16k 30/30 (100 % of base) ({folder})"
