@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import bench_extension as bx
-    from extension_cpu_goal import goal_parts, heldout_records, verdict
+    from extension_cpu_goal import curve_falling, goal_parts, heldout_records, verdict
     from extension_plan import collect, evidence_dict
 
     from ropescale._io import atomic_write_text
@@ -355,7 +355,14 @@ def main(argv=None) -> int:
             f"(RULER's countable tasks instead); the goal, RULER, both held-out curves and the convergence verdict: "
             f"{ship.name}/report.md and goal.json; control = the same fine-tune without scaling"
         )
-        for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime)):
+        said = [  # recommend says it beside the numbers; the paired-window detail is in report.md
+            f"the {role} held-out curve still falls at step {c[-1]['step']} ({c[-2]['eval_ppl']:.2f} at step "
+            f"{c[-2]['step']}, {c[-1]['eval_ppl']:.2f})"
+            for role, c in curves.items()
+            if curve_falling(c)[0]
+        ]
+        status = f"not converged: {'; '.join(said)}; not the recipe's result ({ship.name}/report.md)" if said else ""
+        for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime, status)):
             print(f"evidence: {line}")
     return 0
 

@@ -277,9 +277,12 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
     return lines
 
 
-def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str, str] | None = None) -> dict[str, Any]:
+def evidence_dict(
+    rows: list[Measured], plan: Plan, note: str, runtime: dict[str, str] | None = None, status: str = ""
+) -> dict[str, Any]:
     """The shipped-evidence file (``evals/measured/<model>-finetune.json``) in the frontier's format,
-    with the ``runtime`` that computed its cells where known."""
+    with the ``runtime`` that computed its cells where known and the experiment's ``status`` (``not
+    converged: ...``) where it qualifies them."""
 
     def method(row: Measured) -> str:
         return "default" if row.label in ("none", CONTROL) else "yarn"
@@ -289,5 +292,5 @@ def evidence_dict(rows: list[Measured], plan: Plan, note: str, runtime: dict[str
     )
     ev = Evidence("", plan.model, note, fixed)
     return shipped_dict(
-        ev, plan.original_context, note, budget="fine-tune", runtime=runtime, passkey_jitter=plan.jitter
+        ev, plan.original_context, note, budget="fine-tune", runtime=runtime, passkey_jitter=plan.jitter, status=status
     )

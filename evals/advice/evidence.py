@@ -23,7 +23,10 @@ Two sources, both files, never numbers typed into code:
   cells recorded it) is what computed every number: a merge from another kind of machine is refused
   (:func:`merge_shipped`), since bf16 answers differ between them. The optional ``passkey_jitter``
   says the passkey needles were placed at depths drawn around the nominal ones (``evals/tasks/passkey.py``;
-  absent: fixed depths); a merge of the other placement is refused too.
+  absent: fixed depths); a merge of the other placement is refused too. The optional ``status`` is what
+  the experiment says of its own numbers (``"not converged: ..."``: a fine-tune whose held-out curve still
+  fell at its last point, so its numbers are not its recipe's result); ``recommend`` says it wherever it
+  quotes them, and a merge takes the newest run's (none: removed).
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ class Evidence:
     #: passkey placement of its cells: 0 = fixed depths (a depth's trials share one position), h = each
     #: trial's depth drawn from depth +- h (``evals/tasks/passkey.py``)
     passkey_jitter: float = 0.0
+    #: what the experiment says of its own numbers, said wherever they are quoted (``not converged: ...``:
+    #: a run whose held-out curve still fell at its last point); empty: nothing to add
+    status: str = ""
 
     def find(self, method: str, factor: float | None = None, **params: Any) -> Measured | None:
         """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
@@ -248,12 +254,13 @@ def shipped_dict(
     budget: str = "training-free",
     runtime: dict[str, str] | None = None,
     passkey_jitter: float = 0.0,
+    status: str = "",
 ) -> ShippedFile:
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
     ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
     :func:`.cell_keys.cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
-    at fixed depths (:func:`.cell_keys.cells_jitter`)."""
+    at fixed depths (:func:`.cell_keys.cells_jitter`); ``status`` where the experiment qualifies its numbers."""
     rows: list[ShippedRow] = []
     for r in ev.rows:
         measured: MeasuredEntry = {"command": command or (r.commands[0] if r.commands else "")}
@@ -267,7 +274,8 @@ def shipped_dict(
         )
     shipped: ShippedFile = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
     placement = {"passkey_jitter": float(passkey_jitter)} if passkey_jitter else {}
-    return shipped | ({"runtime": dict(runtime)} if runtime else {}) | placement | {"rows": rows}
+    said = {"status": status} if status else {}
+    return shipped | ({"runtime": dict(runtime)} if runtime else {}) | placement | said | {"rows": rows}
 
 
 def load_measured(path: str | Path) -> Evidence:
@@ -304,6 +312,7 @@ def load_measured(path: str | Path) -> Evidence:
         original_context=int(original) if original else None,
         budget=budget,
         passkey_jitter=float(data.get("passkey_jitter") or 0.0),
+        status=str(data.get("status") or ""),
     )
 
 
@@ -349,8 +358,9 @@ def merge_shipped(old: ShippedFile, new: ShippedFile) -> tuple[ShippedFile, list
     """``new`` (a :func:`shipped_dict`) added to the shipped file ``old``: each of its cells goes, with its
     command, into a new ``measured`` entry of the row with the same label, method, factor and params
     (a new row where there is none). A cell the file already has stays as it is, unless the file's was
-    in progress (fewer prompts than the new one): then the new one replaces it. Nothing else changes,
-    so the cells of a later stage join those of earlier ones whose run folders are gone.
+    in progress (fewer prompts than the new one): then the new one replaces it. Nothing else changes but
+    ``status``, which is the new file's, so the cells of a later stage join those of earlier ones whose run
+    folders are gone.
 
     Returns:
         The merged file and one line per cell: ``added``, ``replaced`` (in progress before) or ``kept``.
@@ -380,6 +390,9 @@ def merge_shipped(old: ShippedFile, new: ShippedFile) -> tuple[ShippedFile, list
             "(bf16 answers differ between them): write it to a file of its own"
         )
     merged: ShippedFile = json.loads(json.dumps(old))
+    merged.pop("status", None)  # the experiment's word on its numbers is the newest run's, never an old one's
+    if new.get("status"):
+        merged = {**{k: v for k, v in merged.items() if k != "rows"}, "status": new["status"], "rows": merged["rows"]}
     lines = []
     for row in new["rows"]:
         same = [

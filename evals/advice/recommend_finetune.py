@@ -35,6 +35,8 @@ def fine_tune_evidence(rec: Any, evidence: list[Evidence], recipe: str | None, k
         return
     rec.measured = found.line
     rec.why = _extension_line(found.source, rec.original_context, recipe_steps(recipe))
+    if found.source.status:  # the experiment's own word on its numbers (a run that did not converge), first
+        rec.caveats.insert(0, f"the measured run: {found.source.status}")
     rec.reasons.insert(0, rec.why)  # the evidence first, then the rule it bears out
     rec.reasons.append("measured " + rec.measured)
     trained = _trains_recall(found.source, recipe)

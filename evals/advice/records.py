@@ -47,6 +47,7 @@ class ShippedFile(TypedDict, total=False):
     note: str
     runtime: dict[str, str]
     passkey_jitter: float
+    status: str
     rows: list[ShippedRow]
 
 

@@ -130,6 +130,8 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     report = (ship / "report.md").read_text()
     assert "goal: " in report and "- fine-tuned yarn: 2: " in report and "(load " in report
     ev = load_measured(evidence)
+    # the evidence file carries the convergence verdict: recommend says it beside the numbers
+    assert (goal[3]["status"] == "not converged") == ev.status.startswith("not converged: the "), ev.status
     ft = next(r for r in ev.rows if r.label == "fine-tuned yarn")
     assert ev.budget == "fine-tune" and ft.factor == 2.0 and sorted(ft.ppl) == [64, L, 2 * L]
     assert {r.label for r in ev.rows} == {"none", "yarn", "fine-tuned yarn", "control"}
@@ -280,3 +282,30 @@ def test_steps_refuses_a_control_trained_with_the_recipes_own(driver, tiny, monk
     assert stop.value.code == 2 and len(err.splitlines()) == 1, err
     assert str(control / "config.yaml") in err and "max_steps" in err
     assert calls == []
+
+
+def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp_path, monkeypatch, capsys):
+    """The evidence file's ``status`` (written by the driver from the held-out curves) reaches recommend's
+    short answer as its first caveat; a merge takes the newest run's status, and none removes it."""
+    import ropescale.evals.advice.evidence as evidence_module
+    from ropescale.cli.main import main
+    from ropescale.evals.advice.evidence import MEASURED_DIR, merge_shipped
+
+    shipped = json.loads((MEASURED_DIR / "smollm2-135m-finetune-cpu-x2.json").read_text())
+    shipped.pop("status", None)
+    status = "not converged: the fine-tuned yarn held-out curve still falls at step 320 (25.52 at step 280, 25.45)"
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    (measured / "smollm2-135m-finetune-cpu-x2.json").write_text(json.dumps({**shipped, "status": status}))
+    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
+    evidence_module.shipped_evidence.cache_clear()
+    try:
+        code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune"])
+    finally:
+        evidence_module.shipped_evidence.cache_clear()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    caveats = out[out.index("\ncaveat:") :]
+    assert " ".join(caveats.split()).startswith(f"caveat: the measured run: {status}"), out
+    assert merge_shipped({**shipped, "status": status}, shipped)[0].get("status") is None
+    assert merge_shipped(shipped, {**shipped, "status": status})[0]["status"] == status
