@@ -91,8 +91,11 @@ def main(argv=None) -> int:
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
-    print(f"machine: {facts['cpu']}, {facts['threads']} threads, bf16 by {facts['bf16_kernels']}, "
-          f"torch {facts['torch']}, load average {load_before}", flush=True)
+    print(
+        f"machine: {facts['cpu']}, {facts['threads']} threads, bf16 by {facts['bf16_kernels']}, "
+        f"torch {facts['torch']}, load average {load_before}",
+        flush=True,
+    )
     gen = torch.Generator().manual_seed(0)
     rows = []
     for T in lengths:
@@ -113,25 +116,31 @@ def main(argv=None) -> int:
                 "gflops": work / seconds / 1e9,
                 "ratio_to_sdpa": seconds / timed["sdpa"],
             }
-            print(f"T {T:>6}: {name:<20} {seconds:7.3f} s a layer, {work / seconds / 1e9:7.1f} GFLOP/s "
-                  f"(causal work), {seconds / timed['sdpa']:.2f}x sdpa's time", flush=True)
+            print(
+                f"T {T:>6}: {name:<20} {seconds:7.3f} s a layer, {work / seconds / 1e9:7.1f} GFLOP/s "
+                f"(causal work), {seconds / timed['sdpa']:.2f}x sdpa's time",
+                flush=True,
+            )
         print(f"T {T:>6}: blocks against sdpa, largest difference {error:.2e}")
         rows.append(row)
     load_after = load_average()
     print(f"load average: {load_before} before, {load_after} after (alone: at most the threads)")
     if args.output:
         command = "python benchmarks/bench_prefill_attention.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        atomic_write_json(args.output, {
-            "command": command.strip(),
-            "machine": facts,
-            "heads": args.heads,
-            "head_dim": args.head_dim,
-            "dtype": args.dtype,
-            "block": args.block,
-            "rows": rows,
-            "load_avg_before": load_before,
-            "load_avg_after": load_after,
-        })
+        atomic_write_json(
+            args.output,
+            {
+                "command": command.strip(),
+                "machine": facts,
+                "heads": args.heads,
+                "head_dim": args.head_dim,
+                "dtype": args.dtype,
+                "block": args.block,
+                "rows": rows,
+                "load_avg_before": load_before,
+                "load_avg_after": load_after,
+            },
+        )
         print(f"wrote {args.output}")
     return 0
 

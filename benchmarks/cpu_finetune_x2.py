@@ -71,9 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--output", default=None, help="runs, exports and cells (default: runs/cpu-x<s>[-<N>steps])")
     ap.add_argument(
-        "--ship", default=None, help="the committed evidence folder (default: evals/measured/finetune-cpu-x<s>[-<N>steps])"
+        "--ship",
+        default=None,
+        help="the committed evidence folder (default: evals/measured/finetune-cpu-x<s>[-<N>steps])",
     )
-    ap.add_argument("--evidence", default=None, help="default: evals/measured/smollm2-135m-finetune-cpu-x<s>[-<N>steps].json")
+    ap.add_argument(
+        "--evidence", default=None, help="default: evals/measured/smollm2-135m-finetune-cpu-x<s>[-<N>steps].json"
+    )
     ap.add_argument("--samples", type=int, default=30, help="prompts per RULER cell")
     ap.add_argument("--tasks", default=None, help="RULER tasks (default: the four countable ones)")
     ap.add_argument("--base-cells", default=str(BASE_CELLS), help="shipped RULER cells of the unscaled model")
