@@ -188,14 +188,16 @@ def ppl_suites(plan, exports: dict) -> dict[str, dict]:
     return raws
 
 
-def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int]]]:
-    """``{task: {length: (score, prompts)}}`` of the complete plain-prompt cells in ``folder`` (of ``label``)."""
+def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int, list[float]]]]:
+    """``{task: {length: (score, prompts, each prompt's score)}}`` of the complete plain-prompt cells in
+    ``folder`` (of ``label``)."""
     from ropescale.evals.tasks.ruler.record import load_cells
 
     out: dict[str, dict[int, tuple[float, int]]] = {}
     for r in load_cells(folder) if folder.is_dir() else []:
         if r.complete and r.prompt == "plain" and (label is None or r.label == label):
-            out.setdefault(r.task, {})[r.length] = (r.score, len(r.result.records))
+            records = r.result.records
+            out.setdefault(r.task, {})[r.length] = (r.score, len(records), [float(x.score) for x in records])
     return out
 
 
@@ -338,9 +340,13 @@ def main(argv=None) -> int:
         *(
             f"- fine-tuned yarn {t} {n // 1024}k: {100 * s:.1f} on {k}"
             for t, c in ruler_ft.items()
-            for n, (s, k) in c.items()
+            for n, (s, k, _) in c.items()
         ),
-        *(f"- none {t} {n // 1024}k: {100 * s:.1f} on {k}" for t, c in ruler_base.items() for n, (s, k) in c.items()),
+        *(
+            f"- none {t} {n // 1024}k: {100 * s:.1f} on {k}"
+            for t, c in ruler_base.items()
+            for n, (s, k, _) in c.items()
+        ),
         "",
         "Training-free beside it, same prompts (listed, not judged):",
         *free_lines(Path(args.base_cells), target, tasks),

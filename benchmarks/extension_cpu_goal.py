@@ -8,7 +8,9 @@ At ×s on a model of trained context L (×2: to 16k), the fine-tuned YaRN model 
    (adaptation, not extension), so the detail also gives the same share against the control, which
    learned the same text unscaled: that is the part the scaling costs at short lengths;
 3. on the four countable RULER tasks (docs/battery.md) at the target, 30 prompts each, its mean score
-   is at least 85 % of the unscaled model's mean at 4k.
+   is at least 85 % of the unscaled model's mean at 4k. The verdict is the goal's, on the measured
+   share; where the cells carry each prompt's score, the detail adds the share's 95 % interval
+   (:func:`share_interval`) and each task's share, so a verdict the prompts cannot carry is seen.
 
 A run whose held-out curve is still falling at its last point is "not converged": its numbers are
 reported, not as the recipe's result (:func:`curve_falling` states the rule). Training-free YaRN and
@@ -92,6 +94,26 @@ def convergence_part(curves: Mapping[str, list[dict[str, Any]]]) -> GoalPart:
     return GoalPart(ask, NOT_CONVERGED if falling else MET, "; ".join(said))
 
 
+def share_interval(
+    mine: Mapping[str, list[float]], bar: Mapping[str, list[float]], reps: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """The 95 % interval of (mean over tasks of the fine-tune's prompt scores) / (the same of the unscaled
+    model's), by a percentile bootstrap that redraws each task's prompts of each model independently (the
+    two are measured at different lengths, so their prompts are not paired)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def means(scores: Mapping[str, list[float]]):
+        per_task = [np.asarray(v, dtype=float) for v in scores.values()]
+        return np.mean([v[rng.integers(0, len(v), size=(reps, len(v)))].mean(axis=1) for v in per_task], axis=0)
+
+    a, b = means(mine), means(bar)
+    share = np.divide(a, b, out=np.full(reps, np.inf), where=b > 0)
+    low, high = np.percentile(share, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def _mean(scores: Mapping[str, Mapping[int, tuple[float, int]]], length: int, tasks: tuple[str, ...]):
     got = [scores.get(t, {}).get(length) for t in tasks]
     if any(g is None for g in got):
@@ -115,7 +137,8 @@ def goal_parts(
         rows: the experiment's rows (``none``, ``fine-tuned yarn``, ``control``; others ignored).
         original_context: L.
         target: the fine-tune's target length (s·L).
-        ruler_ft: the fine-tune's RULER cells, ``{task: {length: (score 0-1, prompts)}}``.
+        ruler_ft: the fine-tune's RULER cells, ``{task: {length: (score 0-1, prompts)}}``, or
+            ``(score, prompts, each prompt's score)`` where the interval is to be given.
         ruler_base: the unscaled model's, the same shape (its cells at ``base_length``, 4k).
         curves: each role's held-out records (:func:`heldout_records`).
     """
@@ -154,7 +177,16 @@ def goal_parts(
     else:
         share = mine / bar if bar else float("inf")
         status = MET if share >= RULER_SHARE else NOT_MET
-        parts.append(GoalPart(ask, status, f"{100 * mine:.1f} vs {100 * bar:.1f} = {100 * share:.0f} %"))
+        text = f"{100 * mine:.1f} vs {100 * bar:.1f} = {100 * share:.0f} %"
+        cells = [(ruler_ft[t][target], ruler_base[t][base_length]) for t in tasks]
+        if all(len(a) > 2 and len(b) > 2 for a, b in cells):  # each prompt's score: the interval and each task
+            low, high = share_interval(
+                {t: a[2] for t, (a, _) in zip(tasks, cells)}, {t: b[2] for t, (_, b) in zip(tasks, cells)}
+            )
+            text += f", 95 % [{100 * low:.0f}, {100 * high:.0f}] %"
+            text += (" (the interval reaches below the goal)" if low < RULER_SHARE else "") + "; by task: "
+            text += ", ".join(f"{t} {100 * a[0] / b[0]:.0f} %" if b[0] else f"{t} -" for t, (a, b) in zip(tasks, cells))
+        parts.append(GoalPart(ask, status, text))
     parts.append(convergence_part(curves))
     return parts
 

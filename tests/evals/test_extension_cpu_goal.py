@@ -8,6 +8,7 @@ from extension_cpu_goal import (
     NOT_CONVERGED,
     curve_falling,
     goal_parts,
+    share_interval,
     verdict,
 )
 
@@ -78,3 +79,42 @@ def test_missing_cells_leave_their_part_not_measured():
     rows = [_row("fine-tuned yarn", {2048: 23.0})]
     parts = goal_parts(rows, L, T, {}, {}, {})
     assert [p.status for p in parts] == ["not measured yet"] * 4
+
+
+def _prompts(hits: int, n: int = 30) -> list[float]:
+    return [1.0] * hits + [0.0] * (n - hits)
+
+
+def test_the_ruler_share_gives_its_interval_and_each_task_where_the_cells_carry_each_prompt():
+    """The verdict stays the goal's (the measured share); the detail adds its 95 % interval over the prompts,
+    says when the interval reaches below the goal, and gives each task's share."""
+    rows = [
+        _row("fine-tuned yarn", {2048: 23.0, 8192: 24.0, T: 24.1}),
+        _row("control", {2048: 22.9, 8192: 24.0}),
+        _row("none", {2048: 23.0, 8192: 23.9}),
+    ]
+    hits = dict(zip(COUNTABLE, (28, 25, 16, 8)))
+    mine = {t: {T: (h / 30, 30, _prompts(h))} for t, h in hits.items()}
+    bar = {t: {4096: (h / 30, 30, _prompts(h))} for t, h in zip(COUNTABLE, (30, 29, 16, 12))}
+    part = goal_parts(rows, L, T, mine, bar, {"fine-tuned yarn": FLAT, "control": FLAT})[2]
+    assert part.status == "met"  # 77/87 = 88.5 %: the point meets 85 %
+    assert "= 89 %, 95 % [" in part.detail and "(the interval reaches below the goal)" in part.detail
+    assert "niah_single_1 93 %" in part.detail and "niah_multikey_1[austen] 100 %" in part.detail
+    # thousands of prompts: the interval closes around the share and no longer reaches below
+    many = {t: {T: (0.9, 3000, _prompts(2700, 3000))} for t in COUNTABLE}
+    full = {t: {4096: (1.0, 3000, _prompts(3000, 3000))} for t in COUNTABLE}
+    part = goal_parts(rows, L, T, many, full, {"fine-tuned yarn": FLAT, "control": FLAT})[2]
+    assert part.status == "met" and "reaches below" not in part.detail, part.detail
+
+
+def test_the_share_interval_is_a_bootstrap_of_the_ratio_of_means():
+    same = {t: _prompts(15) for t in COUNTABLE}
+    low, high = share_interval(same, same)
+    assert low < 1.0 < high  # the same scores: the share's interval holds 1
+    assert share_interval({"a": [1.0] * 30}, {"a": [1.0] * 30}) == (1.0, 1.0)  # no spread
+    assert share_interval(same, same) == (low, high)  # seeded: the report is reproducible
+    wide, narrow = (
+        share_interval({"a": _prompts(9, 10)}, {"a": _prompts(10, 10)}),
+        share_interval({"a": _prompts(900, 1000)}, {"a": _prompts(1000, 1000)}),
+    )
+    assert wide[1] - wide[0] > narrow[1] - narrow[0] > 0
