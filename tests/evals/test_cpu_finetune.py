@@ -309,3 +309,20 @@ def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp
     assert " ".join(caveats.split()).startswith(f"caveat: the measured run: {status}"), out
     assert merge_shipped({**shipped, "status": status}, shipped)[0].get("status") is None
     assert merge_shipped(shipped, {**shipped, "status": status})[0]["status"] == status
+
+
+def test_the_training_free_cells_beside_it_are_read_in_either_layout(driver, tmp_path):
+    """The shipped battery folder holds cells of both layouts: one file per task (an earlier ropescale) and
+    the suite runner's (``ropescale eval ruler`` now: every task of a length in one file). Both are listed
+    beside the fine-tune, as a score on its prompts (a multi-value task scores a share of its values)."""
+    from tests.conftest import REPO
+
+    cell = json.loads((REPO / "tests/data/suite_cells/ruler/none__ruler__1024.json").read_text())
+    (tmp_path / "none__ruler__1024.json").write_text(json.dumps(cell))  # unscaled: the base, not listed
+    (tmp_path / "yarn-x4__ruler__1024.json").write_text(
+        json.dumps({**cell, "method": "yarn", "factor": 4.0, "method_name": "yarn"})
+    )
+    assert driver.free_lines(tmp_path, 1024, ("niah_single_1", "fwe")) == [
+        f"- yarn fwe 1k: 0.0 on 1 ({tmp_path.name})",
+        f"- yarn niah_single_1 1k: 0.0 on 1 ({tmp_path.name})",
+    ]
