@@ -83,6 +83,8 @@ def summed_nll(
     t = targets[keep]  # [N]
 
     if torch.is_grad_enabled() and hidden.requires_grad and _fusable(lm_head, hidden, softcap):
+        global FUSED_CALLS
+        FUSED_CALLS += 1
         return _FusedHeadLoss.apply(h, lm_head.weight, t, chunk_size), int(t.numel())
 
     def piece(h_i: torch.Tensor, t_i: torch.Tensor) -> torch.Tensor:
@@ -101,6 +103,11 @@ def summed_nll(
     if t.numel() == 0:
         total = total + hidden.sum() * 0.0  # keeps the graph connected for an empty batch
     return total, int(t.numel())
+
+
+#: how many losses took the fused CPU path: the trainer records it in each step that did (``head_loss:
+#: fused`` in ``metrics.jsonl``), since its rounding is not the recomputing path's
+FUSED_CALLS = 0
 
 
 def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:

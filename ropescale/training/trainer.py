@@ -40,6 +40,7 @@ import torch
 from .._io import atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
 from ..models.runtime import load_average
+from ..scoring import nll
 from ..patching.plan import original_spec, sliding_window_setting
 from .checkpoints import left_as_found, list_checkpoints, prepare_output_dir, run_identity
 from .config import TrainConfig, dump_config, load_run_config
@@ -83,6 +84,7 @@ def _require_training_deps() -> None:
 
 class _CompiledStep(TypedDict, total=False):
     compiled_layers: int  # train.compile: the decoder layers that ran compiled (absent when off)
+    head_loss: str  # "fused": the opt-in fused CPU head loss computed the step (ROPESCALE_FUSED_LOSS=1; absent: not)
 
 
 class StepRecord(_CompiledStep):
@@ -369,7 +371,7 @@ class Trainer(Checkpointing):
         self.module.train()
         session_start = time.perf_counter()
         while self.step < c.train.max_steps:
-            t0 = time.perf_counter()
+            t0, fused_before = time.perf_counter(), nll.FUSED_CALLS
             loss_sum = torch.zeros((), device=acc.device)
             for micro in range(accum):
                 batch = self.dataset.batch(micro_batch_indices(self.step, micro, (bs, accum, world), dp_rank))
@@ -406,6 +408,8 @@ class Trainer(Checkpointing):
                 )
                 if self.compiled_layers:  # what produced the step's numbers (config.yaml says train.compile too)
                     record["compiled_layers"] = self.compiled_layers
+                if nll.FUSED_CALLS > fused_before:  # likewise: the opt-in fused head loss
+                    record["head_loss"] = "fused"
                 self._log(record)
             bar.update(1)
             bar.set_postfix(loss=f"{step_loss:.4f}", tok_s=f"{step_tokens / dt:.0f}", lr=f"{lr:.2e}")

@@ -89,3 +89,23 @@ def test_freed_memory_stays_mapped_unless_told_otherwise(setting):
         assert int(released_mb) > 250  # glibc unmaps a 300 MB block when it is freed
     else:
         assert int(released_mb) < 50  # kept for the next step
+
+
+def test_a_step_the_fused_head_loss_computed_says_so_in_its_log(tmp_path, make_model, monkeypatch):
+    """Its rounding is not the recomputing path's, so each step it computed records ``head_loss: fused``
+    in metrics.jsonl (results know what produced them); a step of the default path records nothing."""
+    import json
+
+    from ropescale.training.trainer import Trainer
+    from tests.training.conftest import recipe, repetitive_stream
+
+    records = {}
+    for fused in (False, True):
+        monkeypatch.setenv("ROPESCALE_FUSED_LOSS", "1" if fused else "0")
+        train = {"max_steps": 2, "mixed_precision": "no"}
+        config = recipe(tmp_path / str(fused), model={"dtype": "float32"}, lora={"enabled": False}, train=train)
+        Trainer(config, model=make_model(), train_tokens=repetitive_stream(), progress=False).train()
+        lines = (config.output_dir / "metrics.jsonl").read_text().splitlines()
+        records[fused] = [json.loads(line) for line in lines]
+    assert [r.get("head_loss") for r in records[True]] == ["fused", "fused"]
+    assert all("head_loss" not in r for r in records[False])
