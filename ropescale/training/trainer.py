@@ -40,8 +40,8 @@ import torch
 from .._io import atomic_write_text
 from ..errors import MissingDependencyError, RopescaleError
 from ..models.runtime import load_average
-from ..scoring import nll
 from ..patching.plan import original_spec, sliding_window_setting
+from ..scoring import nll
 from .checkpoints import left_as_found, list_checkpoints, prepare_output_dir, run_identity
 from .config import TrainConfig, dump_config, load_run_config
 from .data import WindowDataset, WindowSpec, micro_batch_indices, training_stream
