@@ -136,6 +136,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     assert ev.budget == "fine-tune" and ft.factor == 2.0 and sorted(ft.ppl) == [64, L, 2 * L]
     assert {r.label for r in ev.rows} == {"none", "yarn", "fine-tuned yarn", "control"}
     # recommend --budget fine-tune reads it where the shipped evidence lives, and says it has no passkey cells
+    import ropescale.evals.advice.battery_evidence  # noqa: F401 - its BATTERY_DIR bound before the patch below
     import ropescale.evals.advice.evidence as evidence_module
 
     measured = tmp / "measured"
@@ -287,6 +288,7 @@ def test_steps_refuses_a_control_trained_with_the_recipes_own(driver, tiny, monk
 def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp_path, monkeypatch, capsys):
     """The evidence file's ``status`` (written by the driver from the held-out curves) reaches recommend's
     short answer as its first caveat; a merge takes the newest run's status, and none removes it."""
+    import ropescale.evals.advice.battery_evidence  # noqa: F401 - its BATTERY_DIR bound before the patch below
     import ropescale.evals.advice.evidence as evidence_module
     from ropescale.cli.main import main
     from ropescale.evals.advice.evidence import MEASURED_DIR, merge_shipped

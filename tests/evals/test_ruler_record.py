@@ -18,11 +18,31 @@ from ropescale.evals.tasks.ruler.earlier import EarlierCells
 from ropescale.evals.tasks.ruler.record import SCHEMA, CellFileError, CellRecord, Scaling, read_cells
 from ropescale.evals.tasks.ruler.tasks import TASKS
 
-SHIPPED = sorted(BATTERY_DIR.glob("*/*.json"))
+ALL_SHIPPED = sorted(BATTERY_DIR.glob("*/*.json"))
+#: the one-file-per-task layout (``schema`` named in the file); the rest are the suite runner's cells
+SHIPPED = [p for p in ALL_SHIPPED if "schema" in json.loads(p.read_text())]
+SUITE_SHIPPED = [p for p in ALL_SHIPPED if p not in SHIPPED]
 
 
 def test_there_are_shipped_cells_to_check():
     assert len(SHIPPED) >= 3
+
+
+@pytest.mark.parametrize("path", SUITE_SHIPPED, ids=[p.name for p in SUITE_SHIPPED])
+def test_every_shipped_suite_cell_round_trips_and_reads_as_the_battery_does(path, tmp_path):
+    """A shipped folder may hold cells of ``ropescale eval ruler``'s suite layout (every task of a length in
+    one file): each writes back byte for byte and reads into complete records of the embedded model."""
+    from ropescale.evals.report.cell_record import SuiteCell
+    from ropescale.evals.report.ruler_folder import read_ruler_cells
+
+    data = json.loads(path.read_text())
+    cell = SuiteCell.from_json(data, path)
+    assert cell.to_json() == data
+    atomic_write_json(tmp_path / "again.json", cell.to_json())  # as the suite runner writes a cell
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+    records, skipped = read_ruler_cells([path])
+    assert skipped == [] and records and all(r.complete and r.model == "smollm2-135m" for r in records)
+    assert {r.task for r in records} == set(data["result"]["tasks"])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
