@@ -184,7 +184,8 @@ def goal_parts(
                 {t: a[2] for t, (a, _) in zip(tasks, cells)}, {t: b[2] for t, (_, b) in zip(tasks, cells)}
             )
             text += f", 95 % [{100 * low:.0f}, {100 * high:.0f}] %"
-            text += (" (the interval reaches below the goal)" if low < RULER_SHARE else "") + "; by task: "
+            met_by_point_only = status == MET and low < RULER_SHARE
+            text += (" (the interval reaches below the goal)" if met_by_point_only else "") + "; by task: "
             text += ", ".join(f"{t} {100 * a[0] / b[0]:.0f} %" if b[0] else f"{t} -" for t, (a, b) in zip(tasks, cells))
         parts.append(GoalPart(ask, status, text))
     parts.append(convergence_part(curves))
