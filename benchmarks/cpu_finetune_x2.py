@@ -191,10 +191,10 @@ def ppl_suites(plan, exports: dict) -> dict[str, dict]:
 def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int, list[float]]]]:
     """``{task: {length: (score, prompts, each prompt's score)}}`` of the complete plain-prompt cells in
     ``folder`` (of ``label``)."""
-    from ropescale.evals.report.ruler_folder import load_ruler_cells as load_cells  # either layout
+    from ropescale.evals.report.ruler_folder import load_ruler_cells  # either layout
 
-    out: dict[str, dict[int, tuple[float, int]]] = {}
-    for r in load_cells(folder) if folder.is_dir() else []:
+    out: dict[str, dict[int, tuple[float, int, list[float]]]] = {}
+    for r in load_ruler_cells(folder) if folder.is_dir() else []:
         if r.complete and r.prompt == "plain" and (label is None or r.label == label):
             records = r.result.records
             out.setdefault(r.task, {})[r.length] = (r.score, len(records), [float(x.score) for x in records])
@@ -218,10 +218,10 @@ def base_cells(folder: Path, length: int, tasks: tuple[str, ...]) -> list[Path]:
 
 def free_lines(base_cells: Path, target: int, tasks) -> list[str]:
     """Training-free scalings' RULER cells at the target, on the same prompts (listed, not judged)."""
-    from ropescale.evals.report.ruler_folder import load_ruler_cells as load_cells  # suite cells too
+    from ropescale.evals.report.ruler_folder import load_ruler_cells  # suite cells too
 
     lines = []
-    for r in load_cells(base_cells) if base_cells.is_dir() else []:
+    for r in load_ruler_cells(base_cells) if base_cells.is_dir() else []:
         if not r.unscaled and r.length == target and r.task in tasks and r.complete and r.prompt == "plain":
             k = len(r.result.records)
             lines.append(f"- {r.label} {r.task} {target // 1024}k: {100 * r.score:.1f} on {k} ({base_cells.name})")
