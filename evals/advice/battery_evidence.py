@@ -328,9 +328,11 @@ def _worst(c: Comparison, method: str) -> str:
 
 
 def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRecord | None]:
-    """The short answer's ``battery:`` line and the ``--json`` record, for ``rec`` (a Recommendation):
-    the recommended method and its alternative past L, the method that holds across tasks, the tasks
-    beyond the model; None when no battery cell of the model exists."""
+    """The ``battery:`` line and the ``--json`` record, for ``rec`` (a Recommendation): the recommended
+    method and its alternative past L, the method that holds across tasks, the tasks beyond the model;
+    None when no battery cell of the model exists. The record's ``short`` is the short answer's line, built
+    here from the cells (the recommended method's row, or the number of other scalings' rows where it has
+    none, and the folder), not cut from the long line's text."""
     if not folders or rec.method is None:
         return None, None
     target, fine_tune = rec.target_length, rec.budget == "fine-tune"
@@ -341,6 +343,7 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRe
     home = next((h[0] for h in hits if h), folders[0])
     parts = []
     before = "before the fine-tune (training-free): " if fine_tune else ""
+    short = None  # the short answer's clause where it differs from the line's first (a list it counts)
     if any(hits):
         for (m, x, _, role), hit in zip(wanted, hits):
             title = f"{role}{m} ×{x:g}"
@@ -355,6 +358,9 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRe
         parts.append(
             f"{before}not measured for {names} at {_k(target)}" + (f" (cells: {'; '.join(cells)})" if cells else "")
         )
+        if cells:  # counted: the first cell alone would read as the only one there is
+            n = len(cells)
+            short = f"{before}not measured for {names} at {_k(target)} (cells of {n} other scaling{'s' * (n > 1)}: --verbose)"
     if fine_tune:
         parts += [_fragment(home, r, target, False) for r in home.rows.values() if r.kind == "checkpoint"]
     comparisons = holds(home)
@@ -376,10 +382,18 @@ def battery_line(rec: Any, folders: list[Folder]) -> tuple[str | None, BatteryRe
     if not base:
         parts.append("no unscaled cells to compare with")
     skipped = [s for f in folders for s in f.skipped]
-    line = (
-        "; ".join(parts) + f" ({home.source}" + (f"; {len(skipped)} files skipped, --verbose" if skipped else "") + ")"
-    )
-    return line, {"line": line, "holds": comparisons, "folders": [_record(f) for f in folders]}
+    where = f" ({home.source}" + (f"; {len(skipped)} files skipped, --verbose" if skipped else "") + ")"
+    line = "; ".join(parts) + where
+    # the short answer: the recommended method's row (or what there is instead) and the folder; the
+    # alternative's row, what holds and the tasks beyond the model are --verbose's (its ``more:`` line says so)
+    short = (short or parts[0]) + where
+    record: BatteryRecord = {
+        "line": line,
+        "short": short,
+        "holds": comparisons,
+        "folders": [_record(f) for f in folders],
+    }
+    return line, record
 
 
 def _record(folder: Folder) -> FolderRecord:
@@ -403,59 +417,12 @@ def _record(folder: Folder) -> FolderRecord:
     }
 
 
-def battery_table(record: BatteryRecord) -> list[str]:
-    """``--verbose``: per folder, one line per scaling and task, each length's score with its share of
-    the base, the relative effective length and the worst retention at ≤ L; then what holds and what
-    was skipped."""
-    lines = []
-    for f in record["folders"]:
-        lengths = sorted({int(n) for r in f["rows"] for by in r["tasks"].values() for n in by})
-        width = max([len(r["title"]) for r in f["rows"]] + [8])
-        twidth = max([len(t) for r in f["rows"] for t in r["tasks"]] + [4])
-        lines += ["", f"battery: {f['source']} (RULER score %, n, and % of the unscaled base at ≤ L)"]
-        head = f"  {'scaling':<{width}}  {'task':<{twidth}}" + "".join(f"{_k(n):>20}" for n in lengths)
-        lines.append(head + f"{f'effective ({_share()} of base)':>26}{'worst retention ≤ L':>21}")
-        for r in f["rows"]:
-            for task, by in r["tasks"].items():
-                cells = []
-                for n in lengths:
-                    e = by.get(str(n))
-                    pct = "" if e is None or e["of_base"] is None else f" ({e['of_base']:.0f} %)"
-                    text = "—" if e is None else f"{e['score']:.1f} n={e['samples']}{pct}"
-                    cells.append(f"{text:>20}")
-                m = r["measures"].get(task, {})
-                eff = m.get("effective_length_relative")
-                worst = m.get("worst_retention")
-                lines.append(
-                    f"  {r['title']:<{width}}  {task:<{twidth}}"
-                    + "".join(cells)
-                    + f"{_k(eff) if eff else 'none':>26}{'' if worst is None else f'{worst:.1f} %':>21}"
-                )
-        if f["beyond_the_model"]:
-            lines.append(
-                f"  beyond the model at any length (base < {_floor()}, not counted): {', '.join(f['beyond_the_model'])}"
-            )
-        lines += [f"  skipped: {s}" for s in f["skipped"]]
-        lines += _holds_lines(f["holds"])
-    return lines
-
-
-def _holds_lines(comparisons: list[Comparison]) -> list[str]:
-    lines = []
-    for c in comparisons:
-        worst = ", ".join(f"{m} {_worst(c, m)}" for m in c["worst"])
-        who = " and ".join(c["holds"]) or f"none ({_share()} of base on each task)"
-        lines.append(f"  holds across tasks at {_k(c['length'])} ({', '.join(c['tasks'])}): {who} (worst: {worst})")
-    return lines
-
-
 __all__ = [
     "BATTERY_DIR",
     "Folder",
     "Row",
     "battery_folders",
     "battery_line",
-    "battery_table",
     "holds",
     "is_battery",
     "read_folder",

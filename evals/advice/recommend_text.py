@@ -61,8 +61,8 @@ def format_short(rec: Recommendation) -> str:
     lines += wrap("why:", rec.why)
     if rec.retrieval and not rec.retrieval_in_why:  # one line per fact: the why's retrieval is the frontier's
         lines += wrap("retrieval:", _cited_once(rec.retrieval, rec.why))
-    if rec.battery:
-        lines += wrap("battery:", _battery_short(rec.battery))
+    if rec.battery_record:
+        lines += wrap("battery:", rec.battery_record["short"])
     for other in rec.also:
         lines += wrap("also:", other)
     if rec.serve:
@@ -87,31 +87,6 @@ def _cited_once(text: str, before: str) -> str:
         if path in before:
             text = text.replace(f", {path}", "").replace(f" ({path})", "")
     return text
-
-
-def _clauses(text: str) -> list[str]:
-    """``text`` split at each ``"; "`` outside brackets (a clause's own list stays whole)."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0 and text.startswith("; ", i):
-            out.append(text[start:i])
-            start = i + 2
-    return [*out, text[start:]]
-
-
-def _battery_short(line: str) -> str:
-    """The battery line's first clause (the recommended method's row) and its folder; the alternative's
-    row, which method holds and the tasks beyond the model are ``--verbose``'s (the ``more:`` line says so).
-    Where the recommended method has no cell, the first clause lists the other scalings' cells: the short
-    answer counts them (a list cut at its first entry would read as the only cell there is)."""
-    folder = re.search(r" \((evals/measured/[^()]+)\)$", line)
-    first = _clauses(line[: folder.start()] if folder else line)[0]
-    listed = re.search(r" \(cells: (.*)\)$", first)
-    if listed:
-        n = len(_clauses(listed.group(1)))
-        first = first.replace(listed.group(0), f" (cells of {n} other scaling{'s' * (n > 1)}: --verbose)")
-    return f"{first} ({folder.group(1)})" if folder else first
 
 
 def to_record(rec: Recommendation) -> dict[str, Any]:
@@ -171,7 +146,7 @@ def format_recommendation(rec: Recommendation, spec: Any = None) -> str:
             f"  - no measurements of {rec.method} found; run `ropescale eval suite` to measure it"
         ]
     if rec.battery_record:
-        from ropescale.evals.advice.battery_evidence import battery_table
+        from ropescale.evals.advice.battery_table import battery_table
 
         lines += ["", "battery: " + rec.battery_record["line"], *battery_table(rec.battery_record)]
     if rec.commands:

@@ -96,9 +96,11 @@ class FolderRecord(TypedDict):
 
 
 class BatteryRecord(TypedDict):
-    """``recommend --json``'s ``battery``: the short answer's line, what holds, and each folder."""
+    """``recommend --json``'s ``battery``: the whole line (``--verbose``), the short answer's (the recommended
+    method's row and its folder), what holds, and each folder."""
 
     line: str
+    short: str
     holds: list[Comparison]
     folders: list[FolderRecord]
 

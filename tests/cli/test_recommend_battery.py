@@ -312,21 +312,25 @@ def test_the_frontier_report_gains_the_battery(capsys, tmp_path):
     assert "Beyond the model at any length (unscaled base < 30 %, not counted): vt." in report
 
 
-def test_the_short_battery_line_keeps_a_clauses_own_list_whole():
-    """The short answer cuts the battery line at its first clause, not inside a clause's own list: where
-    the recommended method has no cell, the other scalings' cells are counted, never cut to the first."""
-    from ropescale.evals.advice.recommend_text import _battery_short, _clauses
+def test_the_short_battery_line_counts_the_other_scalings_cells(tmp_path):
+    """The short answer is built from the cells, not cut from the long line: where the recommended method
+    has no cell, the other scalings' rows are counted (the first alone would read as the only cell there
+    is, and a cut inside its list left a bracket open); where it has one, its row and the folder."""
+    from ropescale.evals.advice.recommend_text import format_short
 
-    assert _clauses("a (x; y); b; c (z)") == ["a (x; y)", "b", "c (z)"]
-    folder = "evals/measured/ruler/m-x4-cpu"
-    line = (
-        "not measured for yarn ×2 at 16k (cells: self_extend ×4 (window=4096) niah_single_3 16k 1/30 (11 % of base); "
-        f"yarn ×4 16k 6 tasks, worst vt 8/30 (28 % of base)); beyond the model (< 30 % at 4k): cwe ({folder})"
+    write_cell(tmp_path, "niah_single_1", 4096, 30)
+    write_cell(tmp_path, "niah_single_3", 4096, 20)
+    write_cell(tmp_path, "niah_single_3", 16384, 1, "self_extend", 4, {"group_size": 8, "window": 4096})
+    write_cell(tmp_path, "niah_single_1", 16384, 30, "yarn", 4)
+    rec = _recommend(tmp_path, target=16384)
+    names = f"{rec.method} ×2 or {rec.alternative[0]} ×2"  # the rule's choice at ×2 and its alternative
+    assert rec.battery.startswith(f"not measured for {names} at 16k (cells: self_extend ×4 ")  # the whole list
+    assert "(5 % of base), niah_single_1 not at 16k; yarn ×4 niah_single_1 16k 30/30" in rec.battery
+    short = rec.battery_record["short"]
+    assert short == f"not measured for {names} at 16k (cells of 2 other scalings: --verbose) ({tmp_path})"
+    assert _flat(format_short(rec)).count("battery: " + _flat(short)) == 1
+    write_cell(tmp_path, "niah_single_1", 16384, 24, rec.method, 2)
+    rec = _recommend(tmp_path, target=16384)
+    assert rec.battery_record["short"] == (
+        f"{rec.method} ×2 niah_single_1 16k 24/30 (80 % of base), niah_single_3 not at 16k ({tmp_path})"
     )
-    assert _battery_short(line) == (
-        f"not measured for yarn ×2 at 16k (cells of 2 other scalings: --verbose) ({folder})"
-    )
-    one = f"not measured for yarn ×2 at 16k (cells: yarn ×4 niah_single_1 16k 30/30 (100 % of base)) ({folder})"
-    assert _battery_short(one) == f"not measured for yarn ×2 at 16k (cells of 1 other scaling: --verbose) ({folder})"
-    measured = f"yarn ×4 niah_single_1 16k 30/30 (100 % of base); alternative dynamic_ntk ×4 16k 2/30 ({folder})"
-    assert _battery_short(measured) == f"yarn ×4 niah_single_1 16k 30/30 (100 % of base) ({folder})"
