@@ -23,6 +23,11 @@ on the ids), ``--warmup`` untimed steps then ``--steps`` timed ones. FLOPs per t
 matmul, LM head included; T: the window), ``4N + ...`` for LoRA (frozen weights need no weight
 gradient); attention counted as if not causal, the convention of the issue's 212 GFLOP/s.
 
+Ceiling: what each recipe's step could reach if everything but attention ran at the matmul rate, with
+SDPA's CPU attention (forward and backward at the recipe's window) as timed here
+(:func:`attention_ceiling`). Where the ceiling is below a goal, no glue, fusion or allocator change
+reaches it: only a faster attention kernel does.
+
 Prefill: one forward of BOS + T random ids with YaRN at the factor reaching T (``logits_to_keep=1``: the
 serving prefill), in the runtime ``auto`` resolves (bf16 where the CPU computes it). FLOPs per token
 ``2N' + 4·layers·d_attn·T`` (N': the layers' weights, no LM head), the same non-causal convention.
@@ -221,6 +226,43 @@ def training(recipe: str, s: dict[str, int], args, model=None, overrides: tuple[
     return row
 
 
+def attention_ceiling(s: dict[str, int], row: dict, rate: float, repeats: int, torch) -> dict:
+    """The most ``row``'s step could reach with SDPA's CPU attention as it runs here and every other op
+    at the bf16 matmul ``rate``: the step's FLOPs (the table's convention) over the attention kernel's
+    measured time (forward and backward, causal, bf16, the recipe's window, the model's query heads: the
+    key/value heads are repeated before it, as transformers' SDPA path does) times the layers and windows
+    of a step, plus the rest of the step's FLOPs (6N a token, 4N under LoRA) at ``rate``. A share above
+    it needs a faster attention kernel, not faster glue around it."""
+    T, H, D = row["seq_len"], s["heads"], s["head_dim"]
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, H, T, D, generator=gen, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    grad = torch.randn(1, H, T, D, generator=gen, dtype=torch.bfloat16)
+
+    def forward_backward() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+    forward_backward()
+    layer_s = min(_timed(forward_backward) for _ in range(repeats))
+    attention_s = layer_s * s["layers"] * row["step_tokens"] / T
+    rest_s = (4 if row["lora"] else 6) * weights(s) * row["step_tokens"] / (rate * 1e9)
+    gflops = row["flops_per_token"] * row["step_tokens"] / (attention_s + rest_s) / 1e9
+    out = {
+        "attention_layer_s": layer_s,
+        "attention_step_s": attention_s,
+        "attention_share_of_step": attention_s / row["step_s"],
+        "rest_at_matmul_rate_s": rest_s,
+        "gflops": gflops,
+        "share_of_bf16_matmul": gflops / rate,
+    }
+    print(
+        f"train {row['recipe']}: attention alone (SDPA, forward and backward, {T} tokens) {attention_s:.1f} s of "
+        f"the {row['step_s']:.1f} s step; with everything else at the matmul rate ({rest_s:.1f} s) the step "
+        f"would reach {gflops:.0f} GFLOP/s = {100 * out['share_of_bf16_matmul']:.0f} % of it (the ceiling)",
+        flush=True,
+    )
+    return out
+
+
 # -- (iii) prefill -----------------------------------------------------------------------------------------
 def prefill(model, s: dict[str, int], length: int, original: int, torch) -> dict:
     """Seconds of one forward over ``length`` tokens (YaRN at the factor reaching it, the last token's
@@ -322,6 +364,7 @@ def main(argv=None) -> int:
     for recipe in recipes:
         row = training(recipe, s, args, model_for_train() if model_for_train else None, overrides)
         row["share_of_bf16_matmul"] = row["gflops"] / rate
+        row["ceiling"] = attention_ceiling(s, row, rate, args.repeats, torch)
         result["training"].append(row)
     model.eval()
     result["prefill"] = []
@@ -336,7 +379,9 @@ def main(argv=None) -> int:
     for row in result["training"]:
         print(
             f"train {row['recipe']}: {row['tokens_per_s']:.0f} tokens/s, {row['gflops']:.1f} GFLOP/s = "
-            f"{100 * row['share_of_bf16_matmul']:.0f} % of it"
+            f"{100 * row['share_of_bf16_matmul']:.0f} % of it; ceiling with this CPU's attention kernel "
+            f"{100 * row['ceiling']['share_of_bf16_matmul']:.0f} % (attention {row['ceiling']['attention_step_s']:.1f} s "
+            f"of {row['step_s']:.1f} s)"
         )
     for row in result["prefill"]:
         print(
