@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 
 from ropescale.evals.tasks.proportions import wilson_interval
 from ropescale.evals.tasks.records import TrialJSON
+from ropescale.models.runtime import load_average
 from ropescale.scoring.nll import model_device
 
 
@@ -175,6 +177,7 @@ def greedy_generate(
 
             tests = [finished[i] for i in batch]
             stop["stopping_criteria"] = StoppingCriteriaList([_text_test(tokenizer, input_ids.shape[1], tests)])
+        began = time.perf_counter()
         with _beyond_context_allowed():
             out = model.generate(
                 input_ids=input_ids,
@@ -184,10 +187,11 @@ def greedy_generate(
                 pad_token_id=pad_id,
                 **stop,
             )  # [b, L + new]
+        seconds = (time.perf_counter() - began) / len(batch)  # a batch's prompts share its time
         for i, new in zip(batch, out[:, input_ids.shape[1] :]):
             texts[i] = tokenizer.decode(new.tolist(), skip_special_tokens=True)
             if journal is not None:
-                journal.record(prompts[i], max_new_tokens, texts[i])
+                journal.record(prompts[i], max_new_tokens, texts[i], seconds, load_average())
         bar.update(len(batch))
         k += len(batch)
     bar.close()
@@ -228,6 +232,14 @@ def _text_test(tokenizer: Any, prompt_length: int, tests: Sequence[Callable[[str
     return TextTest()
 
 
+class Journaled(TypedDict):
+    """What a cell's prompts taken from a journal cost when they were decoded (:meth:`PromptJournal.journaled`)."""
+
+    prompts: int
+    seconds: float | None
+    load_avg: list[float] | None
+
+
 class PromptJournal:
     """The texts a retrieval run has decoded so far, one JSON line per prompt, so that an
     interrupted run resumes at the first prompt it had not finished (a 32k-token prompt costs
@@ -235,9 +247,12 @@ class PromptJournal:
 
     The first line holds a fingerprint of what decoded them (model, method settings, runtime):
     a journal written under another fingerprint is set aside (renamed ``*.stale``), never mixed
-    in. Each later line is ``{"prompt": sha256 of the token ids, "max_new_tokens", "text"}``,
-    appended and flushed to disk as the prompt finishes; a torn last line (a crash mid-write) is
-    ignored. The caller removes the journal once the run's result is written.
+    in. Each later line is ``{"prompt": sha256 of the token ids, "max_new_tokens", "text"}``, and
+    since issue 54 ``"seconds"`` (the prompt's decoding time) and ``"load"`` (the 1-minute load average
+    when it finished), appended and flushed to disk as the prompt finishes; a torn last line (a crash
+    mid-write) is ignored. A cell resumed from the journal reports what its journaled prompts cost
+    (:meth:`journaled`) rather than only the run that finished it. The caller removes the journal once
+    the run's result is written.
     """
 
     def __init__(self, path: str | os.PathLike, fingerprint: dict[str, Any], also: Sequence[dict[str, Any]] = ()):
@@ -253,6 +268,9 @@ class PromptJournal:
         return hashlib.sha256(",".join(str(int(t)) for t in prompt).encode()).hexdigest()
 
     def _read(self, write: bool = True) -> dict[tuple[str, int], str]:
+        return {key: str(row["text"]) for key, row in self._rows(write).items()}
+
+    def _rows(self, write: bool = True) -> dict[tuple[str, int], dict[str, Any]]:
         if not self.path.is_file():
             return {}
         text = self.path.read_text(encoding="utf-8")
@@ -272,7 +290,7 @@ class PromptJournal:
         for line in lines[1:]:
             try:
                 row = json.loads(line)
-                found[(row["prompt"], row["max_new_tokens"])] = str(row["text"])
+                found[(row["prompt"], row["max_new_tokens"])] = {**row, "text": str(row["text"])}
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from an interrupted write
         return found
@@ -290,9 +308,38 @@ class PromptJournal:
         found = self._read(write=False)
         return [found.get((self.digest(p), max_new_tokens)) for p in prompts]
 
-    def record(self, prompt: Sequence[int], max_new_tokens: int, text: str) -> None:
-        """Append one finished prompt's text."""
-        self._append({"prompt": self.digest(prompt), "max_new_tokens": max_new_tokens, "text": text})
+    def journaled(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> Journaled | None:
+        """What the prompts the journal already holds cost when they were decoded, or None where it
+        holds none of them (read without touching the file): how many, their decoding seconds (None where
+        a line lacks them: a journal written before the key) and the range of the load averages they
+        finished under (None where no line has one)."""
+        found = self._rows(write=False)
+        rows = [found[key] for p in prompts if (key := (self.digest(p), max_new_tokens)) in found]
+        if not rows:
+            return None
+        seconds = [r.get("seconds") for r in rows]
+        loads = [r["load"] for r in rows if isinstance(r.get("load"), (int, float))]
+        return {
+            "prompts": len(rows),
+            "seconds": None if None in seconds else float(sum(seconds)),
+            "load_avg": [min(loads), max(loads)] if loads else None,
+        }
+
+    def record(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        text: str,
+        seconds: float | None = None,
+        load: float | None = None,
+    ) -> None:
+        """Append one finished prompt's text, with its decoding time and load average where given."""
+        row: dict[str, Any] = {"prompt": self.digest(prompt), "max_new_tokens": max_new_tokens, "text": text}
+        if seconds is not None:
+            row["seconds"] = round(seconds, 3)
+        if load is not None:
+            row["load"] = load
+        self._append(row)
 
     def _append(self, row: dict[str, Any]) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
@@ -304,14 +351,14 @@ class PromptJournal:
         """Append the prompts ``other`` holds under its own fingerprint (the same work journaled in another
         layout: a RULER cell in progress before eval ruler ran through the suite runner), so that this
         journal resumes where that one stopped; ``other`` is read, never changed. Returns how many."""
-        found = other._read(write=False)
+        found = other._rows(write=False)
         if not found:
             return 0
         self.texts([], 0)  # starts the file under this fingerprint (a stale one is set aside)
         have = self._read(write=False)
-        for (prompt, max_new_tokens), text in found.items():
-            if (prompt, max_new_tokens) not in have:
-                self._append({"prompt": prompt, "max_new_tokens": max_new_tokens, "text": text})
+        for key, row in found.items():
+            if key not in have:  # the whole line: its text, and its cost where the other journal kept it
+                self._append({k: row[k] for k in ("prompt", "max_new_tokens", "text", "seconds", "load") if k in row})
         return len(found)
 
     def remove(self) -> None:
@@ -321,6 +368,7 @@ class PromptJournal:
 
 __all__ = [
     "GridResult",
+    "Journaled",
     "bos_prefix",
     "check_depth",
     "check_grid",

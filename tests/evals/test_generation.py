@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -282,3 +284,30 @@ def test_generating_past_the_context_gives_no_transformers_reminder(bytelevel_to
     finally:
         logging.getLogger("transformers").removeHandler(handler)
     assert seen == ["exceeded the model's predefined maximum length (outside greedy_generate)"]  # only there
+
+
+def test_a_journal_keeps_what_each_prompt_cost_so_a_resumed_cell_can_say_it(tmp_path):
+    """Each journaled prompt keeps its decoding seconds and the load average it finished under; what the
+    prompts already journaled cost is read back before the rest are decoded. A journal written before
+    those keys gives ``seconds: None`` (unknown), never 0."""
+    path = tmp_path / "cell.partial.jsonl"
+    journal = PromptJournal(path, {"f": 4})
+    assert journal.journaled(PROMPTS, 2) is None  # nothing journaled yet
+    with pytest.raises(KeyboardInterrupt):
+        greedy_generate(CrashingEcho(crash_on=4), DigitTokenizer(), PROMPTS, max_new_tokens=2, journal=journal)
+    rows = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert len(rows) == 3 and all(r["seconds"] >= 0 and "load" in r for r in rows)  # the crash came at the 4th
+    got = PromptJournal(path, {"f": 4}).journaled(PROMPTS, 2)
+    assert got["prompts"] == 3 and got["seconds"] == pytest.approx(sum(r["seconds"] for r in rows))
+    loads = [r["load"] for r in rows if r["load"] is not None]
+    assert got["load_avg"] == ([min(loads), max(loads)] if loads else None)
+    assert PromptJournal(path, {"f": 4}).journaled(PROMPTS, 3) is None  # another max_new_tokens: not these prompts
+
+    older = tmp_path / "older.partial.jsonl"
+    older.write_text(
+        json.dumps({"fingerprint": {"f": 4}})
+        + "\n"
+        + json.dumps({"prompt": PromptJournal.digest(PROMPTS[0]), "max_new_tokens": 2, "text": "33"})
+        + "\n"
+    )
+    assert PromptJournal(older, {"f": 4}).journaled(PROMPTS, 2) == {"prompts": 1, "seconds": None, "load_avg": None}

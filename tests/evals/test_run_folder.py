@@ -219,8 +219,8 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
     recorded = []
     real = generation.PromptJournal.record
 
-    def killed_after_one(self, prompt, max_new_tokens, text):
-        real(self, prompt, max_new_tokens, text)
+    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
         recorded.append(text)
         raise KeyboardInterrupt
 
@@ -234,8 +234,8 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
 
     decoded = []
 
-    def counted(self, prompt, max_new_tokens, text):
-        real(self, prompt, max_new_tokens, text)
+    def counted(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
         decoded.append(text)
 
     monkeypatch.setattr(generation.PromptJournal, "record", counted)
@@ -258,8 +258,8 @@ def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runn
     out = tmp_path / "o"
     real = generation.PromptJournal.record
 
-    def killed_after_one(self, prompt, max_new_tokens, text):
-        real(self, prompt, max_new_tokens, text)
+    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
@@ -282,8 +282,8 @@ def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runn
     before = journal.read_bytes()
     decoded = []
 
-    def counted(self, prompt, max_new_tokens, text):
-        real(self, prompt, max_new_tokens, text)
+    def counted(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
         decoded.append(text)
 
     monkeypatch.setattr(generation.PromptJournal, "record", counted)

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any, NotRequired, TypedDict
 
 from ropescale.evals.tasks.generation import (
+    Journaled,
     PromptJournal,
     bos_prefix,
     check_positive_int,
@@ -67,6 +68,7 @@ class RulerCellJSON(TypedDict):
     stop: NotRequired[str]
     prompt: NotRequired[str]
     load_avg: NotRequired[list[float | None]]
+    resumed: NotRequired[Journaled]
     score: float
     interval: list[float]
     metric: str
@@ -97,6 +99,12 @@ class RulerCell:
     #: (:func:`~ropescale.models.runtime.load_average`): a cell timed beside another job says so.
     #: Files before it lack the key
     load_avg: list[float | None] | None = None
+    #: the prompts taken from the journal of an earlier, interrupted run (:meth:`~ropescale.evals.tasks.
+    #: generation.PromptJournal.journaled`): how many, their decoding seconds and load averages. Then
+    #: ``elapsed_s`` is this run's time plus theirs, and ``load_avg`` this run's, where the journal has
+    #: their seconds; where it does not (a journal written before them), ``elapsed_s`` is this run's
+    #: alone and the key says so (``seconds: null``). Absent from cells measured in one run
+    resumed: Journaled | None = None
 
     @property
     def score(self) -> float:
@@ -114,16 +122,19 @@ class RulerCell:
             del out["prompt"]
         if self.load_avg is None:
             del out["load_avg"]
+        if self.resumed is None:
+            del out["resumed"]
         return out
 
     @classmethod
     def from_dict(cls, data: RulerCellJSON) -> RulerCell:
-        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt", "load_avg")}
+        keys = {f for f in cls.__dataclass_fields__ if f not in ("records", "stop", "prompt", "load_avg", "resumed")}
         cell = cls(
             **{k: data[k] for k in keys},
             stop=data.get("stop", "max_new_tokens"),
             prompt=data.get("prompt", "plain"),
             load_avg=data.get("load_avg"),
+            resumed=data.get("resumed"),
         )
         cell.records = [RulerRecord(**r) for r in data["records"]]
         return cell
@@ -215,6 +226,7 @@ def run_ruler_cell(
     # after that (more text only adds matches), so the score is the one of decoding all
     # max_new_tokens, for a fraction of the tokens on the prompts the model answers.
     answered = [partial(_answered, outputs=[str(o) for o in d["outputs"]]) for d in docs]
+    resumed = journal.journaled(prompts, task.max_new_tokens) if journal is not None else None
     texts = greedy_generate(
         model,
         tokenizer,
@@ -232,7 +244,8 @@ def run_ruler_cell(
     for doc, ids, text in zip(docs, prompts, texts):
         outputs = [str(o) for o in doc["outputs"]]
         cell.records.append(RulerRecord(int(doc["index"]), len(ids), outputs, text, score(text, outputs)))
-    cell.elapsed_s = time.time() - start
+    cell.elapsed_s = time.time() - start + ((resumed or {}).get("seconds") or 0.0)
+    cell.resumed = resumed
     return cell
 
 
