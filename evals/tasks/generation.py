@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import torch
 from tqdm.auto import tqdm
@@ -407,6 +407,7 @@ class GridJSON(TypedDict):
     length_interval: dict[str, list[float]]
     effective_context: int | None
     elapsed_s: float
+    resumed: NotRequired[Journaled]
     records: list[TrialJSON]
 
 
@@ -461,7 +462,8 @@ class GridResult:
     def grid_dict(self) -> GridJSON:
         """The JSON fields both results share: settings, ``accuracy`` grid (rows = lengths),
         per-length accuracy (keys are strings), the number of trials and the 95% Wilson interval
-        of every cell and length, ``effective_context``, timing and the records."""
+        of every cell and length, ``effective_context``, timing (``resumed`` where prompts came from an
+        interrupted run's journal, as a RULER cell says it) and the records."""
         return {
             "lengths": list(self.lengths),
             "depths": list(self.depths),
@@ -477,6 +479,7 @@ class GridResult:
             "length_interval": {str(n): list(self.interval(n)) for n in self.lengths},
             "effective_context": self.effective_context,
             "elapsed_s": self.elapsed_s,
+            **({"resumed": self.resumed} if getattr(self, "resumed", None) else {}),
             "records": [asdict(r) for r in self.records],
         }
 

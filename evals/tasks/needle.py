@@ -24,6 +24,7 @@ import torch
 from ropescale.evals.tasks.generation import (
     GridJSON,
     GridResult,
+    Journaled,
     PromptJournal,
     check_grid,
     check_positive_int,
@@ -117,7 +118,8 @@ class NeedleResult(GridResult):
         seed: run seed.
         max_new_tokens: tokens generated per trial.
         records: every trial, in run order.
-        elapsed_s: wall-clock seconds spent generating.
+        elapsed_s: wall-clock seconds spent generating, the journaled prompts' included.
+        resumed: what the prompts taken from a journal cost, or None.
         threshold: mean score a length needs to count towards :attr:`effective_context`.
     """
 
@@ -129,6 +131,9 @@ class NeedleResult(GridResult):
     max_new_tokens: int
     records: list[NeedleTrial] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: the prompts an interrupted run's journal held (:meth:`~ropescale.evals.tasks.generation.PromptJournal.
+    #: journaled`): ``elapsed_s`` counts their seconds where the journal has them
+    resumed: Journaled | None = None
     threshold: float = RULER_THRESHOLD
 
     def to_dict(self) -> NeedleJSON:
@@ -210,6 +215,7 @@ def run_needle(
 
     result = NeedleResult(spec.name, lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()
+    result.resumed = journal.journaled([p.input_ids for p in prompts], max_new_tokens) if journal is not None else None
     # Prompts of one length have exactly that many tokens, so batches never need padding.
     texts = greedy_generate(
         model,
@@ -242,7 +248,7 @@ def run_needle(
             )
         )
     result.sort_records()
-    result.elapsed_s = time.perf_counter() - start
+    result.elapsed_s = time.perf_counter() - start + ((result.resumed or {}).get("seconds") or 0.0)
     return result
 
 

@@ -48,6 +48,7 @@ from ropescale.data.documents import tokens_after_sentence
 from ropescale.evals.tasks.generation import (
     GridJSON,
     GridResult,
+    Journaled,
     PromptJournal,
     bos_prefix,
     check_depth,
@@ -255,7 +256,8 @@ class PasskeyResult(GridResult):
         seed: seed of the keys.
         max_new_tokens: tokens generated per trial.
         records: every trial, in run order.
-        elapsed_s: wall-clock seconds spent generating.
+        elapsed_s: wall-clock seconds spent generating, the journaled prompts' included.
+        resumed: what the prompts taken from a journal cost, or None.
         threshold: accuracy a length needs to count towards :attr:`passkey_context`.
 
     :attr:`passkey_context` is :attr:`effective_context` under the name the passkey papers use;
@@ -270,6 +272,9 @@ class PasskeyResult(GridResult):
     max_new_tokens: int
     records: list[PasskeyTrial] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: the prompts an interrupted run's journal held (:meth:`~ropescale.evals.tasks.generation.PromptJournal.
+    #: journaled`): ``elapsed_s`` counts their seconds where the journal has them
+    resumed: Journaled | None = None
     threshold: float = PASS_THRESHOLD
 
     @staticmethod
@@ -382,6 +387,7 @@ def run_passkey(
     jobs, prompts = _jobs(tokenizer, lengths, depths, trials, seed, add_bos, jitter)  # validates lengths early
     result = PasskeyResult(lengths, depths, trials, seed, max_new_tokens)
     start = time.perf_counter()
+    result.resumed = journal.journaled([p.input_ids for p in prompts], max_new_tokens) if journal is not None else None
     # Prompts of one length have exactly that many tokens, so batches never need padding.
     texts = greedy_generate(
         model,
@@ -394,7 +400,7 @@ def run_passkey(
         journal=journal,
     )
     _score(result, jobs, prompts, texts)
-    result.elapsed_s = time.perf_counter() - start
+    result.elapsed_s = time.perf_counter() - start + ((result.resumed or {}).get("seconds") or 0.0)
     return result
 
 

@@ -304,3 +304,23 @@ def test_jitter_spreads_a_depths_trials_over_its_band_with_the_same_keys(bytelev
 def test_bad_jitter_is_named(bytelevel_tokenizer, jitter):
     with pytest.raises(ValueError, match=r"jitter must be a number in \[0, 0.5\]"):
         run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, [100], [0.5], 1, jitter=jitter)
+
+
+def test_a_passkey_cell_resumed_from_its_journal_says_what_its_journaled_prompts_cost(bytelevel_tokenizer, tmp_path):
+    """As a RULER cell (tests/evals/test_ruler_resume.py): a passkey run finished from an interrupted run's
+    journal gives ``resumed`` and counts the journaled prompts' seconds in ``elapsed_s``; a run from
+    nothing has no ``resumed`` key."""
+    from ropescale.evals.tasks.generation import PromptJournal
+
+    kw = dict(lengths=[100], depths=[0.0, 1.0], trials=1, progress=False)
+    first = PromptJournal(tmp_path / "cell.partial.jsonl", {"f": 1})
+    fresh = run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, journal=first, **kw)
+    assert fresh.resumed is None and "resumed" not in fresh.to_dict()
+    lines = (tmp_path / "cell.partial.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines[1:]]
+    rows[0]["seconds"] = 300.0  # the first prompt took five minutes in the interrupted run
+    (tmp_path / "cell.partial.jsonl").write_text("\n".join([lines[0], json.dumps(rows[0])]) + "\n")
+    again = run_passkey(OracleModel(bytelevel_tokenizer), bytelevel_tokenizer, journal=first, **kw)
+    assert again.resumed["prompts"] == 1 and again.resumed["seconds"] == 300.0
+    assert 300.0 <= again.elapsed_s < 360.0 and again.to_dict()["resumed"] == again.resumed
+    assert [r.correct for r in again.records] == [r.correct for r in fresh.records]

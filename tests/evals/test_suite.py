@@ -40,9 +40,12 @@ def _cells(out):
 
 
 def _strip_times(cells):
+    """The cells without what differs between runs of the same work: their timing, and what a resumed
+    cell's journaled prompts cost (``resumed``)."""
     for result in cells.values():
         result.pop("elapsed_s", None)
         result.pop("tokens_per_second", None)
+        result.pop("resumed", None)
     return cells
 
 
@@ -346,6 +349,8 @@ def test_an_interrupted_passkey_cell_resumes_at_its_first_unfinished_prompt(suit
     monkeypatch.setattr(PromptJournal, "record", lambda self, *a: recorded.append(a) or real(self, *a))
     run_suite(suite_from_dict(one), tmp_path / "resumed", progress=False)
     assert len(recorded) == 2  # the 6-prompt cell decoded only the two the crash left
+    resumed = _cells(tmp_path / "resumed")["yarn__passkey__128.json"]["resumed"]
+    assert resumed["prompts"] == 4 and resumed["seconds"] >= 0  # the four the journal held, their time counted
     assert _strip_times(_cells(tmp_path / "resumed")) == expected
     assert not list((tmp_path / "resumed" / "cells").glob("*.partial.jsonl"))  # gone once the cell is written
 
