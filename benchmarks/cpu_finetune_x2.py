@@ -287,7 +287,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import bench_extension as bx
-    from extension_cpu_goal import curve_falling, goal_parts, heldout_records, verdict
+    from extension_cpu_goal import curve_falling, goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
 
     from ropescale._io import atomic_write_text
@@ -372,7 +372,11 @@ def main(argv=None) -> int:
             if curve_falling(c)[0]
         ]
         status = f"not converged: {'; '.join(said)}; not the recipe's result ({ship.name}/report.md)" if said else ""
-        for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime, status)):
+        free = ruler_scores(Path(args.base_cells), f"yarn-x{factor}")  # its scaling untrained, same prompts
+        retrieval = retrieval_line(
+            ruler_ft, ruler_base, free, target, f"its scaling (yarn ×{factor})", tasks, args.base_length
+        )
+        for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime, status, retrieval)):
             print(f"evidence: {line}")
     return 0
 

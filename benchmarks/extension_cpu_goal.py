@@ -192,6 +192,39 @@ def goal_parts(
     return parts
 
 
+def retrieval_line(
+    ruler_ft: Mapping[str, Mapping[int, tuple]],
+    ruler_base: Mapping[str, Mapping[int, tuple]],
+    ruler_free: Mapping[str, Mapping[int, tuple]],
+    target: int,
+    free: str,
+    tasks: tuple[str, ...] = COUNTABLE,
+    base_length: int = RULER_BASE_LENGTH,
+) -> str:
+    """The fine-tune's retrieval in one line, as the evidence file's ``retrieval`` (``recommend --budget
+    fine-tune`` quotes it): RULER's mean over ``tasks`` at the target as a share of the unscaled model's
+    at ``base_length``, with its interval where each prompt's score is known, and ``free`` (its scaling
+    untrained) on the same prompts where ``ruler_free`` has every task there. Empty where a cell is missing."""
+    (mine, n), (bar, _) = _mean(ruler_ft, target, tasks), _mean(ruler_base, base_length, tasks)
+    if mine is None or not bar:
+        return ""
+    text = (
+        f"RULER's {len(tasks)} countable tasks at {length_text(target)}: {100 * mine / bar:.0f} % of the unscaled "
+        f"model's score at {length_text(base_length)} ({100 * mine:.1f} vs {100 * bar:.1f}, {n} prompts a task"
+    )
+    cells = [(ruler_ft[t][target], ruler_base[t][base_length]) for t in tasks]
+    if all(len(a) > 2 and len(b) > 2 for a, b in cells):
+        low, high = share_interval(
+            {t: a[2] for t, (a, _) in zip(tasks, cells)}, {t: b[2] for t, (_, b) in zip(tasks, cells)}
+        )
+        text += f", 95 % [{100 * low:.0f}, {100 * high:.0f}]"
+    text += f"; goal ≥ {100 * RULER_SHARE:g} %)"
+    untrained, _ = _mean(ruler_free, target, tasks)
+    if untrained is not None:
+        text += f"; {free} untrained on the same prompts: {100 * untrained / bar:.0f} %"
+    return text
+
+
 def verdict(parts: list[GoalPart]) -> str:
     """One line: not converged (the numbers are not the recipe's result), met, or the parts not met."""
     if any(p.status == NOT_CONVERGED for p in parts):
@@ -203,6 +236,7 @@ def verdict(parts: list[GoalPart]) -> str:
 
 
 __all__ = [
+    "retrieval_line",
     "COUNTABLE",
     "NOT_CONVERGED",
     "convergence_part",

@@ -278,11 +278,17 @@ def goal_lines(rows: list[Measured], plan: Plan, slack: float = 1.01) -> list[st
 
 
 def evidence_dict(
-    rows: list[Measured], plan: Plan, note: str, runtime: dict[str, str] | None = None, status: str = ""
+    rows: list[Measured],
+    plan: Plan,
+    note: str,
+    runtime: dict[str, str] | None = None,
+    status: str = "",
+    retrieval: str = "",
 ) -> dict[str, Any]:
     """The shipped-evidence file (``evals/measured/<model>-finetune.json``) in the frontier's format,
-    with the ``runtime`` that computed its cells where known and the experiment's ``status`` (``not
-    converged: ...``) where it qualifies them."""
+    with the ``runtime`` that computed its cells where known, the experiment's ``status`` (``not
+    converged: ...``) where it qualifies them and its ``retrieval`` line where it measured retrieval on
+    RULER's tasks."""
 
     def method(row: Measured) -> str:
         return "default" if row.label in ("none", CONTROL) else "yarn"
@@ -292,5 +298,12 @@ def evidence_dict(
     )
     ev = Evidence("", plan.model, note, fixed)
     return shipped_dict(
-        ev, plan.original_context, note, budget="fine-tune", runtime=runtime, passkey_jitter=plan.jitter, status=status
+        ev,
+        plan.original_context,
+        note,
+        budget="fine-tune",
+        runtime=runtime,
+        passkey_jitter=plan.jitter,
+        status=status,
+        retrieval=retrieval,
     )

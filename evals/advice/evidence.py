@@ -26,7 +26,10 @@ Two sources, both files, never numbers typed into code:
   absent: fixed depths); a merge of the other placement is refused too. The optional ``status`` is what
   the experiment says of its own numbers (``"not converged: ..."``: a fine-tune whose held-out curve still
   fell at its last point, so its numbers are not its recipe's result); ``recommend`` says it wherever it
-  quotes them, and a merge takes the newest run's (none: removed).
+  quotes them, and a merge takes the newest run's (none: removed). The optional ``retrieval`` is the
+  experiment's retrieval result in one line where it measured retrieval in cells of its own rather than
+  the passkey's (issue 54's CPU fine-tune: RULER's countable tasks against the unscaled model, beside
+  its scaling untrained); ``recommend --budget fine-tune`` quotes it, and a merge takes the newest run's.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class Evidence:
     #: what the experiment says of its own numbers, said wherever they are quoted (``not converged: ...``:
     #: a run whose held-out curve still fell at its last point); empty: nothing to add
     status: str = ""
+    #: the experiment's retrieval result in one line, where it measured retrieval with other cells than the
+    #: passkey's (issue 54's CPU fine-tune: RULER's countable tasks against the unscaled model); empty: none
+    retrieval: str = ""
 
     def find(self, method: str, factor: float | None = None, **params: Any) -> Measured | None:
         """The row of ``method`` with exactly ``params`` (none: its defaults), at ``factor`` if one is
@@ -255,12 +261,14 @@ def shipped_dict(
     runtime: dict[str, str] | None = None,
     passkey_jitter: float = 0.0,
     status: str = "",
+    retrieval: str = "",
 ) -> ShippedFile:
     """``ev`` in the format of ``evals/measured/*.json`` (the module docstring), the inverse of
     :func:`load_measured`: every row with its numbers rounded as reports print them and, in one
     ``measured`` entry, ``command`` (default: the row's own first command); ``runtime`` (see
     :func:`.cell_keys.cells_runtime`) where known; ``passkey_jitter`` where the passkey trials were not placed
-    at fixed depths (:func:`.cell_keys.cells_jitter`); ``status`` where the experiment qualifies its numbers."""
+    at fixed depths (:func:`.cell_keys.cells_jitter`); ``status`` where the experiment qualifies its numbers;
+    ``retrieval`` where it measured retrieval in cells of its own (its result in one line)."""
     rows: list[ShippedRow] = []
     for r in ev.rows:
         measured: MeasuredEntry = {"command": command or (r.commands[0] if r.commands else "")}
@@ -275,6 +283,7 @@ def shipped_dict(
     shipped: ShippedFile = {"model": ev.model, "original_context": original_context, "budget": budget, "note": note}
     placement = {"passkey_jitter": float(passkey_jitter)} if passkey_jitter else {}
     said = {"status": status} if status else {}
+    said |= {"retrieval": retrieval} if retrieval else {}
     return shipped | ({"runtime": dict(runtime)} if runtime else {}) | placement | said | {"rows": rows}
 
 
@@ -313,6 +322,7 @@ def load_measured(path: str | Path) -> Evidence:
         budget=budget,
         passkey_jitter=float(data.get("passkey_jitter") or 0.0),
         status=str(data.get("status") or ""),
+        retrieval=str(data.get("retrieval") or ""),
     )
 
 
@@ -390,9 +400,10 @@ def merge_shipped(old: ShippedFile, new: ShippedFile) -> tuple[ShippedFile, list
             "(bf16 answers differ between them): write it to a file of its own"
         )
     merged: ShippedFile = json.loads(json.dumps(old))
-    merged.pop("status", None)  # the experiment's word on its numbers is the newest run's, never an old one's
-    if new.get("status"):
-        merged = {**{k: v for k, v in merged.items() if k != "rows"}, "status": new["status"], "rows": merged["rows"]}
+    for key in ("status", "retrieval"):  # the experiment's word on its numbers is the newest run's, never an old one's
+        merged.pop(key, None)
+        if new.get(key):
+            merged = {**{k: v for k, v in merged.items() if k != "rows"}, key: new[key], "rows": merged["rows"]}
     lines = []
     for row in new["rows"]:
         same = [

@@ -74,6 +74,8 @@ def _fine_tune_passkey(ev: Evidence) -> str:
     rows = {r.label: r for r in ev.rows}
     ft, free, none = rows[FINE_TUNED], rows.get("yarn"), rows.get("none")
     if not ft.passkey:  # an experiment judged on RULER's tasks instead (issue 54's CPU fine-tune)
+        if ev.retrieval:  # its result, as the experiment states it
+            return f"{ev.retrieval} ({ev.source})"
         return f"no passkey cells ({ev.source}: retrieval measured on RULER's tasks, in its report)"
     lost, noise, kept = [], [], []
     for n in sorted(ft.passkey):

@@ -48,6 +48,7 @@ class ShippedFile(TypedDict, total=False):
     runtime: dict[str, str]
     passkey_jitter: float
     status: str
+    retrieval: str
     rows: list[ShippedRow]
 
 

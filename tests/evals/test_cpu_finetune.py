@@ -328,3 +328,50 @@ def test_the_training_free_cells_beside_it_are_read_in_either_layout(driver, tmp
         f"- yarn fwe 1k: 0.0 on 1 ({tmp_path.name})",
         f"- yarn niah_single_1 1k: 0.0 on 1 ({tmp_path.name})",
     ]
+
+
+def test_its_retrieval_on_ruler_is_quoted_by_recommend(tmp_path, monkeypatch, capsys):
+    """The evidence file's ``retrieval`` (written by the driver from the RULER cells: the fine-tune's share of
+    the unscaled base with its interval, and its scaling untrained on the same prompts) is recommend's
+    ``retrieval:`` line; without it the line says where retrieval was measured. A merge takes the newest."""
+    import ropescale.evals.advice.battery_evidence  # noqa: F401 - its BATTERY_DIR bound before the patch below
+    import ropescale.evals.advice.evidence as evidence_module
+    from ropescale.cli.main import main
+    from ropescale.evals.advice.evidence import MEASURED_DIR, merge_shipped
+
+    shipped = json.loads((MEASURED_DIR / "smollm2-135m-finetune-cpu-x2.json").read_text())
+    shipped.pop("retrieval", None)
+    said = "RULER's 4 countable tasks at 16k: 89 % of the unscaled model's score at 4k (goal ≥ 85 %)"
+    measured = tmp_path / "measured"
+    measured.mkdir()
+    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
+    lines = {}
+    for name, data in (("with", {**shipped, "retrieval": said}), ("without", shipped)):
+        (measured / "smollm2-135m-finetune-cpu-x2.json").write_text(json.dumps(data))
+        evidence_module.shipped_evidence.cache_clear()
+        try:
+            code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune"])
+        finally:
+            evidence_module.shipped_evidence.cache_clear()
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        lines[name] = " ".join(out[out.index("\nretrieval:") : out.index("\nbattery:")].split())
+    assert lines["with"].startswith(f"retrieval: {said}"), lines
+    assert "retrieval measured on RULER's tasks, in its report" in lines["without"]
+    assert merge_shipped({**shipped, "retrieval": said}, shipped)[0].get("retrieval") is None
+    assert merge_shipped(shipped, {**shipped, "retrieval": said})[0]["retrieval"] == said
+
+
+def test_the_retrieval_line_gives_the_share_its_interval_and_the_untrained_scaling():
+    from tests.conftest import load_script
+
+    goal = load_script("benchmarks/extension_cpu_goal.py")
+    tasks = ("a", "b")
+    ft = {"a": {16384: (0.9, 10, [1.0] * 9 + [0.0])}, "b": {16384: (0.5, 10, [1.0] * 5 + [0.0] * 5)}}
+    base = {"a": {4096: (1.0, 10, [1.0] * 10)}, "b": {4096: (0.6, 10, [1.0] * 6 + [0.0] * 4)}}
+    free = {"a": {16384: (0.6, 10)}, "b": {16384: (0.2, 10)}}
+    line = goal.retrieval_line(ft, base, free, 16384, "yarn ×2", tasks, 4096)
+    assert line.startswith("RULER's 2 countable tasks at 16k: 88 % of the unscaled model's score at 4k (70.0 vs 80.0")
+    assert ", 95 % [" in line and line.endswith("; goal ≥ 85 %); yarn ×2 untrained on the same prompts: 50 %")
+    assert goal.retrieval_line(ft, base, {}, 16384, "yarn ×2", tasks, 4096).endswith("goal ≥ 85 %)")
+    assert goal.retrieval_line({}, base, free, 16384, "yarn ×2", tasks, 4096) == ""  # a cell missing: nothing said
