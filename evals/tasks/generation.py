@@ -317,11 +317,15 @@ class PromptJournal:
         rows = [found[key] for p in prompts if (key := (self.digest(p), max_new_tokens)) in found]
         if not rows:
             return None
+
+        def number(x: Any) -> bool:  # a damaged line's value is unknown, never a crash or a made-up time
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0
+
         seconds = [r.get("seconds") for r in rows]
-        loads = [r["load"] for r in rows if isinstance(r.get("load"), (int, float))]
+        loads = [r["load"] for r in rows if number(r.get("load"))]
         return {
             "prompts": len(rows),
-            "seconds": None if None in seconds else float(sum(seconds)),
+            "seconds": float(sum(seconds)) if all(number(x) for x in seconds) else None,
             "load_avg": [min(loads), max(loads)] if loads else None,
         }
 

@@ -311,3 +311,13 @@ def test_a_journal_keeps_what_each_prompt_cost_so_a_resumed_cell_can_say_it(tmp_
         + "\n"
     )
     assert PromptJournal(older, {"f": 4}).journaled(PROMPTS, 2) == {"prompts": 1, "seconds": None, "load_avg": None}
+    damaged = {
+        "prompt": PromptJournal.digest(PROMPTS[1]),
+        "max_new_tokens": 2,
+        "text": "66",
+        "seconds": "long",
+        "load": "x",
+    }
+    with open(older, "a") as f:
+        f.write(json.dumps(damaged) + "\n")
+    assert PromptJournal(older, {"f": 4}).journaled(PROMPTS, 2) == {"prompts": 2, "seconds": None, "load_avg": None}
