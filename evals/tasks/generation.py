@@ -232,6 +232,16 @@ def _text_test(tokenizer: Any, prompt_length: int, tests: Sequence[Callable[[str
     return TextTest()
 
 
+class JournalLine(TypedDict, total=False):
+    """One decoded prompt of a :class:`PromptJournal` (``seconds`` and ``load`` in lines written since issue 54)."""
+
+    prompt: str
+    max_new_tokens: int
+    text: str
+    seconds: float
+    load: float
+
+
 class Journaled(TypedDict):
     """What a cell's prompts taken from a journal cost when they were decoded (:meth:`PromptJournal.journaled`)."""
 
@@ -270,7 +280,7 @@ class PromptJournal:
     def _read(self, write: bool = True) -> dict[tuple[str, int], str]:
         return {key: str(row["text"]) for key, row in self._rows(write).items()}
 
-    def _rows(self, write: bool = True) -> dict[tuple[str, int], dict[str, Any]]:
+    def _rows(self, write: bool = True) -> dict[tuple[str, int], JournalLine]:
         if not self.path.is_file():
             return {}
         text = self.path.read_text(encoding="utf-8")
@@ -338,7 +348,7 @@ class PromptJournal:
         load: float | None = None,
     ) -> None:
         """Append one finished prompt's text, with its decoding time and load average where given."""
-        row: dict[str, Any] = {"prompt": self.digest(prompt), "max_new_tokens": max_new_tokens, "text": text}
+        row: JournalLine = {"prompt": self.digest(prompt), "max_new_tokens": max_new_tokens, "text": text}
         if seconds is not None:
             row["seconds"] = round(seconds, 3)
         if load is not None:
