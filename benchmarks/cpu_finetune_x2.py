@@ -374,7 +374,7 @@ def main(argv=None) -> int:
         status = f"not converged: {'; '.join(said)}; not the recipe's result ({ship.name}/report.md)" if said else ""
         free = ruler_scores(Path(args.base_cells), f"yarn-x{factor}")  # its scaling untrained, same prompts
         retrieval = retrieval_line(
-            ruler_ft, ruler_base, free, target, f"its scaling (yarn ×{factor})", tasks, args.base_length
+            ruler_ft, ruler_base, free, target, f"training-free yarn ×{factor}", tasks, args.base_length
         )
         for line in write_shipped(evidence, evidence_dict(rows, plan, note, runtime, status, retrieval)):
             print(f"evidence: {line}")

@@ -203,8 +203,9 @@ def retrieval_line(
 ) -> str:
     """The fine-tune's retrieval in one line, as the evidence file's ``retrieval`` (``recommend --budget
     fine-tune`` quotes it): RULER's mean over ``tasks`` at the target as a share of the unscaled model's
-    at ``base_length``, with its interval where each prompt's score is known, and ``free`` (its scaling
-    untrained) on the same prompts where ``ruler_free`` has every task there. Empty where a cell is missing."""
+    at ``base_length``, with its interval where each prompt's score is known, and ``free`` (training-free
+    YaRN at its factor: at ×2 its scaling untrained) on the same prompts where ``ruler_free`` has every task
+    there. Empty where a cell is missing."""
     (mine, n), (bar, _) = _mean(ruler_ft, target, tasks), _mean(ruler_base, base_length, tasks)
     if mine is None or not bar:
         return ""
@@ -221,7 +222,7 @@ def retrieval_line(
     text += f"; goal ≥ {100 * RULER_SHARE:g} %)"
     untrained, _ = _mean(ruler_free, target, tasks)
     if untrained is not None:
-        text += f"; {free} untrained on the same prompts: {100 * untrained / bar:.0f} %"
+        text += f"; {free} on the same prompts: {100 * untrained / bar:.0f} %"
     return text
 
 
@@ -236,12 +237,12 @@ def verdict(parts: list[GoalPart]) -> str:
 
 
 __all__ = [
-    "retrieval_line",
     "COUNTABLE",
     "NOT_CONVERGED",
     "convergence_part",
     "curve_falling",
     "goal_parts",
     "heldout_records",
+    "retrieval_line",
     "verdict",
 ]

@@ -372,6 +372,6 @@ def test_the_retrieval_line_gives_the_share_its_interval_and_the_untrained_scali
     free = {"a": {16384: (0.6, 10)}, "b": {16384: (0.2, 10)}}
     line = goal.retrieval_line(ft, base, free, 16384, "yarn ×2", tasks, 4096)
     assert line.startswith("RULER's 2 countable tasks at 16k: 88 % of the unscaled model's score at 4k (70.0 vs 80.0")
-    assert ", 95 % [" in line and line.endswith("; goal ≥ 85 %); yarn ×2 untrained on the same prompts: 50 %")
+    assert ", 95 % [" in line and line.endswith("; goal ≥ 85 %); yarn ×2 on the same prompts: 50 %")
     assert goal.retrieval_line(ft, base, {}, 16384, "yarn ×2", tasks, 4096).endswith("goal ≥ 85 %)")
     assert goal.retrieval_line({}, base, free, 16384, "yarn ×2", tasks, 4096) == ""  # a cell missing: nothing said
