@@ -285,21 +285,23 @@ def test_steps_refuses_a_control_trained_with_the_recipes_own(driver, tiny, monk
     assert calls == []
 
 
-def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp_path, monkeypatch, capsys):
-    """The evidence file's ``status`` (written by the driver from the held-out curves) reaches recommend's
-    short answer as its first caveat; a merge takes the newest run's status, and none removes it."""
+def _shipped_x2() -> dict:
+    """The shipped evidence file of the ×2 CPU fine-tune, as JSON."""
+    from ropescale.evals.advice.evidence import MEASURED_DIR
+
+    return json.loads((MEASURED_DIR / "smollm2-135m-finetune-cpu-x2.json").read_text())
+
+
+def _recommend_with(evidence: dict, folder, monkeypatch, capsys) -> str:
+    """``ropescale recommend --target-length 16384 --budget fine-tune``'s output with ``evidence`` as the
+    only shipped evidence file (in ``folder``, which the test owns)."""
     import ropescale.evals.advice.battery_evidence  # noqa: F401 - its BATTERY_DIR bound before the patch below
     import ropescale.evals.advice.evidence as evidence_module
     from ropescale.cli.main import main
-    from ropescale.evals.advice.evidence import MEASURED_DIR, merge_shipped
 
-    shipped = json.loads((MEASURED_DIR / "smollm2-135m-finetune-cpu-x2.json").read_text())
-    shipped.pop("status", None)
-    status = "not converged: the fine-tuned yarn held-out curve still falls at step 320 (25.52 at step 280, 25.45)"
-    measured = tmp_path / "measured"
-    measured.mkdir()
-    (measured / "smollm2-135m-finetune-cpu-x2.json").write_text(json.dumps({**shipped, "status": status}))
-    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "smollm2-135m-finetune-cpu-x2.json").write_text(json.dumps(evidence))
+    monkeypatch.setattr(evidence_module, "MEASURED_DIR", folder)
     evidence_module.shipped_evidence.cache_clear()
     try:
         code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune"])
@@ -307,6 +309,18 @@ def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp
         evidence_module.shipped_evidence.cache_clear()
     out, err = capsys.readouterr()
     assert code == 0, err
+    return out
+
+
+def test_a_run_that_did_not_converge_is_said_wherever_its_numbers_are_quoted(tmp_path, monkeypatch, capsys):
+    """The evidence file's ``status`` (written by the driver from the held-out curves) reaches recommend's
+    short answer as its first caveat; a merge takes the newest run's status, and none removes it."""
+    from ropescale.evals.advice.evidence import merge_shipped
+
+    shipped = _shipped_x2()
+    shipped.pop("status", None)
+    status = "not converged: the fine-tuned yarn held-out curve still falls at step 320 (25.52 at step 280, 25.45)"
+    out = _recommend_with({**shipped, "status": status}, tmp_path, monkeypatch, capsys)
     caveats = out[out.index("\ncaveat:") :]
     assert " ".join(caveats.split()).startswith(f"caveat: the measured run: {status}"), out
     assert merge_shipped({**shipped, "status": status}, shipped)[0].get("status") is None
@@ -334,27 +348,14 @@ def test_its_retrieval_on_ruler_is_quoted_by_recommend(tmp_path, monkeypatch, ca
     """The evidence file's ``retrieval`` (written by the driver from the RULER cells: the fine-tune's share of
     the unscaled base with its interval, and its scaling untrained on the same prompts) is recommend's
     ``retrieval:`` line; without it the line says where retrieval was measured. A merge takes the newest."""
-    import ropescale.evals.advice.battery_evidence  # noqa: F401 - its BATTERY_DIR bound before the patch below
-    import ropescale.evals.advice.evidence as evidence_module
-    from ropescale.cli.main import main
-    from ropescale.evals.advice.evidence import MEASURED_DIR, merge_shipped
+    from ropescale.evals.advice.evidence import merge_shipped
 
-    shipped = json.loads((MEASURED_DIR / "smollm2-135m-finetune-cpu-x2.json").read_text())
+    shipped = _shipped_x2()
     shipped.pop("retrieval", None)
     said = "RULER's 4 countable tasks at 16k: 89 % of the unscaled model's score at 4k (goal ≥ 85 %)"
-    measured = tmp_path / "measured"
-    measured.mkdir()
-    monkeypatch.setattr(evidence_module, "MEASURED_DIR", measured)
     lines = {}
     for name, data in (("with", {**shipped, "retrieval": said}), ("without", shipped)):
-        (measured / "smollm2-135m-finetune-cpu-x2.json").write_text(json.dumps(data))
-        evidence_module.shipped_evidence.cache_clear()
-        try:
-            code = main(["recommend", "--target-length", "16384", "--budget", "fine-tune"])
-        finally:
-            evidence_module.shipped_evidence.cache_clear()
-        out, err = capsys.readouterr()
-        assert code == 0, err
+        out = _recommend_with(data, tmp_path / name, monkeypatch, capsys)
         lines[name] = " ".join(out[out.index("\nretrieval:") : out.index("\nbattery:")].split())
     assert lines["with"].startswith(f"retrieval: {said}"), lines
     assert "retrieval measured on RULER's tasks, in its report" in lines["without"]
