@@ -289,6 +289,7 @@ def main(argv=None) -> int:
     import bench_extension as bx
     from extension_cpu_goal import curve_falling, goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
+    from heldout_plot import plot as plot_heldout
 
     from ropescale._io import atomic_write_text
     from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, write_shipped
@@ -315,6 +316,12 @@ def main(argv=None) -> int:
     parts = goal_parts(rows, plan.original_context, target, ruler_ft, ruler_base, curves, tasks, args.base_length)
     ship.mkdir(parents=True, exist_ok=True)
     atomic_write_text(ship / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
+    if any(curves.values()):  # both held-out curves and their step-to-step changes, as the rule reads them
+        plot_heldout(
+            {f"{role}": c for role, c in curves.items() if c},
+            ship / "heldout.png",
+            f"SmolLM2-135M-Instruct: YaRN ×{factor} fine-tune and its control, held-out Emma",
+        )
     by = {r.label: r for r in rows}
     text = [
         f"# The CPU fine-tune at YaRN ×{factor} on SmolLM2-135M-Instruct (issue 54)",
@@ -334,6 +341,11 @@ def main(argv=None) -> int:
             + ", ".join(f"{p['step']}: {p['eval_ppl']:.3f} (load {p.get('load_avg', '?')})" for p in curve)
             for role, curve in curves.items()
             if curve
+        ),
+        *(
+            ["", "![held-out curves](heldout.png) (right: each point's paired change of window NLL, ± 2 SE)"]
+            if any(curves.values())
+            else []
         ),
         "",
         f"RULER ({', '.join(tasks)}; % found):",

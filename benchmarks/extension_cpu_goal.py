@@ -43,10 +43,12 @@ FALLBACK_DROP = 0.005
 NOT_CONVERGED = "not converged"
 
 
-def heldout_records(run_dir: str | Path) -> list[dict[str, Any]]:
+def heldout_records(run: str | Path) -> list[dict[str, Any]]:
     """The held-out evaluations of a training run (``metrics.jsonl`` lines with ``eval_ppl``), by step;
-    of a step evaluated twice (a resumed run) the last line counts."""
-    path, points = Path(run_dir) / "metrics.jsonl", {}
+    of a step evaluated twice (a resumed run) the last line counts. ``run`` is the run folder or a copy
+    of its log (a shipped ``<run>-metrics.jsonl``)."""
+    path, points = Path(run), {}
+    path = path if path.is_file() else path / "metrics.jsonl"
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             try:

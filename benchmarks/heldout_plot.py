@@ -1,0 +1,119 @@
+"""The held-out curves of CPU fine-tunes, drawn the way their convergence is judged (issue 54).
+
+Left: each run's held-out Emma perplexity against training steps (the fine-tune at its target length,
+the control at the trained length), as ``metrics.jsonl`` records it every ``eval.every`` steps. Right:
+the same curves as the rule of ``extension_cpu_goal.curve_falling`` reads them: between each point and
+the one before it, the mean change of the held-out windows' NLL with its two standard errors (the windows
+are the same at every point, so their differences are paired). A bar wholly below zero is a fall beyond
+the noise: a curve whose last bar is so is "not converged".
+
+    python benchmarks/heldout_plot.py evals/measured/finetune-cpu-x2 evals/measured/finetune-cpu-x2-640steps \\
+        --output docs/img/cpu-finetune-heldout.png
+
+Each folder is a shipped fine-tune (``benchmarks/cpu_finetune_x2.py --ship``) or a run folder: every
+``*metrics.jsonl`` in it is one curve, named by the folder and the file. Reads the logs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
+from extension_cpu_goal import heldout_records  # noqa: E402
+
+
+def step_changes(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float, float]]:
+    """``(step, mean ΔNLL, 2 SE)`` from each held-out point to the next, over the windows both scored;
+    a pair of points without the same two or more windows is left out (no spread to show)."""
+    out = []
+    for before, last in zip(records, records[1:]):
+        a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
+        if len(a) == len(b) >= 2:
+            d = [y - x for x, y in zip(a, b)]
+            out.append((int(last["step"]), statistics.fmean(d), 2 * statistics.stdev(d) / math.sqrt(len(d))))
+    return out
+
+
+def curves_of(folders: Sequence[Path]) -> dict[str, list[dict[str, Any]]]:
+    """``"<folder> <run>" -> held-out records`` for every ``*metrics.jsonl`` in ``folders`` (a run folder's
+    own ``metrics.jsonl`` is named by its parent and itself); logs without a held-out point are left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for folder in folders:
+        for log in sorted(Path(folder).glob("*metrics.jsonl")):
+            records = heldout_records(log)
+            folder = Path(folder).resolve()
+            run = log.name.removesuffix("metrics.jsonl").rstrip("-")
+            name = f"{folder.name} {run}" if run else f"{folder.parent.name} {folder.name}"
+            if records:
+                out[name] = records
+    return out
+
+
+def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, title: str) -> Path:
+    """Both panels for ``curves`` (name -> held-out records), written atomically at ``path``."""
+    from ropescale.plots import figure, length_label, save_png
+
+    fig = figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2)
+    for i, (name, records) in enumerate(curves.items()):
+        color = f"C{i}"
+        length = records[0].get("eval_length")
+        label = f"{name} at {length_label(int(length))}" if length else name
+        left.plot([r["step"] for r in records], [r["eval_ppl"] for r in records], marker="o", color=color, label=label)
+        changes = step_changes(records)
+        if changes:
+            offset = (i - (len(curves) - 1) / 2) * 3  # side by side where two runs share a step
+            right.errorbar(
+                [s + offset for s, _, _ in changes],
+                [m for _, m, _ in changes],
+                yerr=[e for _, _, e in changes],
+                fmt="o",
+                capsize=3,
+                color=color,
+                label=label,
+            )
+    left.set_yscale("log")
+    from matplotlib.ticker import FormatStrFormatter
+
+    for axis in (left.yaxis.set_major_formatter, left.yaxis.set_minor_formatter):  # 25.5, not 2.55 x 10^1
+        axis(FormatStrFormatter("%g"))
+    left.set_xlabel("training step")
+    left.set_ylabel("held-out Emma perplexity (log)")
+    left.set_title("held-out curve")
+    left.legend(fontsize=8)
+    right.axhline(0, color="grey", lw=1)
+    right.set_xlabel("training step (change from the point before)")
+    right.set_ylabel("mean Δ window NLL, ± 2 SE (paired)")
+    right.set_title("falling beyond noise: bar wholly below 0")
+    right.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return save_png(fig, path, dpi=110)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("folders", nargs="+", type=Path)
+    ap.add_argument("--output", type=Path, required=True, help="the PNG to write")
+    ap.add_argument("--title", default="SmolLM2-135M-Instruct, CPU fine-tune (YaRN) and its control")
+    args = ap.parse_args(argv)
+    curves = curves_of(args.folders)
+    if not curves:
+        print(f"heldout_plot: no held-out point in any *metrics.jsonl of {', '.join(map(str, args.folders))}")
+        return 2
+    for name, records in curves.items():
+        last = step_changes(records)[-1:]
+        said = f"; last change {last[0][1]:+.4f} ± {last[0][2]:.4f}" if last else ""
+        print(f"{name}: {len(records)} points, steps {records[0]['step']}-{records[-1]['step']}{said}")
+    print(plot(curves, args.output, args.title))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
