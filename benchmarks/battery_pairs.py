@@ -51,15 +51,13 @@ def cells_by_task(folders: list[Path], battery: Path) -> dict[tuple[str, int], d
 
 def pair(a, b) -> tuple[int, int, float] | None:
     """Prompts ``a`` scored higher, prompts ``b`` did, and the exact p; None where the prompts differ."""
-    from ropescale.evals.tasks.proportions import paired_exact_p
+    from ropescale.evals.tasks.proportions import paired_split
 
     ra = sorted(a.result.records, key=lambda r: r.index)
     rb = sorted(b.result.records, key=lambda r: r.index)
     if [r.outputs for r in ra] != [r.outputs for r in rb]:
         return None
-    above = sum(x.score > y.score for x, y in zip(ra, rb))
-    below = sum(y.score > x.score for x, y in zip(ra, rb))
-    return above, below, paired_exact_p(above, below)
+    return paired_split([r.score for r in ra], [r.score for r in rb])
 
 
 def main(argv=None) -> int:

@@ -124,7 +124,7 @@ def _name(row: dict, names: dict[str, str]) -> str:
 def print_pairs(rows: list[dict]) -> None:
     """Every two models measured on the same prompts (same keys and needle positions), compared prompt
     by prompt: the prompts only one of them gets right, and the exact McNemar p-value."""
-    from ropescale.evals.tasks.proportions import paired_exact_p
+    from ropescale.evals.tasks.proportions import paired_split
     from ropescale.markdown import table
 
     lines, names = [], folder_names(r["folder"] for r in rows)
@@ -132,11 +132,11 @@ def print_pairs(rows: list[dict]) -> None:
         for b in rows[i + 1 :]:
             if a["length"] != b["length"] or a["prompts"].keys() != b["prompts"].keys():
                 continue
-            only_a = sum(1 for k, ok in a["prompts"].items() if ok and not b["prompts"][k])
-            only_b = sum(1 for k, ok in b["prompts"].items() if ok and not a["prompts"][k])
+            keys = list(a["prompts"])
+            only_a, only_b, p = paired_split([a["prompts"][k] for k in keys], [b["prompts"][k] for k in keys])
             placement = f"jitter {a['jitter']:g}" if a["jitter"] else "fixed"
             pair = f"{_name(a, names)} vs {_name(b, names)}"
-            lines.append([pair, a["length"], placement, only_a, only_b, f"{paired_exact_p(only_a, only_b):.3g}"])
+            lines.append([pair, a["length"], placement, only_a, only_b, f"{p:.3g}"])
     if lines:
         print("\nSame prompts, prompt by prompt (right for one model only; exact McNemar p):\n")
         print(table(["models (a vs b)", "length", "placement", "only a", "only b", "p"], lines, align="lrlrrr"))

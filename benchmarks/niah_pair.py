@@ -25,7 +25,7 @@ def _records(path: Path) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from ropescale.evals.tasks.proportions import difference_interval, paired_exact_p, wilson_interval
+    from ropescale.evals.tasks.proportions import difference_interval, paired_split, wilson_interval
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", type=Path)
@@ -35,16 +35,14 @@ def main(argv=None) -> int:
     if [r["outputs"] for r in a] != [r["outputs"] for r in b]:
         raise SystemExit("niah_pair: the two cells do not hold the same prompts (their expected answers differ)")
     ka, kb, n = sum(r["score"] == 1.0 for r in a), sum(r["score"] == 1.0 for r in b), len(a)
-    only_a = sum(x["score"] == 1.0 and y["score"] != 1.0 for x, y in zip(a, b))
-    only_b = sum(y["score"] == 1.0 and x["score"] != 1.0 for x, y in zip(a, b))
+    only_a, only_b, p = paired_split([float(r["score"] == 1.0) for r in a], [float(r["score"] == 1.0) for r in b])
     for name, k in ((args.a.name, ka), (args.b.name, kb)):
         lo, hi = wilson_interval(k, n)
         print(f"{name}: {k}/{n} = {k / n:.1%} [{lo:.0%}, {hi:.0%}]")
     lo, hi = difference_interval(ka, n, kb, n)
     print(f"difference (first - second): {(ka - kb) / n:+.1%}, 95% [{lo:+.1%}, {hi:+.1%}] (Newcombe, unpaired)")
     print(
-        f"discordant prompts: {only_a} found by the first only, {only_b} by the second only; "
-        f"McNemar exact p = {paired_exact_p(only_a, only_b):.3f}"
+        f"discordant prompts: {only_a} found by the first only, {only_b} by the second only; McNemar exact p = {p:.3f}"
     )
     return 0
 

@@ -156,6 +156,18 @@ def paired_exact_p(only_a: int, only_b: int) -> float:
     return float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
 
 
+def paired_split(a: Sequence[float], b: Sequence[float]) -> tuple[int, int, float]:
+    """Two models' scores on the same prompts, in the same order: the prompts ``a`` scored higher, those
+    ``b`` did, and :func:`paired_exact_p` of that split. With scores of 0 or 1 this is McNemar's exact
+    test; with fractional scores (the share of a prompt's values found), the sign test. Ties say nothing.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_split: {len(a)} scores against {len(b)}: not the same prompts")
+    above = sum(x > y for x, y in zip(a, b))
+    below = sum(y > x for x, y in zip(a, b))
+    return above, below, paired_exact_p(above, below)
+
+
 __all__ = [
     "GroupAgreement",
     "ScoredPrompt",
@@ -163,5 +175,6 @@ __all__ = [
     "difference_interval",
     "group_agreement",
     "paired_exact_p",
+    "paired_split",
     "wilson_interval",
 ]

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ropescale.evals.tasks.proportions import paired_exact_p, wilson_interval
+from ropescale.evals.tasks.proportions import paired_exact_p, paired_split, wilson_interval
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -38,3 +38,13 @@ def test_paired_exact_p_hand_checked_values():
     assert paired_exact_p(7, 0) == pytest.approx(0.015625)  # 2 / 2**7: docs' "7 lost, none gained, p = 0.016"
     assert paired_exact_p(9, 0) == pytest.approx(0.00390625)  # "p = 0.004"
     assert paired_exact_p(3, 1) == pytest.approx(0.625)  # "3 against 1, p = 0.63"
+
+
+def test_paired_split_counts_the_prompts_each_scored_higher_and_tests_that_split():
+    # 0/1 scores: McNemar's discordant prompts; ties (both right, both wrong) say nothing
+    assert paired_split([1, 1, 0, 0, 1], [0, 1, 0, 1, 0]) == (2, 1, pytest.approx(paired_exact_p(2, 1)))
+    # fractional scores (share of values found): the sign test over the prompts that differ
+    assert paired_split([0.5, 0.25, 1.0], [0.25, 0.25, 0.75])[:2] == (2, 0)
+    assert paired_split([True, False], [False, False])[:2] == (1, 0)  # bools count as 1 and 0
+    with pytest.raises(ValueError, match="not the same prompts"):
+        paired_split([1, 0], [1])
