@@ -53,7 +53,8 @@ def fine_tune_measured(
 ) -> FineTuneQuote | None:
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
     against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
-    experiments the most complete is quoted (most passkey lengths, then prompts, then spread needles); where
+    experiments one whose ``status`` does not qualify its numbers comes first (a converged run before one
+    that was not), then the most complete (most passkey lengths, then prompts, then spread needles); where
     it has a caveat and another (same prompts) has none, that one's overrides are named as the variant (of
     several, the fewest training steps, an experiment without a ``train.max_steps`` override counted at
     ``recipe_steps``, then the lowest perplexity at the target length, factor × the trained context)."""
@@ -77,8 +78,12 @@ def fine_tune_measured(
     matching = [ev for ev in evidence if fine_tuned(ev)]
     if not matching:
         return None
-    # of equally complete ones, the recipe as it runs, then the smallest change to it (not file order)
-    ev = max(matching, key=lambda other: (completeness(other), as_shipped(other), -len(overrides_of(other))))
+    # a run that stands as a result before one its experiment qualifies (a ``status``: a run that did not
+    # converge); of equally complete ones, the recipe as it runs, then the smallest change to it (not file order)
+    ev = max(
+        matching,
+        key=lambda other: (not other.status, completeness(other), as_shipped(other), -len(overrides_of(other))),
+    )
     line, caveat, lost = _quote(ev)
     if not lost:  # nothing to remedy (a lower cell within its prompts' noise is not a loss)
         return FineTuneQuote(line, caveat, source=ev)

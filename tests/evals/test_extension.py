@@ -170,6 +170,32 @@ def test_recommend_quotes_the_most_complete_experiment_and_names_where_it_retrie
     assert "16k (0.77 against training-free YaRN's 0.80)" in caveat and "retrieves less" not in caveat
 
 
+def test_a_converged_run_is_quoted_before_one_its_experiment_says_did_not_converge(tmp_path):
+    """Issue 54's CPU fine-tune ships a 320-step run (not converged) and a 640-step one: the one whose
+    numbers stand as a result is quoted whatever the file order, and of two qualified runs the rule before."""
+    from ropescale.evals.advice.evidence import Measured
+    from ropescale.evals.advice.finetune_evidence import fine_tune_measured
+
+    def experiment(name: str, status: str, ppl: float):
+        rows = [
+            Measured("none", "default", ppl={8192: 30.8}),
+            Measured("fine-tuned yarn", "yarn", 2, ppl={16384: ppl}),
+            Measured("control", "default", ppl={8192: 25.0}),
+        ]
+        path = tmp_path / f"{name}.json"
+        command = f"python benchmarks/cpu_finetune_x2.py --steps {name}"  # no recipe overrides: a tie before
+        path.write_text(
+            json.dumps(evidence_dict([replace(r, commands=(command,)) for r in rows], Plan(factor=2.0), "t", None, status))
+        )
+        return load_measured(path)
+
+    early = experiment("320", "not converged: the fine-tuned yarn held-out curve still falls at step 320", 25.45)
+    done = experiment("640", "", 25.30)
+    for order in ([early, done], [done, early]):
+        assert "640.json" in fine_tune_measured(order, "smollm2-135m", 2).line
+    assert "320.json" in fine_tune_measured([early], "smollm2-135m", 2).line  # alone, still quoted (with its status)
+
+
 def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them_is_named(tmp_path):
     from ropescale.evals.advice.evidence import Measured
     from ropescale.evals.advice.finetune_evidence import command_overrides, fine_tune_measured
