@@ -35,10 +35,17 @@ class FineTuneQuote:
 
 
 def command_overrides(command: str) -> tuple[str, ...]:
-    """The recipe overrides of a ``bench_extension.py`` command (``--overrides`` up to the next option)."""
+    """The recipe overrides of a ``bench_extension.py`` command (``--overrides`` up to the next option);
+    of a ``cpu_finetune_x2.py`` command, its ``--steps N``, which both its runs train as ``train.max_steps=N``."""
     try:
         words = shlex.split(command)
     except ValueError:  # unbalanced quotes (a hand-written command): nothing to name
+        return ()
+    if any(w.endswith("cpu_finetune_x2.py") for w in words):
+        for i, word in enumerate(words):
+            steps = words[i + 1] if word == "--steps" and i + 1 < len(words) else word.removeprefix("--steps=")
+            if (word == "--steps" or word.startswith("--steps=")) and steps.isdigit():
+                return (f"train.max_steps={steps}",)
         return ()
     for i, word in enumerate(words):
         if word == "--overrides":
@@ -54,7 +61,8 @@ def fine_tune_measured(
     """The extension experiment of this model at this factor, if shipped: one line quoting fine-tuned YaRN
     against its control and training-free YaRN, and a caveat where it retrieves less than either. Of several
     experiments one whose ``status`` does not qualify its numbers comes first (a converged run before one
-    that was not), then the most complete (most passkey lengths, then prompts, then spread needles); where
+    that was not; of runs that did not converge, the longest trained), then the most complete (most passkey
+    lengths, then prompts, then spread needles); where
     it has a caveat and another (same prompts) has none, that one's overrides are named as the variant (of
     several, the fewest training steps, an experiment without a ``train.max_steps`` override counted at
     ``recipe_steps``, then the lowest perplexity at the target length, factor × the trained context)."""
@@ -75,14 +83,25 @@ def fine_tune_measured(
     def as_shipped(ev: Evidence) -> bool:  # the recipe itself, at most trained longer
         return all(o.split("=", 1)[0] in ("train.max_steps", "train.save_every") for o in overrides_of(ev))
 
+    def steps(other: Evidence) -> int:  # what it trained: its train.max_steps override, else the recipe's
+        given = dict(o.split("=", 1) for o in overrides_of(other) if "=" in o)
+        return int(given.get("train.max_steps", recipe_steps))
+
     matching = [ev for ev in evidence if fine_tuned(ev)]
     if not matching:
         return None
     # a run that stands as a result before one its experiment qualifies (a ``status``: a run that did not
-    # converge); of equally complete ones, the recipe as it runs, then the smallest change to it (not file order)
+    # converge), and of qualified ones the longest trained (the nearest to a result); of equally complete
+    # ones, the recipe as it runs, then the smallest change to it (not file order)
     ev = max(
         matching,
-        key=lambda other: (not other.status, completeness(other), as_shipped(other), -len(overrides_of(other))),
+        key=lambda other: (
+            not other.status,
+            completeness(other),
+            as_shipped(other),
+            steps(other) if other.status else 0,
+            -len(overrides_of(other)),
+        ),
     )
     line, caveat, lost = _quote(ev)
     if not lost:  # nothing to remedy (a lower cell within its prompts' noise is not a loss)
@@ -91,10 +110,6 @@ def fine_tune_measured(
     def keeps_retrieval(other: Evidence) -> bool:  # same prompts, compared with both baselines, overrides to name
         same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
         return same and bool(_compared(other)) and bool(overrides_of(other))
-
-    def steps(other: Evidence) -> int:  # what it trained: its train.max_steps override, else the recipe's
-        given = dict(o.split("=", 1) for o in overrides_of(other) if "=" in o)
-        return int(given.get("train.max_steps", recipe_steps))
 
     def ppl_at_target(other: Evidence) -> float:  # not measured there: ranks last
         return fine_tuned(other).ppl.get(round(factor * (other.original_context or 0)), float("inf"))

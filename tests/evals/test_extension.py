@@ -174,7 +174,8 @@ def test_a_converged_run_is_quoted_before_one_its_experiment_says_did_not_conver
     """Issue 54's CPU fine-tune ships a 320-step run (not converged) and a 640-step one: the one whose
     numbers stand as a result is quoted whatever the file order, and of two qualified runs the rule before."""
     from ropescale.evals.advice.evidence import Measured
-    from ropescale.evals.advice.finetune_evidence import fine_tune_measured
+    from ropescale.evals.advice.finetune_evidence import command_overrides, fine_tune_measured
+    from ropescale.evals.advice.recommend_finetune import _extension_line
 
     def experiment(name: str, status: str, ppl: float):
         rows = [
@@ -183,17 +184,32 @@ def test_a_converged_run_is_quoted_before_one_its_experiment_says_did_not_conver
             Measured("control", "default", ppl={8192: 25.0}),
         ]
         path = tmp_path / f"{name}.json"
-        command = f"python benchmarks/cpu_finetune_x2.py --steps {name}"  # no recipe overrides: a tie before
+        command = f"python benchmarks/cpu_finetune_x2.py --steps {name} --output runs/cpu-x2-{name}"
         path.write_text(
-            json.dumps(evidence_dict([replace(r, commands=(command,)) for r in rows], Plan(factor=2.0), "t", None, status))
+            json.dumps(
+                evidence_dict([replace(r, commands=(command,)) for r in rows], Plan(factor=2.0), "t", None, status)
+            )
         )
         return load_measured(path)
 
-    early = experiment("320", "not converged: the fine-tuned yarn held-out curve still falls at step 320", 25.45)
+    falls = "not converged: the fine-tuned yarn held-out curve still falls at step"
+    early = experiment("320", f"{falls} 320", 25.45)
     done = experiment("640", "", 25.30)
     for order in ([early, done], [done, early]):
         assert "640.json" in fine_tune_measured(order, "smollm2-135m", 2).line
     assert "320.json" in fine_tune_measured([early], "smollm2-135m", 2).line  # alone, still quoted (with its status)
+    # neither converged: the longer-trained one, the nearer to a result, and its steps are said
+    late = experiment("640", f"{falls} 640", 25.00)
+    for order in ([early, late], [late, early]):
+        quote = fine_tune_measured(order, "smollm2-135m", 2, recipe_steps=320)
+        assert "640.json" in quote.line
+    said = _extension_line(quote.source, 8192, 320)  # recommend's reason says what the quoted run trained
+    assert "trained with train.max_steps=640; the recipe below runs 320" in said
+    assert command_overrides("python benchmarks/cpu_finetune_x2.py --factor 4 --steps=640 --output o") == (
+        "train.max_steps=640",
+    )
+    assert command_overrides("python benchmarks/cpu_finetune_x2.py --factor 2 --output runs/cpu-x2") == ()
+    assert command_overrides("python benchmarks/other.py --steps 640") == ()  # another script's flag: not a recipe's
 
 
 def test_where_the_quoted_fine_tune_loses_keys_a_shipped_variant_that_keeps_them_is_named(tmp_path):
