@@ -114,7 +114,7 @@ def prefill_flops_per_token(s: dict[str, int], length: int) -> float:
 # -- the machine ---------------------------------------------------------------------------------------
 def machine(torch) -> dict:
     """What the figures were measured on: CPU model, its bf16 instructions, threads, torch."""
-    from ropescale.models.runtime import cpu_bf16_kernels, cpu_model
+    from ropescale.models.runtime import cpu_bf16_kernels, cpu_model, onednn_isa_cap
 
     flags: set[str] = set()
     try:
@@ -129,6 +129,7 @@ def machine(torch) -> dict:
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "bf16_kernels": cpu_bf16_kernels(),
+        "onednn_max_cpu_isa": onednn_isa_cap(),  # None: uncapped; e.g. AVX512_CORE_BF16: AMX off
         "flags": {f: f in flags for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f")},
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -331,7 +332,9 @@ def main(argv=None) -> int:
     print(
         f"machine: {facts['cpu']}, {facts['cores']} cores, {facts['threads']} threads, torch {facts['torch']}, "
         f"bf16 by {facts['bf16_kernels']} (amx_bf16 {facts['flags']['amx_bf16']}, avx512_bf16 "
-        f"{facts['flags']['avx512_bf16']}), malloc {malloc}, load average {load_before}",
+        f"{facts['flags']['avx512_bf16']}"
+        + (f"; oneDNN capped at {facts['onednn_max_cpu_isa']}" if facts["onednn_max_cpu_isa"] else "")
+        + f"), malloc {malloc}, load average {load_before}",
         flush=True,
     )
     tokens = [int(x) for x in args.tokens.split(",") if x]

@@ -124,8 +124,8 @@ def cpu_model() -> str:
 
 def cpu_bf16_kernels() -> str:
     """Which instructions compute bf16 matmuls on this CPU, as the hardware has them (the override of
-    :func:`cpu_has_bf16` does not change what computes): ``amx``, ``avx512_bf16``, or ``emulated``
-    (neither: oneDNN converts to fp32).
+    :func:`cpu_has_bf16` does not change what computes) and oneDNN may use them (:func:`onednn_isa_cap`):
+    ``amx``, ``avx512_bf16``, or ``emulated`` (neither: oneDNN converts to fp32).
 
     Read from torch's public ``torch.cpu.get_capabilities()`` (cpuinfo's feature flags, the same
     library oneDNN's dispatch trusts; torch 2.13 has it). ``torch.backends.cpu.get_cpu_capability()`` is
@@ -141,7 +141,27 @@ def cpu_bf16_kernels() -> str:
         amx, avx512_bf16 = bool(caps.get("amx_bf16")), bool(caps.get("avx512_bf16"))
     else:  # an older torch (pyproject allows >= 2.3)
         amx, avx512_bf16 = torch.cpu._is_amx_tile_supported(), torch.cpu._is_avx512_bf16_supported()
+    cap = onednn_isa_cap()
+    if cap is not None:  # oneDNN dispatches below it: what the hardware has above the cap does not compute
+        amx = amx and "AMX" in cap
+        avx512_bf16 = avx512_bf16 and ("AMX" in cap or cap in _BF16_DOT_ISAS or cap.startswith("AVX10"))
     return "amx" if amx else "avx512_bf16" if avx512_bf16 else "emulated"
+
+
+#: oneDNN's ISA names without AMX that still have bf16 dot products (AVX10 and the AMX names have them too)
+_BF16_DOT_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16")
+
+
+def onednn_isa_cap() -> str | None:
+    """The instruction set oneDNN is capped at by ``ONEDNN_MAX_CPU_ISA`` (or its older name
+    ``DNNL_MAX_CPU_ISA``), upper-cased; None where it is not capped. ``ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16``
+    on a Xeon with AMX runs bf16 matmuls on AVX512-BF16, as a CPU without AMX does (an EPYC's kind of
+    kernels on the Xeon's cores and memory): a cell measured so must not say ``amx``."""
+    for key in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = os.environ.get(key, "").strip().upper()
+        if value and value not in ("ALL", "DEFAULT"):
+            return value
+    return None
 
 
 def load_average() -> float | None:

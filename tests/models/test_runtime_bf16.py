@@ -46,6 +46,35 @@ def test_bf16_on_the_cpu_records_which_instructions_compute_it(monkeypatch, amx,
     assert cpu_has_bf16() is (kernels != "emulated")
 
 
+@pytest.mark.parametrize(
+    ("cap", "kernels"),
+    [
+        (None, "amx"),
+        ("avx512_core_bf16", "avx512_bf16"),  # AMX off: the dot products an EPYC has
+        ("AVX512_CORE", "emulated"),
+        ("AVX2", "emulated"),
+        ("AVX10_1_512_AMX", "amx"),
+        ("AVX512_CORE_AMX", "amx"),
+        ("DEFAULT", "amx"),
+    ],
+)
+def test_a_onednn_isa_cap_is_what_computes_not_the_hardware(monkeypatch, cap, kernels):
+    """ONEDNN_MAX_CPU_ISA keeps oneDNN below AMX (or below bf16 dot products): a cell measured so says
+    the kernels that ran, not the ones the CPU has."""
+    monkeypatch.setenv("ROPESCALE_CPU_BF16", "1")
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_bf16": True, "avx512_bf16": True})
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert rt.cpu_bf16_kernels() == kernels
+    assert resolve_runtime("cpu", "bfloat16").to_dict()["kernels"] == kernels
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE_BF16")  # the older name
+    assert rt.cpu_bf16_kernels() == "avx512_bf16"
+
+
 def test_an_older_torch_without_the_public_probe_falls_back_to_the_private_ones(monkeypatch):
     """torch.cpu.get_capabilities() is recent; pyproject allows torch >= 2.3, which has only the private probes."""
     monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
