@@ -15,7 +15,14 @@ Each figure is the best of ``--repeats`` calls after one untimed call, and is gi
 causal work (``4 · heads · T²/2 · head_dim``: the two products, masked half not counted) and as a ratio
 to ``sdpa``. The 1-minute load average before and after is printed: run it alone.
 
+``--backward`` times the forward and backward of each instead, as a training step runs them (autograd
+through the same functions, a random output gradient), at a training window: the question behind the
+ceiling of ``bench_cpu_speed.py`` (SDPA's CPU attention backward bounds a step), whether the obvious
+alternative's backward beats the kernel's. Its work is counted as three times the forward's (the two
+products forward, four backward).
+
     python benchmarks/bench_prefill_attention.py --output runs/prefill-attention.json   # alone: ~2 min on 2 cores
+    python benchmarks/bench_prefill_attention.py --backward --lengths 2048 --output runs/train-attention.json
     python benchmarks/bench_prefill_attention.py --quick                                 # checks the script: seconds
 """
 
@@ -35,6 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--output", default=None, help="a JSON of every figure and the machine")
+    ap.add_argument("--backward", action="store_true", help="forward and backward, as a training step runs them")
     ap.add_argument("--quick", action="store_true", help="short lengths: checks the script, no figure means anything")
     return ap.parse_args(argv)
 
@@ -99,15 +107,28 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(0)
     rows = []
     for T in lengths:
-        q, k, v = (torch.randn(1, args.heads, T, args.head_dim, generator=gen, dtype=dtype) for _ in range(3))
+        q, k, v = (
+            torch.randn(1, args.heads, T, args.head_dim, generator=gen, dtype=dtype).requires_grad_(args.backward)
+            for _ in range(3)
+        )
+        grad = torch.randn(1, args.heads, T, args.head_dim, generator=gen, dtype=dtype)
         block = min(args.block, T)
-        reference = sdpa(q, k, v, torch).float()
-        error = (blocks(q, k, v, torch, block).float() - reference).abs().max().item()
-        work = causal_flops(args.heads, T, args.head_dim)
+
+        def timed_call(fn):  # the forward alone, or the forward and its backward
+            if not args.backward:
+                return lambda: fn()
+            return lambda: fn().backward(grad)
+
+        with torch.no_grad():
+            reference = sdpa(q, k, v, torch).float()
+            error = (blocks(q, k, v, torch, block).float() - reference).abs().max().item()
+        work = causal_flops(args.heads, T, args.head_dim) * (3 if args.backward else 1)
         timed = {
-            "sdpa": best_of(lambda: sdpa(q, k, v, torch), args.repeats),
-            "blocks": best_of(lambda: blocks(q, k, v, torch, block), args.repeats),
-            "blocks, no softmax": best_of(lambda: blocks(q, k, v, torch, block, softmax=False), args.repeats),
+            "sdpa": best_of(timed_call(lambda: sdpa(q, k, v, torch)), args.repeats),
+            "blocks": best_of(timed_call(lambda: blocks(q, k, v, torch, block)), args.repeats),
+            "blocks, no softmax": best_of(
+                timed_call(lambda: blocks(q, k, v, torch, block, softmax=False)), args.repeats
+            ),
         }
         row = {"length": T, "causal_gflop": work / 1e9, "max_abs_difference": error, "kernels": {}}
         for name, seconds in timed.items():
@@ -117,7 +138,8 @@ def main(argv=None) -> int:
                 "ratio_to_sdpa": seconds / timed["sdpa"],
             }
             print(
-                f"T {T:>6}: {name:<20} {seconds:7.3f} s a layer, {work / seconds / 1e9:7.1f} GFLOP/s "
+                f"T {T:>6}: {name:<20} {seconds:7.3f} s a layer{' (fwd+bwd)' if args.backward else ''}, "
+                f"{work / seconds / 1e9:7.1f} GFLOP/s "
                 f"(causal work), {seconds / timed['sdpa']:.2f}x sdpa's time",
                 flush=True,
             )
@@ -136,6 +158,7 @@ def main(argv=None) -> int:
                 "head_dim": args.head_dim,
                 "dtype": args.dtype,
                 "block": args.block,
+                "timed": "forward and backward" if args.backward else "forward",
                 "rows": rows,
                 "load_avg_before": load_before,
                 "load_avg_after": load_after,

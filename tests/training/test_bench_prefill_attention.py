@@ -44,3 +44,24 @@ def test_a_quick_run_writes_every_figure(bench, tmp_path):
         assert row["max_abs_difference"] < 0.05  # bf16
     assert {"cpu", "threads", "torch"} <= set(record["machine"])
     assert "load_avg_before" in record and "load_avg_after" in record
+
+
+def test_the_backward_mode_gives_the_block_alternative_the_same_gradients_and_times_both(bench, tmp_path):
+    """--backward compares training's work: autograd through the alternative must give SDPA's gradients."""
+    gen = torch.Generator().manual_seed(2)
+    leaves = [torch.randn(1, 3, 200, 16, generator=gen, requires_grad=True) for _ in range(3)]
+    grad = torch.randn(1, 3, 200, 16, generator=gen)
+    grads = []
+    for fn in (lambda: bench.sdpa(*leaves, torch), lambda: bench.blocks(*leaves, torch, 64)):
+        for t in leaves:
+            t.grad = None
+        fn().backward(grad)
+        grads.append([t.grad.clone() for t in leaves])
+    for ours, theirs in zip(*grads):
+        assert torch.allclose(ours, theirs, atol=1e-5)
+    out = tmp_path / "train-attention.json"
+    assert bench.main(["--quick", "--backward", "--repeats", "1", "--output", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["timed"] == "forward and backward"
+    row = record["rows"][0]  # the work counted is three times the forward's
+    assert row["causal_gflop"] == pytest.approx(3 * bench.causal_flops(9, 256, 64) / 1e9)
