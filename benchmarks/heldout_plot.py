@@ -8,7 +8,7 @@ are the same at every point, so their differences are paired). A bar wholly belo
 the noise: a curve whose last bar is so is "not converged".
 
     python benchmarks/heldout_plot.py evals/measured/finetune-cpu-x2 evals/measured/finetune-cpu-x2-640steps \\
-        --output docs/img/cpu-finetune-heldout.png
+        --output docs/img/cpu-finetune-x2-heldout.png
 
 Each folder is a shipped fine-tune (``benchmarks/cpu_finetune_x2.py --ship``) or a run folder: every
 ``*metrics.jsonl`` in it is one curve, named by the folder and the file. Reads the logs only.
@@ -44,10 +44,10 @@ def curves_of(folders: Sequence[Path]) -> dict[str, list[dict[str, Any]]]:
     """``"<folder> <run>" -> held-out records`` for every ``*metrics.jsonl`` in ``folders`` (a run folder's
     own ``metrics.jsonl`` is named by its parent and itself); logs without a held-out point are left out."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for folder in folders:
-        for log in sorted(Path(folder).glob("*metrics.jsonl")):
+    for given in folders:
+        folder = Path(given).resolve()
+        for log in sorted(folder.glob("*metrics.jsonl")):
             records = heldout_records(log)
-            folder = Path(folder).resolve()
             run = log.name.removesuffix("metrics.jsonl").rstrip("-")
             name = f"{folder.name} {run}" if run else f"{folder.parent.name} {folder.name}"
             if records:

@@ -43,8 +43,11 @@ def command_overrides(command: str) -> tuple[str, ...]:
         return ()
     if any(w.endswith("cpu_finetune_x2.py") for w in words):
         for i, word in enumerate(words):
-            steps = words[i + 1] if word == "--steps" and i + 1 < len(words) else word.removeprefix("--steps=")
-            if (word == "--steps" or word.startswith("--steps=")) and steps.isdigit():
+            if word == "--steps":
+                steps = words[i + 1] if i + 1 < len(words) else ""
+            else:
+                steps = word.removeprefix("--steps=") if word.startswith("--steps=") else ""
+            if steps.isdigit():
                 return (f"train.max_steps={steps}",)
         return ()
     for i, word in enumerate(words):
