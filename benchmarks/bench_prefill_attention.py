@@ -115,9 +115,7 @@ def main(argv=None) -> int:
         block = min(args.block, T)
 
         def timed_call(fn):  # the forward alone, or the forward and its backward
-            if not args.backward:
-                return lambda: fn()
-            return lambda: fn().backward(grad)
+            return (lambda: fn().backward(grad)) if args.backward else fn
 
         with torch.no_grad():
             reference = sdpa(q, k, v, torch).float()

@@ -316,9 +316,10 @@ def main(argv=None) -> int:
     parts = goal_parts(rows, plan.original_context, target, ruler_ft, ruler_base, curves, tasks, args.base_length)
     ship.mkdir(parents=True, exist_ok=True)
     atomic_write_text(ship / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
-    if any(curves.values()):  # both held-out curves and their step-to-step changes, as the rule reads them
+    drawn = {role: c for role, c in curves.items() if c}
+    if drawn:  # both held-out curves and their step-to-step changes, as the rule reads them
         plot_heldout(
-            {f"{role}": c for role, c in curves.items() if c},
+            drawn,
             ship / "heldout.png",
             f"SmolLM2-135M-Instruct: YaRN ×{factor} fine-tune and its control, held-out Emma",
         )
@@ -344,7 +345,7 @@ def main(argv=None) -> int:
         ),
         *(
             ["", "![held-out curves](heldout.png) (right: each point's paired change of window NLL, ± 2 SE)"]
-            if any(curves.values())
+            if drawn
             else []
         ),
         "",

@@ -60,6 +60,17 @@ def heldout_records(run: str | Path) -> list[dict[str, Any]]:
     return [points[s] for s in sorted(points)]
 
 
+def paired_change(before: Mapping[str, Any], last: Mapping[str, Any]) -> tuple[float, float, int] | None:
+    """The change of the held-out windows' mean NLL (``eval_window_nll``) from ``before`` to ``last``: the
+    mean of the paired differences, its two standard errors and the number of windows; None without two
+    or more windows scored at both points (no spread to measure)."""
+    a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
+    if not len(a) == len(b) >= 2:
+        return None
+    d = [y - x for x, y in zip(a, b)]
+    return statistics.fmean(d), 2 * statistics.stdev(d) / math.sqrt(len(d)), len(d)
+
+
 def curve_falling(records: list[dict[str, Any]]) -> tuple[bool | None, str]:
     """Whether a held-out curve still falls at its last point (None where it has fewer than two).
 
@@ -72,13 +83,12 @@ def curve_falling(records: list[dict[str, Any]]) -> tuple[bool | None, str]:
     if len(records) < 2:
         return None, "fewer than two held-out points"
     before, last = records[-2], records[-1]
-    a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
     trend = f"{before['eval_ppl']:.3f} at step {before['step']} → {last['eval_ppl']:.3f} at step {last['step']}"
-    if len(a) == len(b) >= 2:
-        d = [y - x for x, y in zip(a, b)]
-        mean, se = statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
-        falling = mean < -2 * se and mean < 0
-        return falling, f"{trend} (mean window ΔNLL {mean:+.4f}, 2 SE {2 * se:.4f}, {len(d)} windows)"
+    change = paired_change(before, last)
+    if change is not None:
+        mean, two_se, n = change
+        falling = mean < -two_se and mean < 0
+        return falling, f"{trend} (mean window ΔNLL {mean:+.4f}, 2 SE {two_se:.4f}, {n} windows)"
     drop = 1 - last["eval_ppl"] / before["eval_ppl"]
     return drop > FALLBACK_DROP, f"{trend} ({100 * drop:+.2f} %, no paired windows: 0.5 % rule)"
 
@@ -245,6 +255,7 @@ __all__ = [
     "curve_falling",
     "goal_parts",
     "heldout_records",
+    "paired_change",
     "retrieval_line",
     "verdict",
 ]

@@ -17,27 +17,20 @@ Each folder is a shipped fine-tune (``benchmarks/cpu_finetune_x2.py --ship``) or
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
-from extension_cpu_goal import heldout_records  # noqa: E402
+from extension_cpu_goal import heldout_records, paired_change  # noqa: E402
 
 
 def step_changes(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float, float]]:
     """``(step, mean ΔNLL, 2 SE)`` from each held-out point to the next, over the windows both scored;
     a pair of points without the same two or more windows is left out (no spread to show)."""
-    out = []
-    for before, last in zip(records, records[1:]):
-        a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
-        if len(a) == len(b) >= 2:
-            d = [y - x for x, y in zip(a, b)]
-            out.append((int(last["step"]), statistics.fmean(d), 2 * statistics.stdev(d) / math.sqrt(len(d))))
-    return out
+    changes = ((int(last["step"]), paired_change(before, last)) for before, last in zip(records, records[1:]))
+    return [(step, change[0], change[1]) for step, change in changes if change is not None]
 
 
 def curves_of(folders: Sequence[Path]) -> dict[str, list[dict[str, Any]]]:
