@@ -3,9 +3,10 @@
 Left: each run's held-out Emma perplexity against training steps (the fine-tune at its target length,
 the control at the trained length), as ``metrics.jsonl`` records it every ``eval.every`` steps. Right:
 the same curves as the rule of ``extension_cpu_goal.curve_falling`` reads them: between each point and
-the one before it, the mean change of the held-out windows' NLL with its two standard errors (the windows
-are the same at every point, so their differences are paired). A bar wholly below zero is a fall beyond
-the noise: a curve whose last bar is so is "not converged".
+the one before it, the mean change of the held-out windows' NLL with its 95 % t interval (the windows
+are the same at every point, so their differences are paired), and the tolerance, a fall of 0.25 % of
+perplexity per 40 steps (dashed). A curve whose last bar reaches below the dashed line is "not
+converged": its windows do not exclude a fall faster than the tolerance.
 
     python benchmarks/heldout_plot.py evals/measured/finetune-cpu-x2 evals/measured/finetune-cpu-x2-640steps \\
         --output docs/img/cpu-finetune-x2-heldout.png
@@ -23,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
-from extension_cpu_goal import heldout_records, paired_change  # noqa: E402
+from extension_cpu_goal import FALL_TOLERANCE, TOLERANCE_STEPS, fall_tolerance, heldout_records, paired_change  # noqa: E402
 
 
 def step_changes(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float, float]]:
-    """``(step, mean ΔNLL, 2 SE)`` from each held-out point to the next, over the windows both scored;
+    """``(step, mean ΔNLL, half-width of its 95 % t interval)`` from each held-out point to the next, over
+    the windows both scored;
     a pair of points without the same two or more windows is left out (no spread to show)."""
     changes = ((int(last["step"]), paired_change(before, last)) for before, last in zip(records, records[1:]))
     return [(step, change[0], change[1]) for step, change in changes if change is not None]
@@ -81,9 +83,15 @@ def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, title: s
     left.set_title("held-out curve")
     left.legend(fontsize=8)
     right.axhline(0, color="grey", lw=1)
+    tolerance = f"tolerance: {100 * FALL_TOLERANCE:g} % per {TOLERANCE_STEPS} steps"
+    right.axhline(-fall_tolerance(TOLERANCE_STEPS), color="grey", lw=1, ls="--", label=tolerance)
+    floor = -8 * fall_tolerance(TOLERANCE_STEPS)  # the early steps' falls would squash the ones judged
+    if right.get_ylim()[0] < floor:
+        right.set_ylim(bottom=floor)
+        right.annotate("larger early falls run below the axis", (0.02, 0.02), xycoords="axes fraction", fontsize=8)
     right.set_xlabel("training step (change from the point before)")
-    right.set_ylabel("mean Δ window NLL, ± 2 SE (paired)")
-    right.set_title("falling beyond noise: bar wholly below 0")
+    right.set_ylabel("mean Δ window NLL, 95 % t interval (paired)")
+    right.set_title("converged: the last bar stays above the dashed line")
     right.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
@@ -102,7 +110,7 @@ def main(argv=None) -> int:
         return 2
     for name, records in curves.items():
         last = step_changes(records)[-1:]
-        said = f"; last change {last[0][1]:+.4f} ± {last[0][2]:.4f}" if last else ""
+        said = f"; last change {last[0][1]:+.4f} ± {last[0][2]:.4f} (95 % t)" if last else ""
         print(f"{name}: {len(records)} points, steps {records[0]['step']}-{records[-1]['step']}{said}")
     print(plot(curves, args.output, args.title))
     return 0

@@ -96,8 +96,8 @@ def evaluate_peft_model(
 
     Returns:
         ``eval_length``, ``eval_ppl``, ``eval_tokens``, ``eval_seconds`` and ``eval_window_nll`` (each
-        window's mean NLL in nats: two points of a held-out curve differ beyond their noise when their
-        paired window differences say so, ``curve_falling`` in benchmarks/extension_goal.py).
+        window's mean NLL in nats: whether a held-out curve may still fall is read from the paired
+        differences of two points' windows, ``curve_falling`` in benchmarks/extension_cpu_goal.py).
     """
     from ..scoring.perplexity import evaluate_perplexity
     from .s2attn import disable_s2attn, enable_s2attn

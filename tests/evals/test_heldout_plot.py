@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from extension_cpu_goal import curve_falling
+from extension_cpu_goal import curve_falling, fall_tolerance
 from heldout_plot import curves_of, main, step_changes
 
 POINTS = [
@@ -27,10 +27,14 @@ def _log(path, points, resumed_twice=False):
 def test_each_change_is_the_paired_windows_mean_and_agrees_with_the_convergence_rule():
     changes = step_changes(POINTS)
     assert [s for s, _, _ in changes] == [80, 120]
-    step, mean, two_se = changes[0]
-    assert step == 80 and mean == pytest.approx(-0.04) and two_se > 0
-    for i, (_, mean, two_se) in enumerate(changes):  # a bar wholly below 0 is exactly "still falling"
-        assert (mean + two_se < 0) == curve_falling(POINTS[i : i + 2])[0]
+    step, mean, half = changes[0]
+    assert step == 80 and mean == pytest.approx(-0.04) and half > 0
+    flat = {"step": 160, "eval_ppl": 24.9, "eval_window_nll": [3.2703, 3.1398, 3.2302, 3.2097]}  # precise
+    points = [*POINTS, flat]
+    said = [curve_falling(points[i : i + 2])[0] for i in range(3)]
+    assert said == [True, True, False]  # a sure fall, one lost in the noise, a precise flat step
+    for i, (_, mean, half) in enumerate(step_changes(points)):  # a bar reaching below the dashed line: "may fall"
+        assert (mean - half < -fall_tolerance(40)) == said[i]
     assert step_changes([POINTS[0], {**POINTS[1], "eval_window_nll": [3.2]}]) == []  # no spread: no bar
 
 
