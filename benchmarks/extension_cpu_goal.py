@@ -15,7 +15,8 @@ At ×s on a model of trained context L (×2: to 16k), the fine-tuned YaRN model 
 A run whose held-out curve is still falling at its last point is "not converged": its numbers are
 reported, not as the recipe's result. "Still falling" is read as a demanding reader would: a curve has
 converged only when its last step is shown to fall no faster than a small tolerance, not merely when its
-fall is lost in the noise (:func:`curve_falling` states the rule and why). Training-free YaRN and
+fall is lost in the noise (ropescale/training/convergence.py states the rule and why; ``ropescale
+train`` says it of every run at its end). Training-free YaRN and
 Self-Extend stand beside it on the same RULER prompts (their cells are listed, not judged).
 
 Pure functions of numbers; tests/evals/test_extension_cpu_goal.py checks them on synthetic ones.
@@ -23,15 +24,20 @@ Pure functions of numbers; tests/evals/test_extension_cpu_goal.py checks them on
 
 from __future__ import annotations
 
-import json
-import math
-import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Measured, length_text
+from ropescale.training.convergence import (  # the rule, shared with `ropescale train`'s last line
+    FALL_TOLERANCE,
+    TOLERANCE_STEPS,
+    curve_falling,
+    fall_tolerance,
+    heldout_records,
+    paired_change,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
 from extension_goal import MET, MISSING, NOT_MET, GoalPart  # noqa: E402
@@ -40,86 +46,7 @@ from extension_goal import MET, MISSING, NOT_MET, GoalPart  # noqa: E402
 #: (evals/measured/ruler/smollm2-135m-x4-cpu/; docs/battery.md)
 COUNTABLE = ("niah_single_1", "niah_single_2[austen]", "niah_multikey_1[austen]", "niah_multivalue[austen]")
 PPL_SLACK, RETAINED, RULER_SHARE, RULER_PROMPTS, RULER_BASE_LENGTH = 1.01, 0.985, 0.85, 30, 4096
-#: the fastest fall a converged curve may still have: 0.25 % of perplexity per 40 steps (a quarter of
-#: part 1's 1 % slack per evaluation interval of the shipped recipes), scaled by the steps between points
-FALL_TOLERANCE, TOLERANCE_STEPS = 0.0025, 40
-#: with fewer than two paired windows there is no spread to measure: a drop larger than this counts
-FALLBACK_DROP = 0.005
 NOT_CONVERGED = "not converged"
-
-
-def heldout_records(run: str | Path) -> list[dict[str, Any]]:
-    """The held-out evaluations of a training run (``metrics.jsonl`` lines with ``eval_ppl``), by step;
-    of a step evaluated twice (a resumed run) the last line counts. ``run`` is the run folder or a copy
-    of its log (a shipped ``<run>-metrics.jsonl``)."""
-    path, points = Path(run), {}
-    path = path if path.is_file() else path / "metrics.jsonl"
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:  # a line cut short by a kill
-                continue
-            if isinstance(rec, dict) and "eval_ppl" in rec:
-                points[int(rec["step"])] = rec
-    return [points[s] for s in sorted(points)]
-
-
-def paired_change(before: Mapping[str, Any], last: Mapping[str, Any]) -> tuple[float, float, int] | None:
-    """The change of the held-out windows' mean NLL (``eval_window_nll``) from ``before`` to ``last``: the
-    mean of the paired differences, the half-width of its 95 % t interval (n - 1 degrees of freedom: with
-    4 windows, 3.18 standard errors, not 2) and the number of windows n; None without two or more windows
-    scored at both points (no spread to measure)."""
-    from scipy import stats
-
-    a, b = before.get("eval_window_nll") or [], last.get("eval_window_nll") or []
-    if not len(a) == len(b) >= 2:
-        return None
-    d = [y - x for x, y in zip(a, b)]
-    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
-    return statistics.fmean(d), float(half), len(d)
-
-
-def fall_tolerance(steps: float) -> float:
-    """The tolerance in nats of window NLL over ``steps`` training steps (see ``FALL_TOLERANCE``)."""
-    return math.log1p(FALL_TOLERANCE) * steps / TOLERANCE_STEPS
-
-
-def curve_falling(records: list[dict[str, Any]]) -> tuple[bool | None, str]:
-    """Whether a held-out curve may still fall at its last point, so that its run has not converged
-    (None where it has fewer than two points).
-
-    Both last points score the same held-out windows, so their noise is that of the paired differences
-    d_i = last_i - before_i of the windows' mean NLLs (``eval_window_nll``, :func:`paired_change`). The curve
-    has converged when the 95 % t interval of mean(d) lies above minus the tolerance, a fall of 0.25 % of
-    perplexity per 40 steps (:func:`fall_tolerance`): the data exclude a fall that fast. Otherwise it may
-    still fall, and so does a curve whose noise is too wide to say. Without two paired windows, it falls
-    when the perplexity drops by more than 0.5 %.
-
-    Why this form (decided in issue 54, after the 640-step ×2 run was read; the rule before it and both
-    verdicts are in docs/experiments/2026-12-05-cpu-finetune-x2-640.md): the rule before it counted any
-    drop beyond 2 standard errors as a fall. With 4 windows the standard error has 3 degrees of freedom,
-    so 2 is too narrow a quantile (3.18 is the t quantile), and with no tolerance a model still learning
-    its training text at the floor learning rate never converges. This form puts the burden on the claim
-    "converged": too few windows or too wide a spread cannot earn it.
-    """
-    if len(records) < 2:
-        return None, "fewer than two held-out points"
-    before, last = records[-2], records[-1]
-    trend = f"{before['eval_ppl']:.3f} at step {before['step']} → {last['eval_ppl']:.3f} at step {last['step']}"
-    change = paired_change(before, last)
-    if change is not None:
-        mean, half, n = change
-        tolerance = fall_tolerance(int(last["step"]) - int(before["step"]))
-        falling = mean - half < -tolerance
-        said = "does not exclude" if falling else "excludes"
-        return falling, (
-            f"{trend} (mean window ΔNLL {mean:+.4f}, 95 % t interval {mean - half:+.4f} to {mean + half:+.4f}, "
-            f"{n} windows: {said} a fall beyond {-tolerance:+.4f}, {100 * FALL_TOLERANCE:g} % per "
-            f"{TOLERANCE_STEPS} steps)"
-        )
-    drop = 1 - last["eval_ppl"] / before["eval_ppl"]
-    return drop > FALLBACK_DROP, f"{trend} ({100 * drop:+.2f} %, no paired windows: 0.5 % rule)"
 
 
 def convergence_part(curves: Mapping[str, list[dict[str, Any]]]) -> GoalPart:
@@ -282,6 +209,8 @@ def verdict(parts: list[GoalPart]) -> str:
 
 __all__ = [
     "COUNTABLE",
+    "FALL_TOLERANCE",
+    "TOLERANCE_STEPS",
     "NOT_CONVERGED",
     "convergence_part",
     "curve_falling",

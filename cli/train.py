@@ -212,6 +212,11 @@ def _train(args: argparse.Namespace, config) -> int:
         for record in result.evals:
             if record:
                 print(f"perplexity at {record['eval_length']} tokens: {record['eval_ppl']:.3f}")
+        from ropescale.training.convergence import convergence_line
+
+        said = convergence_line(result.output_dir)  # the whole log's last two points, resumed sittings included
+        if said:
+            print(said)
     if args.merge:
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:

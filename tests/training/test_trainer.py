@@ -189,6 +189,11 @@ def test_cli_train_eval_resume_export(tmp_path, model_dir, capsys):
     assert "trained tiny to step 4" in out and "perplexity at 96 tokens" in out
     evals = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if "eval_ppl" in ln]
     assert [e["step"] for e in evals] == [2, 4] and all(math.isfinite(e["eval_ppl"]) for e in evals)
+    # its last line says whether the held-out curve levelled off, by the rule of training/convergence.py
+    from ropescale.training.convergence import curve_falling
+
+    falling, text = curve_falling(evals)
+    assert falling is not None and text in out and out.count("held-out curve ") == 1
     assert (run / "adapter" / "adapter_config.json").is_file() and (run / "data" / "train_tokens.npy").is_file()
     assert (run / "merged" / "config.json").is_file()
 
