@@ -174,6 +174,17 @@ def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
             atomic_write_text(ship / f"{run.name}-metrics.jsonl", log.read_text(encoding="utf-8"))
 
 
+def ppl_windows(out: Path) -> dict[tuple[str, int], dict]:
+    """``(row label, length) -> perplexity cell result`` of the suites' cells in ``out``: the window NLLs
+    the goal's perplexity intervals pair (``extension_cpu_goal.window_ratio``)."""
+    found = {}
+    for suite in SUITES:
+        for path in sorted((out / suite / "cells").glob("*__perplexity__*.json")):
+            cell = json.loads(path.read_text(encoding="utf-8"))
+            found[cell["method"], int(cell["length"])] = cell["result"]
+    return found
+
+
 def ppl_suites(plan, exports: dict) -> dict[str, dict]:
     """The three suites of bench_extension without passkey: the unscaled model and the control at ≤ L."""
     from extension_plan import suite_dicts
@@ -314,7 +325,9 @@ def main(argv=None) -> int:
     ruler_ft = ruler_scores(out / "ruler" / "yarn")
     ruler_base = ruler_scores(out / "ruler" / "none", "none")
     tasks = task_names(args)
-    parts = goal_parts(rows, plan.original_context, target, ruler_ft, ruler_base, curves, tasks, args.base_length)
+    parts = goal_parts(
+        rows, plan.original_context, target, ruler_ft, ruler_base, curves, tasks, args.base_length, ppl_windows(out)
+    )
     ship.mkdir(parents=True, exist_ok=True)
     atomic_write_text(ship / "goal.json", json.dumps([asdict(p) for p in parts], indent=1) + "\n")
     drawn = {role: c for role, c in curves.items() if c}

@@ -24,6 +24,8 @@ Pure functions of numbers; tests/evals/test_extension_cpu_goal.py checks them on
 
 from __future__ import annotations
 
+import math
+import statistics
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,6 +39,7 @@ from ropescale.training.convergence import (  # the rule, shared with `ropescale
     fall_tolerance,
     heldout_records,
     paired_change,
+    t975,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
@@ -47,6 +50,36 @@ from extension_goal import MET, MISSING, NOT_MET, GoalPart  # noqa: E402
 COUNTABLE = ("niah_single_1", "niah_single_2[austen]", "niah_multikey_1[austen]", "niah_multivalue[austen]")
 PPL_SLACK, RETAINED, RULER_SHARE, RULER_PROMPTS, RULER_BASE_LENGTH = 1.01, 0.985, 0.85, 30, 4096
 NOT_CONVERGED = "not converged"
+
+
+def window_ratio(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float, float, int] | None:
+    """PPL(a) / PPL(b) on the same tokens, and its 95 % interval from the paired windows.
+
+    ``a`` and ``b`` are perplexity cells' results (``window_nll``: each window's summed NLL;
+    ``window_tokens``: its scored tokens). Each of ``a``'s windows is paired with the consecutive windows of
+    ``b`` that score the same tokens: one to one at one length, one to two for the fine-tune at 16k
+    against the control at 8k. The pair's difference is the difference of their mean NLLs; the interval is
+    Student's t over those differences, taken through exp. ``(ratio, low, high, pairs)``; None where ``b``'s
+    windows do not tile ``a``'s or fewer than two pairs are left.
+    """
+    b_nll, b_tokens = iter(b["window_nll"]), iter(b["window_tokens"])
+    diffs = []
+    for nll, tokens in zip(a["window_nll"], a["window_tokens"]):
+        other, covered = 0.0, 0
+        while covered < tokens:
+            step = next(b_tokens, None)
+            if step is None:
+                return None
+            other, covered = other + next(b_nll), covered + step
+        if covered != tokens:
+            return None
+        diffs.append((nll - other) / tokens)
+    if next(b_tokens, None) is not None or len(diffs) < 2:
+        return None
+    mean, n = statistics.fmean(diffs), len(diffs)
+    half = t975(n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    ratio = math.exp((sum(a["window_nll"]) - sum(b["window_nll"])) / sum(a["window_tokens"]))
+    return ratio, math.exp(mean - half), math.exp(mean + half), n
 
 
 def convergence_part(curves: Mapping[str, list[dict[str, Any]]]) -> GoalPart:
@@ -98,6 +131,7 @@ def goal_parts(
     curves: Mapping[str, list[dict[str, Any]]],
     tasks: tuple[str, ...] = COUNTABLE,
     base_length: int = RULER_BASE_LENGTH,
+    windows: Mapping[tuple[str, int], Mapping[str, Any]] | None = None,
 ) -> list[GoalPart]:
     """The goal's three parts and the convergence part.
 
@@ -109,7 +143,22 @@ def goal_parts(
             ``(score, prompts, each prompt's score)`` where the interval is to be given.
         ruler_base: the unscaled model's, the same shape (its cells at ``base_length``, 4k).
         curves: each role's held-out records (:func:`heldout_records`).
+        windows: ``(role, length) -> perplexity cell result`` (window NLLs and tokens), where the perplexity
+            parts are to give their 95 % intervals (:func:`window_ratio`); the verdicts stay the goal's, on
+            the measured ratio, and a verdict the interval does not carry is said.
     """
+    windows = windows or {}
+
+    def interval(a: tuple[str, int], b: tuple[str, int], invert: bool = False) -> tuple[float, float, str]:
+        """The paired interval of PPL(a) / PPL(b) (of its inverse), and its text; (nan, nan, "") without it."""
+        got = window_ratio(windows[a], windows[b]) if a in windows and b in windows else None
+        if got is None:
+            return math.nan, math.nan, ""
+        _, low, high, n = got
+        low, high = (1 / high, 1 / low) if invert else (low, high)
+        scale, digits = (100, 2) if invert else (1, 4)
+        return low, high, f" [{scale * low:.{digits}f}, {scale * high:.{digits}f}] ({n} windows paired)"
+
     by = {r.label: r for r in rows}
     ft, control, none = by.get(FINE_TUNED), by.get(CONTROL), by.get("none")
     L, parts = original_context, []
@@ -118,7 +167,12 @@ def goal_parts(
         parts.append(GoalPart(ask, MISSING, "the fine-tune's cell at the target or the control's at L missing"))
     else:
         a, b = ft.ppl[target], control.ppl[L]
-        parts.append(GoalPart(ask, MET if a <= PPL_SLACK * b else NOT_MET, f"{a:.2f} vs {b:.2f} = {a / b:.3f}×"))
+        _, high, said = interval((FINE_TUNED, target), (CONTROL, L))
+        status = MET if a <= PPL_SLACK * b else NOT_MET
+        beyond = " (the interval reaches above the goal)" if status == MET and high > PPL_SLACK else ""
+        parts.append(
+            GoalPart(ask, status, f"{a:.2f} vs {b:.2f} = {a / b:.4f}×" + (f", 95 %{said}" if said else "") + beyond)
+        )
     short = sorted(n for n in (ft.ppl if ft else {}) if n <= L)
     ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the unscaled model's"
     if not short or not none or any(n not in none.ppl for n in short):
@@ -130,7 +184,9 @@ def goal_parts(
         )
         if control and all(n in control.ppl for n in short):  # the same text learned unscaled: adaptation removed
             text += "; against the control (the same text, unscaled): " + ", ".join(
-                f"{length_text(n)} {100 * control.ppl[n] / ft.ppl[n]:.1f} %" for n in short
+                f"{length_text(n)} {100 * control.ppl[n] / ft.ppl[n]:.2f} %"
+                + interval((FINE_TUNED, n), (CONTROL, n), invert=True)[2]
+                for n in short
             )
         parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
     ask = (
@@ -220,4 +276,5 @@ __all__ = [
     "paired_change",
     "retrieval_line",
     "verdict",
+    "window_ratio",
 ]

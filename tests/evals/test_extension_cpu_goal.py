@@ -4,6 +4,7 @@ part, in progress, and not judged while a held-out curve's windows do not exclud
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from extension_cpu_goal import (
     heldout_records,
     share_interval,
     verdict,
+    window_ratio,
 )
 
 from ropescale.evals.advice.evidence import Measured
@@ -101,12 +103,12 @@ def _parts(ft=None, control=None, none=None, ruler=0.9, prompts=30, curves=None)
 def test_every_part_met_and_each_part_failing_on_its_own():
     parts = _parts()
     assert [p.status for p in parts] == ["met"] * 4 and verdict(parts) == "goal: met (every part)"
-    assert parts[0].detail == "24.10 vs 24.00 = 1.004×"
+    assert parts[0].detail == "24.10 vs 24.00 = 1.0042×"  # no window NLLs given: no interval
     assert _parts(ft={2048: 23.0, 8192: 24.0, T: 24.5})[0].status == "NOT met"  # 1.021 × the control's 8k
     kept = _parts(ft={2048: 23.5, 8192: 24.0, T: 24.1})[1]  # 23.0 / 23.5 = 97.9 % < 98.5 %
     assert kept.status == "NOT met" and "2k 23.50 vs 23.00 = 97.9 %" in kept.detail
     # adaptation to the text removed: the same share against the control, which learned it unscaled
-    assert "against the control (the same text, unscaled): 2k 97.4 %, 8k 100.0 %" in kept.detail
+    assert "against the control (the same text, unscaled): 2k 97.45 %, 8k 100.00 %" in kept.detail
     assert _parts(ruler=0.8)[2].status == "NOT met"  # 80 % of the unscaled model's 4k
     assert _parts(ruler=0.9, prompts=12)[2].status == "in progress"  # a cell of fewer than 30 prompts
     assert "not met yet" in verdict(_parts(ruler=0.8))
@@ -162,3 +164,45 @@ def test_the_share_interval_is_a_bootstrap_of_the_ratio_of_means():
         share_interval({"a": _prompts(900, 1000)}, {"a": _prompts(1000, 1000)}),
     )
     assert wide[1] - wide[0] > narrow[1] - narrow[0] > 0
+
+
+def _cell(means: list[float], tokens: int) -> dict:
+    """A perplexity cell's result: windows of ``tokens`` scored tokens with these mean NLLs."""
+    return {"window_nll": [m * tokens for m in means], "window_tokens": [tokens] * len(means)}
+
+
+def test_the_perplexity_ratios_interval_pairs_windows_over_the_same_tokens():
+    from shipped_ppl_table import paired_ratio  # an independent implementation (scipy's t) at one length
+
+    a, b = _cell([3.20, 3.25, 3.31, 3.18, 3.22], 2048), _cell([3.21, 3.24, 3.33, 3.20, 3.22], 2048)
+    for x, y in ((a, b), (b, a)):
+        totals = [{**c, "total_nll": sum(c["window_nll"]), "tokens_scored": 10240} for c in (x, y)]
+        assert window_ratio(x, y) == pytest.approx(paired_ratio(*totals))
+    # the fine-tune's 16k windows against the control's 8k: each paired with the two 8k windows of its tokens
+    long, short = _cell([3.10, 3.30, 3.20], 16384), _cell([3.12, 3.10, 3.28, 3.34, 3.22, 3.20], 8192)
+    ratio, low, high, n = window_ratio(long, short)
+    diffs = [3.10 - 3.11, 3.30 - 3.31, 3.20 - 3.21]  # every 16k window 0.01 nats below its two 8k windows
+    assert n == 3 and ratio == pytest.approx(math.exp(-0.01)) and low == pytest.approx(high)
+    assert statistics.fmean(diffs) == pytest.approx(-0.01)
+    assert window_ratio(long, _cell([3.1] * 5, 8192)) is None  # windows that do not tile the same tokens
+    assert window_ratio(long, _cell([3.1] * 7, 8192)) is None
+    assert window_ratio(_cell([3.1], 16384), _cell([3.1, 3.1], 8192)) is None  # one pair: no spread
+
+
+def test_the_perplexity_parts_give_their_intervals_and_say_a_verdict_the_interval_does_not_carry():
+    rows = [
+        _row("fine-tuned yarn", {2048: 23.0, 8192: 24.0, T: 24.1}),
+        _row("control", {2048: 22.9, 8192: 24.0}),
+        _row("none", {2048: 23.0, 8192: 23.9}),
+    ]
+    noisy = _cell([3.10, 3.30, 3.20], T)  # against the control's 8k below: +0.00, +0.04, -0.03 nats
+    windows = {
+        ("fine-tuned yarn", T): noisy,
+        ("control", L): _cell([3.11, 3.09, 3.26, 3.26, 3.24, 3.22], L),
+        ("fine-tuned yarn", 2048): _cell([3.10, 3.12, 3.15], 2048),
+        ("control", 2048): _cell([3.10, 3.11, 3.15], 2048),
+    }
+    parts = goal_parts(rows, L, T, _scores(0.9, 30, T), _scores(1.0, 30, 4096), {}, windows=windows)
+    assert parts[0].status == "met" and "(3 windows paired) (the interval reaches above the goal)" in parts[0].detail
+    assert ", 95 % [" in parts[0].detail
+    assert "2k 99.57 % [" in parts[1].detail and "8k 100.00 %" in parts[1].detail  # 8k: no windows, no interval
