@@ -15,6 +15,10 @@ Each figure is the best of ``--repeats`` calls after one untimed call, and is gi
 causal work (``4 · heads · T²/2 · head_dim``: the two products, masked half not counted) and as a ratio
 to ``sdpa``. The 1-minute load average before and after is printed: run it alone.
 
+``--flex`` adds torch's other attention kernel for the CPU: ``flex_attention`` with a causal block mask,
+compiled (inductor generates its CPU code; a C++ compiler is needed, and the first call compiles). Where
+torch cannot run it (its backward on a CPU, torch 2.13) the row says so instead of a time.
+
 ``--backward`` times the forward and backward of each instead, as a training step runs them (autograd
 through the same functions, a random output gradient), at a training window: the question behind the
 ceiling of ``bench_cpu_speed.py`` (SDPA's CPU attention backward bounds a step), whether the obvious
@@ -23,6 +27,7 @@ products forward, four backward).
 
     python benchmarks/bench_prefill_attention.py --output runs/prefill-attention.json   # alone: ~2 min on 2 cores
     python benchmarks/bench_prefill_attention.py --backward --lengths 2048 --output runs/train-attention.json
+    python benchmarks/bench_prefill_attention.py --flex --lengths 2048,16384             # and flex_attention, compiled
     python benchmarks/bench_prefill_attention.py --quick                                 # checks the script: seconds
 """
 
@@ -44,6 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--output", default=None, help="a JSON of every figure and the machine")
     ap.add_argument("--backward", action="store_true", help="forward and backward, as a training step runs them")
     ap.add_argument("--quick", action="store_true", help="short lengths: checks the script, no figure means anything")
+    ap.add_argument("--flex", action="store_true", help="also torch's flex_attention, compiled (needs a C++ compiler)")
     return ap.parse_args(argv)
 
 
@@ -71,6 +77,15 @@ def blocks(q, k, v, torch, block: int, softmax: bool = True):
             scores = scores.softmax(-1).to(q.dtype)
         out[..., start:end, :] = scores @ v[..., :end, :]
     return out
+
+
+def flex_kernel(length: int, torch):
+    """``flex_attention`` compiled, with a causal block mask of ``length``: a function of (q, k, v)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, 1, 1, length, length, device="cpu")
+    compiled = torch.compile(flex_attention)
+    return lambda q, k, v: compiled(q, k, v, block_mask=mask)
 
 
 def best_of(fn, repeats: int) -> float:
@@ -129,6 +144,14 @@ def main(argv=None) -> int:
             ),
         }
         row = {"length": T, "causal_gflop": work / 1e9, "max_abs_difference": error, "kernels": {}}
+        if args.flex:
+            flex = flex_kernel(T, torch)
+            try:
+                timed["flex (compiled)"] = best_of(timed_call(lambda: flex(q, k, v)), args.repeats)
+            except NotImplementedError as exc:  # torch's own refusal, said as it is
+                reason = str(exc).splitlines()[0]
+                row["kernels"]["flex (compiled)"] = {"unsupported": reason}
+                print(f"T {T:>6}: {'flex (compiled)':<20} not run: {reason}", flush=True)
         for name, seconds in timed.items():
             row["kernels"][name] = {
                 "seconds": seconds,

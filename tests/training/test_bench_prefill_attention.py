@@ -65,3 +65,26 @@ def test_the_backward_mode_gives_the_block_alternative_the_same_gradients_and_ti
     assert record["timed"] == "forward and backward"
     row = record["rows"][0]  # the work counted is three times the forward's
     assert row["causal_gflop"] == pytest.approx(3 * bench.causal_flops(9, 256, 64) / 1e9)
+
+
+def _has_cxx() -> bool:
+    import shutil
+
+    return any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.skipif(not _has_cxx(), reason="flex_attention compiles through inductor: no C++ compiler here")
+def test_flex_is_the_same_causal_attention_and_its_refusal_is_recorded_not_hidden(bench, tmp_path):
+    """--flex times torch's compiled flex_attention beside SDPA: it must compute the same attention, and
+    where torch refuses a mode on the CPU (the backward, torch 2.13) the row says torch's reason."""
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 3, 128, 16, generator=gen) for _ in range(3))
+    got, expected = bench.flex_kernel(128, torch)(q, k, v), bench.sdpa(q, k, v, torch)
+    assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
+    out = tmp_path / "train-attention.json"
+    assert bench.main(["--quick", "--backward", "--flex", "--repeats", "1", "--output", str(out)]) == 0
+    flex = json.loads(out.read_text())["rows"][0]["kernels"]["flex (compiled)"]
+    if "unsupported" in flex:  # torch's own words, naming the backward
+        assert "backward" in flex["unsupported"].lower() and "seconds" not in flex
+    else:  # a torch that runs it: timed as the others are
+        assert flex["seconds"] > 0 and flex["ratio_to_sdpa"] > 0
