@@ -89,7 +89,10 @@ def convergence_part(curves: Mapping[str, list[dict[str, Any]]]) -> GoalPart:
         ok, text = curve_falling(curves.get(role, []))
         said.append(f"{role}: {text}")
         (missing if ok is None else falling if ok else []).append(role)
-    ask = "held-out curves flat at their last point (a fall beyond 0.25 % per 40 steps excluded)"
+    ask = (
+        f"held-out curves flat at their last point (a fall beyond {100 * FALL_TOLERANCE:g} % per "
+        f"{TOLERANCE_STEPS} steps excluded)"
+    )
     if missing:
         return GoalPart(ask, MISSING, "; ".join(said))
     return GoalPart(ask, NOT_CONVERGED if falling else MET, "; ".join(said))

@@ -4,8 +4,8 @@ Left: each run's held-out Emma perplexity against training steps (the fine-tune 
 the control at the trained length), as ``metrics.jsonl`` records it every ``eval.every`` steps. Right:
 the same curves as the rule of ``extension_cpu_goal.curve_falling`` reads them: between each point and
 the one before it, the mean change of the held-out windows' NLL with its 95 % t interval (the windows
-are the same at every point, so their differences are paired), and the tolerance, a fall of 0.25 % of
-perplexity per 40 steps (dashed). A curve whose last bar reaches below the dashed line is "not
+are the same at every point, so their differences are paired), as a rate per 40 steps, and the
+tolerance, a fall of 0.25 % of perplexity per 40 steps (dashed). A curve whose last bar reaches below the dashed line is "not
 converged": its windows do not exclude a fall faster than the tolerance.
 
     python benchmarks/heldout_plot.py evals/measured/finetune-cpu-x2 evals/measured/finetune-cpu-x2-640steps \\
@@ -29,10 +29,16 @@ from extension_cpu_goal import FALL_TOLERANCE, TOLERANCE_STEPS, fall_tolerance, 
 
 def step_changes(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float, float]]:
     """``(step, mean ΔNLL, half-width of its 95 % t interval)`` from each held-out point to the next, over
-    the windows both scored;
-    a pair of points without the same two or more windows is left out (no spread to show)."""
-    changes = ((int(last["step"]), paired_change(before, last)) for before, last in zip(records, records[1:]))
-    return [(step, change[0], change[1]) for step, change in changes if change is not None]
+    the windows both scored, each as a rate per ``TOLERANCE_STEPS`` steps (a change over 80 steps is
+    halved), so that one tolerance line serves curves evaluated every 40 or every 80 steps; a pair of
+    points without the same two or more windows is left out (no spread to show)."""
+    out = []
+    for before, last in zip(records, records[1:]):
+        change = paired_change(before, last)
+        if change is not None:
+            per = TOLERANCE_STEPS / (int(last["step"]) - int(before["step"]))
+            out.append((int(last["step"]), change[0] * per, change[1] * per))
+    return out
 
 
 def curves_of(folders: Sequence[Path]) -> dict[str, list[dict[str, Any]]]:
@@ -90,7 +96,7 @@ def plot(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: Path, title: s
         right.set_ylim(bottom=floor)
         right.annotate("larger early falls run below the axis", (0.02, 0.02), xycoords="axes fraction", fontsize=8)
     right.set_xlabel("training step (change from the point before)")
-    right.set_ylabel("mean Δ window NLL, 95 % t interval (paired)")
+    right.set_ylabel(f"mean Δ window NLL per {TOLERANCE_STEPS} steps, 95 % t (paired)")
     right.set_title("converged: the last bar stays above the dashed line")
     right.legend(fontsize=8)
     fig.suptitle(title)
@@ -110,7 +116,9 @@ def main(argv=None) -> int:
         return 2
     for name, records in curves.items():
         last = step_changes(records)[-1:]
-        said = f"; last change {last[0][1]:+.4f} ± {last[0][2]:.4f} (95 % t)" if last else ""
+        said = (
+            f"; last change {last[0][1]:+.4f} ± {last[0][2]:.4f} per {TOLERANCE_STEPS} steps (95 % t)" if last else ""
+        )
         print(f"{name}: {len(records)} points, steps {records[0]['step']}-{records[-1]['step']}{said}")
     print(plot(curves, args.output, args.title))
     return 0

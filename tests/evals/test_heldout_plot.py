@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from extension_cpu_goal import curve_falling, fall_tolerance
+from extension_cpu_goal import curve_falling, fall_tolerance, paired_change
 from heldout_plot import curves_of, main, step_changes
 
 POINTS = [
@@ -36,6 +36,12 @@ def test_each_change_is_the_paired_windows_mean_and_agrees_with_the_convergence_
     for i, (_, mean, half) in enumerate(step_changes(points)):  # a bar reaching below the dashed line: "may fall"
         assert (mean - half < -fall_tolerance(40)) == said[i]
     assert step_changes([POINTS[0], {**POINTS[1], "eval_window_nll": [3.2]}]) == []  # no spread: no bar
+    # every 80 steps (the x4 recipe): the bar is the rate per 40 steps, so one tolerance line still decides
+    slow = [POINTS[2], {**flat, "step": 200, "eval_window_nll": [3.266, 3.1355, 3.2262, 3.2058]}]
+    (_, rate, half), whole = step_changes(slow)[0], paired_change(*slow)
+    assert rate == pytest.approx(whole[0] / 2) and half == pytest.approx(whole[1] / 2)
+    assert curve_falling(slow)[0] is False and rate - half > -fall_tolerance(40)  # ~-0.004 in 80 steps: flat
+    assert curve_falling([POINTS[2], {**slow[1], "step": 160}])[0] is True  # the same change in 40 steps
 
 
 def test_shipped_logs_and_a_run_folder_are_read_and_named_and_the_png_is_written(tmp_path, capsys):
