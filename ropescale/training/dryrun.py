@@ -223,6 +223,24 @@ def plan_lines(config: TrainConfig, meta: MetaModel, card: planner.Card, gpus: i
     return lines
 
 
+def convergence_plan(windows: int) -> str:
+    """What the run's last line can say of its held-out curve with ``windows`` windows a point
+    (ropescale/training/convergence.py: the last change's paired 95 % t interval)."""
+    four = "4 windows (eval.max_tokens = 4 x eval.length)"
+    if windows >= 4:
+        return f"{windows} windows a point: the run's last line says whether the held-out curve levelled off"
+    if windows == 1:
+        return (
+            "1 window a point: the run's last line judges the held-out curve by its perplexity alone (a drop "
+            f"of more than 0.5 % is a fall); {four} give it a paired interval"
+        )
+    return (
+        f"{windows} windows a point: the interval of the held-out curve's last change is wide (Student's t at "
+        f"{windows - 1} degree{'s' if windows > 2 else ''} of freedom), so the run's last line will rarely call "
+        f"it flat; {four} make it worth having"
+    )
+
+
 def eval_lines(config: TrainConfig, meta: MetaModel, shape: planner.Shape, train: planner.Estimate, card) -> list[str]:
     """The evaluation during training: one perplexity window of ``eval.length`` in the training process,
     which still holds the weights, gradients and optimizer state (its activations replace the step's)."""
@@ -235,10 +253,14 @@ def eval_lines(config: TrainConfig, meta: MetaModel, shape: planner.Shape, train
     peak = held + window.peak - window.parts["weights"]
     verdict = "fits" if peak + planner.RESERVE_MIB * planner.MIB <= card.memory_mib * planner.MIB else "does NOT fit"
     when = f"every {e.every} steps" if e.every else "at the end"
-    return [
+    lines = [
         f"  evaluation:  perplexity at {length:,} tokens {when}: {planner.gib(peak)} peak per GPU, {verdict}; "
         f"{planner.duration(window.seconds)} a window"
     ]
+    windows = e.max_tokens // length if e.max_tokens and e.mode == "nonoverlap" else None
+    if e.every and windows:  # the run's last line judges the held-out curve from these windows' pairs
+        lines.append("               " + convergence_plan(windows))
+    return lines
 
 
 def dry_run_lines(

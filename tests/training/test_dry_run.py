@@ -94,6 +94,22 @@ def test_dry_run_of_every_recipe_on_its_family_shape(path, capsys):
     assert re.search(r"memory: +[\d.]+ GiB peak per GPU of 79.6 GiB: fits", out), out  # every recipe fits an H100
     if recipe.eval.every or recipe.eval.at_end:  # and so does its evaluation, in the training process
         assert re.search(r"evaluation: +perplexity at [\d,]+ tokens .*: [\d.]+ GiB peak per GPU, fits;", out), out
+    if recipe.eval.every and recipe.eval.max_tokens:  # and what the run's last line can say of its curve
+        assert re.search(r"\n +\d+ windows? a point: ", out), out
+
+
+def test_the_plan_says_what_its_held_out_windows_let_the_last_line_judge(capsys):
+    """eval.max_tokens / eval.length windows a point: with 4 or more the run's last line gives a paired
+    verdict on the held-out curve; with fewer the plan says so, before any step is taken."""
+    shape = SHAPES / "smollm2-135m"
+    cases = [("65536", "4 windows a point: the run's last line says whether the held-out curve levelled off")]
+    cases += [("32768", "2 windows a point: the interval of the held-out curve's last change is wide")]
+    cases += [("16384", "1 window a point: the run's last line judges the held-out curve by its perplexity alone")]
+    for tokens, said in cases:
+        argv = ["train", "--config", "smollm2-135m/yarn_x2_cpu", "--dry-run", "--model", str(shape)]
+        assert main([*argv, f"eval.max_tokens={tokens}"]) == 0
+        out = capsys.readouterr().out
+        assert said in out and out.count(" a point: ") == 1, out
 
 
 @pytest.mark.parametrize(
