@@ -300,6 +300,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import bench_extension as bx
     from extension_cpu_goal import curve_falling, goal_parts, heldout_records, retrieval_line, verdict
+    from extension_goal import MISSING
     from extension_plan import collect, evidence_dict
     from heldout_plot import plot as plot_heldout
 
@@ -402,6 +403,9 @@ def main(argv=None) -> int:
             if curve_falling(c)[0]
         ]
         status = f"not converged: {'; '.join(said)}; not the recipe's result ({ship.name}/report.md)" if said else ""
+        pending = [p.part for p in parts if p.status in (MISSING, "in progress")]
+        if pending and not status:  # converged, but a part of the goal is still being measured: say so
+            status = f"in progress: {'; '.join(pending)}: not measured in full yet ({ship.name}/report.md)"
         free = ruler_scores(Path(args.base_cells), f"yarn-x{factor}")  # its scaling untrained, same prompts
         retrieval = retrieval_line(
             ruler_ft, ruler_base, free, target, f"training-free yarn ×{factor}", tasks, args.base_length
