@@ -295,12 +295,32 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
             ship_cells(out, ship)
 
 
+def evidence_status(curves: dict[str, list[dict]], parts: list, ship_name: str) -> str:
+    """The evidence file's ``status``, which ``recommend --budget fine-tune`` gives as its first caveat:
+    "not converged: ..." where a held-out curve may still fall, else "in progress: ..." where a goal part
+    is not measured in full, else empty (converged, every part measured)."""
+    from extension_cpu_goal import curve_falling
+    from extension_goal import MISSING
+
+    said = [  # the paired-window detail is in report.md
+        f"the {role} held-out curve may still fall at step {c[-1]['step']} ({c[-2]['eval_ppl']:.2f} at step "
+        f"{c[-2]['step']}, {c[-1]['eval_ppl']:.2f}: a fall beyond 0.25 % per 40 steps not excluded)"
+        for role, c in curves.items()
+        if curve_falling(c)[0]
+    ]
+    if said:
+        return f"not converged: {'; '.join(said)}; not the recipe's result ({ship_name}/report.md)"
+    pending = [p.part for p in parts if p.status in (MISSING, "in progress")]
+    if pending:  # converged, but a part of the goal is still being measured: say so
+        return f"in progress: {'; '.join(pending)}: not measured in full yet ({ship_name}/report.md)"
+    return ""
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import bench_extension as bx
-    from extension_cpu_goal import curve_falling, goal_parts, heldout_records, retrieval_line, verdict
-    from extension_goal import MISSING
+    from extension_cpu_goal import goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
     from heldout_plot import plot as plot_heldout
 
@@ -396,16 +416,7 @@ def main(argv=None) -> int:
             f"(RULER's countable tasks instead); the goal, RULER, both held-out curves and the convergence verdict: "
             f"{ship.name}/report.md and goal.json; control = the same fine-tune without scaling"
         )
-        said = [  # recommend says it beside the numbers; the paired-window detail is in report.md
-            f"the {role} held-out curve may still fall at step {c[-1]['step']} ({c[-2]['eval_ppl']:.2f} at step "
-            f"{c[-2]['step']}, {c[-1]['eval_ppl']:.2f}: a fall beyond 0.25 % per 40 steps not excluded)"
-            for role, c in curves.items()
-            if curve_falling(c)[0]
-        ]
-        status = f"not converged: {'; '.join(said)}; not the recipe's result ({ship.name}/report.md)" if said else ""
-        pending = [p.part for p in parts if p.status in (MISSING, "in progress")]
-        if pending and not status:  # converged, but a part of the goal is still being measured: say so
-            status = f"in progress: {'; '.join(pending)}: not measured in full yet ({ship.name}/report.md)"
+        status = evidence_status(curves, parts, ship.name)
         free = ruler_scores(Path(args.base_cells), f"yarn-x{factor}")  # its scaling untrained, same prompts
         retrieval = retrieval_line(
             ruler_ft, ruler_base, free, target, f"training-free yarn ×{factor}", tasks, args.base_length

@@ -378,3 +378,22 @@ def test_the_retrieval_line_gives_the_share_its_interval_and_the_untrained_scali
     assert ", 95 % [" in line and line.endswith("; goal ≥ 85 %); yarn ×2 on the same prompts: 50 %")
     assert goal.retrieval_line(ft, base, {}, 16384, "yarn ×2", tasks, 4096).endswith("goal ≥ 85 %)")
     assert goal.retrieval_line({}, base, free, 16384, "yarn ×2", tasks, 4096) == ""  # a cell missing: nothing said
+
+
+def test_the_evidence_status_says_not_converged_then_in_progress_then_nothing(driver):
+    """A converged run whose RULER part is not measured in full says "in progress" (recommend's caveat), a
+    curve that may still fall says "not converged" first, and a converged run measured in full says nothing."""
+    from extension_goal import GoalPart
+
+    flat = [
+        {"step": 40, "eval_ppl": 25.0, "eval_window_nll": [3.2, 3.3, 3.1, 3.25]},
+        {"step": 80, "eval_ppl": 25.0, "eval_window_nll": [3.2001, 3.2999, 3.1002, 3.2498]},
+    ]
+    falling = [flat[0], {**flat[1], "eval_ppl": 24.0, "eval_window_nll": [3.15, 3.26, 3.05, 3.2]}]
+    ruler = GoalPart("RULER mean of 4 tasks at 16k", "not measured yet", "a cell missing")
+    met = GoalPart("PPL(16k) ≤ 1.01 × control's PPL(8k)", "met", "")
+    status = driver.evidence_status({"fine-tuned yarn": flat, "control": flat}, [met, ruler], "ship")
+    assert status == "in progress: RULER mean of 4 tasks at 16k: not measured in full yet (ship/report.md)"
+    status = driver.evidence_status({"fine-tuned yarn": falling, "control": flat}, [met, ruler], "ship")
+    assert status.startswith("not converged: the fine-tuned yarn held-out curve may still fall at step 80")
+    assert driver.evidence_status({"fine-tuned yarn": flat, "control": flat}, [met], "ship") == ""
