@@ -237,6 +237,7 @@ def test_find_evidence_puts_runs_of_the_same_model_first(tmp_path, monkeypatch):
         for s in (
             "-finetune-400steps-jitter",
             "-finetune-400steps",
+            "-finetune-cpu-x2-640steps",
             "-finetune-cpu-x2",
             "-finetune-recall-400steps-jitter",
             "-finetune-recall-60steps-jitter",
