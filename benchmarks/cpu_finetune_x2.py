@@ -177,12 +177,9 @@ def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
 def ppl_windows(out: Path) -> dict[tuple[str, int], dict]:
     """``(row label, length) -> perplexity cell result`` of the suites' cells in ``out``: the window NLLs
     the goal's perplexity intervals pair (``extension_cpu_goal.window_ratio``)."""
-    found = {}
-    for suite in SUITES:
-        for path in sorted((out / suite / "cells").glob("*__perplexity__*.json")):
-            cell = json.loads(path.read_text(encoding="utf-8"))
-            found[cell["method"], int(cell["length"])] = cell["result"]
-    return found
+    from shipped_ppl_table import cells
+
+    return {key: result for suite in SUITES for key, result in cells(out / suite).items()}
 
 
 def ppl_suites(plan, exports: dict) -> dict[str, dict]:
@@ -299,12 +296,13 @@ def evidence_status(curves: dict[str, list[dict]], parts: list, ship_name: str) 
     """The evidence file's ``status``, which ``recommend --budget fine-tune`` gives as its first caveat:
     "not converged: ..." where a held-out curve may still fall, else "in progress: ..." where a goal part
     is not measured in full, else empty (converged, every part measured)."""
-    from extension_cpu_goal import curve_falling
+    from extension_cpu_goal import FALL_TOLERANCE, TOLERANCE_STEPS, curve_falling
     from extension_goal import MISSING
 
     said = [  # the paired-window detail is in report.md
         f"the {role} held-out curve may still fall at step {c[-1]['step']} ({c[-2]['eval_ppl']:.2f} at step "
-        f"{c[-2]['step']}, {c[-1]['eval_ppl']:.2f}: a fall beyond 0.25 % per 40 steps not excluded)"
+        f"{c[-2]['step']}, {c[-1]['eval_ppl']:.2f}: a fall beyond {100 * FALL_TOLERANCE:g} % per "
+        f"{TOLERANCE_STEPS} steps not excluded)"
         for role, c in curves.items()
         if curve_falling(c)[0]
     ]

@@ -2,11 +2,11 @@
 
 Left: each run's held-out Emma perplexity against training steps (the fine-tune at its target length,
 the control at the trained length), as ``metrics.jsonl`` records it every ``eval.every`` steps. Right:
-the same curves as the rule of ``extension_cpu_goal.curve_falling`` reads them: between each point and
-the one before it, the mean change of the held-out windows' NLL with its 95 % t interval (the windows
-are the same at every point, so their differences are paired), as a rate per 40 steps, and the
-tolerance, a fall of 0.25 % of perplexity per 40 steps (dashed). A curve whose last bar reaches below the dashed line is "not
-converged": its windows do not exclude a fall faster than the tolerance.
+the same curves as the rule of ``ropescale.training.convergence.curve_falling`` reads them: between each
+point and the one before it, the mean change of the held-out windows' NLL with its 95 % t interval (the
+windows are the same at every point, so their differences are paired), as a rate per 40 steps, and the
+tolerance, a fall of 0.25 % of perplexity per 40 steps (dashed). A curve whose last bar reaches below
+the dashed line is "not converged": its windows do not exclude a fall faster than the tolerance.
 
     python benchmarks/heldout_plot.py evals/measured/finetune-cpu-x2 evals/measured/finetune-cpu-x2-640steps \\
         --output docs/img/cpu-finetune-x2-heldout.png
@@ -18,13 +18,17 @@ Each folder is a shipped fine-tune (``benchmarks/cpu_finetune_x2.py --ship``) or
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
-from extension_cpu_goal import FALL_TOLERANCE, TOLERANCE_STEPS, fall_tolerance, heldout_records, paired_change  # noqa: E402
+from ropescale.training.convergence import (
+    FALL_TOLERANCE,
+    TOLERANCE_STEPS,
+    fall_tolerance,
+    heldout_records,
+    paired_change,
+)
 
 
 def step_changes(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float, float]]:

@@ -12,20 +12,19 @@ NLL (Student's t over the windows; the ratio is exp of the mean difference).
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import sys
 from pathlib import Path
 
-from scipy import stats
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the drivers beside it, run from anywhere
+from extension_cpu_goal import window_ratio  # noqa: E402
 
 
 def cells(folder: Path) -> dict[tuple[str, int], dict]:
     """(row label, length) -> the cell's result (window NLLs and token counts included)."""
-    out = {}
-    for path in sorted((folder / "cells").glob("*__perplexity__*.json")):
-        cell = json.loads(path.read_text())
-        out[cell["method"], int(cell["length"])] = cell["result"]
-    return out
+    from ropescale.evals.report.cell_record import load_cells
+
+    return {(c.label, c.length): c.result_json for c in load_cells(folder) if c.task == "perplexity"}
 
 
 def leading(result: dict, tokens: int | None) -> dict:
@@ -53,16 +52,14 @@ def leading(result: dict, tokens: int | None) -> dict:
 
 
 def paired_ratio(a: dict, b: dict) -> tuple[float, float, float, int]:
-    """PPL(a) / PPL(b) and its 95 % interval, from the per-window differences of mean NLL."""
+    """PPL(a) / PPL(b) and its 95 % interval, from the per-window differences of mean NLL
+    (``extension_cpu_goal.window_ratio``; one window: no interval, nan)."""
     if a["window_tokens"] != b["window_tokens"]:
         raise SystemExit("the two rows did not score the same windows")
-    diffs = [(x - y) / n for x, y, n in zip(a["window_nll"], b["window_nll"], a["window_tokens"], strict=True)]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else float("nan")
-    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n) if n > 1 else float("nan")
-    ratio = math.exp((a["total_nll"] - b["total_nll"]) / a["tokens_scored"])
-    return ratio, math.exp(mean - half), math.exp(mean + half), n
+    paired = window_ratio(a, b)
+    if paired is None:  # a single window: no spread to measure
+        return math.exp((a["total_nll"] - b["total_nll"]) / a["tokens_scored"]), math.nan, math.nan, 1
+    return paired
 
 
 def main(argv=None) -> None:

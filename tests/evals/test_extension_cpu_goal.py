@@ -172,12 +172,14 @@ def _cell(means: list[float], tokens: int) -> dict:
 
 
 def test_the_perplexity_ratios_interval_pairs_windows_over_the_same_tokens():
-    from shipped_ppl_table import paired_ratio  # an independent implementation (scipy's t) at one length
+    stats = pytest.importorskip("scipy.stats")  # the reference: scipy's t, the differences written out here
 
     a, b = _cell([3.20, 3.25, 3.31, 3.18, 3.22], 2048), _cell([3.21, 3.24, 3.33, 3.20, 3.22], 2048)
-    for x, y in ((a, b), (b, a)):
-        totals = [{**c, "total_nll": sum(c["window_nll"]), "tokens_scored": 10240} for c in (x, y)]
-        assert window_ratio(x, y) == pytest.approx(paired_ratio(*totals))
+    for x, y, sign in ((a, b, 1), (b, a, -1)):
+        diffs = [sign * d for d in (-0.01, 0.01, -0.02, -0.02, 0.0)]
+        mean, half = statistics.fmean(diffs), stats.t.ppf(0.975, 4) * statistics.stdev(diffs) / math.sqrt(5)
+        expected = (math.exp(mean), math.exp(mean - half), math.exp(mean + half), 5)
+        assert window_ratio(x, y) == pytest.approx(expected)
     # the fine-tune's 16k windows against the control's 8k: each paired with the two 8k windows of its tokens
     long, short = _cell([3.10, 3.30, 3.20], 16384), _cell([3.12, 3.10, 3.28, 3.34, 3.22, 3.20], 8192)
     ratio, low, high, n = window_ratio(long, short)

@@ -36,7 +36,7 @@ def test_the_interval_is_students_and_the_tolerance_a_rate():
     d = [-0.001, -0.002, -0.001, -0.004]
     assert n == 4 and mean == pytest.approx(sum(d) / 4)
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 3)
-    assert half == pytest.approx(3.1824 * sd / 2)  # t at 3 degrees of freedom, not 2 (the old rule)
+    assert half == pytest.approx(3.182446 * sd / 2)  # t at 3 degrees of freedom, not 2 (the old rule)
     assert fall_tolerance(40) == pytest.approx(math.log(1.0025)) and fall_tolerance(20) == fall_tolerance(40) / 2
     assert paired_change(before, {**last, "eval_window_nll": [3.0]}) is None  # no spread to measure
 
