@@ -29,10 +29,13 @@ Evidence, written after every step into ``--ship`` (default ``evals/measured/fin
 committed between sittings): the suites' and RULER's cells, each run's training log
 (``<run>-metrics.jsonl``: loss, tokens/s, held-out points, load average), ``report.md`` and
 ``goal.json``; and ``evals/measured/smollm2-135m-finetune-cpu-x<s>.json``, the rows
-``ropescale recommend --budget fine-tune`` reads. Cells committed there are copied back into
-``--output`` before anything runs, so a checkout resumes its measurements from what was committed
-(the checkpoints themselves, 1.6 GB a step, stay in ``--output``: a checkout without them retrains,
-with the same seed). Training-free Self-Extend and YaRN stand beside the fine-tune on the same RULER
+``ropescale recommend --budget fine-tune`` reads; and the prompt journals of RULER cells in progress
+(``ruler/<folder>/in-progress/``, benchmarks/journals.py). Cells and journals committed there are copied
+back into ``--output`` before anything runs (``--report-only`` too), so a checkout resumes its
+measurements from what was committed. The checkpoints themselves, 1.6 GB a step, stay in ``--output``:
+a fresh checkout retrains, with the same seed, only a role whose cells are not all committed, evaluating
+its held-out text at the last step only where its curve is committed already, and reports whether the
+retrain reproduced the first run's losses and held-out windows exactly (benchmarks/fresh_checkout.py). Training-free Self-Extend and YaRN stand beside the fine-tune on the same RULER
 prompts: their cells at the target in evals/measured/ruler/smollm2-135m-x4-cpu/ are listed in the
 report (at ×4, which covers 16k).
 """
@@ -56,6 +59,8 @@ CONTROL_RECIPE = "smollm2-135m/yarn_x2_cpu_control"
 BASE_CELLS = ROOT / "evals" / "measured" / "ruler" / "smollm2-135m-x4-cpu"
 #: the suites' roles, and which lengths each measures (the unscaled models only up to L)
 SUITES = ("base", "finetuned", "control")
+#: where the committed folder keeps the prompt journals of RULER cells in progress (benchmarks/journals.py)
+IN_PROGRESS = "in-progress"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -134,22 +139,29 @@ def copy_new(src: Path | list[Path], dst: Path) -> list[Path]:
 
 def ship_cells(out: Path, ship: Path) -> None:
     """Every cell of ``out`` (suites and RULER) into the committed folder; a newer cell replaces the copy."""
+    from journals import save as save_journals
+
     from ropescale._io import atomic_write_bytes
 
     pairs = [(out / s / "cells", ship / "cells" / s) for s in SUITES]
-    pairs += [(p / "cells", ship / "ruler" / p.name) for p in sorted((out / "ruler").glob("*")) if p.is_dir()]
-    for src, dst in pairs:
+    ruler = [(p / "cells", ship / "ruler" / p.name) for p in sorted((out / "ruler").glob("*")) if p.is_dir()]
+    for src, dst in pairs + ruler:
         for f in sorted(src.glob("*.json")) if src.is_dir() else []:
             if not (dst / f.name).is_file() or (dst / f.name).read_bytes() != f.read_bytes():
                 dst.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(dst / f.name, f.read_bytes())
+    for src, dst in ruler:  # the prompts of a cell in progress: a sitting cut short keeps them
+        save_journals(src, dst / IN_PROGRESS)
 
 
 def seed_from_ship(out: Path, ship: Path) -> int:
     """Copy the committed cells back into ``out`` where it lacks them: measurements resume, never restart."""
+    from journals import restore as restore_journals
+
     n = sum(len(copy_new(ship / "cells" / s, out / s / "cells")) for s in SUITES)
     for folder in sorted((ship / "ruler").glob("*")) if (ship / "ruler").is_dir() else []:
         n += len(copy_new(folder, out / "ruler" / folder.name / "cells"))
+        n += len(restore_journals(folder / IN_PROGRESS, out / "ruler" / folder.name / "cells"))
     return n
 
 
@@ -163,15 +175,19 @@ def run_dirs(out: Path, control_from: str | None) -> dict[str, Path]:
     return runs
 
 
-def ship_logs(ship: Path, runs: dict[str, Path]) -> None:
-    """Each run's training log (loss, tokens/s, held-out points, load average) into the committed folder."""
+def ship_logs(ship: Path, runs: dict[str, Path], retrained: frozenset[str] = frozenset()) -> None:
+    """Each run's training log (loss, tokens/s, held-out points, load average) into the committed folder;
+    a retrain's (``retrained``: its roles) beside the first run's, never over it (fresh_checkout.py)."""
+    from fresh_checkout import RETRAIN_LOG
+
     from ropescale._io import atomic_write_text
 
-    for run in runs.values():
+    for role, run in runs.items():
         log = run / "metrics.jsonl"
         if log.is_file():
             ship.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(ship / f"{run.name}-metrics.jsonl", log.read_text(encoding="utf-8"))
+            name = f"{run.name}{RETRAIN_LOG}" if role in retrained else f"{run.name}-metrics.jsonl"
+            atomic_write_text(ship / name, log.read_text(encoding="utf-8"))
 
 
 def ppl_windows(out: Path) -> dict[tuple[str, int], dict]:
@@ -195,6 +211,18 @@ def ppl_suites(plan, exports: dict) -> dict[str, dict]:
             if entry.get("method") == "none":
                 entry["only"] = {"perplexity": short}
     return raws
+
+
+def report_suites(plan, out: Path, runs: dict[str, Path]) -> None:
+    """Each suite's report (``results.json``, what the rows are read from) of the cells in its folder,
+    nothing run: a fresh checkout holds the committed cells only, no report and no model."""
+    from ropescale.evals.suite.folder import SuiteFolder
+    from ropescale.evals.suite.parse import suite_from_dict
+
+    exports = {role: run.parent / f"{run.name}-export" for role, run in runs.items()}
+    for name, raw in ppl_suites(plan, exports).items():
+        if (out / name / "cells").is_dir():
+            SuiteFolder(suite_from_dict(raw), out / name).report()
 
 
 def ruler_scores(folder: Path, label: str | None = None) -> dict[str, dict[int, tuple[float, int, list[float]]]]:
@@ -241,8 +269,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     """Steps 1-4, each skipped where its output exists."""
     import bench_extension as bx
     from extension_ruler import _emma
+    from fresh_checkout import retrain_overrides, roles_needed
     from ruler_run import RulerRun
 
+    from ropescale.evals.advice.evidence import FINE_TUNED
+    from ropescale.evals.suite.folder import SuiteFolder
     from ropescale.evals.suite.parse import suite_from_dict
     from ropescale.evals.suite.runner import run_suite
     from ropescale.evals.tasks.ruler.tasks import get_task
@@ -254,38 +285,60 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     except ValueError as exc:
         print(f"cpu_finetune_x2: --tasks: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    seeded = seed_from_ship(out, ship)
-    if seeded:
-        print(f"resumed {seeded} committed cells from {ship}")
     runs = run_dirs(out, args.control_from)
-    given = overrides(args)
-    for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
-        bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given, factor, {role: recipe})
     exports = {role: run.parent / f"{run.name}-export" for role, run in runs.items()}
+    runtime = resolve_runtime("auto", plan.dtype)
+    essay = _emma(plan.data)
+    target = int(plan.factor * plan.original_context)
+    suites = {name: suite_from_dict(raw) for name, raw in ppl_suites(plan, exports).items()}
+    rulers = [  # the shipped unscaled cells count as done where their fingerprint (runtime included) is this run's
+        (RulerRun(m, sc, tasks, n, args.samples, out / "ruler" / f, plan.seed, runtime, essay), role)
+        for m, sc, n, f, role in (
+            (plan.model, Scaling("none"), [args.base_length], "none", None),
+            (str(exports[FINE_TUNED]), Scaling(None), [target], "yarn", FINE_TUNED),
+        )
+    ]
+    expected = {  # each trained role's cells: a role with all of them committed needs no model (fresh_checkout.py)
+        role: [
+            SuiteFolder(suites[bx.SUITE_OF[role][0]], out / bx.SUITE_OF[role][0]).cell_path(*c)
+            for c in suites[bx.SUITE_OF[role][0]].cells()
+        ]
+        + [r.path(t.name, n) for r, of in rulers if of == role for t in tasks for n in r.lengths]
+        for role in recipes
+    }
+    needed = roles_needed(expected)
+    given = overrides(args)
+    extra = {role: retrain_overrides(recipe, given, runs[role], ship) for role, recipe in recipes.items()}
+    retrained = frozenset(role for role, more in extra.items() if more)
+    for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
+        if needed[role]:
+            bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given + extra[role], factor, {role: recipe})
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = runs[role]
+        if not needed[role]:
+            print(f"{role}: every cell it is measured in is committed in {ship}; its model is not needed")
+            continue
+        if extra[role]:
+            print(f"{role}: retraining (checkpoints are not committed); its held-out curve is, so {extra[role][0]}")
         try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
             if not bx.trained(run, recipe):
-                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *given)
+                more = given + extra[role]
+                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *more)
         finally:
-            ship_logs(ship, runs)
+            ship_logs(ship, runs, retrained)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
-    for name, raw in ppl_suites(plan, exports).items():  # 3: perplexity
+    for name, suite in suites.items():  # 3: perplexity
+        if any(bx.SUITE_OF[role][0] == name and not needed[role] for role in recipes):
+            continue
         try:
-            run_suite(suite_from_dict(raw), out / name)
+            run_suite(suite, out / name)
         finally:  # the cells finished so far, even when a sitting ends inside a suite
             ship_cells(out, ship)
-    runtime = resolve_runtime("auto", plan.dtype)  # 4: RULER
-    essay = _emma(plan.data)
     copy_new(base_cells(Path(args.base_cells), args.base_length, task_names(args)), out / "ruler" / "none" / "cells")
-    target = int(plan.factor * plan.original_context)
-    cells = [  # the shipped unscaled cells count as done where their fingerprint (runtime included) is this run's
-        (plan.model, Scaling("none"), [args.base_length], "none"),
-        (str(exports["fine-tuned yarn"]), Scaling(None), [target], "yarn"),
-    ]
-    for model, scaling, lengths, folder in cells:
-        run = RulerRun(model, scaling, tasks, lengths, args.samples, out / "ruler" / folder, plan.seed, runtime, essay)
+    for run, role in rulers:  # 4: RULER
+        if role is not None and not needed[role]:
+            continue
         try:
             run.run()
         finally:
@@ -320,6 +373,7 @@ def main(argv=None) -> int:
     import bench_extension as bx
     from extension_cpu_goal import goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
+    from fresh_checkout import curve_source, retrain_lines
     from heldout_plot import plot as plot_heldout
 
     from ropescale._io import atomic_write_text
@@ -333,13 +387,18 @@ def main(argv=None) -> int:
         args.evidence or ROOT / "evals" / "measured" / f"smollm2-135m-finetune-cpu-x{factor}{suffix(args)}.json"
     )
     plan = make_plan(factor)
+    seeded = seed_from_ship(out, ship)  # also for the report: a fresh checkout has what was committed only
+    if seeded:
+        print(f"resumed {seeded} committed cells and journals from {ship}")
     if not args.report_only:
         measure(args, plan, out, ship, recipes, factor)
+    report_suites(plan, out, run_dirs(out, args.control_from))
     steps = f" --steps {args.steps}" if args.steps else ""
     command = f"python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
     rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     runs = run_dirs(out, args.control_from)
-    curves = {role: heldout_records(runs[role]) for role in (FINE_TUNED, CONTROL)}
+    # the committed logs (a fresh checkout has no runs/; a retrain's log holds its last point only)
+    curves = {role: heldout_records(curve_source(ship, runs[role])) for role in (FINE_TUNED, CONTROL)}
     target = int(plan.factor * plan.original_context)
     ruler_ft = ruler_scores(out / "ruler" / "yarn")
     ruler_base = ruler_scores(out / "ruler" / "none", "none")
@@ -384,6 +443,7 @@ def main(argv=None) -> int:
             if drawn
             else []
         ),
+        *(["", "Retrained (benchmarks/fresh_checkout.py):", *again] if (again := retrain_lines(ship, runs)) else []),
         "",
         f"RULER ({', '.join(tasks)}; % found):",
         *(

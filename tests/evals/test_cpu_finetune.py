@@ -87,14 +87,14 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     calls, kills = [], {"control": 1}
 
-    def ropescale(*args):  # the CLI in-process; killed once at the start of the control's training
+    def cli(*args):  # the CLI in-process; killed once at the start of the control's training
         calls.append(args)
         if args[0] == "train" and args[2].endswith("_control.yaml") and kills["control"]:
             kills["control"] -= 1
             raise KeyboardInterrupt
         assert main(list(args)) == 0
 
-    monkeypatch.setattr(driver, "ropescale", ropescale)
+    monkeypatch.setattr(driver, "ropescale", cli)
     out, ship, evidence = tmp / "out", tmp / "ship", tmp / "evidence.json"
     argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
     argv += ["--output", str(out), "--ship", str(ship), "--evidence", str(evidence), "--samples", "1"]
@@ -172,6 +172,32 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     assert driver.main(argv) == 0
     committed = len(list((ship / "cells").rglob("*.json"))) + len(ruler)
     assert calls == [] and ran == [] and f"resumed {committed} committed cells" in capsys.readouterr().out
+
+    # a fresh checkout: runs/ gone whole (checkpoints, exports, logs), only what was committed is left
+    report = (ship / "report.md").read_text()
+    shutil.rmtree(out)
+    assert driver.main([*argv, "--report-only"]) == 0  # curves from the committed logs, rows from the cells
+    assert (ship / "report.md").read_text() == report
+    # a RULER cell of the fine-tune not finished: its journal committed, the cell not
+    monkeypatch.undo()  # the real runners again; the tiny plan and in-process CLI once more
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    monkeypatch.setattr(driver, "ropescale", cli)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    cell = next((ship / "ruler" / "yarn").glob("as-saved__niah_single_1__*.json"))
+    cell.unlink()
+    shutil.rmtree(out)
+    calls.clear()
+    assert driver.main(argv) == 0
+    # only the fine-tune is trained again (the control's cells are all committed), held-out at its last step only
+    assert [c[:3] for c in calls] == [("train", "--config", str(tmp / "tiny_cpu.yaml")), ("export",) + calls[1][1:3]]
+    assert calls[0][-1] == "eval.every=4" and cell.is_file()
+    retrain = [json.loads(x) for x in (ship / "yarn-metrics-retrain.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in retrain if "eval_ppl" in r] == [4]
+    assert [r["step"] for r in log if "eval_ppl" in r] == [2, 4]  # the first run's curve is kept as it was
+    said = (ship / "report.md").read_text()
+    assert "- fine-tuned yarn: retrained in a later sitting" in said and "loss equal at 4 of 4 steps" in said
+    assert "the same weights as the committed curve's" in said, said
+    assert not (ship / "ruler" / "yarn" / "in-progress").exists()  # the cell is written: its journal is gone
 
 
 def test_the_recipes_state_their_cpu_hours_and_the_arithmetic_holds():
@@ -397,3 +423,26 @@ def test_the_evidence_status_says_not_converged_then_in_progress_then_nothing(dr
     status = driver.evidence_status({"fine-tuned yarn": falling, "control": flat}, [met, ruler], "ship")
     assert status.startswith("not converged: the fine-tuned yarn held-out curve may still fall at step 80")
     assert driver.evidence_status({"fine-tuned yarn": flat, "control": flat}, [met], "ship") == ""
+
+
+def test_a_retrain_is_compared_with_the_first_run_step_by_step(tmp_path):
+    """fresh_checkout.retrain_lines: equal losses and last held-out windows say "the same weights"; one
+    loss or window apart says the retrain is another model, whose cells are not the committed curve's."""
+    from fresh_checkout import retrain_lines
+
+    def log(path, losses, nll):
+        rows = [{"step": i + 1, "loss": x} for i, x in enumerate(losses)]
+        rows.append({"step": len(losses), "eval_ppl": 20.0, "eval_window_nll": nll})
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    ship, runs = tmp_path, {"fine-tuned yarn": tmp_path / "yarn"}
+    log(ship / "yarn-metrics.jsonl", [3.0, 2.5, 2.25], [3.0, 3.1])
+    assert retrain_lines(ship, runs) == []  # no retrain
+    log(ship / "yarn-metrics-retrain.jsonl", [3.0, 2.5, 2.25], [3.0, 3.1])
+    [same] = retrain_lines(ship, runs)
+    assert "loss equal at 3 of 3 steps (largest difference 0)" in same and same.endswith("committed curve's")
+    log(ship / "yarn-metrics-retrain.jsonl", [3.0, 2.5, 2.2500001], [3.0, 3.1])
+    [other] = retrain_lines(ship, runs)
+    assert "loss equal at 2 of 3 steps" in other and "NOT the first run's weights" in other
+    log(ship / "yarn-metrics-retrain.jsonl", [3.0, 2.5, 2.25], [3.0, 3.2])
+    assert "its windows NOT equal to the first run's" in retrain_lines(ship, runs)[0]

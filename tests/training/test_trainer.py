@@ -237,3 +237,47 @@ def test_a_full_fine_tune_evaluates_held_out_text_during_training(tmp_path, mode
     # every line, step and evaluation, says the load it ran under (issue 54: a step timed beside another job)
     lines = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     assert lines and all(isinstance(rec["load_avg"], float) and rec["load_avg"] >= 0 for rec in lines)
+
+
+def test_held_out_evaluation_leaves_the_training_as_it_is(tmp_path, model_dir, capsys):
+    """A run evaluated every step and one evaluated at its last step only train the same weights, bit for
+    bit: benchmarks/fresh_checkout.py retrains a run whose held-out curve is committed with eval.every =
+    max_steps, and reads the committed curve and cells as the retrain's. The windows (PoSE's positions,
+    short windows, the order) are drawn from generators seeded by the window's index, so an evaluation
+    cannot shift them; what it could change is the model or the optimizer's state, and a run whose
+    evaluation nudged one weight by 1e-6 fails here (checked by hand)."""
+    from safetensors.torch import load_file
+
+    data = tmp_path / "books"
+    data.mkdir()
+    (data / "a.txt").write_text("The cat sat on the mat and looked at the moon. " * 80)
+    (data / "b.txt").write_text("A dog ran in the park and barked at a bird. " * 10)
+    runs = {}
+    for every in (1, 3):
+        path = tmp_path / f"every{every}.yaml"
+        recipe = {
+            "model": {"name": str(model_dir), "attn_implementation": "sdpa"},
+            "scaling": {"method": "yarn", "factor": 4},
+            "lora": {"enabled": False},
+            "data": {"source": str(data), "holdout": ["b"], "seq_len": 32, "short_share": 0.5},
+            "pose": {"enabled": True, "target_length": 96},
+            "optim": {"lr": 1e-3, "warmup_steps": 1},
+            "train": {"max_steps": 3, "save_every": 0, "grad_accum": 2, "gradient_checkpointing": False},
+            "eval": {"every": every, "length": 96, "max_tokens": 192},
+        }
+        path.write_text(yaml.safe_dump(recipe))
+        runs[every] = tmp_path / f"run{every}"
+        assert main(["train", "--config", str(path), "--output-dir", str(runs[every]), "--no-progress"]) == 0, (
+            capsys.readouterr().err
+        )
+    lines = {e: [json.loads(ln) for ln in (r / "metrics.jsonl").read_text().splitlines()] for e, r in runs.items()}
+    assert [x["step"] for x in lines[1] if "eval_ppl" in x] == [1, 2, 3]
+    assert [x["step"] for x in lines[3] if "eval_ppl" in x] == [3]
+    loss = {e: [x["loss"] for x in rows if "loss" in x] for e, rows in lines.items()}
+    assert len(loss[1]) == 3 and loss[1] == loss[3]
+    last = {e: [x["eval_window_nll"] for x in rows if "eval_ppl" in x][-1] for e, rows in lines.items()}
+    assert last[1] == last[3]
+    weights = {e: load_file(list_checkpoints(r)[-1] / "trainable.safetensors") for e, r in runs.items()}
+    assert weights[1].keys() == weights[3].keys() and weights[1]
+    for name, tensor in weights[1].items():
+        torch.testing.assert_close(weights[3][name], tensor, rtol=0, atol=0, msg=name)
