@@ -5,6 +5,7 @@ step by step and resumable over several sittings, with the evidence written as i
     python benchmarks/cpu_finetune_x2.py --factor 4 --control-from runs/cpu-x2   # x4 (to 32k) after x2, its control reused
     python benchmarks/cpu_finetune_x2.py --steps 640     # both recipes twice as long: a run that did not converge
     python benchmarks/cpu_finetune_x2.py --report-only   # the report and verdict of what is measured
+    python benchmarks/cpu_finetune_x2.py --dry-run       # what a run would train and measure, nothing run
 
 Run it ALONE on the machine (no test run, build or second measurement beside it): every training log
 line and every cell records the 1-minute load average it ran under, and a figure measured beside
@@ -96,6 +97,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "runs/cpu-x2; the control is the same at every factor); trained there if not yet",
     )
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say what a run would train and measure (from what is committed and in --output), run nothing",
+    )
     return ap.parse_args(argv)
 
 
@@ -313,6 +319,19 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
         if needed[role]:
             bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given + extra[role], factor, {role: recipe})
+    if args.dry_run:
+        for role, recipe in recipes.items():
+            missing = [p.name for p in expected[role] if not p.is_file()]
+            if not needed[role]:
+                print(f"{role}: every cell committed; not trained")
+            elif bx.trained(runs[role], recipe):
+                print(f"{role}: trained in {runs[role]}; to measure: {', '.join(missing)}")
+            else:
+                how = f"retrained with {extra[role][0]}" if extra[role] else "trained"
+                print(
+                    f"{role}: {how} ({recipe}, {' '.join(given) or 'as the recipe says'}); to measure: {', '.join(missing)}"
+                )
+        return
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = runs[role]
         if not needed[role]:
@@ -392,6 +411,8 @@ def main(argv=None) -> int:
         print(f"resumed {seeded} committed cells and journals from {ship}")
     if not args.report_only:
         measure(args, plan, out, ship, recipes, factor)
+    if args.dry_run:
+        return 0
     report_suites(plan, out, run_dirs(out, args.control_from))
     steps = f" --steps {args.steps}" if args.steps else ""
     command = f"python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"

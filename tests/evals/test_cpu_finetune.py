@@ -187,6 +187,11 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     cell.unlink()
     shutil.rmtree(out)
     calls.clear()
+    capsys.readouterr()
+    assert driver.main([*argv, "--dry-run"]) == 0 and calls == []  # what it would do, nothing run
+    said = capsys.readouterr().out
+    assert f"fine-tuned yarn: retrained with eval.every=4 ({tmp / 'tiny_cpu.yaml'}, as the recipe says); to " in said
+    assert f"to measure: {cell.name}\ncontrol: every cell committed; not trained" in said, said
     assert driver.main(argv) == 0
     # only the fine-tune is trained again (the control's cells are all committed), held-out at its last step only
     assert [c[:3] for c in calls] == [("train", "--config", str(tmp / "tiny_cpu.yaml")), ("export",) + calls[1][1:3]]
