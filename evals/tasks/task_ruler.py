@@ -202,6 +202,14 @@ class Ruler(Task[RulerSettings, RulerBattery]):
                 prompt=settings.prompt,
                 docs=data.docs.get((task.name, length)),
             )
+            if not ctx.progress:  # a log: one cell of the battery is hours at 32k on a CPU, so a line per task
+                cell = battery.cells[task.name]
+                low, high = cell.interval
+                print(
+                    f"  {task.name} ({ctx.entry.title} at {length:,}): {100 * cell.score:.1f} "
+                    f"[{100 * low:.0f}, {100 * high:.0f}] on {len(cell.records)} prompts ({cell.elapsed_s:.0f} s)",
+                    flush=True,
+                )
         return battery
 
     def render(self, table: Any, labels: list[str], entries: dict[str, MethodRow]) -> list[str]:
