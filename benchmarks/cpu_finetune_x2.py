@@ -358,6 +358,7 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     for run, role in rulers:  # 4: RULER
         if role is not None and not needed[role]:
             continue
+        run.on_cell = lambda path: ship_cells(out, ship)  # each cell committed as it is written
         try:
             run.run()
         finally:

@@ -17,6 +17,7 @@ that measured something else stops the run naming the difference, as a suite's d
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ class RulerRun(EarlierCells):
 
     #: the report :meth:`run` wrote with ``report=True``
     summary: RulerReport | None = None
+    #: called with each cell's path once it is written (a driver commits it at once: a sitting cut short
+    #: inside the next cell keeps this one)
+    on_cell: Callable[[Path], None] | None = None
 
     def check(self) -> None:
         """Stop, naming it, where the folder holds what this run must not replace or mix with its own
@@ -138,6 +142,8 @@ class RulerRun(EarlierCells):
             )
             atomic_write_json(self.path(task.name, length), record.to_json())
             journal.remove()
+            if self.on_cell is not None:
+                self.on_cell(self.path(task.name, length))
 
 
 def _rope_parameters(model: Any) -> Any:

@@ -178,31 +178,50 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     shutil.rmtree(out)
     assert driver.main([*argv, "--report-only"]) == 0  # curves from the committed logs, rows from the cells
     assert (ship / "report.md").read_text() == report
-    # a RULER cell of the fine-tune not finished: its journal committed, the cell not
+    # the fine-tune's RULER cells not committed: its model is needed again, its control's is not
     monkeypatch.undo()  # the real runners again; the tiny plan and in-process CLI once more
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     monkeypatch.setattr(driver, "ropescale", cli)
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
-    cell = next((ship / "ruler" / "yarn").glob("as-saved__niah_single_1__*.json"))
-    cell.unlink()
+    cells = [next((ship / "ruler" / "yarn").glob(f"as-saved__{t}*.json")) for t in ("niah_single_1", "niah_single_2")]
+    for cell in cells:
+        cell.unlink()
     shutil.rmtree(out)
     calls.clear()
     capsys.readouterr()
     assert driver.main([*argv, "--dry-run"]) == 0 and calls == []  # what it would do, nothing run
     said = capsys.readouterr().out
     assert f"fine-tuned yarn: retrained with eval.every=4 ({tmp / 'tiny_cpu.yaml'}, as the recipe says); to " in said
-    assert f"to measure: {cell.name}\ncontrol: every cell committed; not trained" in said, said
+    names = ", ".join(c.name for c in cells)
+    assert f"to measure: {names}\ncontrol: every cell committed; not trained" in said, said
+    # the sitting ends inside the second cell, one prompt journaled: the first cell and the journal are committed
+    real_cell = ruler_run.run_ruler_cell
+
+    def cut_in_the_second(*args, **kwargs):
+        if args[2].name == "niah_single_1":
+            return real_cell(*args, **kwargs)
+        assert cells[0].is_file()  # committed when written, before the next cell begins (a kill skips `finally`)
+        journal = kwargs["journal"]
+        journal.path.write_text(json.dumps({"fingerprint": journal.fingerprint}) + "\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ruler_run, "run_ruler_cell", cut_in_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        driver.main(argv)
+    kept = ship / "ruler" / "yarn" / "in-progress" / cells[1].name.replace(".json", ".partial.jsonl")
+    assert cells[0].is_file() and not cells[1].is_file() and kept.is_file()
+    monkeypatch.setattr(ruler_run, "run_ruler_cell", real_cell)
     assert driver.main(argv) == 0
-    # only the fine-tune is trained again (the control's cells are all committed), held-out at its last step only
+    # only the fine-tune was trained again (the control's cells are all committed), held-out at its last step only
     assert [c[:3] for c in calls] == [("train", "--config", str(tmp / "tiny_cpu.yaml")), ("export",) + calls[1][1:3]]
-    assert calls[0][-1] == "eval.every=4" and cell.is_file()
+    assert calls[0][-1] == "eval.every=4" and cells[1].is_file()
+    assert not kept.exists() and not kept.parent.exists()  # the cell is written: its journal is gone
     retrain = [json.loads(x) for x in (ship / "yarn-metrics-retrain.jsonl").read_text().splitlines()]
     assert [r["step"] for r in retrain if "eval_ppl" in r] == [4]
     assert [r["step"] for r in log if "eval_ppl" in r] == [2, 4]  # the first run's curve is kept as it was
     said = (ship / "report.md").read_text()
     assert "- fine-tuned yarn: retrained in a later sitting" in said and "loss equal at 4 of 4 steps" in said
     assert "the same weights as the committed curve's" in said, said
-    assert not (ship / "ruler" / "yarn" / "in-progress").exists()  # the cell is written: its journal is gone
 
 
 def test_the_recipes_state_their_cpu_hours_and_the_arithmetic_holds():
