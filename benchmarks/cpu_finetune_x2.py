@@ -275,7 +275,7 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     """Steps 1-4, each skipped where its output exists."""
     import bench_extension as bx
     from extension_ruler import _emma
-    from fresh_checkout import retrain_overrides, roles_needed
+    from fresh_checkout import plan_lines, retrain_overrides, roles_needed
     from ruler_run import RulerRun
 
     from ropescale.evals.advice.evidence import FINE_TUNED
@@ -320,17 +320,8 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         if needed[role]:
             bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given + extra[role], factor, {role: recipe})
     if args.dry_run:
-        for role, recipe in recipes.items():
-            missing = [p.name for p in expected[role] if not p.is_file()]
-            if not needed[role]:
-                print(f"{role}: every cell committed; not trained")
-            elif bx.trained(runs[role], recipe):
-                print(f"{role}: trained in {runs[role]}; to measure: {', '.join(missing)}")
-            else:
-                how = f"retrained with {extra[role][0]}" if extra[role] else "trained"
-                print(
-                    f"{role}: {how} ({recipe}, {' '.join(given) or 'as the recipe says'}); to measure: {', '.join(missing)}"
-                )
+        trained = {role: bx.trained(runs[role], recipe) for role, recipe in recipes.items()}
+        print("\n".join(plan_lines(recipes, expected, needed, extra, given, trained)))
         return
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = runs[role]

@@ -66,6 +66,29 @@ def roles_needed(expected: dict[str, list[Path]]) -> dict[str, bool]:
     return {role: not all(p.is_file() for p in paths) for role, paths in expected.items()}
 
 
+def plan_lines(
+    recipes: dict[str, str],
+    expected: dict[str, list[Path]],
+    needed: dict[str, bool],
+    extra: dict[str, list[str]],
+    given: list[str],
+    trained: dict[str, bool],
+) -> list[str]:
+    """What a run would do for each role (``cpu_finetune_x2.py --dry-run``): not train it (every cell
+    committed), measure a trained one, or train it (again, and how), and the cells it would measure."""
+    lines = []
+    for role, recipe in recipes.items():
+        missing = ", ".join(p.name for p in expected[role] if not p.is_file())
+        if not needed[role]:
+            lines.append(f"{role}: every cell committed; not trained")
+        elif trained[role]:
+            lines.append(f"{role}: trained; to measure: {missing}")
+        else:
+            how = f"retrained with {extra[role][0]}" if extra[role] else "trained"
+            lines.append(f"{role}: {how} ({recipe}, {' '.join(given) or 'as the recipe says'}); to measure: {missing}")
+    return lines
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
