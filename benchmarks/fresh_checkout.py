@@ -43,8 +43,8 @@ def retrain_overrides(recipe: str, given: list[str], run: Path, ship: Path) -> l
     """``["eval.every=<max_steps>"]`` for a retrain (see the module), else ``[]``.
 
     A retrain: the committed log holds the held-out curve to ``train.max_steps`` and ``run`` holds no
-    training of its own yet, or holds a retrain begun in an earlier sitting (its ``config.yaml`` says
-    ``eval.every`` = ``max_steps`` where the recipe says otherwise)."""
+    training of its own yet, or holds a retrain that an earlier command began and a kill cut short (its
+    ``config.yaml`` says ``eval.every`` = ``max_steps`` where the recipe says otherwise)."""
     from ropescale.training.config import load_config, load_run_config
     from ropescale.training.convergence import heldout_records
 
