@@ -31,14 +31,18 @@ committed between sittings): the suites' and RULER's cells, each run's training 
 (``<run>-metrics.jsonl``: loss, tokens/s, held-out points, load average), ``report.md`` and
 ``goal.json``; and ``evals/measured/smollm2-135m-finetune-cpu-x<s>.json``, the rows
 ``ropescale recommend --budget fine-tune`` reads; and the prompt journals of RULER cells in progress
-(``ruler/<folder>/in-progress/``, benchmarks/journals.py). Cells and journals committed there are copied
-back into ``--output`` before anything runs (``--report-only`` too), so a checkout resumes its
-measurements from what was committed. The checkpoints themselves, 1.6 GB a step, stay in ``--output``:
-a fresh checkout retrains, with the same seed, only a role whose cells are not all committed, evaluating
-its held-out text at the last step only where its curve is committed already, and reports whether the
-retrain reproduced the first run's losses and held-out windows exactly (benchmarks/fresh_checkout.py). Training-free Self-Extend and YaRN stand beside the fine-tune on the same RULER
-prompts: their cells at the target in evals/measured/ruler/smollm2-135m-x4-cpu/ are listed in the
-report (at ×4, which covers 16k).
+(``ruler/<folder>/in-progress/``, benchmarks/journals.py). Each RULER cell is committed as it is
+written. Cells and journals committed there are copied back into ``--output`` before anything runs
+(``--report-only`` too), so a checkout resumes its measurements from what was committed.
+
+The checkpoints themselves, 1.6 GB a step, stay in ``--output``. A fresh checkout retrains, with the
+same seed, only a role whose cells are not all committed; where its held-out curve is committed already
+it evaluates the held-out text at the last step only, and the report says whether the retrain
+reproduced the first run's losses and held-out windows exactly (benchmarks/fresh_checkout.py).
+
+Training-free Self-Extend and YaRN stand beside the fine-tune on the same RULER prompts: their cells at
+the target in evals/measured/ruler/smollm2-135m-x4-cpu/ are listed in the report (at ×4, which covers
+16k).
 """
 
 from __future__ import annotations
