@@ -149,17 +149,13 @@ def copy_new(src: Path | list[Path], dst: Path) -> list[Path]:
 
 def ship_cells(out: Path, ship: Path) -> None:
     """Every cell of ``out`` (suites and RULER) into the committed folder; a newer cell replaces the copy."""
+    from journals import copy_changed
     from journals import save as save_journals
-
-    from ropescale._io import atomic_write_bytes
 
     pairs = [(out / s / "cells", ship / "cells" / s) for s in SUITES]
     ruler = [(p / "cells", ship / "ruler" / p.name) for p in sorted((out / "ruler").glob("*")) if p.is_dir()]
     for src, dst in pairs + ruler:
-        for f in sorted(src.glob("*.json")) if src.is_dir() else []:
-            if not (dst / f.name).is_file() or (dst / f.name).read_bytes() != f.read_bytes():
-                dst.mkdir(parents=True, exist_ok=True)
-                atomic_write_bytes(dst / f.name, f.read_bytes())
+        copy_changed(sorted(src.glob("*.json")) if src.is_dir() else [], dst)
     for src, dst in ruler:  # the prompts of a cell in progress: a sitting cut short keeps them
         save_journals(src, dst / IN_PROGRESS)
 

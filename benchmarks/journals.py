@@ -41,19 +41,24 @@ def cell_written(journal_name: str, cells: Path) -> bool:
     return any(journal_name.startswith(cell.stem + ".") for cell in cells.glob("*.json"))
 
 
+def copy_changed(files: list[Path], folder: Path) -> list[Path]:
+    """Copy ``files`` into ``folder`` where the copy is missing or differs (atomically); the copies written."""
+    from ropescale._io import atomic_write_bytes
+
+    written = []
+    for src in files:
+        dst, data = folder / src.name, src.read_bytes()
+        if not dst.is_file() or dst.read_bytes() != data:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(dst, data)
+            written.append(dst)
+    return written
+
+
 def save(cells: Path, committed: Path) -> tuple[list[Path], list[Path]]:
     """Copy the journals of ``cells`` into ``committed`` where new or changed; remove the committed ones
     whose cell ``cells`` now holds. Returns (written, removed)."""
-    from ropescale._io import atomic_write_bytes
-
-    written, removed = [], []
-    for src in journals(cells):
-        dst = committed / src.name
-        data = src.read_bytes()
-        if not dst.is_file() or dst.read_bytes() != data:
-            committed.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(dst, data)
-            written.append(dst)
+    written, removed = copy_changed(journals(cells), committed), []
     for dst in journals(committed):
         if not (cells / dst.name).is_file() and cell_written(dst.name, cells):
             dst.unlink()  # this tool wrote it; its cell is written and shipped with the evidence
