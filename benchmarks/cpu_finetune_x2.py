@@ -128,10 +128,13 @@ def suffix(args) -> str:
     return f"-{args.steps}steps" if args.steps else ""
 
 
-def ropescale(*args: str) -> None:
-    print("$ ropescale " + " ".join(args), flush=True)
+def ropescale(*args: str, env: dict[str, str] | None = None) -> None:
+    """Run ``ropescale args`` here; ``env``: variables set for it (shown in the line it prints)."""
+    from fresh_checkout import env_prefix
+
+    print(f"$ {env_prefix(env or {})}ropescale " + " ".join(args), flush=True)
     cmd = [sys.executable, "-m", "ropescale.cli.main", *args]
-    subprocess.run(cmd, check=True, env={**os.environ, "PYTHONSAFEPATH": "1"})
+    subprocess.run(cmd, check=True, env={**os.environ, **(env or {}), "PYTHONSAFEPATH": "1"})
 
 
 def copy_new(src: Path | list[Path], dst: Path) -> list[Path]:
@@ -275,7 +278,7 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     """Steps 1-4, each skipped where its output exists."""
     import bench_extension as bx
     from extension_ruler import _emma
-    from fresh_checkout import plan_lines, retrain_overrides, roles_needed
+    from fresh_checkout import plan_lines, retrain_overrides, roles_needed, shipped_log, training_env
     from ruler_run import RulerRun
 
     from ropescale.evals.advice.evidence import FINE_TUNED
@@ -316,12 +319,17 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     given = overrides(args)
     extra = {role: retrain_overrides(recipe, given, runs[role], ship) for role, recipe in recipes.items()}
     retrained = frozenset(role for role, more in extra.items() if more)
+    envs = {  # a retrain (or a resumed run) takes the code paths its log's steps took
+        role: training_env(shipped_log(ship, run) if role in retrained else run / "metrics.jsonl")
+        for role, run in runs.items()
+        if role in recipes and needed[role]
+    }
     for role, recipe in recipes.items():  # a folder trained otherwise stops before anything trains
         if needed[role]:
             bx.check_recipes(runs[role].parent, {bx.SUITE_OF[role][0]}, given + extra[role], factor, {role: recipe})
     if args.dry_run:
         trained = {role: bx.trained(runs[role], recipe) for role, recipe in recipes.items()}
-        print("\n".join(plan_lines(recipes, expected, needed, extra, given, trained)))
+        print("\n".join(plan_lines(recipes, expected, needed, extra, given, trained, envs)))
         return
     for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
         run = runs[role]
@@ -333,7 +341,17 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
             if not bx.trained(run, recipe):
                 more = given + extra[role]
-                ropescale("train", "--config", recipe, "--output-dir", str(run), "--resume", "--no-progress", *more)
+                ropescale(
+                    "train",
+                    "--config",
+                    recipe,
+                    "--output-dir",
+                    str(run),
+                    "--resume",
+                    "--no-progress",
+                    *more,
+                    env=envs[role],
+                )
         finally:
             ship_logs(ship, runs, retrained)
         if not (exports[role] / "config.json").is_file():
@@ -384,7 +402,7 @@ def main(argv=None) -> int:
     import bench_extension as bx
     from extension_cpu_goal import goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
-    from fresh_checkout import curve_source, retrain_lines
+    from fresh_checkout import curve_source, env_prefix, retrain_lines, shipped_log, training_env
     from heldout_plot import plot as plot_heldout
 
     from ropescale._io import atomic_write_text
@@ -407,9 +425,13 @@ def main(argv=None) -> int:
         return 0
     report_suites(plan, out, run_dirs(out, args.control_from))
     steps = f" --steps {args.steps}" if args.steps else ""
-    command = f"python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
-    rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     runs = run_dirs(out, args.control_from)
+    logs = [
+        shipped_log(ship, run) if shipped_log(ship, run).is_file() else run / "metrics.jsonl" for run in runs.values()
+    ]
+    paths = {k: v for log in logs for k, v in training_env(log).items()}  # the opt-in code paths they took
+    command = f"{env_prefix(paths)}python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
+    rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     # the committed logs (a fresh checkout has no runs/; a retrain's log holds its last point only)
     curves = {role: heldout_records(curve_source(ship, runs[role])) for role in (FINE_TUNED, CONTROL)}
     target = int(plan.factor * plan.original_context)

@@ -15,11 +15,16 @@ journals of RULER cells in progress (:mod:`journals`). From them:
   losses and last held-out windows equal the first run's trained the same weights, so the committed
   cells and curve are the retrained model's, and a RULER journal it left resumes (a journal names the
   model's content: other weights set it aside, never mix with it).
+
+A retrain also takes the first run's opt-in code paths, which its log records step by step and which
+the environment chooses, not the recipe: :func:`training_env` (the fused head loss: a retrain without it
+trains other weights, 1e-3 apart in the loss by step 7).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,41 @@ def retrain_overrides(recipe: str, given: list[str], run: Path, ship: Path) -> l
     return mine if curve and int(curve[-1]["step"]) >= steps else []
 
 
+#: an opt-in training path a step's log line records -> (its value there, the variable that turns it on);
+#: ropescale/training/trainer.py writes them, ropescale/scoring/nll.py reads the variable
+STEP_PATHS = {"head_loss": ("fused", "ROPESCALE_FUSED_LOSS")}
+
+
+def training_env(log: Path) -> dict[str, str]:
+    """The environment that takes the code paths ``log``'s steps took: ``{"ROPESCALE_FUSED_LOSS": "1"}``
+    where every step says ``head_loss: fused``, ``"0"`` where none does, ``{}`` without a log (a first
+    run takes the caller's environment). A log whose steps took both paths cannot be retrained to the
+    same weights: SystemExit(2), naming the file.
+
+    Logs written before the trainer recorded the path (2026-12-05, commit 5c41482: the 320-step ×2 pair's)
+    say nothing of it, and read as "0" here; the report's step-by-step comparison is what tells."""
+    steps = [r for r in _lines(log) if "loss" in r]
+    env = {}
+    for key, (value, variable) in STEP_PATHS.items():
+        took = {r.get(key) == value for r in steps}
+        if len(took) > 1:
+            print(
+                f"cpu_finetune_x2: {log}: some steps say {key}={value} and some do not; no one setting of "
+                f"{variable} trains those weights again",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+        if took:
+            env[variable] = "1" if took.pop() else "0"
+    return env
+
+
+def env_prefix(env: dict[str, str]) -> str:
+    """``env`` as a command line's prefix, the settings that differ from the defaults only
+    (``ROPESCALE_FUSED_LOSS=1 ``; ``""`` where all are off)."""
+    return "".join(f"{k}={v} " for k, v in sorted(env.items()) if v != "0")
+
+
 def roles_needed(expected: dict[str, list[Path]]) -> dict[str, bool]:
     """``role -> whether its model is needed``: not where every cell it is measured in exists (committed,
     or measured earlier in this folder). ``expected``: each role's cell paths."""
@@ -73,9 +113,11 @@ def plan_lines(
     extra: dict[str, list[str]],
     given: list[str],
     trained: dict[str, bool],
+    envs: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
     """What a run would do for each role (``cpu_finetune_x2.py --dry-run``): not train it (every cell
-    committed), measure a trained one, or train it (again, and how), and the cells it would measure."""
+    committed), measure a trained one, or train it (again, and how: ``envs``, :func:`training_env`), and the
+    cells it would measure."""
     lines = []
     for role, recipe in recipes.items():
         missing = ", ".join(p.name for p in expected[role] if not p.is_file())
@@ -85,6 +127,8 @@ def plan_lines(
             lines.append(f"{role}: trained; to measure: {missing}")
         else:
             how = f"retrained with {extra[role][0]}" if extra[role] else "trained"
+            if env := (envs or {}).get(role):
+                how += " and " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())) + " as its log's steps"
             lines.append(f"{role}: {how} ({recipe}, {' '.join(given) or 'as the recipe says'}); to measure: {missing}")
     return lines
 

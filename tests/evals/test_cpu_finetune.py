@@ -10,7 +10,9 @@ The CLI runs in-process; lengths and prompt counts are tiny (``make_plan``, ``--
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from unittest import mock
 
 import pytest
 import yaml
@@ -87,14 +89,16 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     calls, kills = [], {"control": 1}
 
-    def cli(*args):  # the CLI in-process; killed once at the start of the control's training
+    def cli(*args, env=None):  # the CLI in-process; killed once at the start of the control's training
         calls.append(args)
         if args[0] == "train" and args[2].endswith("_control.yaml") and kills["control"]:
             kills["control"] -= 1
             raise KeyboardInterrupt
-        assert main(list(args)) == 0
+        with mock.patch.dict(os.environ, env or {}):
+            assert main(list(args)) == 0
 
     monkeypatch.setattr(driver, "ropescale", cli)
+    monkeypatch.setenv("ROPESCALE_FUSED_LOSS", "1")  # the first trainings take the opt-in path; the retrain is told
     out, ship, evidence = tmp / "out", tmp / "ship", tmp / "evidence.json"
     argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
     argv += ["--output", str(out), "--ship", str(ship), "--evidence", str(evidence), "--samples", "1"]
@@ -106,6 +110,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     # the recipe's training log is committed at once, every line with the load average it ran under
     log = [json.loads(x) for x in (ship / "yarn-metrics.jsonl").read_text().splitlines()]
     assert log and all("load_avg" in rec for rec in log) and [r["step"] for r in log if "eval_ppl" in r] == [2, 4]
+    assert all(r["head_loss"] == "fused" for r in log if "loss" in r)
     assert all(len(r["eval_window_nll"]) == 3 for r in log if "eval_ppl" in r)
     calls.clear()
     assert driver.main(argv) == 0  # the control trains; the recipe is not trained again
@@ -178,6 +183,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     shutil.rmtree(out)
     assert driver.main([*argv, "--report-only"]) == 0  # curves from the committed logs, rows from the cells
     assert (ship / "report.md").read_text() == report
+    assert "Command: `ROPESCALE_FUSED_LOSS=1 python benchmarks/cpu_finetune_x2.py --factor 2 --output " in report
     # the fine-tune's RULER cells not committed: its model is needed again, its control's is not
     monkeypatch.undo()  # the real runners again; the tiny plan and in-process CLI once more
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
@@ -191,7 +197,10 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     capsys.readouterr()
     assert driver.main([*argv, "--dry-run"]) == 0 and calls == []  # what it would do, nothing run
     said = capsys.readouterr().out
-    assert f"fine-tuned yarn: retrained with eval.every=4 ({tmp / 'tiny_cpu.yaml'}, as the recipe says); to " in said
+    # the environment no longer asks for the fused head loss: the retrain takes it from the committed log
+    assert "ROPESCALE_FUSED_LOSS" not in os.environ
+    retrained = "retrained with eval.every=4 and ROPESCALE_FUSED_LOSS=1 as its log's steps"
+    assert f"fine-tuned yarn: {retrained} ({tmp / 'tiny_cpu.yaml'}, as the recipe says); to " in said, said
     names = ", ".join(c.name for c in cells)
     assert f"to measure: {names}\ncontrol: every cell committed; not trained" in said, said
     # the sitting ends inside the second cell, one prompt journaled: the first cell and the journal are committed
@@ -218,6 +227,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     assert not kept.exists() and not kept.parent.exists()  # the cell is written: its journal is gone
     retrain = [json.loads(x) for x in (ship / "yarn-metrics-retrain.jsonl").read_text().splitlines()]
     assert [r["step"] for r in retrain if "eval_ppl" in r] == [4]
+    assert all(r["head_loss"] == "fused" for r in retrain if "loss" in r)  # the first run's path, not the default
     assert [r["step"] for r in log if "eval_ppl" in r] == [2, 4]  # the first run's curve is kept as it was
     said = (ship / "report.md").read_text()
     assert "- fine-tuned yarn: retrained in a later sitting" in said and "loss equal at 4 of 4 steps" in said
@@ -260,7 +270,7 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     calls, suites = [], {}
-    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
     monkeypatch.setattr(bx, "trained", lambda run, recipe: run.parent.name == "x2")  # x2's control is trained
     monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: suites.update({out.name: suite.model}))
     monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
@@ -280,7 +290,7 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
 
 def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
     with pytest.raises(SystemExit) as stop:
         driver.main(["--output", str(tmp_path / "x"), "--ship", str(tmp_path / "s"), "--tasks", "niah_single_9"])
     err = capsys.readouterr().err
@@ -301,7 +311,7 @@ def test_steps_trains_both_recipes_longer_in_folders_of_their_own(driver, tiny, 
     monkeypatch.chdir(tmp)
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     calls = []
-    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
     monkeypatch.setattr(bx, "trained", lambda run, recipe: False)
     monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: None)
     monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
@@ -323,7 +333,7 @@ def test_steps_refuses_a_control_trained_with_the_recipes_own(driver, tiny, monk
     tmp, plan = tiny
     monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
     calls = []
-    monkeypatch.setattr(driver, "ropescale", lambda *args: calls.append(args))
+    monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
     control = tmp / "x2" / "control"
     control.mkdir(parents=True)
     shutil.copy(tmp / "tiny_cpu_control.yaml", control / "config.yaml")  # trained with max_steps 4
@@ -447,6 +457,27 @@ def test_the_evidence_status_says_not_converged_then_in_progress_then_nothing(dr
     status = driver.evidence_status({"fine-tuned yarn": falling, "control": flat}, [met, ruler], "ship")
     assert status.startswith("not converged: the fine-tuned yarn held-out curve may still fall at step 80")
     assert driver.evidence_status({"fine-tuned yarn": flat, "control": flat}, [met], "ship") == ""
+
+
+def test_a_retrain_takes_the_code_paths_its_first_run_logged(tmp_path, capsys):
+    """fresh_checkout.training_env: the fused head loss is chosen by the environment, not the recipe, and
+    a retrain without it trains other weights. The setting comes from the committed log's steps; a log
+    whose steps took both paths cannot be retrained to the same weights, and says so (exit 2)."""
+    from fresh_checkout import env_prefix, training_env
+
+    log = tmp_path / "yarn-metrics.jsonl"
+    assert training_env(log) == {}  # no log: a first run, the caller's environment
+    rows = [{"step": 1, "loss": 3.0, "head_loss": "fused"}, {"step": 1, "eval_ppl": 20.0}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 2, "lo')  # cut short by a kill
+    assert training_env(log) == {"ROPESCALE_FUSED_LOSS": "1"}
+    assert env_prefix(training_env(log)) == "ROPESCALE_FUSED_LOSS=1 "
+    log.write_text(json.dumps({"step": 1, "loss": 3.0}) + "\n")
+    assert training_env(log) == {"ROPESCALE_FUSED_LOSS": "0"} and env_prefix(training_env(log)) == ""
+    log.write_text("".join(json.dumps(r) + "\n" for r in ({"step": 1, "loss": 3.0}, rows[0])))
+    with pytest.raises(SystemExit) as stop:
+        training_env(log)
+    assert stop.value.code == 2
+    assert f"{log}: some steps say head_loss=fused and some do not" in capsys.readouterr().err
 
 
 def test_a_retrain_is_compared_with_the_first_run_step_by_step(tmp_path):
