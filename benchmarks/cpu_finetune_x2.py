@@ -402,7 +402,7 @@ def main(argv=None) -> int:
     import bench_extension as bx
     from extension_cpu_goal import goal_parts, heldout_records, retrieval_line, verdict
     from extension_plan import collect, evidence_dict
-    from fresh_checkout import curve_source, env_prefix, retrain_lines, shipped_log, training_env
+    from fresh_checkout import curve_source, env_prefix, retrain_lines, training_env
     from heldout_plot import plot as plot_heldout
 
     from ropescale._io import atomic_write_text
@@ -426,10 +426,8 @@ def main(argv=None) -> int:
     report_suites(plan, out, run_dirs(out, args.control_from))
     steps = f" --steps {args.steps}" if args.steps else ""
     runs = run_dirs(out, args.control_from)
-    logs = [
-        shipped_log(ship, run) if shipped_log(ship, run).is_file() else run / "metrics.jsonl" for run in runs.values()
-    ]
-    paths = {k: v for log in logs for k, v in training_env(log).items()}  # the opt-in code paths they took
+    # the opt-in code paths the trainings took, from the logs their curves are read from
+    paths = {k: v for run in runs.values() for k, v in training_env(curve_source(ship, run)).items()}
     command = f"{env_prefix(paths)}python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
     rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     # the committed logs (a fresh checkout has no runs/; a retrain's log holds its last point only)

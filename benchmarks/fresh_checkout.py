@@ -71,13 +71,15 @@ STEP_PATHS = {"head_loss": ("fused", "ROPESCALE_FUSED_LOSS")}
 
 
 def training_env(log: Path) -> dict[str, str]:
-    """The environment that takes the code paths ``log``'s steps took: ``{"ROPESCALE_FUSED_LOSS": "1"}``
+    """The environment that takes the code paths ``log``'s steps took (``log``: a training log or a run
+    folder, as ``heldout_records`` reads them): ``{"ROPESCALE_FUSED_LOSS": "1"}``
     where every step says ``head_loss: fused``, ``"0"`` where none does, ``{}`` without a log (a first
     run takes the caller's environment). A log whose steps took both paths cannot be retrained to the
     same weights: SystemExit(2), naming the file.
 
     Logs written before the trainer recorded the path (2026-12-05, commit 5c41482: the 320-step ×2 pair's)
     say nothing of it, and read as "0" here; the report's step-by-step comparison is what tells."""
+    log = log if log.is_file() or not log.is_dir() else log / "metrics.jsonl"
     steps = [r for r in _lines(log) if "loss" in r]
     env = {}
     for key, (value, variable) in STEP_PATHS.items():
