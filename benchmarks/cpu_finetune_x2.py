@@ -336,10 +336,12 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         if not needed[role]:
             print(f"{role}: every cell it is measured in is committed in {ship}; its model is not needed")
             continue
-        if extra[role]:
-            print(f"{role}: retraining (checkpoints are not committed); its held-out curve is, so {extra[role][0]}")
         try:  # the log is committed as it comes: even a sitting cut short keeps its held-out points
             if not bx.trained(run, recipe):
+                if extra[role]:
+                    print(
+                        f"{role}: retraining (checkpoints are not committed); its held-out curve is, so {extra[role][0]}"
+                    )
                 more = given + extra[role]
                 ropescale(
                     "train",

@@ -6,7 +6,9 @@ A cell's record names its method and runtime (a different one is recomputed, see
 (:func:`ropescale.models.identity.model_identity`), the data it read and the task's protocol
 (mode, stride, token budget, depths, trials, seed...). A results folder whose cells measured
 something else stops the run with the first difference named (:func:`check_measured`): the report
-would otherwise show one model's numbers under another's name. What a file of evidence takes from
+would otherwise show one model's numbers under another's name. The model and data are compared by
+content where recorded, so the same folder under another path is the same model
+(:func:`.run_folder.by_content`). What a file of evidence takes from
 its suites' cells, the one runtime and the one passkey placement they share, is read here too
 (:func:`cells_runtime`, :func:`cells_jitter`).
 """

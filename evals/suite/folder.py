@@ -113,19 +113,23 @@ class SuiteFolder:
         that an interrupted cell resumes at its first unfinished prompt (``part``: one of several
         journals of a cell, e.g. a RULER task of the battery)."""
         from ropescale.evals.tasks.generation import PromptJournal
+        from ropescale.evals.tasks.run_folder import by_content
 
+        measured = self.measured(task)
         fingerprint = {
-            "model": self.suite.model,
+            "model": by_content(measured)["model"],  # its content: the same folder under another path resumes
             "method_name": entry.method,
             "factor": entry.factor,
             "params": entry.params,
             "scaling": scaling_run(self.suite.model, entry),  # a checkpoint's own parameters, resolved
             "runtime": self.runtime_for(entry),
-            "measured": self.measured(task),
+            "measured": by_content(measured),
             **({"part": part} if part else {}),
         }
+        named = {**fingerprint, "model": self.suite.model, "measured": measured}  # journals written before
         path = self.cell_path(entry, task, length)
-        return PromptJournal(path.with_name(path.stem + (f".{part}" if part else "") + ".partial.jsonl"), fingerprint)
+        journal = path.with_name(path.stem + (f".{part}" if part else "") + ".partial.jsonl")
+        return PromptJournal(journal, fingerprint, also=[named])
 
     def report(self) -> dict[str, Any]:
         """Write the report of the finished cells and, marked in progress, the partial ones

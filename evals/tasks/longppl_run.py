@@ -158,11 +158,11 @@ class CellKeys:
         return fingerprint if isinstance(fingerprint, dict) else None
 
     def done(self, output: Path, s: Scaling, n: int) -> bool:
-        from ropescale.evals.tasks.run_folder import legacy
+        from ropescale.evals.tasks.run_folder import matches
 
         recorded = self._recorded(output, s, n)
         ours = self.measured(self.fingerprint(s, n))
-        return recorded is not None and legacy(self.measured(recorded), ours) == ours
+        return recorded is not None and matches(self.measured(recorded), ours)
 
     def check(self, output: Path, scalings: list[Scaling], lengths: list[int]) -> None:
         """Stop, naming the first difference, where a cell this run would write measured something else,

@@ -3,8 +3,10 @@
 
 * A cell is keyed like a suite's cell: besides its file name (the scaling's label, task, length) its
   file records the model's name *and content* (:func:`ropescale.models.identity.model_identity`),
-  the data it read by content, and its protocol (seed, samples, settings). A cell at the path this run
-  would write that measured something else stops the run with the first difference named
+  the data it read by content, and its protocol (seed, samples, settings). A model or data is compared
+  by its content where the cell recorded it, its name being incidental (:func:`by_content`: a checkout at
+  another root resumes). A cell at the path this run would write that measured something else stops the
+  run with the first difference named
   (:func:`difference`, the suite's wording), before anything is written: replacing it would lose what it
   measured, reusing it would report it under the new name. The same model name with other content
   anywhere in the folder stops it too (the report compares the folder's cells with each other).
@@ -54,6 +56,38 @@ class MeasuredJSON(TypedDict, total=False):
     model: Fingerprint
     data: Fingerprint | None
     protocol: Settings
+
+
+#: the sections of a ``measured`` key that name an input (a model, the data it read) rather than a setting
+INPUTS = ("model", "data")
+
+
+def _content(section: Any) -> str | None:
+    return (section.get("fingerprint") or None) if isinstance(section, dict) else None
+
+
+def by_content(measured: Any) -> Any:
+    """A ``measured`` key as runs compare it: its model and data by their content fingerprint where they
+    record one, by name where they record none (a corpus, a cell written before fingerprints). A local
+    folder or file is itself wherever it lies and however its path was written: a checkout at another
+    root, a relative path given where an absolute one was, a checkpoint folder moved. Its name stays in
+    the cell, for the report; the protocol is compared key by key."""
+    if not isinstance(measured, dict):
+        return measured
+    return {k: {"fingerprint": _content(v)} if k in INPUTS and _content(v) else v for k, v in measured.items()}
+
+
+def matches(recorded: MeasuredJSON | None, ours: MeasuredJSON) -> bool:
+    """Whether a cell that recorded ``recorded`` measured what this run would (``ours``): compared
+    :func:`by_content`, a key ``recorded`` lacks counting as ours (:func:`legacy`). A model or data
+    recorded without a fingerprint (a cell written before the content was recorded) matches by name:
+    the fingerprint :func:`legacy` lends it must not stand in for a name it does not share."""
+    old = legacy(recorded, ours)
+    if isinstance(recorded, dict) and isinstance(old, dict) and isinstance(ours, dict):
+        for key in INPUTS:
+            if isinstance(recorded.get(key), dict) and not _content(recorded[key]) and old.get(key) != ours.get(key):
+                return False
+    return by_content(old) == by_content(ours)
 
 
 def model_content(model: str) -> str | None:
@@ -139,8 +173,8 @@ def compare(path: Path, recorded: MeasuredJSON, ours: MeasuredJSON, output: Path
         RopescaleError: ``results folder 'o' holds none__vt__4096.json, measured with a different
             protocol.seed: 0 -> 1; give another --output, or remove that cell to measure it again``.
     """
-    old = legacy(recorded, ours)
-    if old != ours:
+    if not matches(recorded, ours):
+        old = legacy(recorded, ours)
         raise RopescaleError(
             f"results folder '{output}' holds {path.name}, measured with a different {difference(old, ours)}; {REMEDY}"
         )
@@ -153,8 +187,8 @@ def difference(old: MeasuredJSON, new: MeasuredJSON) -> str:
 
     for section in ("model", "data", "protocol"):
         a, b = old.get(section), new.get(section)
-        if a == b:
-            continue
+        if a == b or (section in INPUTS and _content(a) and _content(a) == _content(b)):
+            continue  # the same content under another name is the same model or data (:func:`by_content`)
         if section != "protocol" and isinstance(a, dict) and isinstance(b, dict):
             if a.get("name") != b.get("name"):
                 return f"{section}: {a.get('name')!r} -> {b.get('name')!r}"
@@ -201,6 +235,7 @@ def check_model_content(output: Path, cells: list[tuple[Path, str, str | None]],
 
 
 __all__ = [
+    "INPUTS",
     "REMEDY",
     "Fingerprint",
     "JSONValue",
@@ -214,7 +249,9 @@ __all__ = [
     "check_model_content",
     "compare",
     "difference",
+    "by_content",
     "legacy",
+    "matches",
     "model_content",
     "text_fingerprint",
 ]

@@ -105,7 +105,11 @@ def canonical(measured: Any, task_name: str) -> Any:
 
 
 def same_measured(a: Any, b: Any, task_name: str) -> bool:
-    return canonical(a, task_name) == canonical(b, task_name)
+    """Whether two ``measured`` keys of a ``task_name`` cell are one measurement: :func:`canonical`, the
+    model and data by content where both record it (:func:`.run_folder.by_content`)."""
+    from ropescale.evals.tasks.run_folder import by_content
+
+    return by_content(canonical(a, task_name)) == by_content(canonical(b, task_name))
 
 
 # -- the command line ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,47 @@ def test_same_folder_with_other_weights_stops(models, tmp_path, capsys):
     shutil.copy(models / "B" / "model.safetensors", model / "model.safetensors")  # fine-tuned in place
     code, err = _eval(capsys, tmp_path, out, "M", models / "t1.txt")
     assert code == 2 and f"measured with a different model content: '{model}' had fingerprint" in err[0], err
+
+
+def test_the_same_model_and_data_under_other_paths_reuse_the_cells(models, tmp_path, capsys, monkeypatch):
+    """A local model or data file is its content, not its path: a checkout at another root, a folder moved
+    or a relative path given where an absolute one was resumes the folder's cells (a sentinel number
+    survives: reused, not recomputed). The cell keeps the name it was measured under."""
+    for name in ("M", "t.txt"):
+        src = models / ("A" if name == "M" else "t1.txt")
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    out = tmp_path / "d"
+    assert _eval(capsys, tmp_path, out, "M", "t.txt") == (0, [])
+    cell = out / "cells" / "none__perplexity__32.json"
+    record = json.loads(cell.read_text())
+    cell.write_text(json.dumps({**record, "result": {**record["result"], "ppl": 1.0}}))
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    for name in ("M", "t.txt"):
+        (tmp_path / name).rename(moved / name)
+    assert _eval(capsys, moved, out, "M", "t.txt") == (0, [])
+    monkeypatch.chdir(moved)
+    assert _eval(capsys, Path("."), out, "M", "t.txt") == (0, [])  # relative paths: the same files
+    kept = json.loads(cell.read_text())
+    assert kept["result"]["ppl"] == 1.0 and kept["measured"]["model"]["name"] == str(tmp_path / "M")
+    shutil.copy(models / "B" / "model.safetensors", moved / "M" / "model.safetensors")  # then fine-tuned in place
+    code, err = _eval(capsys, Path("."), out, "M", "t.txt")
+    assert code == 2 and f"measured with a different model: '{tmp_path / 'M'}' -> 'M'" in err[0], err
+
+
+def test_a_model_recorded_without_its_content_still_matches_by_name():
+    """A cell written before cells recorded fingerprints names its model only: the content the current run
+    lends it (:func:`legacy`) must not make another name match."""
+    from ropescale.evals.tasks.run_folder import matches
+
+    ours = {"model": {"name": "/a/m", "fingerprint": "f"}, "data": None, "protocol": {"seed": 0}}
+    assert matches({"model": {"name": "/a/m"}, "protocol": {"seed": 0}}, ours)
+    assert not matches({"model": {"name": "/b/m"}, "protocol": {"seed": 0}}, ours)
+    assert matches({"model": {"name": "/b/m", "fingerprint": "f"}, "data": None, "protocol": {"seed": 0}}, ours)
+    assert not matches({"model": {"name": "/a/m", "fingerprint": "g"}, "data": None, "protocol": {"seed": 0}}, ours)
+    assert not matches({"model": {"name": "/a/m", "fingerprint": "f"}, "data": None, "protocol": {"seed": 1}}, ours)
+    corpus = {**ours, "data": {"name": "austen"}}  # a corpus has no fingerprint: its name is its identity
+    assert not matches({**corpus, "data": {"name": "bible"}}, corpus)
 
 
 def test_cells_of_an_unkeyed_earlier_run_are_recomputed_or_refused(models, tmp_path, capsys):

@@ -244,6 +244,47 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
 
 
+@pytest.mark.parametrize("header", ["today's", "before content keys"])
+def test_a_cell_in_progress_resumes_with_its_model_moved(models, tmp_path, monkeypatch, header):
+    """A prompt journal is keyed by the model's content, not its path: a RULER cell cut short resumes at its
+    first undecoded prompt when the checkout (here the model folder) has moved since, and so does a journal
+    whose header still names the path (as ropescale wrote them before) when the model is where it was."""
+    from ropescale.evals.tasks import generation
+
+    first, moved = tmp_path / "a" / "m", tmp_path / "b" / "m"
+    shutil.copytree(models["u0"], first)
+    out = tmp_path / "o"
+    real = generation.PromptJournal.record
+
+    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    assert _ruler(str(first), out, "--samples", "2") == 130
+    (journal,) = (out / "cells").glob("*.partial.jsonl")
+    lines = journal.read_text().splitlines()
+    head = json.loads(lines[0])
+    assert str(tmp_path) not in lines[0]  # no path in the key
+    if header != "today's":
+        fp = head["fingerprint"]
+        fp["model"] = str(first)
+        fp["measured"]["model"] = {"name": str(first), **fp["measured"]["model"]}
+        journal.write_text("\n".join([json.dumps(head, sort_keys=True), *lines[1:]]) + "\n")
+    else:
+        first.parent.rename(moved.parent)
+    decoded = []
+
+    def counted(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
+        decoded.append(text)
+
+    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    assert _ruler(str(moved if header == "today's" else first), out, "--samples", "2") == 0
+    assert len(decoded) == 1  # the first prompt came from the journal
+    assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
+
+
 def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runner(models, tmp_path, monkeypatch):
     """A RULER cell cut short under ``eval ruler``'s earlier layout (issue 53: its own runner, one journal per
     task): the suite runner now running ``eval ruler`` resumes at its first undecoded prompt, the old

@@ -99,14 +99,14 @@ class EarlierCells:
     def is_done(self, task: str, length: int) -> bool:
         """The cell's file records what this run would measure (:meth:`fingerprint`; a key a cell
         written before it lacks counts as matching), on the same runtime, with every sample asked."""
-        from ropescale.evals.tasks.run_folder import legacy
+        from ropescale.evals.tasks.run_folder import matches
 
         record = self.record(task, length)
         if record is None or not record.complete:
             return False
         ours = self.fingerprint(task, length)
         recorded = record.fingerprint
-        return recorded.runtime == ours.runtime and legacy(recorded.measured(), ours.measured()) == ours.measured()
+        return recorded.runtime == ours.runtime and matches(recorded.measured(), ours.measured())
 
 
 __all__ = ["EarlierCells", "cell_name", "row_label"]
