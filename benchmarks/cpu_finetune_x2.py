@@ -100,6 +100,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="the --output of an earlier experiment whose control run and export are reused (x4 after x2: "
         "runs/cpu-x2; the control is the same at every factor); trained there if not yet",
     )
+    ap.add_argument(
+        "--control-ship",
+        default=None,
+        metavar="DIR",
+        help="the committed folder of the --control-from experiment, where the control's training log is "
+        "(default: evals/measured/finetune-<name of --control-from> where it exists, else --ship): a "
+        "fresh checkout retrains the control as that log says, and the report reads its curve there",
+    )
     ap.add_argument("--report-only", action="store_true", help="run nothing; report what is measured")
     ap.add_argument(
         "--dry-run",
@@ -184,9 +192,26 @@ def run_dirs(out: Path, control_from: str | None) -> dict[str, Path]:
     return runs
 
 
-def ship_logs(ship: Path, runs: dict[str, Path], retrained: frozenset[str] = frozenset()) -> None:
-    """Each run's training log (loss, tokens/s, held-out points, load average) into the committed folder;
-    a retrain's (``retrained``: its roles) beside the first run's, never over it (fresh_checkout.py)."""
+def log_ships(args, ship: Path) -> dict[str, Path]:
+    """Where each role's training log is committed: ``ship``, but the control of ``--control-from`` (an
+    earlier experiment's run) keeps its log with that experiment's evidence (``--control-ship``, default
+    ``evals/measured/finetune-<its name>`` where that folder exists). Its curve, and how a fresh checkout
+    retrains it, are read there: the ×4 run retrains the ×2 pair's control to the same weights."""
+    from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED
+
+    control = ship
+    if args.control_ship:
+        control = Path(args.control_ship)
+    elif args.control_from:
+        theirs = ROOT / "evals" / "measured" / f"finetune-{Path(args.control_from).name}"
+        control = theirs if theirs.is_dir() else ship
+    return {FINE_TUNED: ship, CONTROL: control}
+
+
+def ship_logs(ships: dict[str, Path], runs: dict[str, Path], retrained: frozenset[str] = frozenset()) -> None:
+    """Each run's training log (loss, tokens/s, held-out points, load average) into its committed folder
+    (``ships``: :func:`log_ships`); a retrain's (``retrained``: its roles) beside the first run's, never
+    over it (fresh_checkout.py)."""
     from fresh_checkout import RETRAIN_LOG
 
     from ropescale._io import atomic_write_text
@@ -194,6 +219,7 @@ def ship_logs(ship: Path, runs: dict[str, Path], retrained: frozenset[str] = fro
     for role, run in runs.items():
         log = run / "metrics.jsonl"
         if log.is_file():
+            ship = ships[role]
             ship.mkdir(parents=True, exist_ok=True)
             name = f"{run.name}{RETRAIN_LOG}" if role in retrained else f"{run.name}-metrics.jsonl"
             atomic_write_text(ship / name, log.read_text(encoding="utf-8"))
@@ -317,10 +343,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
     }
     needed = roles_needed(expected)
     given = overrides(args)
-    extra = {role: retrain_overrides(recipe, given, runs[role], ship) for role, recipe in recipes.items()}
+    logs = log_ships(args, ship)
+    extra = {role: retrain_overrides(recipe, given, runs[role], logs[role]) for role, recipe in recipes.items()}
     retrained = frozenset(role for role, more in extra.items() if more)
     envs = {  # a retrain (or a resumed run) takes the code paths its log's steps took
-        role: training_env(shipped_log(ship, run) if role in retrained else run / "metrics.jsonl")
+        role: training_env(shipped_log(logs[role], run) if role in retrained else run / "metrics.jsonl")
         for role, run in runs.items()
         if role in recipes and needed[role]
     }
@@ -355,7 +382,7 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
                     env=envs[role],
                 )
         finally:
-            ship_logs(ship, runs, retrained)
+            ship_logs(logs, runs, retrained)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
     for name, suite in suites.items():  # 3: perplexity
@@ -429,11 +456,12 @@ def main(argv=None) -> int:
     steps = f" --steps {args.steps}" if args.steps else ""
     runs = run_dirs(out, args.control_from)
     # the opt-in code paths the trainings took, from the logs their curves are read from
-    paths = {k: v for run in runs.values() for k, v in training_env(curve_source(ship, run)).items()}
+    logs = log_ships(args, ship)
+    paths = {k: v for role, run in runs.items() for k, v in training_env(curve_source(logs[role], run)).items()}
     command = f"{env_prefix(paths)}python benchmarks/cpu_finetune_x2.py --factor {factor}{steps} --output {out}"
     rows = collect(out, {role: command for role in ("none", "yarn", FINE_TUNED, CONTROL)})
     # the committed logs (a fresh checkout has no runs/; a retrain's log holds its last point only)
-    curves = {role: heldout_records(curve_source(ship, runs[role])) for role in (FINE_TUNED, CONTROL)}
+    curves = {role: heldout_records(curve_source(logs[role], runs[role])) for role in (FINE_TUNED, CONTROL)}
     target = int(plan.factor * plan.original_context)
     ruler_ft = ruler_scores(out / "ruler" / "yarn")
     ruler_base = ruler_scores(out / "ruler" / "none", "none")
@@ -478,7 +506,7 @@ def main(argv=None) -> int:
             if drawn
             else []
         ),
-        *(["", "Retrained (benchmarks/fresh_checkout.py):", *again] if (again := retrain_lines(ship, runs)) else []),
+        *(["", "Retrained (benchmarks/fresh_checkout.py):", *again] if (again := retrain_lines(logs, runs)) else []),
         "",
         f"RULER ({', '.join(tasks)}; % found):",
         *(

@@ -128,7 +128,7 @@ def plan_lines(
         elif trained[role]:
             lines.append(f"{role}: trained; to measure: {missing}")
         else:
-            how = f"retrained with {extra[role][0]}" if extra[role] else "trained"
+            how = f"to retrain with {extra[role][0]}" if extra[role] else "to train"
             if env := (envs or {}).get(role):
                 how += " and " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())) + " as its log's steps"
             lines.append(f"{role}: {how} ({recipe}, {' '.join(given) or 'as the recipe says'}); to measure: {missing}")
@@ -170,10 +170,12 @@ def compare_logs(first: Path, retrain: Path) -> dict[str, Any] | None:
     }
 
 
-def retrain_lines(ship: Path, runs: dict[str, Path]) -> list[str]:
-    """The report's lines on each retrained role: the same weights as the committed curve's, or not."""
+def retrain_lines(ships: Path | dict[str, Path], runs: dict[str, Path]) -> list[str]:
+    """The report's lines on each retrained role: the same weights as the committed curve's, or not
+    (``ships``: the committed folder of every role's logs, or each role's own)."""
     out = []
     for role, run in runs.items():
+        ship = ships[role] if isinstance(ships, dict) else ships
         got = compare_logs(shipped_log(ship, run), ship / f"{run.name}{RETRAIN_LOG}")
         if got is None:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -199,7 +200,7 @@ def test_the_cpu_fine_tune_runs_end_to_end_resumes_and_ships_its_evidence(driver
     said = capsys.readouterr().out
     # the environment no longer asks for the fused head loss: the retrain takes it from the committed log
     assert "ROPESCALE_FUSED_LOSS" not in os.environ
-    retrained = "retrained with eval.every=4 and ROPESCALE_FUSED_LOSS=1 as its log's steps"
+    retrained = "to retrain with eval.every=4 and ROPESCALE_FUSED_LOSS=1 as its log's steps"
     assert f"fine-tuned yarn: {retrained} ({tmp / 'tiny_cpu.yaml'}, as the recipe says); to " in said, said
     names = ", ".join(c.name for c in cells)
     assert f"to measure: {names}\ncontrol: every cell committed; not trained" in said, said
@@ -286,6 +287,54 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     ]
     assert suites["control"] == str(tmp / "x2" / "control-export")
     assert suites["finetuned"] == str(tmp / "x4" / "yarn-export")
+
+
+def test_x4_retrains_the_x2_control_as_the_x2_experiments_log_says(driver, tiny, monkeypatch, capsys):
+    """--control-from in a fresh checkout: the control's first log is committed with the x2 experiment's
+    evidence (--control-ship), not the x4's. The control is retrained as that log says (the held-out text
+    at the last step only, the fused head loss its steps took), its retrain log goes beside that first
+    log, and the x4 report reads the control's curve from there. Before, the x4 run looked in its own
+    folder, found no log, and trained the control anew (16 held-out evaluations, the caller's head loss)."""
+    import bench_extension as bx
+    import ruler_run
+
+    import ropescale.evals.suite.runner as suite_module
+
+    tmp, plan = tiny
+    monkeypatch.setattr(driver, "make_plan", lambda factor: plan)
+    calls = []
+
+    def cli(*args, env=None):
+        calls.append((args, env))
+        if args[0] == "train":  # a retrain logs its steps and its last held-out point
+            run = Path(args[args.index("--output-dir") + 1])
+            run.mkdir(parents=True, exist_ok=True)
+            (run / "metrics.jsonl").write_text(json.dumps({"step": 4, "loss": 1.0, "head_loss": "fused"}) + "\n")
+
+    monkeypatch.setattr(driver, "ropescale", cli)
+    monkeypatch.setattr(bx, "trained", lambda run, recipe: run.parent.name == "x4")  # only x4's own is trained
+    monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: None)
+    monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
+    theirs = tmp / "x2-ship"
+    theirs.mkdir()
+    steps = [{"step": i, "loss": 1.0, "head_loss": "fused"} for i in range(1, 5)]
+    held = [{"step": i, "eval_length": L, "eval_ppl": 9.0 - i, "eval_window_nll": [2.0, 2.1, 2.2]} for i in (2, 4)]
+    (theirs / "control-metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps + held))
+    argv = ["--recipe", str(tmp / "tiny_cpu.yaml"), "--control", str(tmp / "tiny_cpu_control.yaml")]
+    argv += ["--output", str(tmp / "x4"), "--control-from", str(tmp / "x2"), "--ship", str(tmp / "ship")]
+    argv += ["--control-ship", str(theirs), "--evidence", str(tmp / "ev.json"), "--base-cells", str(tmp / "none")]
+    argv += ["--tasks", "niah_single_1"]
+    assert driver.main([*argv, "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert "control: to retrain with eval.every=4 and ROPESCALE_FUSED_LOSS=1 as its log's steps" in said, said
+    assert driver.main(argv) == 0
+    (args, env), *_ = [c for c in calls if c[0][0] == "train"]
+    assert args[2] == str(tmp / "tiny_cpu_control.yaml") and args[-1] == "eval.every=4"
+    assert env == {"ROPESCALE_FUSED_LOSS": "1"}
+    assert (theirs / "control-metrics-retrain.jsonl").is_file()  # beside the first log, which is kept
+    assert not list((tmp / "ship").glob("control-metrics*"))
+    report = (tmp / "ship" / "report.md").read_text()
+    assert "- control: 2: 7.000" in report  # the curve, from the x2 experiment's committed log
 
 
 def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path, monkeypatch, capsys):
