@@ -13,8 +13,10 @@ another job is slower by its share.
 
 Steps, each skipped where its output exists (so an interrupted run resumes; run the same command again):
 
-1. train ``smollm2-135m/yarn_x<s>_cpu`` (``ropescale train --resume``: from its newest checkpoint) and
-   export it; 2. the same for the control ``smollm2-135m/yarn_x2_cpu_control``;
+1. train ``smollm2-135m/yarn_x<s>_cpu`` (``ropescale train --resume``: from its newest checkpoint),
+   export it and measure its perplexity (3); 2. the same for the control
+   ``smollm2-135m/yarn_x2_cpu_control``. A role trained already goes first, so its cells are committed
+   before the other's hours of training;
 3. perplexity of held-out *Emma* (non-overlapping windows with BOS, 4 windows of the target: 65,536
    tokens at x2) at 2k/8k and every doubling to the target: the unscaled model and the control at
    ≤ 8k, training-free YaRN ×s and the fine-tune at every length (the suites of bench_extension.py);
@@ -358,8 +360,11 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
         trained = {role: bx.trained(runs[role], recipe) for role, recipe in recipes.items()}
         print("\n".join(plan_lines(recipes, expected, needed, extra, given, trained, envs)))
         return
-    for role, recipe in recipes.items():  # 1-2: train and export, the recipe first
-        run = runs[role]
+    # 1-3 for each role: train, export, its perplexity suite. A role trained already goes first, the recipe
+    # first otherwise, so that its cells are committed before the next role's hours of training begin
+    measured = set()
+    for role in sorted(recipes, key=lambda role: not bx.trained(runs[role], recipes[role])):
+        recipe, run = recipes[role], runs[role]
         if not needed[role]:
             print(f"{role}: every cell it is measured in is committed in {ship}; its model is not needed")
             continue
@@ -385,8 +390,14 @@ def measure(args, plan, out: Path, ship: Path, recipes: dict[str, str], factor: 
             ship_logs(logs, runs, retrained)
         if not (exports[role] / "config.json").is_file():
             ropescale("export", str(run), "--output", str(exports[role]))
-    for name, suite in suites.items():  # 3: perplexity
-        if any(bx.SUITE_OF[role][0] == name and not needed[role] for role in recipes):
+        name = bx.SUITE_OF[role][0]
+        measured.add(name)
+        try:
+            run_suite(suites[name], out / name)
+        finally:  # the cells finished so far, even when a sitting ends inside a suite
+            ship_cells(out, ship)
+    for name, suite in suites.items():  # 3: the untrained models' perplexity
+        if name in measured or any(bx.SUITE_OF[role][0] == name and not needed[role] for role in recipes):
             continue
         try:
             run_suite(suite, out / name)

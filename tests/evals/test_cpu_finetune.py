@@ -273,7 +273,12 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     calls, suites = [], {}
     monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
     monkeypatch.setattr(bx, "trained", lambda run, recipe: run.parent.name == "x2")  # x2's control is trained
-    monkeypatch.setattr(suite_module, "run_suite", lambda suite, out: suites.update({out.name: suite.model}))
+
+    def suite_ran(suite, out):
+        suites.update({out.name: suite.model})
+        calls.append(("suite", out.name))
+
+    monkeypatch.setattr(suite_module, "run_suite", suite_ran)
     monkeypatch.setattr(ruler_run.RulerRun, "run", lambda self: None)
     (tmp / "x2" / "control-export").mkdir(parents=True)
     (tmp / "x2" / "control-export" / "config.json").write_text("{}")
@@ -281,9 +286,12 @@ def test_x4_reuses_the_x2_control_and_trains_only_its_own_recipe(driver, tiny, m
     argv += ["--output", str(tmp / "x4"), "--control-from", str(tmp / "x2"), "--ship", str(tmp / "ship")]
     argv += ["--evidence", str(tmp / "ev.json"), "--base-cells", str(tmp / "none"), "--tasks", "niah_single_1"]
     assert driver.main(argv) == 0
-    assert [c[:3] for c in calls] == [
+    assert [c[:3] for c in calls] == [  # the trained control's cells first, then the hours of training
+        ("suite", "control"),
         ("train", "--config", str(tmp / "tiny_cpu.yaml")),
         ("export", str(tmp / "x4" / "yarn"), "--output"),
+        ("suite", "finetuned"),
+        ("suite", "base"),
     ]
     assert suites["control"] == str(tmp / "x2" / "control-export")
     assert suites["finetuned"] == str(tmp / "x4" / "yarn-export")
