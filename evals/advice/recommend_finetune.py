@@ -35,6 +35,12 @@ def fine_tune_evidence(rec: Any, evidence: list[Evidence], recipe: str | None, k
         return
     rec.measured = found.line
     rec.why = _extension_line(found.source, rec.original_context, recipe_steps(recipe))
+    longer = _steps_override(found.source, recipe_steps(recipe))
+    if longer and recipe:  # the command trains what was measured, not the recipe's shorter default
+        rec.commands = [
+            (what, f"{cmd} {longer}" if what == "fine-tune (PoSE)" and cmd.startswith("ropescale train") else cmd)
+            for what, cmd in rec.commands
+        ]
     if found.source.status:  # the experiment's own word on its numbers (a run that did not converge), first
         rec.caveats.insert(0, f"the measured run: {found.source.status}")
     rec.reasons.insert(0, rec.why)  # the evidence first, then the rule it bears out
@@ -129,13 +135,23 @@ def _extension_line(ev: Evidence, original_context: int, recipe_steps: int = 0) 
     )
     ran = command_overrides(ft.commands[0]) if ft.commands else ()
     how = f", trained with {shlex.join(ran)}" if ran else ""
-    if recipe_steps and any(o.startswith("train.max_steps=") for o in ran):
-        how += f"; the recipe below runs {recipe_steps}"
+    if _steps_override(ev, recipe_steps):
+        how += f", as the command below does; the recipe alone runs {recipe_steps}"
     return (
         f"measured on this model ({ev.source}{how}): fine-tuned YaRN ×{ft.factor:g} PPL "
         f"{'/'.join(map(_k, lengths))} {ours}{against} (the same fine-tune without scaling): perplexity past "
         f"the trained {_k(original_context)} is what measures the extension"
     )
+
+
+def _steps_override(ev: Evidence, recipe_steps: int) -> str | None:
+    """``train.max_steps=N`` where the quoted fine-tune trained N steps and the recipe runs other: the
+    command recommend prints then carries it, so that it trains what was measured (the ×2 CPU recipe runs
+    320 steps, which did not converge; the run quoted trained 640)."""
+    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
+    ran = command_overrides(ft.commands[0]) if ft.commands else ()
+    steps = next((o for o in ran if o.startswith("train.max_steps=")), None)
+    return steps if steps and recipe_steps and steps != f"train.max_steps={recipe_steps}" else None
 
 
 def _trains_recall(ev: Evidence, recipe: str | None) -> bool:

@@ -31,7 +31,9 @@ def test_a_fine_tune_leads_with_its_perplexity_against_its_control(capsys, tmp_p
     # which number measures what: perplexity past L against the control's is the extension
     assert "PPL 8k/16k/32k 24.01/23.99/23.73 against its control's 23.41/44.78/259.00" in text
     assert "perplexity past the trained 8k is what measures the extension" in text
-    assert "the recipe below runs 60" in text  # the evidence trained 400 steps: said, not hidden
+    # the evidence trained 400 steps: said, and the command trains them too (not the recipe's 60)
+    assert "train.max_steps=400 train.save_every=100, as the command below does; the recipe alone runs 60" in text
+    assert next(ln for ln in lines if ln.strip().startswith("ropescale train --config")).endswith("train.max_steps=400")
     # the retrieval losses are in the short answer, each with its prompts and the baseline it lost against
     retrieval = next(line for line in lines if line.startswith("retrieval:"))
     assert retrieval.startswith("retrieval: passkey lost at 4k 25/30 (unscaled 30/30")

@@ -204,7 +204,7 @@ def test_a_converged_run_is_quoted_before_one_its_experiment_says_did_not_conver
         quote = fine_tune_measured(order, "smollm2-135m", 2, recipe_steps=320)
         assert "640.json" in quote.line
     said = _extension_line(quote.source, 8192, 320)  # recommend's reason says what the quoted run trained
-    assert "trained with train.max_steps=640; the recipe below runs 320" in said
+    assert "trained with train.max_steps=640, as the command below does; the recipe alone runs 320" in said
     assert command_overrides("python benchmarks/cpu_finetune_x2.py --factor 4 --steps=640 --output o") == (
         "train.max_steps=640",
     )
