@@ -2,7 +2,7 @@
 step by step and resumable over several sittings, with the evidence written as it comes.
 
     python benchmarks/cpu_finetune_x2.py                 # x2 (to 16k): ~5 h of training + ~2 h of evaluation
-    python benchmarks/cpu_finetune_x2.py --factor 4 --control-from runs/cpu-x2   # x4 (to 32k) after x2, its control reused
+    python benchmarks/cpu_finetune_x2.py --factor 4 --steps 640 --control-from runs/cpu-x2-640steps   # x4 (to 32k) after x2
     python benchmarks/cpu_finetune_x2.py --steps 640     # both recipes twice as long: a run that did not converge
     python benchmarks/cpu_finetune_x2.py --report-only   # the report and verdict of what is measured
     python benchmarks/cpu_finetune_x2.py --dry-run       # what a run would train and measure, nothing run
