@@ -14,9 +14,11 @@ defect)."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import shlex
+import subprocess
 import unicodedata
 from pathlib import Path
 
@@ -64,6 +66,31 @@ def anchors(text: str) -> set[str]:
     return {slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, flags=re.M)}
 
 
+@functools.lru_cache(maxsize=1)
+def _checkout() -> frozenset[str] | None:
+    """Every path a clean checkout of this tree holds: the files git tracks or would add (not ignored), and
+    their folders; None outside a git work tree (an unpacked sdist), where the file system answers. An
+    empty folder, or one holding only ignored files, is not there: CI's clean checkout failed on a folder
+    a page named that existed here only as an empty leftover (session 12)."""
+    try:
+        cmd = ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+        files = [f for f in subprocess.run(cmd, capture_output=True, check=True).stdout.decode().split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    folders = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
+    return frozenset(files) | frozenset(folders) if files else None
+
+
+def in_checkout(file: Path) -> bool:
+    """Whether ``file`` is in a clean checkout of this tree (:func:`_checkout`), not only on this disk."""
+    known = _checkout()
+    if not file.exists():
+        return False
+    if known is None or not file.is_relative_to(ROOT) or file == ROOT:
+        return True
+    return file.relative_to(ROOT).as_posix() in known
+
+
 def missing_targets(page: Path, text: str) -> list[str]:
     """The links (file and anchor) and backticked repository paths of ``text`` (the content of
     ``page``) that point at nothing."""
@@ -77,14 +104,14 @@ def missing_targets(page: Path, text: str) -> list[str]:
         rel = file.relative_to(ROOT).as_posix() if file.is_relative_to(ROOT) else str(file)
         if rel in PENDING:
             continue
-        if path and not file.exists():
+        if path and not in_checkout(file):
             missing.append(f"link {target}")
         elif anchor and file.suffix == ".md":
             if anchor not in anchors(text if not path else file.read_text()):
                 missing.append(f"anchor {target}")
     for m in PATH.finditer(text):
         rel = m.group(1).rstrip(".")
-        if rel not in PENDING and not (ROOT / rel).exists():
+        if rel not in PENDING and not in_checkout(ROOT / rel.rstrip("/")):
             missing.append(f"path {rel}")
     return missing
 
@@ -178,6 +205,30 @@ def test_a_guide_reads_in_one_sitting(page: Path):
 def test_links_and_paths_exist(page: Path):
     missing = missing_targets(page, page.read_text())
     assert not missing, f"{rel(page)} names what does not exist: {missing}"
+
+
+def test_a_path_counts_only_where_a_clean_checkout_has_it(tmp_path, monkeypatch):
+    """A folder left empty here (a retired journal folder), or holding only ignored files, is not in CI's
+    clean checkout: a page naming it fails here too, not first in CI."""
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: the file system answers")
+    for cmd in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", "-C", str(tmp_path), *cmd], check=True)
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    for f in ("docs/a.md", "evals/kept/cell.json", "runs/x/out.json", "docs/new.md"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("{}")
+    (tmp_path / "evals" / "emptied").mkdir()
+    subprocess.run(["git", "-C", str(tmp_path), "add", ".gitignore", "docs/a.md", "evals"], check=True)
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    _checkout.cache_clear()
+    try:
+        text = "`evals/kept/` `evals/kept/cell.json` `docs/new.md` `evals/emptied/` [r](../runs/x/out.json)"
+        assert missing_targets(tmp_path / "docs" / "a.md", text) == ["link ../runs/x/out.json", "path evals/emptied/"]
+    finally:
+        _checkout.cache_clear()
 
 
 def test_readme_names_commands():
