@@ -345,6 +345,26 @@ def test_x4_retrains_the_x2_control_as_the_x2_experiments_log_says(driver, tiny,
     assert "- control: 2: 7.000" in report  # the curve, from the x2 experiment's committed log
 
 
+def test_the_controls_log_folder_defaults_to_the_earlier_experiments(driver, tmp_path):
+    """Without --control-ship, the control of --control-from runs/<name> keeps its log in the committed
+    evals/measured/finetune-<name>, where that folder exists (the x2 pair's, for the x4 run); else with
+    this run's own evidence. The fine-tune's always goes with this run's."""
+    import argparse
+
+    from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED
+
+    ship = tmp_path / "ship"
+    args = argparse.Namespace(control_ship=None, control_from="runs/cpu-x2-640steps")
+    logs = driver.log_ships(args, ship)
+    assert logs[CONTROL] == driver.ROOT / "evals" / "measured" / "finetune-cpu-x2-640steps" and logs[FINE_TUNED] == ship
+    assert (logs[CONTROL] / "control-metrics.jsonl").is_file()  # the committed first log the x4 run retrains from
+    args.control_from = str(tmp_path / "nothing-committed")
+    assert driver.log_ships(args, ship)[CONTROL] == ship
+    args.control_ship = str(tmp_path / "given")
+    assert driver.log_ships(args, ship)[CONTROL] == tmp_path / "given"
+    assert driver.log_ships(argparse.Namespace(control_ship=None, control_from=None), ship)[CONTROL] == ship
+
+
 def test_a_task_that_is_not_rulers_stops_before_anything_trains(driver, tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(driver, "ropescale", lambda *args, env=None: calls.append(args))
