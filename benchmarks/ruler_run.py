@@ -8,7 +8,7 @@ the battery at one length) cannot take one task at a time. The keying of the lay
 as done; the running is here, as every experiment driver is (the library never imports benchmarks/).
 
 Cells are written atomically to ``OUTPUT/cells/`` as they finish and skipped on a re-run when their file
-records the same model (name and content), scaling request, samples, seed, haystack and runtime; a cell
+records the same model (by content where recorded; its path is incidental), scaling request, samples, seed, haystack and runtime; a cell
 cut short resumes at its first undecoded prompt (a journal beside it). A cell at a path this run writes
 that measured something else stops the run naming the difference, as a suite's does
 (:mod:`ropescale.evals.tasks.run_folder`); so do a folder of another task and files of a newer schema.
@@ -111,11 +111,8 @@ class RulerRun(EarlierCells):
         runtime = {**(self.runtime.to_dict() if self.runtime else {}), "attention": attention_kernel(model)}
         for task, length in todo:
             fingerprint = self.fingerprint(task.name, length)
-            journal = PromptJournal(
-                self.path(task.name, length).with_suffix(".partial.jsonl"),
-                fingerprint.to_json(),
-                also=[fingerprint.legacy_json()],  # a cell in progress before the content was recorded
-            )
+            key, *before = fingerprint.journals()  # keyed by the model's content; journals keyed before resume
+            journal = PromptJournal(self.path(task.name, length).with_suffix(".partial.jsonl"), key, also=before)
             cell = run_ruler_cell(
                 model,
                 tokenizer,

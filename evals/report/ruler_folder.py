@@ -208,7 +208,8 @@ class RulerFolder:
             old = run.path(task.name, length).with_suffix(".partial.jsonl")
             if old.is_file():
                 fingerprint = run.fingerprint(task.name, length)
-                earlier = PromptJournal(old, fingerprint.to_json(), also=[fingerprint.legacy_json()])
+                key, *before = fingerprint.journals()
+                earlier = PromptJournal(old, key, also=before)
                 runner.journal(entry, "ruler", length, task.name).carry(earlier)
 
     def done(self, entry: Any, task: str, length: int) -> bool:

@@ -285,6 +285,47 @@ def test_a_cell_in_progress_resumes_with_its_model_moved(models, tmp_path, monke
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
 
 
+def test_the_drivers_ruler_cell_in_progress_resumes_with_its_model_moved(models, tmp_path, monkeypatch):
+    """The experiment drivers' runner (benchmarks/ruler_run.py, one file per task) keys its prompt journals
+    by the model's content too: a checkout at another root resumes a cell at its first undecoded prompt."""
+    from ruler_run import RulerRun
+
+    from ropescale.evals.tasks import generation
+    from ropescale.evals.tasks.ruler.tasks import get_task
+    from ropescale.models.runtime import resolve_runtime
+    from ropescale.scaling import Scaling
+
+    first, moved = tmp_path / "a" / "m", tmp_path / "b" / "m"
+    shutil.copytree(models["u0"], first)
+    out = tmp_path / "o"
+    real = generation.PromptJournal.record
+
+    def run_of(model: Path) -> RulerRun:
+        task = [get_task("niah_single_1")]
+        return RulerRun(str(model), Scaling("none"), task, [256], 2, out, 0, resolve_runtime("cpu"), None, False)
+
+    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        run_of(first).run()
+    (journal,) = (out / "cells").glob("*.partial.jsonl")
+    assert str(tmp_path) not in journal.read_text().splitlines()[0]  # no path in its key
+    first.parent.rename(moved.parent)
+    decoded = []
+
+    def counted(self, prompt, max_new_tokens, text, *cost):
+        real(self, prompt, max_new_tokens, text, *cost)
+        decoded.append(text)
+
+    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    run_of(moved).run()
+    assert len(decoded) == 1  # the first prompt came from the journal
+    assert not list((out / "cells").glob("*.stale")) and (out / "cells" / "none__niah_single_1__256.json").is_file()
+
+
 def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runner(models, tmp_path, monkeypatch):
     """A RULER cell cut short under ``eval ruler``'s earlier layout (issue 53: its own runner, one journal per
     task): the suite runner now running ``eval ruler`` resumes at its first undecoded prompt, the old

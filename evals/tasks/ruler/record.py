@@ -87,6 +87,21 @@ class CellFingerprint:
             **({} if self.haystack is None else {"haystack": self.haystack}),
         }
 
+    def journal_json(self) -> dict[str, Any]:
+        """The key of a prompt journal of this cell: :meth:`to_json` without the model's path where its
+        content is known, so that a journal resumes with the model folder moved or named by another path
+        (a checkout at another root; :func:`ropescale.evals.tasks.run_folder.by_content`)."""
+        data = dict(self.to_json())
+        if self.model_content is not None:
+            data.pop("model")
+        return data
+
+    def journals(self) -> list[dict[str, Any]]:
+        """Every key a journal of this cell may hold and still resume: :meth:`journal_json` first (what a
+        new journal is written under), then the keys journals were written under before (the model's
+        path, then neither its content nor the haystack)."""
+        return [self.journal_json(), dict(self.to_json()), dict(self.legacy_json())]
+
     def legacy_json(self) -> FingerprintJSON:
         """The fingerprint as ropescale wrote it before cells recorded the model's content and the
         haystack: what a prompt journal of a cell in progress then holds (resumed, not set aside)."""
