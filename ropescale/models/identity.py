@@ -1,8 +1,10 @@
 """What a model is, for results that must know which model made them.
 
 A resumable evaluation cell records :func:`model_identity` of the model it measured; a run on
-another model (another folder, the same folder with other weights, another GGUF) then sees the
-difference instead of reporting the old numbers under the new name. The fingerprint covers
+another model (a folder of other weights, the same folder with new weights, another GGUF) then sees the
+difference instead of reporting the old numbers under the new name, while the same files under another
+path are the same model (runs compare the fingerprint, the name being incidental:
+``ropescale.evals.tasks.run_folder.by_content``). The fingerprint covers
 ``config.json`` and every weight file (:func:`ropescale._io.content_fingerprint`: sizes and sampled
 content, milliseconds even for large checkpoints); a Hub id, which is not read here, is its own identity.
 """
