@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ropescale.cli.main import main
+from ropescale.evals.tasks.generation import PromptJournal
 from tests.conftest import tiny_model
 from tests.evals.ruler_fixtures import ruler_tokenizer, save_ruler_model
 
@@ -37,7 +38,31 @@ def _bytes(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+#: the journal's own record, before any test wraps it
+_RECORD = PromptJournal.record
 CELL = "none__ruler__256.json"  # eval ruler's cell: the suite runner's, every task asked at the length
+
+
+def _cut_after_the_first_prompt(monkeypatch) -> None:
+    """Each decoded prompt is journaled as a run journals it, then the run stops (a sitting cut short)."""
+
+    def killed(self, prompt, max_new_tokens, text, *cost):
+        _RECORD(self, prompt, max_new_tokens, text, *cost)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PromptJournal, "record", killed)
+
+
+def _count_decoded(monkeypatch) -> list[str]:
+    """The texts decoded from here on (a prompt taken from a journal is not decoded, so not counted)."""
+    decoded: list[str] = []
+
+    def counted(self, prompt, max_new_tokens, text, *cost):
+        _RECORD(self, prompt, max_new_tokens, text, *cost)
+        decoded.append(text)
+
+    monkeypatch.setattr(PromptJournal, "record", counted)
+    return decoded
 
 
 def test_another_model_seed_or_samples_into_the_folder_is_refused_and_the_cell_kept(models, tmp_path, capsys):
@@ -213,18 +238,8 @@ def test_a_cell_stored_short_is_never_counted_done_and_the_report_says_it(tmp_pa
 def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypatch):
     """A cell interrupted under today's keys (its journal's fingerprint holds neither the model's content
     nor the haystack) resumes at its first undecoded prompt under the new ones, not set aside."""
-    from ropescale.evals.tasks import generation
-
     out = tmp_path / "o"
-    recorded = []
-    real = generation.PromptJournal.record
-
-    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        recorded.append(text)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    _cut_after_the_first_prompt(monkeypatch)
     assert _ruler(models["u0"], out, "--samples", "2") == 130
     (journal,) = (out / "cells").glob("*.partial.jsonl")
     lines = journal.read_text().splitlines()
@@ -232,13 +247,7 @@ def test_a_journal_written_under_todays_keys_resumes(models, tmp_path, monkeypat
     head["fingerprint"] = {k: v for k, v in head["fingerprint"].items() if k not in ("model_content", "haystack")}
     journal.write_text("\n".join([json.dumps(head, sort_keys=True), *lines[1:]]) + "\n")  # as today's code wrote it
 
-    decoded = []
-
-    def counted(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        decoded.append(text)
-
-    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    decoded = _count_decoded(monkeypatch)
     assert _ruler(models["u0"], out, "--samples", "2") == 0
     assert len(decoded) == 1  # the first prompt came from the journal
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
@@ -249,18 +258,10 @@ def test_a_cell_in_progress_resumes_with_its_model_moved(models, tmp_path, monke
     """A prompt journal is keyed by the model's content, not its path: a RULER cell cut short resumes at its
     first undecoded prompt when the checkout (here the model folder) has moved since, and so does a journal
     whose header still names the path (as ropescale wrote them before) when the model is where it was."""
-    from ropescale.evals.tasks import generation
-
     first, moved = tmp_path / "a" / "m", tmp_path / "b" / "m"
     shutil.copytree(models["u0"], first)
     out = tmp_path / "o"
-    real = generation.PromptJournal.record
-
-    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    _cut_after_the_first_prompt(monkeypatch)
     assert _ruler(str(first), out, "--samples", "2") == 130
     (journal,) = (out / "cells").glob("*.partial.jsonl")
     lines = journal.read_text().splitlines()
@@ -273,13 +274,7 @@ def test_a_cell_in_progress_resumes_with_its_model_moved(models, tmp_path, monke
         journal.write_text("\n".join([json.dumps(head, sort_keys=True), *lines[1:]]) + "\n")
     else:
         first.parent.rename(moved.parent)
-    decoded = []
-
-    def counted(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        decoded.append(text)
-
-    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    decoded = _count_decoded(monkeypatch)
     assert _ruler(str(moved if header == "today's" else first), out, "--samples", "2") == 0
     assert len(decoded) == 1  # the first prompt came from the journal
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / CELL).is_file()
@@ -290,7 +285,6 @@ def test_the_drivers_ruler_cell_in_progress_resumes_with_its_model_moved(models,
     by the model's content too: a checkout at another root resumes a cell at its first undecoded prompt."""
     from ruler_run import RulerRun
 
-    from ropescale.evals.tasks import generation
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import Scaling
@@ -298,29 +292,18 @@ def test_the_drivers_ruler_cell_in_progress_resumes_with_its_model_moved(models,
     first, moved = tmp_path / "a" / "m", tmp_path / "b" / "m"
     shutil.copytree(models["u0"], first)
     out = tmp_path / "o"
-    real = generation.PromptJournal.record
 
     def run_of(model: Path) -> RulerRun:
         task = [get_task("niah_single_1")]
         return RulerRun(str(model), Scaling("none"), task, [256], 2, out, 0, resolve_runtime("cpu"), None, False)
 
-    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    _cut_after_the_first_prompt(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_of(first).run()
     (journal,) = (out / "cells").glob("*.partial.jsonl")
     assert str(tmp_path) not in journal.read_text().splitlines()[0]  # no path in its key
     first.parent.rename(moved.parent)
-    decoded = []
-
-    def counted(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        decoded.append(text)
-
-    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    decoded = _count_decoded(monkeypatch)
     run_of(moved).run()
     assert len(decoded) == 1  # the first prompt came from the journal
     assert not list((out / "cells").glob("*.stale")) and (out / "cells" / "none__niah_single_1__256.json").is_file()
@@ -332,19 +315,12 @@ def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runn
     journal carried into the suite cell's and left as it was."""
     from ruler_run import RulerRun  # the earlier layout's runner, kept for the experiment drivers (benchmarks/)
 
-    from ropescale.evals.tasks import generation
     from ropescale.evals.tasks.ruler.tasks import get_task
     from ropescale.models.runtime import resolve_runtime
     from ropescale.scaling import Scaling
 
     out = tmp_path / "o"
-    real = generation.PromptJournal.record
-
-    def killed_after_one(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(generation.PromptJournal, "record", killed_after_one)
+    _cut_after_the_first_prompt(monkeypatch)
     run = RulerRun(
         models["u0"],
         Scaling("none"),
@@ -362,13 +338,7 @@ def test_a_cell_in_progress_of_the_earlier_layout_resumes_through_the_suite_runn
     (journal,) = (out / "cells").glob("*.partial.jsonl")
     assert journal.name == "none__niah_single_1__256.partial.jsonl"  # the earlier layout's
     before = journal.read_bytes()
-    decoded = []
-
-    def counted(self, prompt, max_new_tokens, text, *cost):
-        real(self, prompt, max_new_tokens, text, *cost)
-        decoded.append(text)
-
-    monkeypatch.setattr(generation.PromptJournal, "record", counted)
+    decoded = _count_decoded(monkeypatch)
     assert _ruler(models["u0"], out, "--samples", "2") == 0
     assert len(decoded) == 1  # the first prompt came from the earlier journal
     assert (out / "cells" / CELL).is_file() and journal.read_bytes() == before
