@@ -184,6 +184,21 @@ def seed_from_ship(out: Path, ship: Path) -> int:
     return n
 
 
+def mixed_text_cells(out: Path) -> list[str]:
+    """One line for each perplexity cell of ``out`` that scored more than one document. The held-out text is
+    Emma alone; such a cell was measured with ``budget: document`` past her into a training book
+    (``extension_plan.held_out_budget``), and its number is not held-out perplexity."""
+    lines = []
+    for path in sorted(p for s in SUITES for p in (out / s / "cells").glob("*__perplexity__*.json")):
+        result = json.loads(path.read_text()).get("result") or {}
+        if result.get("n_documents", 1) > 1:
+            lines.append(
+                f"{path}: scored {result['n_documents']} documents ({result.get('tokens_scored')} tokens), not "
+                "Emma alone: a cell of budget: document past her; move it (and its committed copy) aside and rerun"
+            )
+    return lines
+
+
 def run_dirs(out: Path, control_from: str | None) -> dict[str, Path]:
     """Each role's training run: under ``out``, the control under ``control_from`` where given."""
     import bench_extension as bx
@@ -459,6 +474,10 @@ def main(argv=None) -> int:
     seeded = seed_from_ship(out, ship)  # also for the report: a fresh checkout has what was committed only
     if seeded:
         print(f"resumed {seeded} committed cells and journals from {ship}")
+    mixed = mixed_text_cells(out)  # before any weights load: none of them may be judged or resumed
+    if mixed:
+        print("\n".join(f"cpu_finetune_x2: {line}" for line in mixed), file=sys.stderr)
+        return 2
     if not args.report_only:
         measure(args, plan, out, ship, recipes, factor)
     if args.dry_run:

@@ -578,3 +578,55 @@ def test_a_retrain_is_compared_with_the_first_run_step_by_step(tmp_path):
     assert "loss equal at 2 of 3 steps" in other and "NOT the first run's weights" in other
     log(ship / "yarn-metrics-retrain.jsonl", [3.0, 2.5, 2.25], [3.0, 3.2])
     assert "its windows NOT equal to the first run's" in retrain_lines(ship, runs)[0]
+
+
+@pytest.mark.parametrize("factor, scored", [(2, 65_536), (4, 131_072)])
+def test_held_out_perplexity_scores_emma_alone_at_every_factor(driver, tmp_path, monkeypatch, factor, scored):
+    """The perplexity task reads twice a cell's ``max_tokens`` of the corpus, longest novel first. At ×4 (131,072
+    tokens a cell) that runs past Emma (~207k tokens) into Mansfield Park, a book both models train on: with
+    ``budget: document`` 55,608 of the first ×4 640-step cells' 186,680 tokens were that book. Each factor's
+    suites must score the first document alone, ``max_tokens`` of it (here one character is one token)."""
+    from types import SimpleNamespace
+
+    import ropescale.scoring.perplexity as scoring
+    from ropescale.evals.suite.parse import suite_from_dict
+    from ropescale.evals.tasks.task_perplexity import Perplexity
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a-emma.txt").write_text("e" * 207_000)
+    (data / "b-mansfield-park.txt").write_text("m" * 207_000)
+    plan = driver.replace(driver.make_plan(factor), data=str(data))
+    tokenizer = mock.Mock(side_effect=lambda text, add_special_tokens: {"input_ids": [ord(c) for c in text]})
+    scored_docs = []
+    result = SimpleNamespace(to_dict=dict)
+    monkeypatch.setattr(scoring, "evaluate_perplexity", lambda model, docs, **kw: scored_docs.append(docs) or result)
+    for name, raw in driver.ppl_suites(plan, {"fine-tuned yarn": "ft", "control": "control"}).items():
+        suite = suite_from_dict(raw)
+        task, settings = Perplexity(), suite.settings("perplexity")
+        ctx = SimpleNamespace(data=task.prepare(suite, settings, tokenizer), model=None, progress=False)
+        ctx.tokenizer = SimpleNamespace(bos_token_id=1)
+        scored_docs.clear()
+        with mock.patch("ropescale.evals.tasks.task_perplexity.PerplexityCell.from_json"):
+            task.run_cell(ctx, settings, max(plan.ppl_lengths))
+        (docs,) = scored_docs
+        budget = min(settings.max_tokens, sum(len(d) for d in docs))
+        assert [set(d) for d in docs] == [{ord("e")}], (name, factor)  # Emma's tokens alone
+        assert budget == scored, (name, factor)
+
+
+def test_a_cell_of_mixed_text_stops_the_driver_before_any_weights_load(driver, tmp_path, monkeypatch, capsys):
+    """A perplexity cell that scored more than one document (the first ×4 cells, Emma and Mansfield Park) is not
+    held-out perplexity: neither judged nor resumed. The driver names it and stops (exit 2) before it measures."""
+    out, ship = tmp_path / "out", tmp_path / "ship"
+    cell = {"length": 2048, "result": {"ppl": 24.9, "n_documents": 2, "tokens_scored": 186_680}}
+    (ship / "cells" / "control").mkdir(parents=True)
+    (ship / "cells" / "control" / "control__perplexity__2048.json").write_text(json.dumps(cell))
+    monkeypatch.setattr(driver, "measure", mock.Mock(side_effect=AssertionError("measured")))
+    code = driver.main(["--factor", "4", "--output", str(out), "--ship", str(ship), "--evidence", str(tmp_path / "e")])
+    err = capsys.readouterr().err
+    assert code == 2 and "control__perplexity__2048.json: scored 2 documents (186680 tokens), not Emma alone" in err
+    cell["result"]["n_documents"] = 1  # Emma alone: resumed as before
+    (out / "control" / "cells" / "control__perplexity__2048.json").write_text(json.dumps(cell))
+    with pytest.raises(AssertionError, match="measured"):
+        driver.main(["--factor", "4", "--output", str(out), "--ship", str(ship), "--evidence", str(tmp_path / "e")])
