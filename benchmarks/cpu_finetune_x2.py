@@ -185,13 +185,15 @@ def seed_from_ship(out: Path, ship: Path) -> int:
 
 
 def mixed_text_cells(out: Path) -> list[str]:
-    """One line for each perplexity cell of ``out`` that scored more than one document. The held-out text is
-    Emma alone; such a cell was measured with ``budget: document`` past her into a training book
-    (``extension_plan.held_out_budget``), and its number is not held-out perplexity."""
+    """One line for each perplexity cell of ``out`` that scored more than one Austen novel. Of the ``austen``
+    corpus the held-out text is Emma alone; such a cell was measured with ``budget: document`` past her into a
+    training book (``extension_plan.held_out_budget``), and its number is not held-out perplexity. (Other data,
+    a folder of held-out texts, may hold several documents.)"""
     lines = []
     for path in sorted(p for s in SUITES for p in (out / s / "cells").glob("*__perplexity__*.json")):
-        result = json.loads(path.read_text()).get("result") or {}
-        if result.get("n_documents", 1) > 1:
+        cell = json.loads(path.read_text())
+        result, data = cell.get("result") or {}, ((cell.get("measured") or {}).get("data") or {}).get("name")
+        if data == "austen" and result.get("n_documents", 1) > 1:
             lines.append(
                 f"{path}: scored {result['n_documents']} documents ({result.get('tokens_scored')} tokens), not "
                 "Emma alone: a cell of budget: document past her; move it (and its committed copy) aside and rerun"

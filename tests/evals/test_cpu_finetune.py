@@ -619,7 +619,8 @@ def test_a_cell_of_mixed_text_stops_the_driver_before_any_weights_load(driver, t
     """A perplexity cell that scored more than one document (the first ×4 cells, Emma and Mansfield Park) is not
     held-out perplexity: neither judged nor resumed. The driver names it and stops (exit 2) before it measures."""
     out, ship = tmp_path / "out", tmp_path / "ship"
-    cell = {"length": 2048, "result": {"ppl": 24.9, "n_documents": 2, "tokens_scored": 186_680}}
+    result = {"ppl": 24.9, "n_documents": 2, "tokens_scored": 186_680}
+    cell = {"length": 2048, "measured": {"data": {"name": "austen"}}, "result": result}
     (ship / "cells" / "control").mkdir(parents=True)
     (ship / "cells" / "control" / "control__perplexity__2048.json").write_text(json.dumps(cell))
     monkeypatch.setattr(driver, "measure", mock.Mock(side_effect=AssertionError("measured")))
