@@ -189,13 +189,14 @@ def mixed_text_cells(out: Path) -> list[str]:
     corpus the held-out text is Emma alone; such a cell was measured with ``budget: document`` past her into a
     training book (``extension_plan.held_out_budget``), and its number is not held-out perplexity. (Other data,
     a folder of held-out texts, may hold several documents.)"""
+    from ropescale.evals.report.cell_record import load_cells
+
     lines = []
-    for path in sorted(p for s in SUITES for p in (out / s / "cells").glob("*__perplexity__*.json")):
-        cell = json.loads(path.read_text())
-        result, data = cell.get("result") or {}, ((cell.get("measured") or {}).get("data") or {}).get("name")
-        if data == "austen" and result.get("n_documents", 1) > 1:
+    for cell in (c for s in SUITES if (out / s / "cells").is_dir() for c in load_cells(out / s)):
+        result, data = cell.result_json, (cell.measured.data or {}) if cell.measured else {}
+        if cell.task == "perplexity" and data.get("name") == "austen" and result.get("n_documents", 1) > 1:
             lines.append(
-                f"{path}: scored {result['n_documents']} documents ({result.get('tokens_scored')} tokens), not "
+                f"{cell.path}: scored {result['n_documents']} documents ({result.get('tokens_scored')} tokens), not "
                 "Emma alone: a cell of budget: document past her; move it (and its committed copy) aside and rerun"
             )
     return lines

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from extension_plan import Plan
 
-from tests.conftest import load_script, tiny_model
+from tests.conftest import REPO, load_script, tiny_model
 from tests.evals.ruler_fixtures import ruler_tokenizer
 
 L = 256
@@ -619,8 +619,10 @@ def test_a_cell_of_mixed_text_stops_the_driver_before_any_weights_load(driver, t
     """A perplexity cell that scored more than one document (the first ×4 cells, Emma and Mansfield Park) is not
     held-out perplexity: neither judged nor resumed. The driver names it and stops (exit 2) before it measures."""
     out, ship = tmp_path / "out", tmp_path / "ship"
-    result = {"ppl": 24.9, "n_documents": 2, "tokens_scored": 186_680}
-    cell = {"length": 2048, "measured": {"data": {"name": "austen"}}, "result": result}
+    # a cell as the suite runner writes it (this run's control at 2k on Emma alone), then made to score two novels
+    shipped = REPO / "evals/measured/finetune-cpu-x4-640steps/cells/control/control__perplexity__2048.json"
+    cell = json.loads(shipped.read_text())
+    cell["result"].update(n_documents=2, tokens_scored=186_680)
     (ship / "cells" / "control").mkdir(parents=True)
     (ship / "cells" / "control" / "control__perplexity__2048.json").write_text(json.dumps(cell))
     monkeypatch.setattr(driver, "measure", mock.Mock(side_effect=AssertionError("measured")))
