@@ -16,9 +16,11 @@ journals of RULER cells in progress (:mod:`journals`). From them:
   cells and curve are the retrained model's, and a RULER journal it left resumes (a journal names the
   model's content: other weights set it aside, never mix with it).
 
-A retrain also takes the first run's opt-in code paths, which its log records step by step and which
-the environment chooses, not the recipe: :func:`training_env` (the fused head loss: a retrain without it
-trains other weights, 1e-3 apart in the loss by step 7).
+A retrain also takes the first run's opt-in code paths, which its log records step by step:
+:func:`training_env` sets the environment variable that decides over the recipe's key (the fused head
+loss: ``ROPESCALE_FUSED_LOSS`` over ``train.head_loss``; a retrain on the other path trains other weights,
+1e-3 apart in the loss by step 7). The logs of issue 54's runs predate the key: their steps took the
+path by the variable alone.
 """
 
 from __future__ import annotations

@@ -5,15 +5,20 @@ hidden states go through ``lm_head``, ``chunk_size`` positions at a time, with t
 fp32. With gradients enabled each chunk is recomputed in the backward pass (activation
 checkpointing), so training's peak memory is ``chunk × vocab`` logits too.
 
-With ``ROPESCALE_FUSED_LOSS=1`` a plain ``nn.Linear`` head on the CPU takes the fused path instead
-(:class:`_FusedHeadLoss`; off by default, see below): each
+With the recipe key ``train.head_loss: fused`` (the trainer runs its steps inside :func:`head_loss`) a
+plain ``nn.Linear`` head on the CPU takes the fused path instead (:class:`_FusedHeadLoss`; off by
+default, see below; the CPU recipes set it). The environment variable ``ROPESCALE_FUSED_LOSS``, where
+set, decides instead of the recipe (``1`` on, ``0`` off): the benchmarks time both paths with it, and
+benchmarks/cpu_finetune_x2.py retrains a committed log's steps on the path they took. Each
 chunk's gradients are computed in the forward pass, while its logits exist, as Liger-Kernel's fused
 linear cross entropy does (github.com/linkedin/Liger-Kernel). The CPU spent a sixth of a training step
 on the vocabulary's log-softmax, its backward and the casts around them (benchmarks/README.md,
 "CPU speed", issue 54); the fused pass does one softmax per chunk instead of a log-softmax twice (the
 recomputation) and its backward, and no head recomputation. It keeps one fp32 ``[vocab, hidden]``
 gradient buffer (113 MB for SmolLM2), which is why GPUs, where memory is the scarce side, keep the
-recomputing path. It saved 5 % of a SmolLM2 step (benchmarks/README.md). It is opt-in because
+recomputing path. It saved 5 % of a SmolLM2 step (benchmarks/README.md). It is not the default
+because its rounding is not the recomputing path's (a run's steps are reproduced on the path they took:
+the trainer records ``head_loss: fused`` in each step that took it) and because, at first,
 tests/training/test_memory.py's trainer test, run with it, ends ``loss_chunk`` 5 and 1024 1e-4 apart in
 a LoRA weight; the cause was found later and is not the fused loss's own: that test runs in fp32 (the
 tests resolve ``auto`` precision to fp32), and a chunk that leaves a one-row last chunk (31 scored tokens
@@ -27,6 +32,9 @@ With chunks of 4 or 7 (no one-row tail) both paths give the plain run's weights 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -110,12 +118,36 @@ def summed_nll(
 FUSED_CALLS = 0
 
 
+#: ``train.head_loss`` of the steps in progress (:func:`head_loss`)
+_HEAD_LOSS: ContextVar[str] = ContextVar("head_loss", default="recompute")
+#: the choices of ``train.head_loss``
+HEAD_LOSSES = ("recompute", "fused")
+
+
+@contextmanager
+def head_loss(mode: str) -> Iterator[None]:
+    """Run the losses inside on ``mode`` (``recompute`` or ``fused``: ``train.head_loss``)."""
+    if mode not in HEAD_LOSSES:
+        raise ValueError(f"head loss must be one of {', '.join(HEAD_LOSSES)}, got {mode!r}")
+    token = _HEAD_LOSS.set(mode)
+    try:
+        yield
+    finally:
+        _HEAD_LOSS.reset(token)
+
+
+def fused_wanted() -> bool:
+    """Whether the fused path is asked for: ``ROPESCALE_FUSED_LOSS`` where set, else ``train.head_loss``."""
+    env = os.environ.get("ROPESCALE_FUSED_LOSS", "")
+    return env == "1" if env else _HEAD_LOSS.get() == "fused"
+
+
 def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:
     """Whether the fused CPU path computes exactly what the recomputing one does: a plain bias-free
     ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the whole matrix) on the CPU."""
     weight = getattr(lm_head, "weight", None)
     return (
-        os.environ.get("ROPESCALE_FUSED_LOSS", "0") == "1"  # opt-in: see the module docstring
+        fused_wanted()  # opt-in: see the module docstring
         and hidden.device.type == "cpu"
         and not softcap
         and type(lm_head) is torch.nn.Linear

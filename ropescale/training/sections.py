@@ -108,6 +108,7 @@ class TrainSection:
     mlp_tile_tokens: int = 0  # >0: each decoder MLP runs over checkpointed tiles of this many tokens
     context_parallel: int = 1  # >1: the window is sharded over this many ranks (FSDP2; training/parallel.py)
     compile: bool = False  # each decoder layer through torch.compile (training/compiling.py)
+    head_loss: str = "recompute"  # recompute | fused: the fused CPU head loss (scoring/nll.py)
 
 
 @dataclass

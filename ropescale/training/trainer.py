@@ -84,7 +84,7 @@ def _require_training_deps() -> None:
 
 class _CompiledStep(TypedDict, total=False):
     compiled_layers: int  # train.compile: the decoder layers that ran compiled (absent when off)
-    head_loss: str  # "fused": the opt-in fused CPU head loss computed the step (ROPESCALE_FUSED_LOSS=1; absent: not)
+    head_loss: str  # "fused": the fused CPU head loss computed the step (train.head_loss; absent: it did not)
 
 
 class StepRecord(_CompiledStep):
@@ -377,7 +377,7 @@ class Trainer(Checkpointing):
                 batch = self.dataset.batch(micro_batch_indices(self.step, micro, (bs, accum, world), dp_rank))
                 batch = {k: v.to(acc.device) for k, v in batch.items()}
                 sync = contextlib.nullcontext() if micro == accum - 1 else acc.no_sync(self.module)
-                with sync, self._inputs(batch) as inputs:
+                with sync, self._inputs(batch) as inputs, nll.head_loss(c.train.head_loss):
                     loss = self.module(**inputs)
                     acc.backward(loss / accum)
                 loss_sum += loss.detach().float()
@@ -408,7 +408,7 @@ class Trainer(Checkpointing):
                 )
                 if self.compiled_layers:  # what produced the step's numbers (config.yaml says train.compile too)
                     record["compiled_layers"] = self.compiled_layers
-                if nll.FUSED_CALLS > fused_before:  # likewise: the opt-in fused head loss
+                if nll.FUSED_CALLS > fused_before:  # likewise: the fused head loss (train.head_loss)
                     record["head_loss"] = "fused"
                 self._log(record)
             bar.update(1)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import RopescaleError
 from ..models.runtime import ATTENTIONS, DTYPES
+from ..scoring.nll import HEAD_LOSSES
 from .packing import PACKINGS, packing_problem
 from .precision import AUTO
 from .sections import ConfigError, TrainConfig
@@ -147,6 +148,7 @@ def validate(c: TrainConfig) -> None:
     if problem:
         raise ConfigError(problem)
     _one_of("train.mixed_precision", c.train.mixed_precision, (AUTO, *MIXED_PRECISION))
+    _one_of("train.head_loss", c.train.head_loss, HEAD_LOSSES)
     _positive("eval.every", c.eval.every, allow_zero=True)
     _one_of("eval.mode", c.eval.mode, EVAL_MODES)
     for key in ("length", "max_tokens"):

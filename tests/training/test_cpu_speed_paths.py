@@ -109,3 +109,46 @@ def test_a_step_the_fused_head_loss_computed_says_so_in_its_log(tmp_path, make_m
         records[fused] = [json.loads(line) for line in lines]
     assert [r.get("head_loss") for r in records[True]] == ["fused", "fused"]
     assert all("head_loss" not in r for r in records[False])
+
+
+@pytest.mark.parametrize(
+    "key,env,fused",
+    [("fused", None, True), ("recompute", None, False), ("fused", "0", False), ("recompute", "1", True)],
+    ids=["recipe-fused", "recipe-recompute", "env-0-wins", "env-1-wins"],
+)
+def test_the_recipe_key_chooses_the_head_loss_and_the_environment_variable_where_set_overrides_it(
+    tmp_path, make_model, monkeypatch, key, env, fused
+):
+    """``train.head_loss`` picks the path; ``ROPESCALE_FUSED_LOSS``, where set, decides instead (the
+    benchmarks time both paths with it, and the CPU driver retrains a log's steps on the path they took)."""
+    import json
+
+    from ropescale.training.trainer import Trainer
+    from tests.training.conftest import recipe, repetitive_stream
+
+    if env is None:
+        monkeypatch.delenv("ROPESCALE_FUSED_LOSS", raising=False)
+    else:
+        monkeypatch.setenv("ROPESCALE_FUSED_LOSS", env)
+    train = {"max_steps": 1, "mixed_precision": "no", "head_loss": key}
+    config = recipe(tmp_path, model={"dtype": "float32"}, lora={"enabled": False}, train=train)
+    Trainer(config, model=make_model(), train_tokens=repetitive_stream(), progress=False).train()
+    (step,) = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert step.get("head_loss") == ("fused" if fused else None), step
+    assert not nll.fused_wanted() or env == "1"  # the recipe's choice ends with the trainer's steps
+
+
+def test_a_head_loss_the_trainer_does_not_know_is_refused_naming_the_key(tmp_path):
+    from ropescale.training.sections import ConfigError
+    from tests.training.conftest import recipe
+
+    with pytest.raises(ConfigError, match=r"train.head_loss must be one of recompute, fused, got 'fast'"):
+        recipe(tmp_path, train={"head_loss": "fast"})
+
+
+def test_the_cpu_recipes_take_the_fused_head_loss():
+    """Their headers' CPU hours were measured on it."""
+    from ropescale.training.config import load_config
+
+    for name in ("yarn_x2_cpu", "yarn_x2_cpu_control", "yarn_x4_cpu"):
+        assert load_config(f"smollm2-135m/{name}").train.head_loss == "fused", name
