@@ -4,10 +4,13 @@ At ×s on a model of trained context L (×2: to 16k), the fine-tuned YaRN model 
 
 1. its held-out perplexity at the target (s·L) is at most 1.01 × its control's at L;
 2. its perplexity at every length ≤ L keeps at least 98.5 % of the unscaled model's (retained =
-   unscaled PPL / fine-tuned PPL ≥ 0.985). Training on the text mix lowers every perplexity by itself
-   (adaptation, not extension), so the detail also gives the same share against the control, which
-   learned the same text unscaled: that is the part the scaling costs at short lengths;
-3. on the four countable RULER tasks (docs/battery.md) at the target, 30 prompts each, its mean score
+   unscaled PPL / fine-tuned PPL ≥ 0.985), as the issue states the bar;
+3. and the same share against the control, which learned the same text unscaled. Training on the text
+   mix lowers every perplexity by itself (adaptation, not extension: SmolLM2's control sits ~20 % below
+   the unscaled model at 8k), so part 2 is met by any fine-tune on these books and cannot tell what the
+   scaling costs at short lengths; this part can, and it counts in the verdict (decided in issue 54,
+   session 14: a bar that cannot fail is not a measurement);
+4. on the four countable RULER tasks (docs/battery.md) at the target, 30 prompts each, its mean score
    is at least 85 % of the unscaled model's mean at 4k. The verdict is the goal's, on the measured
    share; where the cells carry each prompt's score, the detail adds the share's 95 % interval
    (:func:`share_interval`) and each task's share, so a verdict the prompts cannot carry is seen.
@@ -136,7 +139,7 @@ def goal_parts(
     base_length: int = RULER_BASE_LENGTH,
     windows: Mapping[tuple[str, int], Mapping[str, Any]] | None = None,
 ) -> list[GoalPart]:
-    """The goal's three parts and the convergence part.
+    """The goal's four parts and the convergence part.
 
     Args:
         rows: the experiment's rows (``none``, ``fine-tuned yarn``, ``control``; others ignored).
@@ -185,12 +188,17 @@ def goal_parts(
         text = ", ".join(
             f"{length_text(n)} {ft.ppl[n]:.2f} vs {none.ppl[n]:.2f} = {100 * k:.1f} %" for n, k in kept.items()
         )
-        if control and all(n in control.ppl for n in short):  # the same text learned unscaled: adaptation removed
-            text += "; against the control (the same text, unscaled): " + ", ".join(
-                f"{length_text(n)} {100 * control.ppl[n] / ft.ppl[n]:.2f} %"
-                + interval((FINE_TUNED, n), (CONTROL, n), invert=True)[2]
-                for n in short
-            )
+        parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
+    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the control's (adaptation to the text removed)"
+    if not short or not control or any(n not in control.ppl for n in short):
+        parts.append(GoalPart(ask, MISSING, "the fine-tune's or the control's cells ≤ L missing"))
+    else:  # the same text learned unscaled: what the scaling costs at short lengths
+        kept = {n: control.ppl[n] / ft.ppl[n] for n in short}
+        text = ", ".join(
+            f"{length_text(n)} {ft.ppl[n]:.2f} vs {control.ppl[n]:.2f} = {100 * k:.2f} %"
+            + interval((FINE_TUNED, n), (CONTROL, n), invert=True)[2]
+            for n, k in kept.items()
+        )
         parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
     ask = (
         f"RULER mean of {len(tasks)} tasks at {length_text(target)} ≥ {100 * RULER_SHARE:g} % of the unscaled "

@@ -102,29 +102,32 @@ def _parts(ft=None, control=None, none=None, ruler=0.9, prompts=30, curves=None)
 
 def test_every_part_met_and_each_part_failing_on_its_own():
     parts = _parts()
-    assert [p.status for p in parts] == ["met"] * 4 and verdict(parts) == "goal: met (every part)"
+    assert [p.status for p in parts] == ["met"] * 5 and verdict(parts) == "goal: met (every part)"
     assert parts[0].detail == "24.10 vs 24.00 = 1.0042×"  # no window NLLs given: no interval
     assert _parts(ft={2048: 23.0, 8192: 24.0, T: 24.5})[0].status == "NOT met"  # 1.021 × the control's 8k
     kept = _parts(ft={2048: 23.5, 8192: 24.0, T: 24.1})[1]  # 23.0 / 23.5 = 97.9 % < 98.5 %
     assert kept.status == "NOT met" and "2k 23.50 vs 23.00 = 97.9 %" in kept.detail
     # adaptation to the text removed: the same share against the control, which learned it unscaled
-    assert "against the control (the same text, unscaled): 2k 97.45 %, 8k 100.00 %" in kept.detail
-    assert _parts(ruler=0.8)[2].status == "NOT met"  # 80 % of the unscaled model's 4k
-    assert _parts(ruler=0.9, prompts=12)[2].status == "in progress"  # a cell of fewer than 30 prompts
+    against = _parts(ft={2048: 23.5, 8192: 24.0, T: 24.1})[2]
+    assert against.status == "NOT met" and against.detail == "2k 23.50 vs 22.90 = 97.45 %, 8k 24.00 vs 24.00 = 100.00 %"
+    # a short-context cost the unscaled model's bar cannot see: 23.0 / 23.3 = 98.7 %, 22.9 / 23.3 = 98.3 %
+    assert [p.status for p in _parts(ft={2048: 23.3, 8192: 24.0, T: 24.1})[1:3]] == ["met", "NOT met"]
+    assert _parts(ruler=0.8)[3].status == "NOT met"  # 80 % of the unscaled model's 4k
+    assert _parts(ruler=0.9, prompts=12)[3].status == "in progress"  # a cell of fewer than 30 prompts
     assert "not met yet" in verdict(_parts(ruler=0.8))
 
 
 def test_a_run_still_falling_is_not_converged_and_not_judged_as_the_recipes_result():
     parts = _parts(curves={"fine-tuned yarn": FALLING, "control": FLAT})
-    assert parts[3].status == NOT_CONVERGED and "fine-tuned yarn: 26.000 at step 40" in parts[3].detail
+    assert parts[4].status == NOT_CONVERGED and "fine-tuned yarn: 26.000 at step 40" in parts[4].detail
     assert verdict(parts).startswith("goal: not judged: the run is not converged")
-    assert _parts(curves={"fine-tuned yarn": FLAT})[3].status == "not measured yet"  # no control curve
+    assert _parts(curves={"fine-tuned yarn": FLAT})[4].status == "not measured yet"  # no control curve
 
 
 def test_missing_cells_leave_their_part_not_measured():
     rows = [_row("fine-tuned yarn", {2048: 23.0})]
     parts = goal_parts(rows, L, T, {}, {}, {})
-    assert [p.status for p in parts] == ["not measured yet"] * 4
+    assert [p.status for p in parts] == ["not measured yet"] * 5
 
 
 def _prompts(hits: int, n: int = 30) -> list[float]:
@@ -142,14 +145,14 @@ def test_the_ruler_share_gives_its_interval_and_each_task_where_the_cells_carry_
     hits = dict(zip(COUNTABLE, (28, 25, 16, 8)))
     mine = {t: {T: (h / 30, 30, _prompts(h))} for t, h in hits.items()}
     bar = {t: {4096: (h / 30, 30, _prompts(h))} for t, h in zip(COUNTABLE, (30, 29, 16, 12))}
-    part = goal_parts(rows, L, T, mine, bar, {"fine-tuned yarn": FLAT, "control": FLAT})[2]
+    part = goal_parts(rows, L, T, mine, bar, {"fine-tuned yarn": FLAT, "control": FLAT})[3]
     assert part.status == "met"  # 77/87 = 88.5 %: the point meets 85 %
     assert "= 89 %, 95 % [" in part.detail and "(the interval reaches below the goal)" in part.detail
     assert "niah_single_1 93 %" in part.detail and "niah_multikey_1[austen] 100 %" in part.detail
     # thousands of prompts: the interval closes around the share and no longer reaches below
     many = {t: {T: (0.9, 3000, _prompts(2700, 3000))} for t in COUNTABLE}
     full = {t: {4096: (1.0, 3000, _prompts(3000, 3000))} for t in COUNTABLE}
-    part = goal_parts(rows, L, T, many, full, {"fine-tuned yarn": FLAT, "control": FLAT})[2]
+    part = goal_parts(rows, L, T, many, full, {"fine-tuned yarn": FLAT, "control": FLAT})[3]
     assert part.status == "met" and "reaches below" not in part.detail, part.detail
 
 
@@ -207,4 +210,5 @@ def test_the_perplexity_parts_give_their_intervals_and_say_a_verdict_the_interva
     parts = goal_parts(rows, L, T, _scores(0.9, 30, T), _scores(1.0, 30, 4096), {}, windows=windows)
     assert parts[0].status == "met" and "(3 windows paired) (the interval reaches above the goal)" in parts[0].detail
     assert ", 95 % [" in parts[0].detail
-    assert "2k 99.57 % [" in parts[1].detail and "8k 100.00 %" in parts[1].detail  # 8k: no windows, no interval
+    assert "2k 23.00 vs 22.90 = 99.57 % [" in parts[2].detail  # against the control, paired windows
+    assert parts[2].detail.endswith("8k 24.00 vs 24.00 = 100.00 %")  # 8k: no windows, no interval
