@@ -14,7 +14,7 @@ import shlex
 from typing import Any
 
 from ropescale.errors import RopescaleError
-from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Evidence, Measured
+from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Evidence, Measured, same_model
 from ropescale.evals.advice.evidence import length_text as _k
 from ropescale.evals.advice.finetune_evidence import command_overrides, fine_tune_measured
 from ropescale.evals.tasks.proportions import difference_interval
@@ -62,6 +62,84 @@ def fine_tune_evidence(rec: Any, evidence: list[Evidence], recipe: str | None, k
                 f"ropescale train --config {recipe} {keys} {shlex.join(found.variant)}",
             ),
         )
+    on_cpu = cpu_experiment(evidence, rec.model, rec.ratio, found.source)
+    cpu_recipe = _cpu_recipe(recipe)
+    if on_cpu is not None and cpu_recipe:  # the run a machine without a GPU can repeat, quoted beside
+        rec.also.append(_cpu_line(on_cpu, cpu_recipe, rec.original_context))
+        rec.reasons.append("also shipped: " + rec.also[-1])
+        steps = _steps_override(on_cpu, recipe_steps(cpu_recipe)) or ""
+        rec.commands.insert(  # after the recipe's own fine-tune and its variant
+            2 if found.variant and recipe else 1,
+            ("fine-tune on a CPU", " ".join(w for w in ("ropescale train --config", cpu_recipe, keys, steps) if w)),
+        )
+
+
+#: the script of issue 54's CPU experiments (benchmarks/cpu_finetune_x2.py): its evidence names it in each row's command
+CPU_DRIVER = "cpu_finetune_x2.py"
+
+
+def _on_cpu(ev: Evidence) -> bool:
+    ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
+    return ft is not None and bool(ft.commands) and CPU_DRIVER in ft.commands[0]
+
+
+def cpu_experiment(evidence: list[Evidence], model: str, factor: float, quoted: Evidence | None) -> Evidence | None:
+    """The CPU experiment of this model at this factor (issue 54's protocol: the ``_cpu`` recipe on two
+    cores, held-out Emma alone, RULER's countable tasks), where the quoted experiment is another kind: a
+    user without a GPU reads what the recipe they can run did. Of several, one whose ``status`` does not
+    qualify its numbers, then the longest trained; None where the quoted experiment is one itself."""
+    if quoted is not None and _on_cpu(quoted):
+        return None
+    mine = [
+        ev
+        for ev in evidence
+        if ev.budget == "fine-tune" and same_model(ev.model, model) and _on_cpu(ev)
+        if next(r for r in ev.rows if r.label == FINE_TUNED).at_factor(factor)
+    ]
+
+    def steps(ev: Evidence) -> int:
+        ft = next(r for r in ev.rows if r.label == FINE_TUNED)
+        given = dict(o.split("=", 1) for o in command_overrides(ft.commands[0]) if "=" in o)
+        return int(given.get("train.max_steps", 0))
+
+    return max(mine, key=lambda ev: (not ev.status, steps(ev)), default=None)
+
+
+def _cpu_recipe(recipe: str | None) -> str | None:
+    """The CPU-sized variant of ``recipe`` (``smollm2-135m/yarn_x4`` -> ``smollm2-135m/yarn_x4_cpu``) where
+    one is shipped: the recipe issue 54's experiments train (benchmarks/cpu_finetune_x2.py ``RECIPES``)."""
+    if not recipe:
+        return None
+    name = recipe if recipe.endswith("_cpu") else f"{recipe}_cpu"
+    try:
+        from ropescale.training.config import resolve_recipe
+
+        resolve_recipe(name)
+    except (ImportError, OSError, RopescaleError):
+        return None
+    return name
+
+
+def _cpu_line(ev: Evidence, recipe: str, original_context: int) -> str:
+    """The CPU experiment in one line: its perplexity past L against its control's at L, its retrieval
+    result as the experiment states it, and its own word on its numbers (``status``)."""
+    rows = {r.label: r for r in ev.rows}
+    ft, control = rows[FINE_TUNED], rows.get(CONTROL)
+    lengths = [n for n in sorted(ft.ppl) if n >= original_context]
+    ppl = "/".join(map(_k, lengths)) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in lengths)
+    against = ""
+    if control and original_context in control.ppl and lengths:
+        ratio = ft.ppl[lengths[-1]] / control.ppl[original_context]
+        against = (
+            f" against its control's {control.ppl[original_context]:.2f} at {_k(original_context)} "
+            f"({ratio:.3f}× at {_k(lengths[-1])})"
+        )
+    ran = command_overrides(ft.commands[0]) if ft.commands else ()
+    how = f" with {shlex.join(ran)}" if ran else ""
+    said = [f"on a CPU ({recipe}{how}, {ev.source}): fine-tuned YaRN ×{ft.factor:g} PPL {ppl}{against}"]
+    said += [ev.retrieval] * bool(ev.retrieval)
+    said += [ev.status] * bool(ev.status)
+    return "; ".join(said)
 
 
 #: how a fine-tune's passkey cells are labelled when its data trains recall sentences (issue 40)

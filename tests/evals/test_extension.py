@@ -379,3 +379,58 @@ def test_the_goal_reads_a_report_whose_perplexity_stops_at_the_trained_context()
     lines = goal_lines(rows, plan)
     assert "- long-context perplexity: not measured yet (no perplexity length beyond 8k asked)" in lines
     assert "- PPL(2k) ≤ 1.01 × control's: met (23.79 vs 23.63)" in lines
+
+
+def test_a_cpu_experiment_beside_the_quoted_one_is_said_with_the_recipe_it_trained(tmp_path):
+    """Issue 54: `recommend --budget fine-tune` reads the CPU experiment at its factor. Where another
+    experiment is quoted (at ×4 the 400-step one, with passkey cells), the CPU run is said beside it, with
+    its numbers, retrieval and status, and a command for its `_cpu` recipe that `ropescale train` accepts;
+    where the CPU run is the one quoted, it is not said twice."""
+    from ropescale.evals.advice.evidence import Measured
+    from ropescale.evals.advice.recommend import recommend
+    from ropescale.evals.advice.recommend_finetune import cpu_experiment
+
+    def experiment(name: str, command: str, ft_ppl: dict, passkey: dict, retrieval: str = "", status=""):
+        rows = [
+            Measured("none", "default", ppl={8192: 31.5}, passkey={4096: 1.0} if passkey else {}),
+            Measured("fine-tuned yarn", "yarn", 4, ppl=ft_ppl, passkey=passkey),
+            Measured("control", "default", ppl={8192: 25.49}),
+        ]
+        rows = [replace(r, commands=(command,)) for r in rows]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(evidence_dict(rows, Plan(), "t", None, status, retrieval)))
+        return load_measured(path)
+
+    bench = "python benchmarks/bench_extension.py --overrides train.max_steps=400 --output runs/x4"
+    gpu = experiment("gpu", bench, {8192: 24.0, 32768: 23.7}, {4096: 0.9, 32768: 0.4})
+    said = "RULER's 4 countable tasks at 32k: 70 % of the unscaled model's score at 4k (goal ≥ 85 %)"
+    cpu = experiment(
+        "cpu",
+        "python benchmarks/cpu_finetune_x2.py --factor 4 --steps 640 --output runs/cpu-x4-640steps",
+        {8192: 25.95, 16384: 25.99, 32768: 26.38},
+        {},
+        said,
+    )
+    rec = recommend("smollm2-135m", 8192, 32768, "fine-tune", evidence=[gpu, cpu], train_recipe=RECIPE)
+    assert "gpu.json" in rec.why  # the quoted one stays the most complete
+    (line,) = [a for a in rec.also if a.startswith("on a CPU")]
+    assert line.startswith("on a CPU (smollm2-135m/yarn_x4_cpu with train.max_steps=640, ")
+    assert "PPL 8k/16k/32k 25.95/25.99/26.38 against its control's 25.49 at 8k (1.035× at 32k)" in line
+    assert line.endswith(said)
+    command = dict(rec.commands)["fine-tune on a CPU"]
+    words = shlex.split(command)  # (the CLI drops the keys the recipe sets already)
+    assert (
+        words[:4] == ["ropescale", "train", "--config", "smollm2-135m/yarn_x4_cpu"]
+        and words[-1] == "train.max_steps=640"
+    )
+    config = load_config(words[3], words[4:])  # one `ropescale train` accepts, training what was measured
+    assert config.train.max_steps == 640 and config.scaling.factor == 4 and config.pose.target_length == 32768
+    assert [what for what, _ in rec.commands].index("fine-tune on a CPU") == 1  # after the recipe's own
+    # a CPU experiment that qualifies its numbers says so; the quoted CPU run is not said again
+    late = experiment("late", cpu.rows[1].commands[0], {32768: 26.4}, {}, said, "not converged: the curve falls")
+    assert cpu_experiment([gpu, late, cpu], "smollm2-135m", 4, gpu) is cpu
+    assert cpu_experiment([late], "smollm2-135m", 4, gpu).status.startswith("not converged")
+    assert cpu_experiment([gpu, cpu], "smollm2-135m", 4, cpu) is None
+    assert cpu_experiment([gpu, cpu], "smollm2-135m", 2, gpu) is None  # another factor
+    alone = recommend("smollm2-135m", 8192, 32768, "fine-tune", evidence=[cpu], train_recipe=RECIPE)
+    assert not [a for a in alone.also if a.startswith("on a CPU")] and "fine-tune on a CPU" not in dict(alone.commands)
