@@ -136,24 +136,33 @@ def head_loss(mode: str) -> Iterator[None]:
         _HEAD_LOSS.reset(token)
 
 
-def fused_wanted() -> bool:
-    """Whether the fused path is asked for: ``ROPESCALE_FUSED_LOSS`` where set, else ``train.head_loss``."""
+def fused_wanted(mode: str | None = None) -> bool:
+    """Whether the fused path is asked for: ``ROPESCALE_FUSED_LOSS`` where set, else ``mode`` (default: the
+    ``train.head_loss`` of the steps in progress)."""
     env = os.environ.get("ROPESCALE_FUSED_LOSS", "")
-    return env == "1" if env else _HEAD_LOSS.get() == "fused"
+    return env == "1" if env else (mode or _HEAD_LOSS.get()) == "fused"
+
+
+def head_problem(lm_head: Any, device: str, softcap: float | None = None) -> str | None:
+    """Why the fused CPU path cannot compute this head's loss exactly as the recomputing one does, or None:
+    it takes a plain bias-free ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the
+    whole matrix) on the CPU, without soft-capping."""
+    weight = getattr(lm_head, "weight", None)
+    if device != "cpu":
+        return f"it runs on the CPU only, and this run computes on {device}"
+    if softcap:
+        return "the model soft-caps its logits"
+    plain = type(lm_head) is torch.nn.Linear and type(weight) in (torch.Tensor, torch.nn.Parameter)
+    if not plain or lm_head.bias is not None:
+        return f"it takes a plain bias-free nn.Linear head, and this one is a {type(lm_head).__name__}" + (
+            " with a bias" if plain else ""
+        )
+    return None
 
 
 def _fusable(lm_head: Any, hidden: torch.Tensor, softcap: float | None) -> bool:
-    """Whether the fused CPU path computes exactly what the recomputing one does: a plain bias-free
-    ``nn.Linear`` (not a LoRA-wrapped or sharded head, whose weight is not the whole matrix) on the CPU."""
-    weight = getattr(lm_head, "weight", None)
-    return (
-        fused_wanted()  # opt-in: see the module docstring
-        and hidden.device.type == "cpu"
-        and not softcap
-        and type(lm_head) is torch.nn.Linear
-        and lm_head.bias is None
-        and type(weight) in (torch.Tensor, torch.nn.Parameter)
-    )
+    """Whether the fused CPU path is asked for and computes exactly what the recomputing one does."""
+    return fused_wanted() and head_problem(lm_head, hidden.device.type, softcap) is None  # opt-in: the docstring
 
 
 class _FusedHeadLoss(torch.autograd.Function):

@@ -194,6 +194,10 @@ class Trainer(Checkpointing):
         self.target_length = target_length(base, c)
         check_lengths(base, c)
         self.peft_model = wrap_lora(base, c)
+        if nll.fused_wanted(c.train.head_loss):  # asked for where it cannot run: said, not silently dropped
+            why = nll.head_problem(self.peft_model.get_base_model().get_output_embeddings(), acc.device.type)
+            if why and acc.is_main_process:
+                print(f"ropescale: train.head_loss=fused: {why}; its loss takes the recomputing path", file=sys.stderr)
         apply_memory_options(self.peft_model.get_base_model(), c)
         if c.s2attn.enabled:
             from .s2attn import enable_s2attn

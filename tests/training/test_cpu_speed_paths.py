@@ -152,3 +152,34 @@ def test_the_cpu_recipes_take_the_fused_head_loss():
 
     for name in ("yarn_x2_cpu", "yarn_x2_cpu_control", "yarn_x4_cpu"):
         assert load_config(f"smollm2-135m/{name}").train.head_loss == "fused", name
+
+
+def test_where_the_fused_head_loss_cannot_run_the_reason_is_named():
+    plain = torch.nn.Linear(4, 5, bias=False)
+    assert nll.head_problem(plain, "cpu") is None
+    assert nll.head_problem(plain, "cuda") == "it runs on the CPU only, and this run computes on cuda"
+    assert nll.head_problem(plain, "cpu", 30.0) == "the model soft-caps its logits"
+    assert nll.head_problem(torch.nn.Linear(4, 5), "cpu").endswith("this one is a Linear with a bias")
+    assert nll.head_problem(torch.nn.Sequential(plain), "cpu").endswith("this one is a Sequential")
+
+
+def test_a_recipe_asking_for_the_fused_head_loss_where_it_cannot_run_is_told_so(
+    tmp_path, make_model, capsys, monkeypatch
+):
+    """A LoRA-wrapped head is not the whole matrix: the run says why its loss takes the recomputing path,
+    and no step claims the fused one."""
+    import json
+
+    from ropescale.training.trainer import Trainer
+    from tests.training.conftest import recipe, repetitive_stream
+
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "lm_head"]}
+    train = {"max_steps": 1, "mixed_precision": "no", "head_loss": "fused"}
+    config = recipe(tmp_path, model={"dtype": "float32"}, lora=lora, train=train)
+    monkeypatch.delenv("ROPESCALE_FUSED_LOSS", raising=False)
+    Trainer(config, model=make_model(), train_tokens=repetitive_stream(), progress=False).train()
+    said = capsys.readouterr().err
+    assert "ropescale: train.head_loss=fused: it takes a plain bias-free nn.Linear head, and this one is a " in said
+    assert "; its loss takes the recomputing path" in said
+    (step,) = [json.loads(line) for line in (config.output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert "head_loss" not in step
