@@ -45,8 +45,10 @@ def test_a_fine_tune_leads_with_its_perplexity_against_its_control(capsys, tmp_p
     assert "trained format" not in text[: text.index("also: ")]
     assert "fine-tune with recall sentences (passkey: a trained skill):" in lines
     assert "keeping passkey retrieval" not in text and "caveat:" not in text  # the old ten-line caveat
-    # 20 lines, and the battery: line (issue 40 point 6: the RULER cells of evals/measured/ruler/, up to three)
-    assert len([line for line in lines if line.strip()]) <= 23
+    # 20 lines, and the battery: line (issue 40 point 6: the RULER cells of evals/measured/ruler/, up to three),
+    # and the CPU experiment at this factor beside the quoted one (issue 54: its also: line and its command)
+    assert "also: on a CPU (smollm2-135m/yarn_x4_cpu with train.max_steps=640" in text
+    assert len([line for line in lines if line.strip()]) <= 29
 
 
 def test_a_recall_fine_tune_quoted_first_has_its_passkey_labelled_trained_format(tmp_path):
