@@ -58,6 +58,23 @@ def command_overrides(command: str) -> tuple[str, ...]:
     return ()
 
 
+def fine_tuned_row(ev: Evidence) -> Measured | None:
+    """The experiment's fine-tuned row (label ``FINE_TUNED``), None where it has none."""
+    return next((r for r in ev.rows if r.label == FINE_TUNED), None)
+
+
+def overrides_ran(ev: Evidence) -> tuple[str, ...]:
+    """What its fine-tune's command changed in the recipe (``command_overrides`` of its first command)."""
+    ft = fine_tuned_row(ev)
+    return command_overrides(ft.commands[0]) if ft is not None and ft.commands else ()
+
+
+def steps_trained(ev: Evidence, recipe_steps: int = 0) -> int:
+    """The steps its fine-tune trained: its ``train.max_steps`` override, else ``recipe_steps``."""
+    given = dict(o.split("=", 1) for o in overrides_ran(ev) if "=" in o)
+    return int(given.get("train.max_steps", recipe_steps))
+
+
 def fine_tune_measured(
     evidence: list[Evidence], model: str, factor: float, recipe_steps: int = 0
 ) -> FineTuneQuote | None:
@@ -71,24 +88,16 @@ def fine_tune_measured(
     ``recipe_steps``, then the lowest perplexity at the target length, factor × the trained context)."""
 
     def fine_tuned(ev: Evidence) -> Measured | None:
-        ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
+        ft = fine_tuned_row(ev)
         ok = ev.budget == "fine-tune" and same_model(ev.model, model) and ft is not None and ft.at_factor(factor)
         return ft if ok else None
-
-    def overrides_of(ev: Evidence) -> tuple[str, ...]:  # what its fine-tune's command changed in the recipe
-        ft = fine_tuned(ev)
-        return command_overrides(ft.commands[0]) if ft.commands else ()
 
     def completeness(ev: Evidence) -> tuple[int, int, bool]:
         ft = fine_tuned(ev)
         return len(ft.passkey), sum(ft.passkey_trials.values()), ev.passkey_jitter > 0
 
     def as_shipped(ev: Evidence) -> bool:  # the recipe itself, at most trained longer
-        return all(o.split("=", 1)[0] in ("train.max_steps", "train.save_every") for o in overrides_of(ev))
-
-    def steps(other: Evidence) -> int:  # what it trained: its train.max_steps override, else the recipe's
-        given = dict(o.split("=", 1) for o in overrides_of(other) if "=" in o)
-        return int(given.get("train.max_steps", recipe_steps))
+        return all(o.split("=", 1)[0] in ("train.max_steps", "train.save_every") for o in overrides_ran(ev))
 
     matching = [ev for ev in evidence if fine_tuned(ev)]
     if not matching:
@@ -102,8 +111,8 @@ def fine_tune_measured(
             not other.status,
             completeness(other),
             as_shipped(other),
-            steps(other) if other.status else 0,
-            -len(overrides_of(other)),
+            steps_trained(other, recipe_steps) if other.status else 0,
+            -len(overrides_ran(other)),
         ),
     )
     line, caveat, lost = _quote(ev)
@@ -112,7 +121,7 @@ def fine_tune_measured(
 
     def keeps_retrieval(other: Evidence) -> bool:  # same prompts, compared with both baselines, overrides to name
         same = other is not ev and other.passkey_jitter == ev.passkey_jitter and _quote(other)[1] is None
-        return same and bool(_compared(other)) and bool(overrides_of(other))
+        return same and bool(_compared(other)) and bool(overrides_ran(other))
 
     def ppl_at_target(other: Evidence) -> float:  # not measured there: ranks last
         return fine_tuned(other).ppl.get(round(factor * (other.original_context or 0)), float("inf"))
@@ -122,8 +131,10 @@ def fine_tune_measured(
         return FineTuneQuote(line, caveat, source=ev)
     # of equally complete ones, the cheapest to train (a longer GPU run of a variant keeps keys too, but
     # the cheaper one is what a user runs first), then the lower perplexity at the target
-    best = max(keeps, key=lambda other: (completeness(other), -steps(other), -ppl_at_target(other)))
-    ft, overrides = fine_tuned(best), overrides_of(best)
+    best = max(
+        keeps, key=lambda other: (completeness(other), -steps_trained(other, recipe_steps), -ppl_at_target(other))
+    )
+    ft, overrides = fine_tuned(best), overrides_ran(best)
 
     def cell(n: int) -> str:  # correct/decoded; fewer than 30 prompts: a cell still being measured
         k = ft.passkey_trials.get(n)
@@ -131,7 +142,7 @@ def fine_tune_measured(
         return f"{length_text(n)} {count}" + (" so far" if k and k < 30 else "")
 
     ppl = "/".join(map(length_text, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
-    quoted = overrides_of(ev)
+    quoted = overrides_ran(ev)
     instead = f" (not {shlex.join(quoted)})" if quoted else ""
     # recall sentences are the passkey's own task (a fact early in the window, asked for late): keys found
     # after training on them are a trained skill in the evaluation's format, not evidence of longer context

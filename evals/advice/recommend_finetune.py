@@ -16,7 +16,12 @@ from typing import Any
 from ropescale.errors import RopescaleError
 from ropescale.evals.advice.evidence import CONTROL, FINE_TUNED, Evidence, Measured, same_model
 from ropescale.evals.advice.evidence import length_text as _k
-from ropescale.evals.advice.finetune_evidence import command_overrides, fine_tune_measured
+from ropescale.evals.advice.finetune_evidence import (
+    fine_tune_measured,
+    fine_tuned_row,
+    overrides_ran,
+    steps_trained,
+)
 from ropescale.evals.tasks.proportions import difference_interval
 
 
@@ -46,9 +51,7 @@ def fine_tune_evidence(rec: Any, evidence: list[Evidence], recipe: str | None, k
     rec.reasons.insert(0, rec.why)  # the evidence first, then the rule it bears out
     rec.reasons.append("measured " + rec.measured)
     trained = _trains_recall(found.source, recipe)
-    label = (
-        f"{TRAINED_FORMAT}: " if trained and next(r for r in found.source.rows if r.label == FINE_TUNED).passkey else ""
-    )
+    label = f"{TRAINED_FORMAT}: " if trained and fine_tuned_row(found.source).passkey else ""
     rec.retrieval = label + _fine_tune_passkey(found.source)
     rec.reasons.append("retrieval: " + rec.retrieval)
     if found.variant and recipe:
@@ -79,7 +82,7 @@ CPU_DRIVER = "cpu_finetune_x2.py"
 
 
 def _on_cpu(ev: Evidence) -> bool:
-    ft = next((r for r in ev.rows if r.label == FINE_TUNED), None)
+    ft = fine_tuned_row(ev)
     return ft is not None and bool(ft.commands) and CPU_DRIVER in ft.commands[0]
 
 
@@ -94,15 +97,10 @@ def cpu_experiment(evidence: list[Evidence], model: str, factor: float, quoted: 
         ev
         for ev in evidence
         if ev.budget == "fine-tune" and same_model(ev.model, model) and _on_cpu(ev)
-        if next(r for r in ev.rows if r.label == FINE_TUNED).at_factor(factor)
+        if fine_tuned_row(ev).at_factor(factor)
     ]
 
-    def steps(ev: Evidence) -> int:
-        ft = next(r for r in ev.rows if r.label == FINE_TUNED)
-        given = dict(o.split("=", 1) for o in command_overrides(ft.commands[0]) if "=" in o)
-        return int(given.get("train.max_steps", 0))
-
-    return max(mine, key=lambda ev: (not ev.status, steps(ev)), default=None)
+    return max(mine, key=lambda ev: (not ev.status, steps_trained(ev)), default=None)
 
 
 def _cpu_recipe(recipe: str | None) -> str | None:
@@ -134,7 +132,7 @@ def _cpu_line(ev: Evidence, recipe: str, original_context: int) -> str:
             f" against its control's {control.ppl[original_context]:.2f} at {_k(original_context)} "
             f"({ratio:.3f}× at {_k(lengths[-1])})"
         )
-    ran = command_overrides(ft.commands[0]) if ft.commands else ()
+    ran = overrides_ran(ev)
     how = f" with {shlex.join(ran)}" if ran else ""
     said = [f"on a CPU ({recipe}{how}, {ev.source}): fine-tuned YaRN ×{ft.factor:g} PPL {ppl}{against}"]
     said += [ev.retrieval] * bool(ev.retrieval)
@@ -185,7 +183,7 @@ def _variant_line(found: Any) -> str:
     """The shipped variant in a few words: what it changes, its keys (in the passkey's own format when its
     data has recall sentences) and its perplexity, the measure of extension."""
     ev = found.variant_source
-    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
+    ft = fine_tuned_row(ev)
     keys = ", ".join(f"{_k(n)} {_cell(ft, n)}" for n in sorted(ft.passkey))
     ppl = "/".join(map(_k, sorted(ft.ppl))) + " " + "/".join(f"{ft.ppl[n]:.2f}" for n in sorted(ft.ppl))
     what = (
@@ -211,7 +209,7 @@ def _extension_line(ev: Evidence, original_context: int, recipe_steps: int = 0) 
         if theirs
         else ""
     )
-    ran = command_overrides(ft.commands[0]) if ft.commands else ()
+    ran = overrides_ran(ev)
     how = f", trained with {shlex.join(ran)}" if ran else ""
     if _steps_override(ev, recipe_steps):
         how += f", as the command below does; the recipe alone runs {recipe_steps}"
@@ -226,8 +224,7 @@ def _steps_override(ev: Evidence, recipe_steps: int) -> str | None:
     """``train.max_steps=N`` where the quoted fine-tune trained N steps and the recipe runs other: the
     command recommend prints then carries it, so that it trains what was measured (the ×2 CPU recipe runs
     320 steps, which did not converge; the run quoted trained 640)."""
-    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
-    ran = command_overrides(ft.commands[0]) if ft.commands else ()
+    ran = overrides_ran(ev)
     steps = next((o for o in ran if o.startswith("train.max_steps=")), None)
     return steps if steps and recipe_steps and steps != f"train.max_steps={recipe_steps}" else None
 
@@ -235,8 +232,7 @@ def _steps_override(ev: Evidence, recipe_steps: int) -> str | None:
 def _trains_recall(ev: Evidence, recipe: str | None) -> bool:
     """Whether the quoted fine-tune trained recall sentences (its recipe's ``data.recall_facts`` with the
     overrides it ran with): its passkey cells then measure a skill trained in the passkey's own format."""
-    ft = next(r for r in ev.rows if r.label == FINE_TUNED)
-    overrides = list(command_overrides(ft.commands[0])) if ft.commands else []
+    overrides = list(overrides_ran(ev))
     try:
         from ropescale.training.config import load_config
 
