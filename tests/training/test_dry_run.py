@@ -96,6 +96,21 @@ def test_dry_run_of_every_recipe_on_its_family_shape(path, capsys):
         assert re.search(r"evaluation: +perplexity at [\d,]+ tokens .*: [\d.]+ GiB peak per GPU, fits;", out), out
     if recipe.eval.every and recipe.eval.max_tokens:  # and what the run's last line can say of its curve
         assert re.search(r"\n +\d+ windows? a point: ", out), out
+    if path.parent.name != "smollm2-135m":  # a GPU recipe: its header says why it has no CPU hours
+        head = re.sub(r"\n#\s*", " ", path.read_text().split("\nmodel:")[0])
+        said = re.search(
+            r"CPU hours: none, a GPU recipe: one optimizer step \(([\d,]+) tokens through ([\d.]+)B parameters.*?"
+            r"~(\d+) (hours|days) on 2 cores .*?the (\d+) steps ~([\d.]+) CPU-years.*? ropescale train --config (\S+) "
+            r"--dry-run --gpu h100-80gb --gpus \d+ --model (\S+)",
+            head,
+        )
+        assert said, path.name
+        tokens, billions = int(said[1].replace(",", "")), float(said[2])
+        assert f"= {tokens:,} per optimizer step" in out and abs(billions * 1e9 - total) < 0.05e9
+        hours = 6 * total * tokens / 490e9 / 3600  # the header's convention: 6 FLOP a parameter a token
+        assert abs(int(said[3]) * (24 if said[4] == "days" else 1) - hours) <= max(1, 0.5 * 24 * (said[4] == "days"))
+        assert abs(float(said[6]) - hours * t.max_steps / 8766) <= 0.05 and int(said[5]) == t.max_steps
+        assert said[7] == f"{path.parent.name}/{path.stem}" and said[8] == f"tests/data/shapes/{shape.name}"
 
 
 def test_the_plan_says_what_its_held_out_windows_let_the_last_line_judge(capsys):
