@@ -180,26 +180,26 @@ def goal_parts(
             GoalPart(ask, status, f"{a:.2f} vs {b:.2f} = {a / b:.4f}×" + (f", 95 %{said}" if said else "") + beyond)
         )
     short = sorted(n for n in (ft.ppl if ft else {}) if n <= L)
-    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the unscaled model's"
-    if not short or not none or any(n not in none.ppl for n in short):
-        parts.append(GoalPart(ask, MISSING, "the fine-tune's or the unscaled model's cells ≤ L missing"))
-    else:
-        kept = {n: none.ppl[n] / ft.ppl[n] for n in short}
+
+    def kept_part(ask: str, base: Any, whose: str, label: str | None, digits: int) -> GoalPart:
+        """PPL at every length ≤ L: ``base``'s / the fine-tune's ≥ RETAINED (with the paired interval where
+        ``label`` names the baseline's windows)."""
+        if not short or not base or any(n not in base.ppl for n in short):
+            return GoalPart(ask, MISSING, f"the fine-tune's or {whose} cells ≤ L missing")
+        kept = {n: base.ppl[n] / ft.ppl[n] for n in short}
         text = ", ".join(
-            f"{length_text(n)} {ft.ppl[n]:.2f} vs {none.ppl[n]:.2f} = {100 * k:.1f} %" for n, k in kept.items()
-        )
-        parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
-    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the control's (adaptation to the text removed)"
-    if not short or not control or any(n not in control.ppl for n in short):
-        parts.append(GoalPart(ask, MISSING, "the fine-tune's or the control's cells ≤ L missing"))
-    else:  # the same text learned unscaled: what the scaling costs at short lengths
-        kept = {n: control.ppl[n] / ft.ppl[n] for n in short}
-        text = ", ".join(
-            f"{length_text(n)} {ft.ppl[n]:.2f} vs {control.ppl[n]:.2f} = {100 * k:.2f} %"
-            + interval((FINE_TUNED, n), (CONTROL, n), invert=True)[2]
+            f"{length_text(n)} {ft.ppl[n]:.2f} vs {base.ppl[n]:.2f} = {100 * k:.{digits}f} %"
+            + (interval((FINE_TUNED, n), (label, n), invert=True)[2] if label else "")
             for n, k in kept.items()
         )
-        parts.append(GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text))
+        return GoalPart(ask, MET if all(k >= RETAINED for k in kept.values()) else NOT_MET, text)
+
+    short = sorted(n for n in (ft.ppl if ft else {}) if n <= L)
+    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the unscaled model's"
+    parts.append(kept_part(ask, none, "the unscaled model's", None, 1))
+    # the same text learned unscaled: what the scaling costs at short lengths
+    ask = f"PPL at ≤ {length_text(L)} keeps ≥ {100 * RETAINED:g} % of the control's (adaptation to the text removed)"
+    parts.append(kept_part(ask, control, "the control's", CONTROL, 2))
     ask = (
         f"RULER mean of {len(tasks)} tasks at {length_text(target)} ≥ {100 * RULER_SHARE:g} % of the unscaled "
         f"model's at {length_text(base_length)}"
